@@ -1,0 +1,86 @@
+//! Matmul throughput, CPU (faer) against GPU (wgpu), side by side in one run.
+//!
+//! `cargo bench --bench backend` (add `-- matmul/1024` to filter). Throughput
+//! is reported in elements/s with one element = one flop, so criterion's
+//! `Gelem/s` reads as GFLOP/s (2n³ flops per n×n·n×n product). The GPU timing
+//! includes the wait for completion (`sync`) but no transfer: operands stay on
+//! the device, as in training. Without an adapter the GPU rows are skipped
+//! with a printed reason. `SINKLAB_BENCH_SIZES=64,256` overrides the sizes.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use sinklab::backend::{Backend, Cpu, GpuOptions, Op, Shape, Wgpu};
+
+fn sizes() -> Vec<usize> {
+    std::env::var("SINKLAB_BENCH_SIZES")
+        .ok()
+        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![64, 256, 1024])
+}
+
+fn bench_one<B: Backend>(
+    c: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    id: &str,
+    be: &B,
+    n: usize,
+) {
+    let mut rng = StdRng::seed_from_u64(1);
+    let s = Shape::mat(n, n);
+    let a: Vec<f64> = (0..n * n).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let b: Vec<f64> = (0..n * n).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let ta = be.upload_f64(s, &a).expect("upload");
+    let tb = be.upload_f64(s, &b).expect("upload");
+    let mut tc = be.zeros(s).expect("alloc");
+    // Warm-up (pipeline caches, first-touch of buffers).
+    be.matmul(1.0, &ta, Op::N, &tb, Op::N, 0.0, &mut tc)
+        .expect("matmul");
+    be.sync().expect("sync");
+    c.bench_with_input(BenchmarkId::new(id, n), &n, |bch, _| {
+        bch.iter(|| {
+            be.matmul(
+                1.0,
+                black_box(&ta),
+                Op::N,
+                black_box(&tb),
+                Op::N,
+                0.0,
+                &mut tc,
+            )
+            .expect("matmul");
+            be.sync().expect("sync");
+        })
+    });
+}
+
+fn matmul(c: &mut Criterion) {
+    let gpu = match Wgpu::new(&GpuOptions::default()) {
+        Ok(g) => {
+            eprintln!("GPU: {}", g.describe());
+            Some(g)
+        }
+        Err(e) => {
+            eprintln!("SKIP: GPU rows of the matmul bench: {e}");
+            None
+        }
+    };
+    let mut g = c.benchmark_group("matmul");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3));
+    for n in sizes() {
+        g.throughput(Throughput::Elements(2 * (n as u64).pow(3)));
+        bench_one(&mut g, "cpu-f64", &Cpu::<f64>::new(), n);
+        bench_one(&mut g, "cpu-f32", &Cpu::<f32>::new(), n);
+        if let Some(gpu) = &gpu {
+            bench_one(&mut g, "wgpu-f32", gpu, n);
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, matmul);
+criterion_main!(benches);

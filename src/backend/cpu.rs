@@ -1,0 +1,303 @@
+//! CPU backend: faer matmuls, plain loops for the row-wise and elementwise
+//! kernels, generic over f64 and f32 ([`Real`]).
+//!
+//! Parallelism: faer with 2 threads is 10–20× *slower* than sequential at
+//! n = 64 on the 2-core machine, so a matmul runs with `Par::Seq` unless its
+//! flop count $m n k$ reaches [`PAR_MIN_MNK`] (measured crossover, see
+//! `benches/backend.rs` and BENCHMARKS.md). Parallelism otherwise belongs at
+//! the sweep level.
+
+use std::marker::PhantomData;
+
+use faer::{Accum, MatMut, MatRef, Par};
+
+use super::{AdamW, Backend, Mask, Op, Real, Result, Shape, check_len, check_same, matmul_dims};
+
+/// Smallest $m n k$ for which a matmul uses faer's rayon parallelism.
+///
+/// Measured on the 2-core AVX-512 machine (f64 and f32, square n): sequential
+/// wins clearly at n ≤ 128 and the two are within noise at n = 256, so the
+/// threshold sits at $256^3$.
+pub const PAR_MIN_MNK: usize = 256 * 256 * 256;
+
+/// A batch of row-major matrices in host memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuTensor<T> {
+    data: Vec<T>,
+    shape: Shape,
+}
+
+impl<T: Real> CpuTensor<T> {
+    /// Wraps row-major, batch-major data.
+    pub fn from_vec(shape: Shape, data: Vec<T>) -> Result<Self> {
+        check_len(shape, data.len())?;
+        Ok(Self { data, shape })
+    }
+    /// Shape of the batch.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+    /// All elements, row-major, batch-major.
+    pub fn as_slice(&self) -> &[T] {
+        &self.data
+    }
+    /// All elements, mutable.
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        &mut self.data
+    }
+    /// Matrix `b` of the batch as a faer view.
+    pub fn mat(&self, b: usize) -> MatRef<'_, T> {
+        let l = self.shape.mat_len();
+        MatRef::from_row_major_slice(
+            &self.data[b * l..(b + 1) * l],
+            self.shape.rows,
+            self.shape.cols,
+        )
+    }
+    /// Matrix `b` of the batch as a mutable faer view.
+    pub fn mat_mut(&mut self, b: usize) -> MatMut<'_, T> {
+        let l = self.shape.mat_len();
+        let (r, c) = (self.shape.rows, self.shape.cols);
+        MatMut::from_row_major_slice_mut(&mut self.data[b * l..(b + 1) * l], r, c)
+    }
+}
+
+/// The faer backend in precision `T` (`Cpu::<f64>` for reference runs,
+/// `Cpu::<f32>` to compare like with like against the GPU).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cpu<T> {
+    _t: PhantomData<T>,
+}
+
+impl<T> Cpu<T> {
+    /// The CPU backend.
+    pub const fn new() -> Self {
+        Self { _t: PhantomData }
+    }
+}
+
+fn par_for(m: usize, n: usize, k: usize) -> Par {
+    if m.saturating_mul(n).saturating_mul(k) >= PAR_MIN_MNK {
+        Par::rayon(0)
+    } else {
+        Par::Seq
+    }
+}
+
+impl<T: Real> Backend for Cpu<T> {
+    type Elem = T;
+    type Tensor = CpuTensor<T>;
+
+    fn describe(&self) -> String {
+        format!("cpu (faer, {})", T::NAME)
+    }
+
+    fn shape(&self, t: &CpuTensor<T>) -> Shape {
+        t.shape
+    }
+
+    fn zeros(&self, shape: Shape) -> Result<CpuTensor<T>> {
+        Ok(CpuTensor {
+            data: vec![T::from_f64(0.0); shape.len()],
+            shape,
+        })
+    }
+
+    fn write(&self, t: &mut CpuTensor<T>, data: &[T]) -> Result<()> {
+        check_len(t.shape, data.len())?;
+        t.data.copy_from_slice(data);
+        Ok(())
+    }
+
+    fn read(&self, t: &CpuTensor<T>) -> Result<Vec<T>> {
+        Ok(t.data.clone())
+    }
+
+    fn matmul(
+        &self,
+        alpha: f64,
+        a: &CpuTensor<T>,
+        op_a: Op,
+        b: &CpuTensor<T>,
+        op_b: Op,
+        beta: f64,
+        c: &mut CpuTensor<T>,
+    ) -> Result<()> {
+        let (m, n, k) = matmul_dims(a.shape, op_a, b.shape, op_b, c.shape)?;
+        let par = par_for(m, n, k);
+        let alpha = T::from_f64(alpha);
+        let beta_t = T::from_f64(beta);
+        for bi in 0..c.shape.batch {
+            let ai = if a.shape.batch == 1 { 0 } else { bi };
+            let bj = if b.shape.batch == 1 { 0 } else { bi };
+            let am = a.mat(ai);
+            let bm = b.mat(bj);
+            let am = if op_a == Op::T { am.transpose() } else { am };
+            let bm = if op_b == Op::T { bm.transpose() } else { bm };
+            let mut cm = c.mat_mut(bi);
+            let accum = if beta == 0.0 {
+                Accum::Replace
+            } else {
+                if beta != 1.0 {
+                    for j in 0..n {
+                        for i in 0..m {
+                            cm[(i, j)] = beta_t * cm[(i, j)];
+                        }
+                    }
+                }
+                Accum::Add
+            };
+            if k == 0 {
+                if beta == 0.0 {
+                    cm.fill(T::from_f64(0.0));
+                }
+                continue;
+            }
+            faer::linalg::matmul::matmul(cm, accum, am, bm, alpha, par);
+        }
+        Ok(())
+    }
+
+    fn softmax_rows(
+        &self,
+        x: &CpuTensor<T>,
+        scale: f64,
+        mask: Mask,
+        y: &mut CpuTensor<T>,
+    ) -> Result<()> {
+        check_same("softmax_rows", x.shape, y.shape)?;
+        let (rows, cols) = (x.shape.rows, x.shape.cols);
+        let s = T::from_f64(scale);
+        let zero = T::from_f64(0.0);
+        if cols == 0 {
+            return Ok(());
+        }
+        for (r, (xr, yr)) in x
+            .data
+            .chunks_exact(cols)
+            .zip(y.data.chunks_exact_mut(cols))
+            .enumerate()
+        {
+            let i = r % rows;
+            let vis = match mask {
+                Mask::None => cols,
+                Mask::Causal => (i + 1).min(cols),
+            };
+            let mut mx = s * xr[0];
+            for &v in &xr[1..vis] {
+                let z = s * v;
+                if z > mx {
+                    mx = z;
+                }
+            }
+            let mut sum = zero;
+            for (o, &v) in yr[..vis].iter_mut().zip(&xr[..vis]) {
+                *o = (s * v - mx).exp();
+                sum += *o;
+            }
+            for o in &mut yr[..vis] {
+                *o /= sum;
+            }
+            for o in &mut yr[vis..] {
+                *o = zero;
+            }
+        }
+        Ok(())
+    }
+
+    fn softmax_rows_backward(
+        &self,
+        y: &CpuTensor<T>,
+        dy: &CpuTensor<T>,
+        scale: f64,
+        dx: &mut CpuTensor<T>,
+    ) -> Result<()> {
+        check_same("softmax_rows_backward", y.shape, dy.shape)?;
+        check_same("softmax_rows_backward", y.shape, dx.shape)?;
+        let cols = y.shape.cols;
+        if cols == 0 {
+            return Ok(());
+        }
+        let s = T::from_f64(scale);
+        let rows = y.data.chunks_exact(cols).zip(dy.data.chunks_exact(cols));
+        for ((yr, dyr), dxr) in rows.zip(dx.data.chunks_exact_mut(cols)) {
+            let mut dot = T::from_f64(0.0);
+            for (&a, &b) in yr.iter().zip(dyr) {
+                dot += a * b;
+            }
+            for ((o, &a), &b) in dxr.iter_mut().zip(yr).zip(dyr) {
+                *o = s * a * (b - dot);
+            }
+        }
+        Ok(())
+    }
+
+    fn axpby(&self, a: f64, x: &CpuTensor<T>, b: f64, y: &mut CpuTensor<T>) -> Result<()> {
+        check_same("axpby", x.shape, y.shape)?;
+        let (a, bt) = (T::from_f64(a), T::from_f64(b));
+        if b == 0.0 {
+            for (o, &v) in y.data.iter_mut().zip(&x.data) {
+                *o = a * v;
+            }
+        } else {
+            for (o, &v) in y.data.iter_mut().zip(&x.data) {
+                *o = a * v + bt * *o;
+            }
+        }
+        Ok(())
+    }
+
+    fn adamw(
+        &self,
+        h: &AdamW,
+        t: u64,
+        p: &mut CpuTensor<T>,
+        g: &CpuTensor<T>,
+        m: &mut CpuTensor<T>,
+        v: &mut CpuTensor<T>,
+    ) -> Result<()> {
+        check_same("adamw", p.shape, g.shape)?;
+        check_same("adamw", p.shape, m.shape)?;
+        check_same("adamw", p.shape, v.shape)?;
+        let c = AdamWCoeffs::new(h, t);
+        let f = T::from_f64;
+        let (b1, b2, ib1, ib2) = (f(h.beta1), f(h.beta2), f(1.0 - h.beta1), f(1.0 - h.beta2));
+        let (lr, eps, wd, c1, c2) = (
+            f(h.lr),
+            f(h.eps),
+            f(h.weight_decay),
+            f(c.inv_bc1),
+            f(c.inv_bc2),
+        );
+        for i in 0..p.data.len() {
+            let gi = g.data[i];
+            let mi = b1 * m.data[i] + ib1 * gi;
+            let vi = b2 * v.data[i] + ib2 * gi * gi;
+            m.data[i] = mi;
+            v.data[i] = vi;
+            let step = (mi * c1) / ((vi * c2).sqrt() + eps) + wd * p.data[i];
+            p.data[i] -= lr * step;
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Bias corrections of AdamW at step `t`: $1/(1-\beta_1^t)$, $1/(1-\beta_2^t)$.
+pub(crate) struct AdamWCoeffs {
+    pub inv_bc1: f64,
+    pub inv_bc2: f64,
+}
+
+impl AdamWCoeffs {
+    pub fn new(h: &AdamW, t: u64) -> Self {
+        let t = t.max(1) as f64;
+        Self {
+            inv_bc1: 1.0 / (1.0 - h.beta1.powf(t)),
+            inv_bc2: 1.0 / (1.0 - h.beta2.powf(t)),
+        }
+    }
+}

@@ -1,0 +1,757 @@
+//! GPU backend: wgpu compute shaders in f32 (WGSL sources beside this file).
+//!
+//! Tensors are device buffers ([`GpuTensor`]) created once and overwritten by
+//! the kernels; kernels are queued without waiting, and the host waits only
+//! in [`Backend::read`] and [`Backend::sync`]. Every wait has a timeout, and
+//! every submission runs inside wgpu error scopes, so a lost device, an
+//! out-of-memory or a validation failure becomes a [`BackendError`] rather
+//! than a panic or a hang. Buffer sizes are checked against the device's
+//! `max_buffer_size` and `max_storage_buffer_binding_size` before allocation.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::cpu::AdamWCoeffs;
+use super::{
+    AdamW, Backend, BackendError, Mask, Op, Result, Shape, check_len, check_same, matmul_dims,
+};
+
+/// Where and how to open a GPU device.
+#[derive(Clone, Debug)]
+pub struct GpuOptions {
+    /// Graphics APIs to search for adapters. Default: Vulkan, Metal, DX12
+    /// (not GL, which may be picked silently and compile shaders slowly).
+    pub backends: wgpu::Backends,
+    /// Whether a software adapter (device type `Cpu`, e.g. llvmpipe) may be taken.
+    pub allow_software: bool,
+    /// Longest wait for the device before [`BackendError::Timeout`].
+    pub timeout: Duration,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        Self {
+            backends: wgpu::Backends::PRIMARY,
+            allow_software: true,
+            timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+impl GpuOptions {
+    /// Vulkan only (the configuration the tests pin).
+    pub fn vulkan() -> Self {
+        Self {
+            backends: wgpu::Backends::VULKAN,
+            ..Self::default()
+        }
+    }
+}
+
+/// Rank of an adapter type: lower is preferred.
+fn type_rank(t: wgpu::DeviceType) -> u8 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    }
+}
+
+fn instance(backends: wgpu::Backends) -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = backends;
+    wgpu::Instance::new(desc)
+}
+
+/// Every adapter on `backends`, best first (hardware before software).
+pub fn adapters(backends: wgpu::Backends) -> Vec<wgpu::AdapterInfo> {
+    let inst = instance(backends);
+    let mut v: Vec<_> = pollster::block_on(inst.enumerate_adapters(backends))
+        .into_iter()
+        .map(|a| a.get_info())
+        .collect();
+    v.sort_by_key(|i| type_rank(i.device_type));
+    v
+}
+
+/// One-line description of an adapter.
+pub fn describe_adapter(i: &wgpu::AdapterInfo) -> String {
+    format!(
+        "{} ({:?}, {:?}, driver {} {})",
+        i.name, i.device_type, i.backend, i.driver, i.driver_info
+    )
+}
+
+/// A batch of row-major f32 matrices in a device buffer.
+#[derive(Debug)]
+pub struct GpuTensor {
+    buf: wgpu::Buffer,
+    shape: Shape,
+}
+
+impl GpuTensor {
+    /// Shape of the batch.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+}
+
+struct Kernels {
+    matmul: wgpu::ComputePipeline,
+    softmax: wgpu::ComputePipeline,
+    softmax_backward: wgpu::ComputePipeline,
+    axpby: wgpu::ComputePipeline,
+    adamw: wgpu::ComputePipeline,
+}
+
+/// The wgpu backend (f32).
+pub struct Wgpu {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    info: wgpu::AdapterInfo,
+    limits: wgpu::Limits,
+    kernels: Kernels,
+    lost: Arc<Mutex<Option<String>>>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Wgpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wgpu")
+            .field("adapter", &self.info.name)
+            .finish()
+    }
+}
+
+const MATMUL_TILE: usize = 64;
+const ELEM_WG: usize = 256;
+
+impl Wgpu {
+    /// Opens the best adapter allowed by `opts` (see [`adapters`] for the order).
+    pub fn new(opts: &GpuOptions) -> Result<Self> {
+        let inst = instance(opts.backends);
+        let mut all = pollster::block_on(inst.enumerate_adapters(opts.backends));
+        all.sort_by_key(|a| type_rank(a.get_info().device_type));
+        let found: Vec<String> = all
+            .iter()
+            .map(|a| describe_adapter(&a.get_info()))
+            .collect();
+        let adapter = all
+            .into_iter()
+            .find(|a| opts.allow_software || a.get_info().device_type != wgpu::DeviceType::Cpu)
+            .ok_or_else(|| {
+                BackendError::NoAdapter(if found.is_empty() {
+                    format!("none on {:?}", opts.backends)
+                } else {
+                    format!(
+                        "only software adapters, not allowed here: {}",
+                        found.join("; ")
+                    )
+                })
+            })?;
+        Self::from_adapter(adapter, opts.timeout)
+    }
+
+    /// Opens a device on `adapter`, with the adapter's own limits.
+    pub fn from_adapter(adapter: wgpu::Adapter, timeout: Duration) -> Result<Self> {
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("sinklab"),
+            required_features: wgpu::Features::empty(),
+            required_limits: limits.clone(),
+            ..Default::default()
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc)).map_err(|e| {
+            BackendError::RequestDevice {
+                adapter: describe_adapter(&info),
+                reason: e.to_string(),
+            }
+        })?;
+        let lost = Arc::new(Mutex::new(None));
+        let flag = lost.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            if let Ok(mut g) = flag.lock() {
+                *g = Some(format!("{reason:?}: {msg}"));
+            }
+        });
+        // Errors outside our scopes must not abort the process: they are
+        // recorded as a lost device and surface on the next call.
+        let flag = lost.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut g) = flag.lock() {
+                g.get_or_insert_with(|| format!("uncaptured error: {e}"));
+            }
+        }));
+        let scope = ErrorScopes::push(&device);
+        let module = |label: &str, src: &str| {
+            device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(label),
+                source: wgpu::ShaderSource::Wgsl(src.into()),
+            })
+        };
+        let pipeline = |label: &str, src: &str| {
+            let m = module(label, src);
+            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(label),
+                layout: None,
+                module: &m,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            })
+        };
+        let kernels = Kernels {
+            matmul: pipeline("matmul", include_str!("matmul.wgsl")),
+            softmax: pipeline("softmax", include_str!("softmax.wgsl")),
+            softmax_backward: pipeline("softmax_backward", include_str!("softmax_backward.wgsl")),
+            axpby: pipeline("axpby", include_str!("axpby.wgsl")),
+            adamw: pipeline("adamw", include_str!("adamw.wgsl")),
+        };
+        scope.pop("compiling the WGSL kernels")?;
+        Ok(Self {
+            device,
+            queue,
+            info,
+            limits,
+            kernels,
+            lost,
+            timeout,
+        })
+    }
+
+    /// The adapter this backend runs on.
+    pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
+        &self.info
+    }
+
+    /// The device limits in force.
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.limits
+    }
+
+    /// Destroys the device now (frees its memory); every later call on this
+    /// backend returns an error.
+    pub fn destroy(&self) {
+        self.device.destroy();
+    }
+
+    fn check_alive(&self) -> Result<()> {
+        match self.lost.lock() {
+            Ok(g) => match g.as_ref() {
+                Some(msg) => Err(BackendError::DeviceLost(msg.clone())),
+                None => Ok(()),
+            },
+            Err(_) => Err(BackendError::DeviceLost("device-lost flag poisoned".into())),
+        }
+    }
+
+    /// Bytes of a buffer holding `len` f32, checked against the device limits.
+    fn buffer_bytes(&self, what: &str, len: usize) -> Result<u64> {
+        let bytes = (len.max(1) as u64).saturating_mul(4);
+        let checks = [
+            ("max_buffer_size", self.limits.max_buffer_size),
+            (
+                "max_storage_buffer_binding_size",
+                self.limits.max_storage_buffer_binding_size,
+            ),
+        ];
+        for (which, limit) in checks {
+            if bytes > limit {
+                return Err(BackendError::BufferTooLarge {
+                    what: what.to_string(),
+                    bytes,
+                    which,
+                    limit,
+                });
+            }
+        }
+        // Kernels index with u32.
+        if len > u32::MAX as usize {
+            return Err(BackendError::BufferTooLarge {
+                what: what.to_string(),
+                bytes,
+                which: "u32 element index",
+                limit: u32::MAX as u64 * 4,
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Splits `groups` workgroups into a 2-D grid within the per-dimension limit.
+    fn grid(&self, what: &str, groups: usize) -> Result<(u32, u32)> {
+        let lim = self.limits.max_compute_workgroups_per_dimension as usize;
+        if groups <= lim {
+            return Ok((groups.max(1) as u32, 1));
+        }
+        let y = groups.div_ceil(lim);
+        if y > lim {
+            return Err(BackendError::TooManyWorkgroups {
+                what: what.into(),
+                groups: groups as u64,
+                limit: lim as u32,
+            });
+        }
+        Ok((lim as u32, y as u32))
+    }
+
+    /// Records one dispatch of `pipeline` over `bufs` (bindings 0..) plus a
+    /// uniform block `params` (last binding) and submits it without waiting.
+    fn dispatch(
+        &self,
+        what: &str,
+        pipeline: &wgpu::ComputePipeline,
+        bufs: &[&wgpu::Buffer],
+        params: &[u8],
+        groups: (u32, u32, u32),
+    ) -> Result<()> {
+        self.check_alive()?;
+        let scope = ErrorScopes::push(&self.device);
+        // Not `create_buffer_init`: it panics when the device is gone.
+        let ubuf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("params"),
+            size: params.len() as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.queue.write_buffer(&ubuf, 0, params);
+        let mut entries: Vec<wgpu::BindGroupEntry> = bufs
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
+        entries.push(wgpu::BindGroupEntry {
+            binding: bufs.len() as u32,
+            resource: ubuf.as_entire_binding(),
+        });
+        let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(what),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        let mut enc = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(what) });
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(what),
+                timestamp_writes: None,
+            });
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &bind, &[]);
+            pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+        }
+        self.queue.submit([enc.finish()]);
+        scope.pop(what)?;
+        self.check_alive()
+    }
+
+    /// Blocks until the queue is idle, or [`BackendError::Timeout`].
+    fn wait(&self, what: &str) -> Result<()> {
+        let r = self.device.poll(wgpu::PollType::Wait {
+            submission_index: None,
+            timeout: Some(self.timeout),
+        });
+        match r {
+            Ok(_) => self.check_alive(),
+            Err(wgpu::PollError::Timeout) => Err(BackendError::Timeout {
+                what: what.to_string(),
+                secs: self.timeout.as_secs_f64(),
+            }),
+            Err(e) => {
+                self.check_alive()?;
+                Err(BackendError::Gpu {
+                    what: what.to_string(),
+                    msg: e.to_string(),
+                })
+            }
+        }
+    }
+}
+
+/// Out-of-memory, validation and internal error scopes around a piece of work.
+struct ErrorScopes {
+    oom: wgpu::ErrorScopeGuard,
+    validation: wgpu::ErrorScopeGuard,
+    internal: wgpu::ErrorScopeGuard,
+}
+
+impl ErrorScopes {
+    fn push(device: &wgpu::Device) -> Self {
+        let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
+        Self {
+            oom,
+            validation,
+            internal,
+        }
+    }
+
+    /// Pops in reverse order; the first error found becomes the result.
+    fn pop(self, what: &str) -> Result<()> {
+        let internal = pollster::block_on(self.internal.pop());
+        let validation = pollster::block_on(self.validation.pop());
+        let oom = pollster::block_on(self.oom.pop());
+        if oom.is_some() {
+            return Err(BackendError::OutOfMemory(what.to_string()));
+        }
+        if let Some(e) = validation.or(internal) {
+            return Err(BackendError::Gpu {
+                what: what.to_string(),
+                msg: e.to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct MatmulParams {
+    m: u32,
+    n: u32,
+    k: u32,
+    trans_a: u32,
+    trans_b: u32,
+    stride_a: u32,
+    stride_b: u32,
+    stride_c: u32,
+    batch_offset: u32,
+    alpha: f32,
+    beta: f32,
+    pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct SoftmaxParams {
+    rows: u32,
+    cols: u32,
+    total_rows: u32,
+    causal: u32,
+    scale: f32,
+    pad: [u32; 3],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct SoftmaxBackwardParams {
+    cols: u32,
+    total_rows: u32,
+    scale: f32,
+    pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct AxpbyParams {
+    len: u32,
+    a: f32,
+    b: f32,
+    pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct AdamWParams {
+    len: u32,
+    lr: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    wd: f32,
+    c1: f32,
+    c2: f32,
+}
+
+impl Backend for Wgpu {
+    type Elem = f32;
+    type Tensor = GpuTensor;
+
+    fn describe(&self) -> String {
+        format!("wgpu f32 on {}", describe_adapter(&self.info))
+    }
+
+    fn shape(&self, t: &GpuTensor) -> Shape {
+        t.shape
+    }
+
+    fn zeros(&self, shape: Shape) -> Result<GpuTensor> {
+        self.check_alive()?;
+        let what = format!("tensor {shape}");
+        let size = self.buffer_bytes(&what, shape.len())?;
+        let scope = ErrorScopes::push(&self.device);
+        // wgpu zero-initialises new buffers.
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tensor"),
+            size,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_DST
+                | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        scope.pop(&format!("allocating {what}"))?;
+        Ok(GpuTensor { buf, shape })
+    }
+
+    fn write(&self, t: &mut GpuTensor, data: &[f32]) -> Result<()> {
+        check_len(t.shape, data.len())?;
+        self.check_alive()?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let scope = ErrorScopes::push(&self.device);
+        self.queue
+            .write_buffer(&t.buf, 0, bytemuck::cast_slice(data));
+        scope.pop("uploading a tensor")
+    }
+
+    fn read(&self, t: &GpuTensor) -> Result<Vec<f32>> {
+        self.check_alive()?;
+        let len = t.shape.len();
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let bytes = len as u64 * 4;
+        let scope = ErrorScopes::push(&self.device);
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("read-back"),
+            size: bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("read-back"),
+            });
+        enc.copy_buffer_to_buffer(&t.buf, 0, &staging, 0, bytes);
+        self.queue.submit([enc.finish()]);
+        let done: Arc<Mutex<Option<std::result::Result<(), wgpu::BufferAsyncError>>>> =
+            Arc::new(Mutex::new(None));
+        let d2 = done.clone();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            if let Ok(mut g) = d2.lock() {
+                *g = Some(r);
+            }
+        });
+        scope.pop("reading a tensor back")?;
+        self.wait("reading a tensor back")?;
+        let status = done.lock().ok().and_then(|mut g| g.take());
+        match status {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                self.check_alive()?;
+                return Err(BackendError::Gpu {
+                    what: "mapping a read-back buffer".into(),
+                    msg: e.to_string(),
+                });
+            }
+            None => {
+                self.check_alive()?;
+                return Err(BackendError::Gpu {
+                    what: "mapping a read-back buffer".into(),
+                    msg: "map callback did not run after the queue finished".into(),
+                });
+            }
+        }
+        let out = {
+            let view = staging
+                .get_mapped_range(..)
+                .map_err(|e| BackendError::Gpu {
+                    what: "reading a mapped buffer".into(),
+                    msg: e.to_string(),
+                })?;
+            bytemuck::cast_slice::<u8, f32>(&view).to_vec()
+        };
+        staging.unmap();
+        Ok(out)
+    }
+
+    fn matmul(
+        &self,
+        alpha: f64,
+        a: &GpuTensor,
+        op_a: Op,
+        b: &GpuTensor,
+        op_b: Op,
+        beta: f64,
+        c: &mut GpuTensor,
+    ) -> Result<()> {
+        let (m, n, k) = matmul_dims(a.shape, op_a, b.shape, op_b, c.shape)?;
+        if c.shape.is_empty() {
+            return Ok(());
+        }
+        let stride = |s: Shape| {
+            if s.batch == 1 && c.shape.batch > 1 {
+                0
+            } else {
+                s.mat_len() as u32
+            }
+        };
+        let gx = n.div_ceil(MATMUL_TILE);
+        let gy = m.div_ceil(MATMUL_TILE);
+        let lim = self.limits.max_compute_workgroups_per_dimension as usize;
+        if gx > lim || gy > lim {
+            return Err(BackendError::TooManyWorkgroups {
+                what: format!("matmul {m}×{k}·{k}×{n}"),
+                groups: gx.max(gy) as u64,
+                limit: lim as u32,
+            });
+        }
+        let mut params = MatmulParams {
+            m: m as u32,
+            n: n as u32,
+            k: k as u32,
+            trans_a: (op_a == Op::T) as u32,
+            trans_b: (op_b == Op::T) as u32,
+            stride_a: stride(a.shape),
+            stride_b: stride(b.shape),
+            stride_c: c.shape.mat_len() as u32,
+            batch_offset: 0,
+            alpha: alpha as f32,
+            beta: beta as f32,
+            pad: 0,
+        };
+        // Batches beyond the z-dimension limit go in several dispatches.
+        let mut done = 0usize;
+        while done < c.shape.batch {
+            let nz = (c.shape.batch - done).min(lim);
+            params.batch_offset = done as u32;
+            self.dispatch(
+                "matmul",
+                &self.kernels.matmul,
+                &[&a.buf, &b.buf, &c.buf],
+                bytemuck::bytes_of(&params),
+                (gx as u32, gy as u32, nz as u32),
+            )?;
+            done += nz;
+        }
+        Ok(())
+    }
+
+    fn softmax_rows(&self, x: &GpuTensor, scale: f64, mask: Mask, y: &mut GpuTensor) -> Result<()> {
+        check_same("softmax_rows", x.shape, y.shape)?;
+        let s = x.shape;
+        if s.is_empty() {
+            return Ok(());
+        }
+        let total = s.batch * s.rows;
+        let (gx, gy) = self.grid("softmax_rows", total)?;
+        let params = SoftmaxParams {
+            rows: s.rows as u32,
+            cols: s.cols as u32,
+            total_rows: total as u32,
+            causal: (mask == Mask::Causal) as u32,
+            scale: scale as f32,
+            pad: [0; 3],
+        };
+        self.dispatch(
+            "softmax_rows",
+            &self.kernels.softmax,
+            &[&x.buf, &y.buf],
+            bytemuck::bytes_of(&params),
+            (gx, gy, 1),
+        )
+    }
+
+    fn softmax_rows_backward(
+        &self,
+        y: &GpuTensor,
+        dy: &GpuTensor,
+        scale: f64,
+        dx: &mut GpuTensor,
+    ) -> Result<()> {
+        check_same("softmax_rows_backward", y.shape, dy.shape)?;
+        check_same("softmax_rows_backward", y.shape, dx.shape)?;
+        let s = y.shape;
+        if s.is_empty() {
+            return Ok(());
+        }
+        let total = s.batch * s.rows;
+        let (gx, gy) = self.grid("softmax_rows_backward", total)?;
+        let params = SoftmaxBackwardParams {
+            cols: s.cols as u32,
+            total_rows: total as u32,
+            scale: scale as f32,
+            pad: 0,
+        };
+        self.dispatch(
+            "softmax_rows_backward",
+            &self.kernels.softmax_backward,
+            &[&y.buf, &dy.buf, &dx.buf],
+            bytemuck::bytes_of(&params),
+            (gx, gy, 1),
+        )
+    }
+
+    fn axpby(&self, a: f64, x: &GpuTensor, b: f64, y: &mut GpuTensor) -> Result<()> {
+        check_same("axpby", x.shape, y.shape)?;
+        let len = x.shape.len();
+        if len == 0 {
+            return Ok(());
+        }
+        let (gx, gy) = self.grid("axpby", len.div_ceil(ELEM_WG))?;
+        let params = AxpbyParams {
+            len: len as u32,
+            a: a as f32,
+            b: b as f32,
+            pad: 0,
+        };
+        self.dispatch(
+            "axpby",
+            &self.kernels.axpby,
+            &[&x.buf, &y.buf],
+            bytemuck::bytes_of(&params),
+            (gx, gy, 1),
+        )
+    }
+
+    fn adamw(
+        &self,
+        h: &AdamW,
+        t: u64,
+        p: &mut GpuTensor,
+        g: &GpuTensor,
+        m: &mut GpuTensor,
+        v: &mut GpuTensor,
+    ) -> Result<()> {
+        check_same("adamw", p.shape, g.shape)?;
+        check_same("adamw", p.shape, m.shape)?;
+        check_same("adamw", p.shape, v.shape)?;
+        let len = p.shape.len();
+        if len == 0 {
+            return Ok(());
+        }
+        let c = AdamWCoeffs::new(h, t);
+        let (gx, gy) = self.grid("adamw", len.div_ceil(ELEM_WG))?;
+        let params = AdamWParams {
+            len: len as u32,
+            lr: h.lr as f32,
+            beta1: h.beta1 as f32,
+            beta2: h.beta2 as f32,
+            eps: h.eps as f32,
+            wd: h.weight_decay as f32,
+            c1: c.inv_bc1 as f32,
+            c2: c.inv_bc2 as f32,
+        };
+        self.dispatch(
+            "adamw",
+            &self.kernels.adamw,
+            &[&p.buf, &g.buf, &m.buf, &v.buf],
+            bytemuck::bytes_of(&params),
+            (gx, gy, 1),
+        )
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.check_alive()?;
+        self.wait("sync")
+    }
+}

@@ -1,0 +1,509 @@
+//! Dense kernels behind one trait, so that training and forward passes run
+//! unchanged on the CPU (faer, f64 or f32) and on a GPU (wgpu, f32).
+//!
+//! A tensor is a *batch* of equal-shaped row-major matrices, `Shape { batch,
+//! rows, cols }`. The kernels are the ones a small attention model spends its
+//! time in:
+//!
+//! - batched matmul with optional transposes,
+//!   $C_b \leftarrow \alpha\,\mathrm{op}(A_b)\,\mathrm{op}(B_b) + \beta\,C_b$,
+//!   where an operand with batch 1 is broadcast over the batch of `C`
+//!   (one weight matrix against a batch of activations);
+//! - row softmax $Y = \mathrm{softmax}_{\text{row}}(s\,X)$ with an optional
+//!   causal mask (key $j$ visible to query $i$ iff $j \le i$; masked entries
+//!   are exactly 0), and its backward
+//!   $\partial X = s\,Y \odot (\partial Y - \mathrm{rowsum}(Y \odot \partial Y))$;
+//! - `axpby` ($y \leftarrow a x + b y$) and the fused AdamW update, so weights,
+//!   gradients and optimiser moments can stay on the device across steps.
+//!
+//! Tensors live where the backend computes ([`Backend::Tensor`]): the GPU
+//! backend's [`gpu::GpuTensor`] is a device buffer, created once and
+//! overwritten by every kernel that writes it; only [`Backend::read`] copies
+//! back to the host. Which backend runs is chosen at run time with
+//! [`BackendKind`] (`cpu | gpu | auto`) and [`select`].
+
+pub mod cpu;
+pub mod gpu;
+pub mod route;
+
+use std::fmt;
+use std::ops::{Add, AddAssign, Div, DivAssign, Mul, Neg, Sub, SubAssign};
+use std::str::FromStr;
+
+pub use cpu::{Cpu, CpuTensor};
+pub use gpu::{GpuOptions, GpuTensor, Wgpu};
+
+/// Errors of the dense backends. GPU failures (no adapter, lost device,
+/// out-of-memory, a buffer over the adapter's limits, a wait that never ends)
+/// come back as values, never as panics or hangs.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// Operand shapes do not fit the kernel.
+    #[error("shape mismatch in {op}: {detail}")]
+    Shape { op: &'static str, detail: String },
+    /// Host data length differs from the tensor's element count.
+    #[error("data of length {got} for a tensor of {expected} elements")]
+    DataLength { expected: usize, got: usize },
+    /// Unknown `--backend` value.
+    #[error("unknown backend {0:?}: expected cpu, gpu or auto")]
+    Parse(String),
+    /// No usable GPU adapter on this machine.
+    #[error("no GPU adapter: {0}")]
+    NoAdapter(String),
+    /// The adapter refused to create a device.
+    #[error("could not open a device on {adapter}: {reason}")]
+    RequestDevice { adapter: String, reason: String },
+    /// The device was lost (driver reset, device removed, destroyed).
+    #[error("GPU device lost: {0}")]
+    DeviceLost(String),
+    /// The device ran out of memory.
+    #[error("GPU out of memory during {0}")]
+    OutOfMemory(String),
+    /// A buffer would exceed one of the adapter's limits.
+    #[error("{what} needs a buffer of {bytes} bytes, over the device limit {which} = {limit}")]
+    BufferTooLarge {
+        what: String,
+        bytes: u64,
+        which: &'static str,
+        limit: u64,
+    },
+    /// A dispatch would exceed the device's workgroup-count limit.
+    #[error("{what} needs {groups} workgroups in one dimension, over the device limit {limit}")]
+    TooManyWorkgroups {
+        what: String,
+        groups: u64,
+        limit: u32,
+    },
+    /// The device did not finish within the configured timeout.
+    #[error("GPU did not finish {what} within {secs:.1} s")]
+    Timeout { what: String, secs: f64 },
+    /// wgpu reported a validation or internal error (a bug in this crate or
+    /// the driver, reported instead of aborting).
+    #[error("GPU error during {what}: {msg}")]
+    Gpu { what: String, msg: String },
+}
+
+/// Result alias of this module.
+pub type Result<T> = std::result::Result<T, BackendError>;
+
+/// Real scalars the backends compute in (f32 and f64).
+pub trait Real:
+    faer::traits::RealField
+    + Copy
+    + Send
+    + Sync
+    + fmt::Debug
+    + PartialOrd
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + Neg<Output = Self>
+    + AddAssign
+    + SubAssign
+    + DivAssign
+    + bytemuck::Pod
+    + 'static
+{
+    /// `"f32"` or `"f64"`.
+    const NAME: &'static str;
+    /// Unit roundoff scale (machine epsilon) of the type.
+    const EPS: f64;
+    /// Rounds an f64 to this type.
+    fn from_f64(x: f64) -> Self;
+    /// Widens to f64.
+    fn to_f64(self) -> f64;
+    /// $e^x$ in this type's precision.
+    fn exp(self) -> Self;
+    /// $\sqrt{x}$ in this type's precision.
+    fn sqrt(self) -> Self;
+}
+
+impl Real for f64 {
+    const NAME: &'static str = "f64";
+    const EPS: f64 = f64::EPSILON;
+    fn from_f64(x: f64) -> Self {
+        x
+    }
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn exp(self) -> Self {
+        f64::exp(self)
+    }
+    fn sqrt(self) -> Self {
+        f64::sqrt(self)
+    }
+}
+
+impl Real for f32 {
+    const NAME: &'static str = "f32";
+    const EPS: f64 = f32::EPSILON as f64;
+    fn from_f64(x: f64) -> Self {
+        x as f32
+    }
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn exp(self) -> Self {
+        f32::exp(self)
+    }
+    fn sqrt(self) -> Self {
+        f32::sqrt(self)
+    }
+}
+
+/// Shape of a batch of equal-shaped row-major matrices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Shape {
+    pub batch: usize,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl Shape {
+    /// A batch of `batch` matrices of `rows × cols`.
+    pub const fn new(batch: usize, rows: usize, cols: usize) -> Self {
+        Self { batch, rows, cols }
+    }
+    /// One `rows × cols` matrix.
+    pub const fn mat(rows: usize, cols: usize) -> Self {
+        Self::new(1, rows, cols)
+    }
+    /// Elements per matrix.
+    pub const fn mat_len(&self) -> usize {
+        self.rows * self.cols
+    }
+    /// Elements in the whole batch.
+    pub const fn len(&self) -> usize {
+        self.batch * self.rows * self.cols
+    }
+    /// True when the tensor holds no element.
+    pub const fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}×{}×{}", self.batch, self.rows, self.cols)
+    }
+}
+
+/// Whether a matmul operand enters as stored (`N`) or transposed (`T`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    N,
+    T,
+}
+
+impl Op {
+    /// `(rows, cols)` of `op(X)` for a stored `rows × cols` matrix.
+    pub fn dims(self, s: Shape) -> (usize, usize) {
+        match self {
+            Op::N => (s.rows, s.cols),
+            Op::T => (s.cols, s.rows),
+        }
+    }
+}
+
+/// Attention mask of the row softmax.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mask {
+    /// Every key visible.
+    None,
+    /// Key $j$ visible to query $i$ iff $j \le i$ (row index inside its matrix).
+    Causal,
+}
+
+/// Hyper-parameters of decoupled-weight-decay Adam (AdamW, Loshchilov &
+/// Hutter, "Decoupled Weight Decay Regularization", arXiv:1711.05101).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamW {
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+}
+
+impl Default for AdamW {
+    fn default() -> Self {
+        Self {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+        }
+    }
+}
+
+/// Shape checks shared by every backend: returns `(m, n, k)` of
+/// `C = op(A) op(B)` after checking the batch broadcast rule.
+pub fn matmul_dims(
+    a: Shape,
+    op_a: Op,
+    b: Shape,
+    op_b: Op,
+    c: Shape,
+) -> Result<(usize, usize, usize)> {
+    let (m, k) = op_a.dims(a);
+    let (kb, n) = op_b.dims(b);
+    let err = |detail: String| {
+        Err(BackendError::Shape {
+            op: "matmul",
+            detail,
+        })
+    };
+    if k != kb {
+        return err(format!(
+            "inner dimensions differ: op(A) is {m}×{k}, op(B) is {kb}×{n}"
+        ));
+    }
+    if (c.rows, c.cols) != (m, n) {
+        return err(format!(
+            "C is {}×{}, op(A)·op(B) is {m}×{n}",
+            c.rows, c.cols
+        ));
+    }
+    for (name, s) in [("A", a), ("B", b)] {
+        if s.batch != c.batch && s.batch != 1 {
+            return err(format!(
+                "{name} has batch {}, C has batch {} (need equal or 1)",
+                s.batch, c.batch
+            ));
+        }
+    }
+    Ok((m, n, k))
+}
+
+/// The dense kernels. Every op writes into a caller-owned output tensor, so a
+/// training loop allocates its buffers once and reuses them every step.
+pub trait Backend {
+    /// Scalar type the backend computes in.
+    type Elem: Real;
+    /// A batch of matrices resident where this backend computes.
+    type Tensor;
+
+    /// Human-readable description (device, adapter, precision).
+    fn describe(&self) -> String;
+    /// Shape of a tensor.
+    fn shape(&self, t: &Self::Tensor) -> Shape;
+    /// A zero-filled tensor.
+    fn zeros(&self, shape: Shape) -> Result<Self::Tensor>;
+    /// Overwrites a tensor with host data (row-major, batch-major).
+    fn write(&self, t: &mut Self::Tensor, data: &[Self::Elem]) -> Result<()>;
+    /// Copies a tensor back to the host.
+    fn read(&self, t: &Self::Tensor) -> Result<Vec<Self::Elem>>;
+
+    /// $C_b \leftarrow \alpha\,\mathrm{op}(A_b)\,\mathrm{op}(B_b) + \beta\,C_b$
+    /// for each matrix $b$ of `c`; an operand with batch 1 is broadcast. With
+    /// $\beta = 0$ the old contents of `c` are never read (NaN-safe).
+    #[allow(clippy::too_many_arguments)]
+    fn matmul(
+        &self,
+        alpha: f64,
+        a: &Self::Tensor,
+        op_a: Op,
+        b: &Self::Tensor,
+        op_b: Op,
+        beta: f64,
+        c: &mut Self::Tensor,
+    ) -> Result<()>;
+
+    /// $Y = \mathrm{softmax}_{\text{row}}(s\,X)$ under `mask`; masked entries are 0.
+    fn softmax_rows(
+        &self,
+        x: &Self::Tensor,
+        scale: f64,
+        mask: Mask,
+        y: &mut Self::Tensor,
+    ) -> Result<()>;
+
+    /// Backward of [`Backend::softmax_rows`] given its output $Y$:
+    /// $\partial X = s\,Y \odot (\partial Y - \mathrm{rowsum}(Y \odot \partial Y))$.
+    fn softmax_rows_backward(
+        &self,
+        y: &Self::Tensor,
+        dy: &Self::Tensor,
+        scale: f64,
+        dx: &mut Self::Tensor,
+    ) -> Result<()>;
+
+    /// $y \leftarrow a\,x + b\,y$ elementwise (equal shapes).
+    fn axpby(&self, a: f64, x: &Self::Tensor, b: f64, y: &mut Self::Tensor) -> Result<()>;
+
+    /// One AdamW step at step number `t ≥ 1` on parameters `p` with gradient
+    /// `g` and moments `m`, `v`:
+    /// $m \leftarrow \beta_1 m + (1-\beta_1) g$, $v \leftarrow \beta_2 v + (1-\beta_2) g^2$,
+    /// $p \leftarrow p - \eta\,\big(\hat m / (\sqrt{\hat v} + \epsilon) + \lambda p\big)$
+    /// with $\hat m = m/(1-\beta_1^t)$, $\hat v = v/(1-\beta_2^t)$.
+    fn adamw(
+        &self,
+        h: &AdamW,
+        t: u64,
+        p: &mut Self::Tensor,
+        g: &Self::Tensor,
+        m: &mut Self::Tensor,
+        v: &mut Self::Tensor,
+    ) -> Result<()>;
+
+    /// Waits until every submitted kernel has finished (a no-op on the CPU).
+    fn sync(&self) -> Result<()>;
+
+    /// A tensor holding host data.
+    fn upload(&self, shape: Shape, data: &[Self::Elem]) -> Result<Self::Tensor> {
+        let mut t = self.zeros(shape)?;
+        self.write(&mut t, data)?;
+        Ok(t)
+    }
+    /// A tensor holding f64 host data rounded to [`Backend::Elem`].
+    fn upload_f64(&self, shape: Shape, data: &[f64]) -> Result<Self::Tensor> {
+        let v: Vec<Self::Elem> = data.iter().map(|&x| Self::Elem::from_f64(x)).collect();
+        self.upload(shape, &v)
+    }
+    /// A tensor read back and widened to f64.
+    fn read_f64(&self, t: &Self::Tensor) -> Result<Vec<f64>> {
+        Ok(self.read(t)?.into_iter().map(Real::to_f64).collect())
+    }
+}
+
+pub(crate) fn check_len(shape: Shape, got: usize) -> Result<()> {
+    if shape.len() != got {
+        return Err(BackendError::DataLength {
+            expected: shape.len(),
+            got,
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn check_same(op: &'static str, a: Shape, b: Shape) -> Result<()> {
+    if a != b {
+        return Err(BackendError::Shape {
+            op,
+            detail: format!("shapes {a} and {b} differ"),
+        });
+    }
+    Ok(())
+}
+
+/// Which backend a run asks for (`--backend`, or `backend = "…"` in a sim).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// faer on the CPU.
+    #[default]
+    Cpu,
+    /// wgpu on the best adapter found, software adapters (llvmpipe) included;
+    /// an error when there is none.
+    Gpu,
+    /// A hardware GPU adapter when there is one, else the CPU. A software
+    /// adapter (device type `Cpu`, e.g. Mesa's llvmpipe) is reported but not
+    /// taken: it computes on the same cores as faer, ≈ 20× slower, so `auto`
+    /// picks faer; `gpu` forces it (that is how CI tests the GPU path).
+    Auto,
+}
+
+impl FromStr for BackendKind {
+    type Err = BackendError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "cpu" => Ok(Self::Cpu),
+            "gpu" | "wgpu" => Ok(Self::Gpu),
+            "auto" => Ok(Self::Auto),
+            _ => Err(BackendError::Parse(s.to_string())),
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Cpu => "cpu",
+            Self::Gpu => "gpu",
+            Self::Auto => "auto",
+        })
+    }
+}
+
+/// The outcome of [`select`]: the backend to run on and a one-line note
+/// saying what was found and why this one was taken.
+pub enum Selected {
+    /// Run on the CPU (faer).
+    Cpu { note: String },
+    /// Run on this wgpu device.
+    Gpu { gpu: Box<Wgpu>, note: String },
+}
+
+impl Selected {
+    /// The line to print to the user.
+    pub fn note(&self) -> &str {
+        match self {
+            Self::Cpu { note } | Self::Gpu { note, .. } => note,
+        }
+    }
+    /// True when the GPU was taken.
+    pub fn is_gpu(&self) -> bool {
+        matches!(self, Self::Gpu { .. })
+    }
+}
+
+/// Resolves `kind` to a backend, looking for adapters on `opts.backends`.
+///
+/// - `cpu`: the CPU, without touching any GPU API.
+/// - `gpu`: the best adapter (discrete > integrated > virtual > other >
+///   software); any failure is an error.
+/// - `auto`: the best *hardware* adapter; falls back to the CPU, with the
+///   reason in the note, when there is none or its device cannot be opened.
+pub fn select(kind: BackendKind, opts: &GpuOptions) -> Result<Selected> {
+    match kind {
+        BackendKind::Cpu => Ok(Selected::Cpu {
+            note: "backend: cpu (faer)".into(),
+        }),
+        BackendKind::Gpu => {
+            let gpu = Wgpu::new(opts)?;
+            let note = format!("backend: gpu ({})", gpu.describe());
+            Ok(Selected::Gpu {
+                gpu: Box::new(gpu),
+                note,
+            })
+        }
+        BackendKind::Auto => {
+            let infos = gpu::adapters(opts.backends);
+            let hw = infos.iter().any(|i| i.device_type != wgpu::DeviceType::Cpu);
+            if !hw {
+                let why = match infos.first() {
+                    Some(i) => format!(
+                        "only the software adapter {} ({:?}) found; faer is faster on the same cores \
+                         (--backend gpu forces it)",
+                        i.name, i.backend
+                    ),
+                    None => "no GPU adapter found".into(),
+                };
+                return Ok(Selected::Cpu {
+                    note: format!("backend: auto → cpu (faer): {why}"),
+                });
+            }
+            let o = GpuOptions {
+                allow_software: false,
+                ..opts.clone()
+            };
+            match Wgpu::new(&o) {
+                Ok(gpu) => {
+                    let note = format!("backend: auto → gpu ({})", gpu.describe());
+                    Ok(Selected::Gpu {
+                        gpu: Box::new(gpu),
+                        note,
+                    })
+                }
+                Err(e) => Ok(Selected::Cpu {
+                    note: format!("backend: auto → cpu (faer): GPU unusable: {e}"),
+                }),
+            }
+        }
+    }
+}

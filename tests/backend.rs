@@ -1,0 +1,611 @@
+//! One test body for every dense backend: cpu-f64, cpu-f32 and wgpu-f32.
+//!
+//! Each kernel is compared with a plain f64 reference computed here (naive
+//! loops, no faer), entry by entry, within a forward-error bound of the
+//! backend's precision (see each `tol_*`): the bounds are the standard
+//! first-order rounding-error bounds (Higham, *Accuracy and Stability of
+//! Numerical Algorithms*, §3.1 and §3.5) with a factor 2 of slack, so they
+//! scale with the size of the problem and with the magnitudes involved, and a
+//! wrong kernel (a swapped transpose, a missing mask, an off-by-one tile edge)
+//! overshoots them by orders of magnitude — `negative_control` checks that.
+//!
+//! The wgpu instantiation pins Vulkan (llvmpipe in CI). With no adapter it
+//! prints `SKIP: …` to stderr and returns; with `SINKLAB_REQUIRE_GPU=1`
+//! (set by `.ci/run`) a missing adapter is a failure instead.
+
+use std::sync::OnceLock;
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use sinklab::backend::{
+    AdamW, Backend, BackendError, BackendKind, Cpu, GpuOptions, Mask, Op, Real, Shape, Wgpu, select,
+};
+
+// ---------- f64 references ----------
+
+fn randn(rng: &mut StdRng, n: usize) -> Vec<f64> {
+    (0..n).map(|_| rng.random_range(-1.0..1.0)).collect()
+}
+
+/// Element (i, j) of op(X) for a stored r×c matrix at `x`.
+fn at(x: &[f64], s: Shape, b: usize, op: Op, i: usize, j: usize) -> f64 {
+    let b = if s.batch == 1 { 0 } else { b };
+    let m = &x[b * s.mat_len()..];
+    match op {
+        Op::N => m[i * s.cols + j],
+        Op::T => m[j * s.cols + i],
+    }
+}
+
+struct MatmulRef {
+    c: Vec<f64>,
+    /// alpha·(|op(A)||op(B)|) + |beta||C0|, per entry (for the tolerance).
+    mag_ab: Vec<f64>,
+    mag_c0: Vec<f64>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn matmul_ref(
+    alpha: f64,
+    a: &[f64],
+    sa: Shape,
+    op_a: Op,
+    b: &[f64],
+    sb: Shape,
+    op_b: Op,
+    beta: f64,
+    c0: &[f64],
+    sc: Shape,
+) -> MatmulRef {
+    let k = op_a.dims(sa).1;
+    let mut c = vec![0.0; sc.len()];
+    let mut mag_ab = vec![0.0; sc.len()];
+    let mut mag_c0 = vec![0.0; sc.len()];
+    for bi in 0..sc.batch {
+        for i in 0..sc.rows {
+            for j in 0..sc.cols {
+                let (mut s, mut sabs) = (0.0, 0.0);
+                for l in 0..k {
+                    let p = at(a, sa, bi, op_a, i, l) * at(b, sb, bi, op_b, l, j);
+                    s += p;
+                    sabs += p.abs();
+                }
+                let idx = bi * sc.mat_len() + i * sc.cols + j;
+                c[idx] = alpha * s + if beta == 0.0 { 0.0 } else { beta * c0[idx] };
+                mag_ab[idx] = alpha.abs() * sabs;
+                mag_c0[idx] = beta.abs() * c0[idx].abs();
+            }
+        }
+    }
+    MatmulRef { c, mag_ab, mag_c0 }
+}
+
+/// Forward-error bound of one matmul entry in a precision with machine
+/// epsilon `eps` (= 2u). A length-k dot product in floating point errs by at
+/// most γ_k ≈ k·u times Σ|a_il b_lj|; rounding the inputs, alpha and beta to
+/// the working precision and the final scale-and-add cost ≤ 5u more on the
+/// same magnitude and ≤ 3u on |β C0|. Taking eps instead of u doubles the
+/// first-order bound: the slack that covers the f64 reference's own error.
+fn tol_matmul(eps: f64, k: usize, mag_ab: f64, mag_c0: f64) -> f64 {
+    eps * ((k as f64 + 5.0) * mag_ab + 3.0 * mag_c0) + f64::MIN_POSITIVE
+}
+
+fn softmax_ref(x: &[f64], s: Shape, scale: f64, mask: Mask) -> Vec<f64> {
+    let mut y = vec![0.0; x.len()];
+    for (r, (xr, yr)) in x
+        .chunks_exact(s.cols)
+        .zip(y.chunks_exact_mut(s.cols))
+        .enumerate()
+    {
+        let vis = match mask {
+            Mask::None => s.cols,
+            Mask::Causal => ((r % s.rows) + 1).min(s.cols),
+        };
+        let mx = xr[..vis]
+            .iter()
+            .map(|v| scale * v)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let z: f64 = xr[..vis].iter().map(|v| (scale * v - mx).exp()).sum();
+        for j in 0..vis {
+            yr[j] = (scale * xr[j] - mx).exp() / z;
+        }
+    }
+    y
+}
+
+/// Relative error bound of a softmax entry: each exp errs by ≤ (3 + 2|z|) eps
+/// (WGSL's exp accuracy; libm is tighter) with |z| ≤ κ = 1 + |s|·max|x|,
+/// rounding x to the working precision moves z by ≤ κ·u, the sum of `cols`
+/// terms adds ≤ cols·u relative, the division u. Sum ≤ eps·(cols/2 + 4κ + 4);
+/// we allow eps·(cols + 8κ + 8) (factor 2 slack).
+fn tol_softmax(eps: f64, cols: usize, kappa: f64, y: f64) -> f64 {
+    eps * (cols as f64 + 8.0 * kappa + 8.0) * y + f64::MIN_POSITIVE
+}
+
+// ---------- the suite, generic over the backend ----------
+
+fn check_close(what: &str, got: &[f64], want: &[f64], tol: impl Fn(usize) -> f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for i in 0..got.len() {
+        let err = (got[i] - want[i]).abs();
+        let t = tol(i);
+        assert!(
+            err <= t,
+            "{what}: entry {i}: got {}, want {}, |err| {err:.3e} > tol {t:.3e}",
+            got[i],
+            want[i]
+        );
+    }
+    assert!(
+        got.iter().all(|v| v.is_finite()),
+        "{what}: non-finite output"
+    );
+}
+
+fn eps<B: Backend>() -> f64 {
+    <B::Elem as Real>::EPS
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_matmul<B: Backend>(
+    be: &B,
+    rng: &mut StdRng,
+    sa: Shape,
+    op_a: Op,
+    sb: Shape,
+    op_b: Op,
+    sc: Shape,
+    alpha: f64,
+    beta: f64,
+) {
+    let (a, b, c0) = (
+        randn(rng, sa.len()),
+        randn(rng, sb.len()),
+        randn(rng, sc.len()),
+    );
+    let ta = be.upload_f64(sa, &a).unwrap();
+    let tb = be.upload_f64(sb, &b).unwrap();
+    let mut tc = be.upload_f64(sc, &c0).unwrap();
+    be.matmul(alpha, &ta, op_a, &tb, op_b, beta, &mut tc)
+        .unwrap();
+    let got = be.read_f64(&tc).unwrap();
+    let r = matmul_ref(alpha, &a, sa, op_a, &b, sb, op_b, beta, &c0, sc);
+    let k = op_a.dims(sa).1;
+    let what = format!(
+        "{} matmul {sa}{op_a:?}·{sb}{op_b:?}→{sc} α={alpha} β={beta}",
+        be.describe()
+    );
+    check_close(&what, &got, &r.c, |i| {
+        tol_matmul(eps::<B>(), k, r.mag_ab[i], r.mag_c0[i])
+    });
+}
+
+/// Odd shapes (around the GPU's 64-tile and 16-slice edges), all four
+/// transpose combinations, batches with and without broadcasting.
+fn matmul_shapes<B: Backend>(be: &B) {
+    let mut rng = StdRng::seed_from_u64(4);
+    let dims = [
+        (1, 1, 1),
+        (7, 5, 3),
+        (17, 65, 33),
+        (64, 64, 64),
+        (65, 63, 129),
+        (100, 31, 1),
+    ];
+    for &(m, n, k) in &dims {
+        for op_a in [Op::N, Op::T] {
+            for op_b in [Op::N, Op::T] {
+                let sa = match op_a {
+                    Op::N => Shape::mat(m, k),
+                    Op::T => Shape::mat(k, m),
+                };
+                let sb = match op_b {
+                    Op::N => Shape::mat(k, n),
+                    Op::T => Shape::mat(n, k),
+                };
+                run_matmul(be, &mut rng, sa, op_a, sb, op_b, Shape::mat(m, n), 1.0, 0.0);
+            }
+        }
+    }
+}
+
+fn matmul_batched<B: Backend>(be: &B) {
+    let mut rng = StdRng::seed_from_u64(5);
+    // Attention-like: scores = Q Kᵀ per batch; then a shared weight broadcast.
+    run_matmul(
+        be,
+        &mut rng,
+        Shape::new(3, 19, 8),
+        Op::N,
+        Shape::new(3, 19, 8),
+        Op::T,
+        Shape::new(3, 19, 19),
+        1.0,
+        0.0,
+    );
+    run_matmul(
+        be,
+        &mut rng,
+        Shape::new(5, 33, 70),
+        Op::N,
+        Shape::new(1, 70, 9),
+        Op::N,
+        Shape::new(5, 33, 9),
+        1.0,
+        0.0,
+    );
+    run_matmul(
+        be,
+        &mut rng,
+        Shape::new(1, 12, 40),
+        Op::T,
+        Shape::new(4, 12, 66),
+        Op::N,
+        Shape::new(4, 40, 66),
+        1.0,
+        0.0,
+    );
+    // Accumulation, as in gradient sums: C = 0.5 AᵀB − 1.5 C.
+    run_matmul(
+        be,
+        &mut rng,
+        Shape::new(2, 21, 67),
+        Op::T,
+        Shape::new(2, 21, 13),
+        Op::N,
+        Shape::new(2, 67, 13),
+        0.5,
+        -1.5,
+    );
+    run_matmul(
+        be,
+        &mut rng,
+        Shape::mat(30, 30),
+        Op::N,
+        Shape::mat(30, 30),
+        Op::T,
+        Shape::mat(30, 30),
+        -2.0,
+        1.0,
+    );
+}
+
+/// A wrong answer must overshoot the tolerance: swapping one transpose of a
+/// non-symmetric product leaves the shapes valid but the result wrong.
+fn negative_control<B: Backend>(be: &B) {
+    let mut rng = StdRng::seed_from_u64(6);
+    let (n, k) = (24, 24);
+    let (a, b) = (randn(&mut rng, n * k), randn(&mut rng, k * n));
+    let s = Shape::mat(n, n);
+    let ta = be.upload_f64(s, &a).unwrap();
+    let tb = be.upload_f64(s, &b).unwrap();
+    let mut tc = be.zeros(s).unwrap();
+    be.matmul(1.0, &ta, Op::N, &tb, Op::T, 0.0, &mut tc)
+        .unwrap();
+    let got = be.read_f64(&tc).unwrap();
+    let r = matmul_ref(1.0, &a, s, Op::N, &b, s, Op::N, 0.0, &vec![0.0; s.len()], s);
+    let over = (0..got.len())
+        .filter(|&i| (got[i] - r.c[i]).abs() > tol_matmul(eps::<B>(), k, r.mag_ab[i], r.mag_c0[i]))
+        .count();
+    assert!(
+        over > got.len() / 2,
+        "tolerance too loose: only {over} of {} entries flagged",
+        got.len()
+    );
+}
+
+fn softmax_forward_backward<B: Backend>(be: &B) {
+    let mut rng = StdRng::seed_from_u64(7);
+    for (s, scale, mask) in [
+        (Shape::new(2, 5, 5), 1.0, Mask::Causal),
+        (Shape::new(3, 17, 17), 0.35, Mask::Causal),
+        (Shape::new(1, 9, 130), 2.0, Mask::None),
+        (Shape::new(4, 70, 70), 0.125, Mask::Causal),
+        (Shape::new(2, 3, 1), 1.0, Mask::None),
+    ] {
+        // Logits of size up to 8: a realistic, non-trivial dynamic range.
+        let x: Vec<f64> = randn(&mut rng, s.len()).iter().map(|v| 8.0 * v).collect();
+        let dy = randn(&mut rng, s.len());
+        let tx = be.upload_f64(s, &x).unwrap();
+        let mut ty = be.zeros(s).unwrap();
+        be.softmax_rows(&tx, scale, mask, &mut ty).unwrap();
+        let got = be.read_f64(&ty).unwrap();
+        let want = softmax_ref(&x, s, scale, mask);
+        let kappa = 1.0 + scale * 8.0;
+        let what = format!("{} softmax {s} scale {scale} {mask:?}", be.describe());
+        check_close(&what, &got, &want, |i| {
+            tol_softmax(eps::<B>(), s.cols, kappa, want[i])
+        });
+        if mask == Mask::Causal {
+            // Masked entries are exactly zero, and every row sums to 1.
+            for (r, row) in got.chunks_exact(s.cols).enumerate() {
+                let i = r % s.rows;
+                assert!(
+                    row[i + 1..].iter().all(|&v| v == 0.0),
+                    "{what}: row {r} leaks past the mask"
+                );
+            }
+        }
+        for row in got.chunks_exact(s.cols) {
+            let sum: f64 = row.iter().sum();
+            assert!(
+                (sum - 1.0).abs() <= eps::<B>() * (2.0 * s.cols as f64 + 8.0),
+                "{what}: row sum {sum}"
+            );
+        }
+
+        // Backward from the reference Y (rounded to the backend's precision).
+        let tdy = be.upload_f64(s, &dy).unwrap();
+        let mut tdx = be.zeros(s).unwrap();
+        be.softmax_rows_backward(&ty, &tdy, scale, &mut tdx)
+            .unwrap();
+        let gotdx = be.read_f64(&tdx).unwrap();
+        // Reference from the backend's own Y (so only the backward is tested).
+        let y = &got;
+        let mut want = vec![0.0; s.len()];
+        let mut tol = vec![0.0; s.len()];
+        for r in 0..s.batch * s.rows {
+            let o = r * s.cols;
+            let d: f64 = (0..s.cols).map(|j| y[o + j] * dy[o + j]).sum();
+            let dabs: f64 = (0..s.cols).map(|j| (y[o + j] * dy[o + j]).abs()).sum();
+            for j in 0..s.cols {
+                want[o + j] = scale * y[o + j] * (dy[o + j] - d);
+                // dot of length cols: ≤ (cols+2)u·Σ|y dy|; dy rounding, the
+                // subtraction and two products: ≤ 4u·|y|(|dy|+|d|). ×2 slack.
+                tol[o + j] = eps::<B>()
+                    * scale
+                    * y[o + j]
+                    * ((s.cols as f64 + 2.0) * dabs + 4.0 * (dy[o + j].abs() + d.abs()))
+                    + f64::MIN_POSITIVE;
+            }
+        }
+        check_close(&format!("{what} backward"), &gotdx, &want, |i| tol[i]);
+    }
+}
+
+fn axpby_and_adamw<B: Backend>(be: &B) {
+    let mut rng = StdRng::seed_from_u64(8);
+    let s = Shape::new(3, 11, 37);
+    let (x, y) = (randn(&mut rng, s.len()), randn(&mut rng, s.len()));
+    let tx = be.upload_f64(s, &x).unwrap();
+    let mut ty = be.upload_f64(s, &y).unwrap();
+    be.axpby(0.7, &tx, -1.3, &mut ty).unwrap();
+    let got = be.read_f64(&ty).unwrap();
+    let want: Vec<f64> = x.iter().zip(&y).map(|(a, b)| 0.7 * a - 1.3 * b).collect();
+    // Rounding x, y, a, b, two products and a sum: ≤ 6u(|a x| + |b y|) = 3 eps.
+    check_close("axpby", &got, &want, |i| {
+        3.0 * eps::<B>() * (0.7 * x[i].abs() + 1.3 * y[i].abs())
+    });
+
+    // Three AdamW steps with fresh gradients, against an f64 reference.
+    let h = AdamW {
+        lr: 0.05,
+        beta1: 0.9,
+        beta2: 0.99,
+        eps: 1e-8,
+        weight_decay: 0.1,
+    };
+    let s = Shape::mat(13, 29);
+    let p0 = randn(&mut rng, s.len());
+    let mut tp = be.upload_f64(s, &p0).unwrap();
+    let mut tm = be.zeros(s).unwrap();
+    let mut tv = be.zeros(s).unwrap();
+    let (mut p, mut m, mut v) = (p0.clone(), vec![0.0; s.len()], vec![0.0; s.len()]);
+    for t in 1..=3u64 {
+        // Gradients bounded away from 0 keep m̂/√v̂ well conditioned (≈ ±1).
+        let g: Vec<f64> = randn(&mut rng, s.len())
+            .iter()
+            .map(|v| v.signum() * (0.5 + v.abs()))
+            .collect();
+        let tg = be.upload_f64(s, &g).unwrap();
+        be.adamw(&h, t, &mut tp, &tg, &mut tm, &mut tv).unwrap();
+        let (c1, c2) = (
+            1.0 / (1.0 - h.beta1.powi(t as i32)),
+            1.0 / (1.0 - h.beta2.powi(t as i32)),
+        );
+        for i in 0..s.len() {
+            m[i] = h.beta1 * m[i] + (1.0 - h.beta1) * g[i];
+            v[i] = h.beta2 * v[i] + (1.0 - h.beta2) * g[i] * g[i];
+            p[i] -= h.lr * (m[i] * c1 / ((v[i] * c2).sqrt() + h.eps) + h.weight_decay * p[i]);
+        }
+    }
+    let got = be.read_f64(&tp).unwrap();
+    // Each step: ~12 roundings on m, v (relative) and on the update
+    // (relative to lr·|step| ≤ lr·(1/(1−β1)… ≈ 3) plus |p|; three steps add up:
+    // ≤ 36u·(|p| + 3 lr·3) ≤ 18 eps·(|p| + 0.5). We allow 36 eps·(|p| + 0.5).
+    check_close("adamw p", &got, &p, |i| {
+        36.0 * eps::<B>() * (p[i].abs() + 0.5)
+    });
+    let gm = be.read_f64(&tm).unwrap();
+    check_close("adamw m", &gm, &m, |i| {
+        36.0 * eps::<B>() * (m[i].abs() + 0.1)
+    });
+}
+
+fn shape_errors<B: Backend>(be: &B) {
+    let a = be.zeros(Shape::mat(3, 4)).unwrap();
+    let b = be.zeros(Shape::mat(5, 2)).unwrap();
+    let mut c = be.zeros(Shape::mat(3, 2)).unwrap();
+    let e = be
+        .matmul(1.0, &a, Op::N, &b, Op::N, 0.0, &mut c)
+        .unwrap_err();
+    assert!(matches!(e, BackendError::Shape { op: "matmul", .. }), "{e}");
+    let bb = be.zeros(Shape::new(2, 4, 2)).unwrap();
+    let mut cc = be.zeros(Shape::new(3, 3, 2)).unwrap();
+    let e = be
+        .matmul(1.0, &a, Op::N, &bb, Op::N, 0.0, &mut cc)
+        .unwrap_err();
+    assert!(matches!(e, BackendError::Shape { .. }), "{e}");
+    let mut t = be.zeros(Shape::mat(2, 2)).unwrap();
+    let e = be.write(&mut t, &[B::Elem::from_f64(1.0); 3]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            BackendError::DataLength {
+                expected: 4,
+                got: 3
+            }
+        ),
+        "{e}"
+    );
+    let mut y = be.zeros(Shape::mat(2, 3)).unwrap();
+    assert!(be.softmax_rows(&t, 1.0, Mask::None, &mut y).is_err());
+}
+
+/// Instantiates the whole suite for one backend.
+macro_rules! backend_suite {
+    ($name:ident, $make:expr) => {
+        mod $name {
+            use super::*;
+            #[test]
+            fn matmul_odd_shapes_and_transposes() {
+                if let Some(be) = $make {
+                    matmul_shapes(be)
+                }
+            }
+            #[test]
+            fn matmul_batches_broadcast_and_accumulate() {
+                if let Some(be) = $make {
+                    matmul_batched(be)
+                }
+            }
+            #[test]
+            fn tolerance_rejects_a_wrong_product() {
+                if let Some(be) = $make {
+                    negative_control(be)
+                }
+            }
+            #[test]
+            fn softmax_rows_forward_and_backward() {
+                if let Some(be) = $make {
+                    softmax_forward_backward(be)
+                }
+            }
+            #[test]
+            fn axpby_and_adamw_steps() {
+                if let Some(be) = $make {
+                    axpby_and_adamw(be)
+                }
+            }
+            #[test]
+            fn bad_shapes_are_errors() {
+                if let Some(be) = $make {
+                    shape_errors(be)
+                }
+            }
+        }
+    };
+}
+
+static CPU64: Cpu<f64> = Cpu::new();
+static CPU32: Cpu<f32> = Cpu::new();
+
+fn cpu64() -> Option<&'static Cpu<f64>> {
+    Some(&CPU64)
+}
+fn cpu32() -> Option<&'static Cpu<f32>> {
+    Some(&CPU32)
+}
+
+/// The shared wgpu device (Vulkan only), or `None` with a printed reason.
+fn gpu() -> Option<&'static Wgpu> {
+    static GPU: OnceLock<Result<Wgpu, String>> = OnceLock::new();
+    let r = GPU.get_or_init(|| match Wgpu::new(&GpuOptions::vulkan()) {
+        Ok(g) => Ok(g),
+        Err(BackendError::NoAdapter(why)) => Err(why),
+        Err(e) => panic!("a Vulkan adapter exists but the device failed: {e}"),
+    });
+    match r {
+        Ok(g) => Some(g),
+        Err(why) => {
+            if std::env::var("SINKLAB_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+                panic!("SINKLAB_REQUIRE_GPU=1 but no Vulkan adapter: {why}");
+            }
+            eprintln!(
+                "SKIP: wgpu-f32 backend test: no Vulkan adapter ({why}); install mesa-vulkan-drivers"
+            );
+            None
+        }
+    }
+}
+
+backend_suite!(cpu_f64, cpu64());
+backend_suite!(cpu_f32, cpu32());
+backend_suite!(wgpu_f32, gpu());
+
+// ---------- GPU-only behaviour ----------
+
+#[test]
+fn gpu_reports_its_adapter_and_rejects_oversized_buffers() {
+    let Some(g) = gpu() else { return };
+    let d = g.describe();
+    assert!(d.contains(&g.adapter_info().name), "{d}");
+    eprintln!("wgpu adapter: {d}");
+    // One element more than the largest storage binding: a typed error, no allocation.
+    let lim = (g.limits().max_storage_buffer_binding_size / 4 + 1) as usize;
+    let e = g.zeros(Shape::mat(1, lim)).unwrap_err();
+    assert!(matches!(e, BackendError::BufferTooLarge { .. }), "{e}");
+    // The device is still usable afterwards.
+    let t = g.upload(Shape::mat(1, 3), &[1.0, 2.0, 3.0]).unwrap();
+    assert_eq!(g.read(&t).unwrap(), vec![1.0, 2.0, 3.0]);
+}
+
+#[test]
+fn gpu_destroyed_device_gives_an_error_not_a_panic() {
+    if gpu().is_none() {
+        return;
+    }
+    // A private device: destroying it must not disturb the shared one.
+    let g = Wgpu::new(&GpuOptions::vulkan()).unwrap();
+    let t = g.upload(Shape::mat(2, 2), &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    g.destroy();
+    let r = g.read(&t);
+    eprintln!("after destroy, read: {r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(BackendError::DeviceLost(_)) | Err(BackendError::Gpu { .. })
+        ),
+        "expected a typed error after destroy, got {r:?}"
+    );
+    // Every later call is an error too, whichever step notices first.
+    let later = g.zeros(Shape::mat(2, 2)).and_then(|mut u| {
+        g.axpby(1.0, &t, 0.0, &mut u)?;
+        g.read(&u)
+    });
+    eprintln!("after destroy, zeros+axpby+read: {later:?}");
+    assert!(later.is_err());
+}
+
+#[test]
+fn backend_kind_parses_and_auto_explains_itself() {
+    assert_eq!("cpu".parse::<BackendKind>().unwrap(), BackendKind::Cpu);
+    assert_eq!("GPU".parse::<BackendKind>().unwrap(), BackendKind::Gpu);
+    assert_eq!(" auto ".parse::<BackendKind>().unwrap(), BackendKind::Auto);
+    assert!(matches!(
+        "cuda".parse::<BackendKind>(),
+        Err(BackendError::Parse(_))
+    ));
+    let sel = select(BackendKind::Cpu, &GpuOptions::vulkan()).unwrap();
+    assert!(!sel.is_gpu());
+    // auto takes a hardware adapter when there is one, never a software one.
+    let infos = sinklab::backend::gpu::adapters(wgpu::Backends::VULKAN);
+    let hardware = infos.iter().any(|i| i.device_type != wgpu::DeviceType::Cpu);
+    let sel = select(BackendKind::Auto, &GpuOptions::vulkan()).unwrap();
+    eprintln!("{}", sel.note());
+    assert!(sel.note().starts_with("backend: auto"), "{}", sel.note());
+    if !hardware {
+        assert!(
+            !sel.is_gpu(),
+            "auto took a software adapter: {}",
+            sel.note()
+        );
+        if let Some(sw) = infos.first() {
+            assert!(
+                sel.note().contains(&sw.name),
+                "note does not name the adapter: {}",
+                sel.note()
+            );
+        }
+    }
+}
