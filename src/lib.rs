@@ -6,6 +6,7 @@
 //! See `THEORY.md` in the shared specification, `theorems/README.md` for the
 //! claim → check map, and `ARCHITECTURE.md` for the code map.
 
+pub mod attention;
 pub mod check;
 pub mod linalg;
 pub mod plot;
