@@ -88,7 +88,7 @@ pub fn registry() -> Vec<Theorem> {
             name: "hard_switch",
             claim: "A3",
             statement: "values in a cone (u·v ≥ γ‖v‖) ⇒ Σ_j A_ij‖v_j‖ ≤ ‖o_i‖/γ: an off head attends to zero-value keys (a sink)",
-            figure: "",
+            figure: "hard_switch",
             default_cases: 400,
             run: |c, s| switch::check_hard_switch_bound(c, s, Assumption::Kept),
         },
