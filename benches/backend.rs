@@ -82,5 +82,40 @@ fn matmul(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, matmul);
+/// The measurement behind `cpu::PAR_MIN_MNK`: faer sequential against faer on
+/// all cores, f64, square n (`SINKLAB_PAR_SIZES` overrides the sizes).
+fn faer_seq_vs_par(c: &mut Criterion) {
+    use faer::{Accum, Mat, Par};
+    let sizes: Vec<usize> = std::env::var("SINKLAB_PAR_SIZES")
+        .ok()
+        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![64, 128, 192, 256, 384]);
+    let mut g = c.benchmark_group("faer_seq_vs_par");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+    for n in sizes {
+        g.throughput(Throughput::Elements(2 * (n as u64).pow(3)));
+        let a = Mat::<f64>::from_fn(n, n, |i, j| ((i * 7 + j * 3) % 11) as f64 - 5.0);
+        let b = Mat::<f64>::from_fn(n, n, |i, j| ((i * 5 + j) % 13) as f64 - 6.0);
+        let mut dst = Mat::<f64>::zeros(n, n);
+        for (id, par) in [("seq", Par::Seq), ("rayon", Par::rayon(0))] {
+            g.bench_with_input(BenchmarkId::new(id, n), &n, |bch, _| {
+                bch.iter(|| {
+                    faer::linalg::matmul::matmul(
+                        dst.as_mut(),
+                        Accum::Replace,
+                        a.as_ref(),
+                        b.as_ref(),
+                        1.0,
+                        par,
+                    )
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, matmul, faer_seq_vs_par);
 criterion_main!(benches);
