@@ -117,5 +117,10 @@ fn faer_seq_vs_par(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, matmul, faer_seq_vs_par);
+criterion_group! {
+    name = benches;
+    // No plots: criterion's plotters backend panics without a system font.
+    config = Criterion::default().without_plots();
+    targets = matmul, faer_seq_vs_par
+}
 criterion_main!(benches);

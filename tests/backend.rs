@@ -18,7 +18,8 @@ use std::sync::OnceLock;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use sinklab::backend::{
-    AdamW, Backend, BackendError, BackendKind, Cpu, GpuOptions, Mask, Op, Real, Shape, Wgpu, select,
+    AdamW, Backend, BackendError, BackendKind, Cpu, GpuOptions, Mask, MatmulKernel, Op, Real,
+    Shape, Wgpu, select,
 };
 
 // ---------- f64 references ----------
@@ -507,13 +508,37 @@ fn cpu32() -> Option<&'static Cpu<f32>> {
     Some(&CPU32)
 }
 
-/// The shared wgpu device (Vulkan only), or `None` with a printed reason.
+/// The shared wgpu device (Vulkan only, default kernels), or `None` with a printed reason.
 fn gpu() -> Option<&'static Wgpu> {
     static GPU: OnceLock<Result<Wgpu, String>> = OnceLock::new();
-    let r = GPU.get_or_init(|| match Wgpu::new(&GpuOptions::vulkan()) {
-        Ok(g) => Ok(g),
-        Err(BackendError::NoAdapter(why)) => Err(why),
-        Err(e) => panic!("a Vulkan adapter exists but the device failed: {e}"),
+    gpu_with(&GPU, MatmulKernel::Auto)
+}
+
+/// A second device that always runs the tiled (workgroup-memory) matmul, so
+/// both kernels are tested whichever adapter `Auto` would pick for.
+fn gpu_tiled() -> Option<&'static Wgpu> {
+    static GPU: OnceLock<Result<Wgpu, String>> = OnceLock::new();
+    gpu_with(&GPU, MatmulKernel::Tiled)
+}
+
+fn gpu_direct() -> Option<&'static Wgpu> {
+    static GPU: OnceLock<Result<Wgpu, String>> = OnceLock::new();
+    gpu_with(&GPU, MatmulKernel::Direct)
+}
+
+fn gpu_with(
+    cell: &'static OnceLock<Result<Wgpu, String>>,
+    matmul: MatmulKernel,
+) -> Option<&'static Wgpu> {
+    let r = cell.get_or_init(|| {
+        match Wgpu::new(&GpuOptions {
+            matmul,
+            ..GpuOptions::vulkan()
+        }) {
+            Ok(g) => Ok(g),
+            Err(BackendError::NoAdapter(why)) => Err(why),
+            Err(e) => panic!("a Vulkan adapter exists but the device failed: {e}"),
+        }
     });
     match r {
         Ok(g) => Some(g),
@@ -532,6 +557,8 @@ fn gpu() -> Option<&'static Wgpu> {
 backend_suite!(cpu_f64, cpu64());
 backend_suite!(cpu_f32, cpu32());
 backend_suite!(wgpu_f32, gpu());
+backend_suite!(wgpu_f32_tiled, gpu_tiled());
+backend_suite!(wgpu_f32_direct, gpu_direct());
 
 // ---------- GPU-only behaviour ----------
 

@@ -26,6 +26,21 @@ pub struct GpuOptions {
     pub allow_software: bool,
     /// Longest wait for the device before [`BackendError::Timeout`].
     pub timeout: Duration,
+    /// Which matmul kernel to compile.
+    pub matmul: MatmulKernel,
+}
+
+/// The two matmul kernels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MatmulKernel {
+    /// `Direct` on software adapters (device type `Cpu`), `Tiled` elsewhere.
+    #[default]
+    Auto,
+    /// `matmul.wgsl`: 64×64 tiles staged in workgroup memory, 4×4 register blocks.
+    Tiled,
+    /// `matmul_direct.wgsl`: 4×4 register blocks read straight from storage
+    /// (no workgroup memory or barriers; faster on llvmpipe).
+    Direct,
 }
 
 impl Default for GpuOptions {
@@ -34,6 +49,7 @@ impl Default for GpuOptions {
             backends: wgpu::Backends::PRIMARY,
             allow_software: true,
             timeout: Duration::from_secs(120),
+            matmul: MatmulKernel::Auto,
         }
     }
 }
@@ -100,6 +116,9 @@ impl GpuTensor {
 
 struct Kernels {
     matmul: wgpu::ComputePipeline,
+    /// Block size (rows = cols of C) one workgroup of `matmul` covers.
+    matmul_tile: usize,
+    matmul_name: &'static str,
     softmax: wgpu::ComputePipeline,
     softmax_backward: wgpu::ComputePipeline,
     axpby: wgpu::ComputePipeline,
@@ -151,11 +170,13 @@ impl Wgpu {
                     )
                 })
             })?;
-        Self::from_adapter(adapter, opts.timeout)
+        Self::from_adapter(adapter, opts)
     }
 
-    /// Opens a device on `adapter`, with the adapter's own limits.
-    pub fn from_adapter(adapter: wgpu::Adapter, timeout: Duration) -> Result<Self> {
+    /// Opens a device on `adapter`, with the adapter's own limits (only
+    /// `opts.timeout` and `opts.matmul` are used).
+    pub fn from_adapter(adapter: wgpu::Adapter, opts: &GpuOptions) -> Result<Self> {
+        let timeout = opts.timeout;
         let info = adapter.get_info();
         let limits = adapter.limits();
         let desc = wgpu::DeviceDescriptor {
@@ -203,8 +224,25 @@ impl Wgpu {
                 cache: None,
             })
         };
+        // Software adapters (llvmpipe) run the workgroup-memory-free kernel:
+        // there the CPU caches tile, and barriers cost more than they save.
+        let direct = match opts.matmul {
+            MatmulKernel::Auto => info.device_type == wgpu::DeviceType::Cpu,
+            MatmulKernel::Tiled => false,
+            MatmulKernel::Direct => true,
+        };
+        let (matmul, matmul_tile) = if direct {
+            (
+                pipeline("matmul_direct", include_str!("matmul_direct.wgsl")),
+                32,
+            )
+        } else {
+            (pipeline("matmul", include_str!("matmul.wgsl")), MATMUL_TILE)
+        };
         let kernels = Kernels {
-            matmul: pipeline("matmul", include_str!("matmul.wgsl")),
+            matmul,
+            matmul_tile,
+            matmul_name: if direct { "direct" } else { "tiled" },
             softmax: pipeline("softmax", include_str!("softmax.wgsl")),
             softmax_backward: pipeline("softmax_backward", include_str!("softmax_backward.wgsl")),
             axpby: pipeline("axpby", include_str!("axpby.wgsl")),
@@ -475,7 +513,11 @@ impl Backend for Wgpu {
     type Tensor = GpuTensor;
 
     fn describe(&self) -> String {
-        format!("wgpu f32 on {}", describe_adapter(&self.info))
+        format!(
+            "wgpu f32 ({} matmul) on {}",
+            self.kernels.matmul_name,
+            describe_adapter(&self.info)
+        )
     }
 
     fn shape(&self, t: &GpuTensor) -> Shape {
@@ -595,8 +637,8 @@ impl Backend for Wgpu {
                 s.mat_len() as u32
             }
         };
-        let gx = n.div_ceil(MATMUL_TILE);
-        let gy = m.div_ceil(MATMUL_TILE);
+        let gx = n.div_ceil(self.kernels.matmul_tile);
+        let gy = m.div_ceil(self.kernels.matmul_tile);
         let lim = self.limits.max_compute_workgroups_per_dimension as usize;
         if gx > lim || gy > lim {
             return Err(BackendError::TooManyWorkgroups {

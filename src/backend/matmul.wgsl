@@ -49,7 +49,14 @@ fn main(
     let row0 = wid.y * TM;
     let col0 = wid.x * TN;
 
-    var acc: array<f32, 16>;
+    // Accumulator row i holds columns tx + 16 j, j = 0..3, as one vec4:
+    // static indices only, so the block stays in registers (dynamic indexing
+    // of a private array spills to memory on SIMD-per-lane drivers such as
+    // llvmpipe).
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < p.k; k0 += TK) {
         for (var l = 0u; l < 4u; l++) {
             let e = li + l * 256u;
@@ -98,33 +105,37 @@ fn main(
         }
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk++) {
-            var av: array<f32, 4>;
-            var bv: array<f32, 4>;
-            for (var i = 0u; i < 4u; i++) {
-                av[i] = tile_a[kk * TM + lid.y + 16u * i];
-                bv[i] = tile_b[kk * TN + lid.x + 16u * i];
-            }
-            for (var i = 0u; i < 4u; i++) {
-                for (var j = 0u; j < 4u; j++) {
-                    acc[i * 4u + j] = fma(av[i], bv[j], acc[i * 4u + j]);
-                }
-            }
+            let oa = kk * TM + lid.y;
+            let ob = kk * TN + lid.x;
+            let bv = vec4<f32>(tile_b[ob], tile_b[ob + 16u], tile_b[ob + 32u], tile_b[ob + 48u]);
+            acc0 = fma(vec4<f32>(tile_a[oa]), bv, acc0);
+            acc1 = fma(vec4<f32>(tile_a[oa + 16u]), bv, acc1);
+            acc2 = fma(vec4<f32>(tile_a[oa + 32u]), bv, acc2);
+            acc3 = fma(vec4<f32>(tile_a[oa + 48u]), bv, acc3);
         }
         workgroupBarrier();
     }
 
-    for (var i = 0u; i < 4u; i++) {
-        let gr = row0 + lid.y + 16u * i;
-        for (var j = 0u; j < 4u; j++) {
-            let gc = col0 + lid.x + 16u * j;
-            if (gr < p.m && gc < p.n) {
-                let idx = c_base + gr * p.n + gc;
-                var v = p.alpha * acc[i * 4u + j];
-                if (p.beta != 0.0) {
-                    v += p.beta * c[idx];
-                }
-                c[idx] = v;
+    store_row(c_base, row0 + lid.y, col0 + lid.x, acc0);
+    store_row(c_base, row0 + lid.y + 16u, col0 + lid.x, acc1);
+    store_row(c_base, row0 + lid.y + 32u, col0 + lid.x, acc2);
+    store_row(c_base, row0 + lid.y + 48u, col0 + lid.x, acc3);
+}
+
+// Writes C[gr, gc + 16 j] = alpha acc[j] (+ beta C[...]) for the in-range j.
+fn store_row(c_base: u32, gr: u32, gc: u32, acc: vec4<f32>) {
+    if (gr >= p.m) {
+        return;
+    }
+    for (var j = 0u; j < 4u; j++) {
+        let col = gc + 16u * j;
+        if (col < p.n) {
+            let idx = c_base + gr * p.n + col;
+            var v = p.alpha * acc[j];
+            if (p.beta != 0.0) {
+                v += p.beta * c[idx];
             }
+            c[idx] = v;
         }
     }
 }

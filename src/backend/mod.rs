@@ -31,7 +31,7 @@ use std::ops::{Add, AddAssign, Div, DivAssign, Mul, Neg, Sub, SubAssign};
 use std::str::FromStr;
 
 pub use cpu::{Cpu, CpuTensor};
-pub use gpu::{GpuOptions, GpuTensor, Wgpu};
+pub use gpu::{GpuOptions, GpuTensor, MatmulKernel, Wgpu};
 
 /// Errors of the dense backends. GPU failures (no adapter, lost device,
 /// out-of-memory, a buffer over the adapter's limits, a wait that never ends)
