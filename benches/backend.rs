@@ -13,7 +13,7 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use sinklab::backend::{Backend, Cpu, GpuOptions, Op, Shape, Wgpu};
+use sinklab::backend::{Backend, Cpu, GpuOptions, MatmulKernel, Op, Shape, Wgpu};
 
 fn sizes() -> Vec<usize> {
     std::env::var("SINKLAB_BENCH_SIZES")
@@ -67,6 +67,17 @@ fn matmul(c: &mut Criterion) {
             None
         }
     };
+    // On a software adapter `Auto` picks the direct kernel: bench the tiled one too.
+    let tiled = gpu
+        .as_ref()
+        .filter(|g| g.describe().contains("direct"))
+        .and_then(|_| {
+            Wgpu::new(&GpuOptions {
+                matmul: MatmulKernel::Tiled,
+                ..GpuOptions::default()
+            })
+            .ok()
+        });
     let mut g = c.benchmark_group("matmul");
     g.sample_size(10)
         .warm_up_time(Duration::from_millis(500))
@@ -77,6 +88,9 @@ fn matmul(c: &mut Criterion) {
         bench_one(&mut g, "cpu-f32", &Cpu::<f32>::new(), n);
         if let Some(gpu) = &gpu {
             bench_one(&mut g, "wgpu-f32", gpu, n);
+        }
+        if let Some(t) = &tiled {
+            bench_one(&mut g, "wgpu-f32-tiled", t, n);
         }
     }
     g.finish();

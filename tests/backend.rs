@@ -636,3 +636,61 @@ fn backend_kind_parses_and_auto_explains_itself() {
         }
     }
 }
+
+#[test]
+fn routed_host_products_match_faer() {
+    use faer::Mat;
+    use sinklab::backend::route;
+    let Some(_) = gpu() else { return };
+    let g = std::sync::Arc::new(Wgpu::new(&GpuOptions::vulkan()).unwrap());
+    let mut rng = StdRng::seed_from_u64(9);
+    let a = Mat::<f32>::from_fn(23, 9, |_, _| rng.random_range(-1.0..1.0));
+    let b = Mat::<f32>::from_fn(23, 14, |_, _| rng.random_range(-1.0..1.0));
+    let c0 = Mat::<f32>::from_fn(9, 14, |_, _| rng.random_range(-1.0..1.0));
+    // Reference: C0 + AᵀB in f64.
+    let want = Mat::<f64>::from_fn(9, 14, |i, j| {
+        c0[(i, j)] as f64
+            + (0..23)
+                .map(|l| a[(l, i)] as f64 * b[(l, j)] as f64)
+                .sum::<f64>()
+    });
+    let mut dst = c0.clone();
+    assert!(
+        !route::matmul_f32(dst.as_mut(), true, a.as_ref(), true, b.as_ref(), false),
+        "routed without install"
+    );
+    {
+        let _guard = route::install(g);
+        assert!(route::active());
+        for _ in 0..2 {
+            // Twice: the second call reuses the pooled buffers.
+            dst = c0.clone();
+            assert!(route::matmul_f32(
+                dst.as_mut(),
+                true,
+                a.as_ref(),
+                true,
+                b.as_ref(),
+                false
+            ));
+        }
+        assert!(route::take_error().is_none());
+    }
+    assert!(!route::active(), "guard did not uninstall");
+    for i in 0..9 {
+        for j in 0..14 {
+            let mag = (c0[(i, j)].abs() as f64)
+                + (0..23)
+                    .map(|l| (a[(l, i)] * b[(l, j)]).abs() as f64)
+                    .sum::<f64>();
+            // Same bound as `tol_matmul` with k = 23.
+            let tol = tol_matmul(f32::EPSILON as f64, 23, mag, 0.0);
+            assert!(
+                (dst[(i, j)] as f64 - want[(i, j)]).abs() <= tol,
+                "({i},{j}): {} vs {}",
+                dst[(i, j)],
+                want[(i, j)]
+            );
+        }
+    }
+}

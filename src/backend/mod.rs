@@ -436,7 +436,7 @@ pub enum Selected {
     /// Run on the CPU (faer).
     Cpu { note: String },
     /// Run on this wgpu device.
-    Gpu { gpu: Box<Wgpu>, note: String },
+    Gpu { gpu: std::sync::Arc<Wgpu>, note: String },
 }
 
 impl Selected {
@@ -449,6 +449,13 @@ impl Selected {
     /// True when the GPU was taken.
     pub fn is_gpu(&self) -> bool {
         matches!(self, Self::Gpu { .. })
+    }
+    /// The GPU, shared, when one was taken (for [`route::install`]).
+    pub fn gpu(&self) -> Option<std::sync::Arc<Wgpu>> {
+        match self {
+            Self::Gpu { gpu, .. } => Some(gpu.clone()),
+            Self::Cpu { .. } => None,
+        }
     }
 }
 
@@ -468,7 +475,7 @@ pub fn select(kind: BackendKind, opts: &GpuOptions) -> Result<Selected> {
             let gpu = Wgpu::new(opts)?;
             let note = format!("backend: gpu ({})", gpu.describe());
             Ok(Selected::Gpu {
-                gpu: Box::new(gpu),
+                gpu: std::sync::Arc::new(gpu),
                 note,
             })
         }
@@ -496,7 +503,7 @@ pub fn select(kind: BackendKind, opts: &GpuOptions) -> Result<Selected> {
                 Ok(gpu) => {
                     let note = format!("backend: auto → gpu ({})", gpu.describe());
                     Ok(Selected::Gpu {
-                        gpu: Box::new(gpu),
+                        gpu: std::sync::Arc::new(gpu),
                         note,
                     })
                 }
