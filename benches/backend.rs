@@ -96,6 +96,47 @@ fn matmul(c: &mut Criterion) {
     g.finish();
 }
 
+/// One training step (forward, backward, AdamW) of the device-resident
+/// attention head (`backend::attn`) at the cost-scaling sweep's trained sizes
+/// (batch 16, d 16, T = 32, 64, 128), CPU f32 against GPU f32; the GPU step
+/// ends with `sync` so its time is the device's, not the queue's.
+fn train_step(c: &mut Criterion) {
+    use sinklab::backend::AdamW;
+    use sinklab::backend::attn::{AttnFit, AttnFitConfig};
+    let gpu = Wgpu::new(&GpuOptions::default()).ok();
+    let mut g = c.benchmark_group("train_step");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(3));
+    for t in [32usize, 64, 128] {
+        let cfg = AttnFitConfig {
+            batch: 16,
+            t,
+            d: 16,
+            seed: 1,
+            adamw: AdamW {
+                lr: 1e-3,
+                ..AdamW::default()
+            },
+        };
+        let cpu = Cpu::<f32>::new();
+        let mut fit = AttnFit::new(&cpu, cfg).expect("cpu fit");
+        g.bench_with_input(BenchmarkId::new("cpu-f32", t), &t, |b, _| {
+            b.iter(|| fit.step(&cpu).expect("step"))
+        });
+        if let Some(gpu) = &gpu {
+            let mut fit = AttnFit::new(gpu, cfg).expect("gpu fit");
+            g.bench_with_input(BenchmarkId::new("wgpu-f32", t), &t, |b, _| {
+                b.iter(|| {
+                    fit.step(gpu).expect("step");
+                    gpu.sync().expect("sync")
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
 /// The measurement behind `cpu::PAR_MIN_MNK`: faer sequential against faer on
 /// all cores, f64, square n (`SINKLAB_PAR_SIZES` overrides the sizes).
 fn faer_seq_vs_par(c: &mut Criterion) {
@@ -135,6 +176,6 @@ criterion_group! {
     name = benches;
     // No plots: criterion's plotters backend panics without a system font.
     config = Criterion::default().without_plots();
-    targets = matmul, faer_seq_vs_par
+    targets = matmul, train_step, faer_seq_vs_par
 }
 criterion_main!(benches);

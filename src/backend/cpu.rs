@@ -284,6 +284,12 @@ impl<T: Real> Backend for Cpu<T> {
     fn sync(&self) -> Result<()> {
         Ok(())
     }
+
+    fn reshape(&self, t: &mut CpuTensor<T>, shape: Shape) -> Result<()> {
+        check_len(t.shape, shape.len())?;
+        t.shape = shape;
+        Ok(())
+    }
 }
 
 /// Bias corrections of AdamW at step `t`: $1/(1-\beta_1^t)$, $1/(1-\beta_2^t)$.

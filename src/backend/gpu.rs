@@ -506,6 +506,9 @@ struct AdamWParams {
     wd: f32,
     c1: f32,
     c2: f32,
+    one_minus_beta1: f32,
+    one_minus_beta2: f32,
+    pad: [u32; 2],
 }
 
 impl Backend for Wgpu {
@@ -782,6 +785,9 @@ impl Backend for Wgpu {
             wd: h.weight_decay as f32,
             c1: c.inv_bc1 as f32,
             c2: c.inv_bc2 as f32,
+            one_minus_beta1: (1.0 - h.beta1) as f32,
+            one_minus_beta2: (1.0 - h.beta2) as f32,
+            pad: [0; 2],
         };
         self.dispatch(
             "adamw",
@@ -795,5 +801,11 @@ impl Backend for Wgpu {
     fn sync(&self) -> Result<()> {
         self.check_alive()?;
         self.wait("sync")
+    }
+
+    fn reshape(&self, t: &mut GpuTensor, shape: Shape) -> Result<()> {
+        check_len(t.shape, shape.len())?;
+        t.shape = shape;
+        Ok(())
     }
 }

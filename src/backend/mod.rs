@@ -22,6 +22,7 @@
 //! back to the host. Which backend runs is chosen at run time with
 //! [`BackendKind`] (`cpu | gpu | auto`) and [`select`].
 
+pub mod attn;
 pub mod cpu;
 pub mod gpu;
 pub mod route;
@@ -352,6 +353,11 @@ pub trait Backend {
     /// Waits until every submitted kernel has finished (a no-op on the CPU).
     fn sync(&self) -> Result<()>;
 
+    /// Reinterprets a tensor in place as another shape with the same number
+    /// of elements (no copy): e.g. a batch `B×T×d` as one `1×(B·T)×d` matrix,
+    /// so $\sum_b X_b^\top G_b$ is a single product.
+    fn reshape(&self, t: &mut Self::Tensor, shape: Shape) -> Result<()>;
+
     /// A tensor holding host data.
     fn upload(&self, shape: Shape, data: &[Self::Elem]) -> Result<Self::Tensor> {
         let mut t = self.zeros(shape)?;
@@ -436,7 +442,10 @@ pub enum Selected {
     /// Run on the CPU (faer).
     Cpu { note: String },
     /// Run on this wgpu device.
-    Gpu { gpu: std::sync::Arc<Wgpu>, note: String },
+    Gpu {
+        gpu: std::sync::Arc<Wgpu>,
+        note: String,
+    },
 }
 
 impl Selected {
