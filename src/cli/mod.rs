@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod backend;
 mod check;
 mod report;
 
@@ -17,6 +18,8 @@ pub struct Cli {
 enum Command {
     /// Run the theorem checks (all, or one by name).
     Check(check::Args),
+    /// List GPU adapters, resolve --backend, and train one attention head on it.
+    Backend(backend::Args),
     /// Run every check and default sim; write out/report.md and figures.
     Report(report::Args),
 }
@@ -26,6 +29,7 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Check(a) => check::run(a),
+        Command::Backend(a) => backend::run(a),
         Command::Report(a) => report::run(a),
     };
     match r {

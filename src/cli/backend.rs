@@ -1,0 +1,83 @@
+//! `sinklab backend [--backend cpu|gpu|auto] [--steps N] [--t T] [--batch B] [--d D]`:
+//! lists the GPU adapters, says which backend the choice resolves to, and
+//! trains the device-resident attention head (`backend::attn`) on it,
+//! printing the loss curve and the time per step.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use sinklab::backend::attn::{AttnFit, AttnFitConfig};
+use sinklab::backend::gpu::{adapters, describe_adapter};
+use sinklab::backend::{AdamW, Backend, BackendKind, Cpu, GpuOptions, Selected, select};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// cpu, gpu (any adapter, llvmpipe included) or auto (a hardware GPU, else the CPU).
+    #[arg(long, default_value = "auto")]
+    backend: BackendKind,
+    /// Optimiser steps.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    steps: u64,
+    /// Sequence length.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    t: u64,
+    /// Sequences per step.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    batch: u64,
+    /// Width.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    d: u64,
+    /// Seed of inputs, teacher and student.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+fn fit<B: Backend>(be: &B, a: &Args) -> Result<()> {
+    let cfg = AttnFitConfig {
+        batch: a.batch as usize,
+        t: a.t as usize,
+        d: a.d as usize,
+        seed: a.seed,
+        adamw: AdamW {
+            lr: 0.02,
+            weight_decay: 0.01,
+            ..AdamW::default()
+        },
+    };
+    let mut f = AttnFit::new(be, cfg).context("setting up the attention fit")?;
+    let log_every = (a.steps / 10).max(1);
+    let start = Instant::now();
+    println!("step  loss");
+    for s in 0..a.steps {
+        if s % log_every == 0 {
+            println!("{s:>4}  {:.6e}", f.loss(be)?);
+        }
+        f.step(be)?;
+    }
+    let loss = f.loss(be)?;
+    let secs = start.elapsed().as_secs_f64();
+    println!("{:>4}  {loss:.6e}", a.steps);
+    println!(
+        "{:.3} ms/step on {}",
+        1e3 * secs / a.steps as f64,
+        be.describe()
+    );
+    Ok(())
+}
+
+pub fn run(a: Args) -> Result<i32> {
+    let found = adapters(GpuOptions::default().backends);
+    if found.is_empty() {
+        println!("GPU adapters: none");
+    }
+    for i in &found {
+        println!("GPU adapter: {}", describe_adapter(i));
+    }
+    let sel = select(a.backend, &GpuOptions::default())?;
+    println!("{}", sel.note());
+    match &sel {
+        Selected::Cpu { .. } => fit(&Cpu::<f32>::new(), &a)?,
+        Selected::Gpu { gpu, .. } => fit(gpu.as_ref(), &a)?,
+    }
+    Ok(0)
+}
