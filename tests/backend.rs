@@ -765,3 +765,49 @@ fn training_curve_matches<B: Backend>(be: &B) {
         );
     }
 }
+
+#[test]
+fn cli_backend_flag_resolves_and_trains() {
+    let bin = env!("CARGO_BIN_EXE_sinklab");
+    let out = std::process::Command::new(bin)
+        .args([
+            "backend",
+            "--backend",
+            "cpu",
+            "--steps",
+            "10",
+            "--t",
+            "8",
+            "--batch",
+            "4",
+            "--d",
+            "8",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("backend: cpu (faer)"), "{text}");
+    let losses: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        .collect();
+    assert!(
+        losses.len() >= 2 && losses[losses.len() - 1] < losses[0],
+        "loss did not fall: {text}"
+    );
+    let bad = std::process::Command::new(bin)
+        .args(["backend", "--backend", "cuda"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        bad.status.code(),
+        Some(2),
+        "a bad --backend is a usage error"
+    );
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("expected cpu, gpu or auto"));
+}
