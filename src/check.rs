@@ -83,5 +83,21 @@ pub struct Theorem {
 pub fn registry() -> Vec<Theorem> {
     #[allow(unused_mut)]
     let mut v: Vec<Theorem> = Vec::new();
+    v.push(Theorem {
+        name: "oversmoothing_prediction",
+        claim: "A2",
+        statement: "one mixing step y_i = N(x_i + W(A_λX)_i), x_i iid N(μ,Σ): mean token cosine → ‖m‖²/(‖m‖²+tr BΣBᵀ) up to the ratio-of-expectations error (≤ 3η), finite-n error shrinking with n",
+        figure: "oversmoothing",
+        default_cases: 24,
+        run: crate::oversmoothing::checks::prediction_check,
+    });
+    v.push(Theorem {
+        name: "oversmoothing_sign",
+        claim: "A2",
+        statement: "dense smooths more than identity iff tr((I+W)Σ(I+W)ᵀ) > tr(Σ) (P-projected for LayerNorm), whenever the predicted gap is ≥ 0.02",
+        figure: "oversmoothing",
+        default_cases: 60,
+        run: crate::oversmoothing::checks::sign_check,
+    });
     v
 }

@@ -9,5 +9,6 @@
 pub mod attention;
 pub mod check;
 pub mod linalg;
+pub mod oversmoothing;
 pub mod plot;
 pub mod report;
