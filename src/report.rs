@@ -44,6 +44,7 @@ pub type SectionError = Box<dyn std::error::Error + Send + Sync>;
 pub type SectionFn = fn(&ReportCtx) -> Result<ReportSection, SectionError>;
 
 /// Every report section, in order. Modules register theirs here.
+#[allow(clippy::vec_init_then_push)] // modules push their entries one by one
 pub fn sections() -> Vec<(&'static str, SectionFn)> {
     #[allow(unused_mut)]
     let mut v: Vec<(&'static str, SectionFn)> = Vec::new();

@@ -50,9 +50,8 @@ impl Setup {
                 self.factor.nrows()
             )));
         }
-        let finite = |m: &Mat<f64>| {
-            (0..m.nrows()).all(|i| (0..m.ncols()).all(|j| m[(i, j)].is_finite()))
-        };
+        let finite =
+            |m: &Mat<f64>| (0..m.nrows()).all(|i| (0..m.ncols()).all(|j| m[(i, j)].is_finite()));
         if !self.mu.iter().all(|v| v.is_finite()) || !finite(&self.w) || !finite(&self.factor) {
             return Err(E::NonFinite("mu, W or covariance factor".into()));
         }
@@ -278,7 +277,10 @@ pub fn limit_cosine<R: Rng + ?Sized>(
     let nf = samples as f64;
     let value = (linalg::dot(&s, &s) - nf) / (nf * (nf - 1.0));
     let mean_dir: Vec<f64> = s.iter().map(|v| v / nf).collect();
-    let h1: Vec<f64> = units_all.iter().map(|u| linalg::dot(u, &mean_dir)).collect();
+    let h1: Vec<f64> = units_all
+        .iter()
+        .map(|u| linalg::dot(u, &mean_dir))
+        .collect();
     let h1m = h1.iter().sum::<f64>() / nf;
     let var_h1 = h1.iter().map(|v| (v - h1m) * (v - h1m)).sum::<f64>() / (nf - 1.0);
     let se = (4.0 * var_h1 / nf + 2.0 / (nf * nf)).sqrt();
@@ -341,7 +343,11 @@ mod tests {
         let x = rand_mat(&mut rng, n, d);
         let w = rand_mat(&mut rng, d, d);
         for mask in [Mask::Causal, Mask::Bidirectional] {
-            for norm in [Norm::Identity, Norm::Rms { eps: 1e-6 }, Norm::Layer { eps: 1e-6 }] {
+            for norm in [
+                Norm::Identity,
+                Norm::Rms { eps: 1e-6 },
+                Norm::Layer { eps: 1e-6 },
+            ] {
                 let block = Block {
                     head: Head {
                         qk: Weight::Full(Mat::zeros(d, d)),

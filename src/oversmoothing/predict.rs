@@ -49,7 +49,10 @@ pub fn readout(norm: Norm, gain: Option<&[f64]>, d: usize) -> Result<Mat<f64>, E
         None => p,
         Some(g) => {
             if g.len() != d {
-                return Err(E::Shape(format!("gain has length {}, expected {d}", g.len())));
+                return Err(E::Shape(format!(
+                    "gain has length {}, expected {d}",
+                    g.len()
+                )));
             }
             if !g.iter().all(|v| v.is_finite()) {
                 return Err(E::NonFinite("gain".into()));
@@ -75,8 +78,8 @@ fn quad(a: MatRef<'_, f64>, x: &[f64]) -> f64 {
 /// expanding $\|z\|^{-1} = M^{-1/2}(1 - \delta/2 + 3\delta^2/8 - \dots)$ and using Gaussian
 /// moments ($\mathbb E[z\delta] = 2Cm/M$) gives
 /// $\sqrt M\,\mathbb E\hat z \approx m - Cm/M + \tfrac38 m\,\mathbb E\delta^2$, hence
-/// $$\mathbb E\cos \approx \rho_2 = \frac1M\Big(\|m\|^2 - \frac{2m^\top Cm}{M}
-///   + \frac34\|m\|^2\frac{2\operatorname{tr}C^2 + 4m^\top Cm}{M^2}\Big),$$
+/// $$\mathbb E\cos \approx \rho_2 = \frac1M\Big(\|m\|^2 - \frac{2m^\top Cm}{M} +
+///   \frac34\|m\|^2\frac{2\operatorname{tr}C^2 + 4m^\top Cm}{M^2}\Big),$$
 /// dropping terms of relative order $1/r^2$ ($r$ the effective rank). Sanity
 /// limit: $C = \sigma^2 I$, $\sigma \to 0$ gives $1 - (d-1)\sigma^2/\|m\|^2$, the exact
 /// small-noise value (where $\rho_0$ has $d$ instead of $d-1$).
@@ -84,7 +87,7 @@ pub fn second_order(m: &[f64], c: MatRef<'_, f64>) -> Result<Prediction, E> {
     let mean_sq = crate::linalg::dot(m, m);
     let tr = trace(c);
     let big_m = mean_sq + tr;
-    if !(big_m > 0.0) || !big_m.is_finite() {
+    if big_m <= 0.0 || !big_m.is_finite() {
         return Err(E::Param(
             "‖m‖² + tr C is zero or not finite: every token is the zero vector".into(),
         ));
@@ -100,7 +103,11 @@ pub fn second_order(m: &[f64], c: MatRef<'_, f64>) -> Result<Prediction, E> {
         eta: (t1.abs() + t2.abs()) / big_m,
         mean_sq,
         trace: tr,
-        eff_rank: if tr_c2 > 0.0 { tr * tr / tr_c2 } else { f64::INFINITY },
+        eff_rank: if tr_c2 > 0.0 {
+            tr * tr / tr_c2
+        } else {
+            f64::INFINITY
+        },
     })
 }
 
@@ -297,7 +304,13 @@ mod tests {
             Err(E::Shape(_))
         ));
         assert!(matches!(
-            head_prediction(w.as_ref(), &mu, ok.as_ref(), Norm::Identity, Some(&[1.0, 1.0])),
+            head_prediction(
+                w.as_ref(),
+                &mu,
+                ok.as_ref(),
+                Norm::Identity,
+                Some(&[1.0, 1.0])
+            ),
             Err(E::Param(_))
         ));
     }
@@ -309,8 +322,8 @@ mod tests {
         let mu = [0.5, -1.0, 0.3];
         let s = Mat::from_fn(d, d, |i, j| if i == j { 1.0 } else { 0.2 });
         let a = head_prediction(w.as_ref(), &mu, s.as_ref(), Norm::Identity, None).unwrap();
-        let b = head_prediction(w.as_ref(), &mu, s.as_ref(), Norm::Rms { eps: 1e-6 }, None)
-            .unwrap();
+        let b =
+            head_prediction(w.as_ref(), &mu, s.as_ref(), Norm::Rms { eps: 1e-6 }, None).unwrap();
         assert_eq!(a, b);
     }
 }

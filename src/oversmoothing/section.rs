@@ -11,9 +11,8 @@ use crate::attention::{Mask, Norm};
 use crate::plot::{self, Panel, Series, Style};
 use crate::report::{ReportCtx, ReportSection, SectionError};
 use faer::Mat;
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, RngExt, SeedableRng};
-use rand_distr::StandardNormal;
 use std::fmt::Write as _;
 
 const NORMS: [(&str, Norm); 3] = [
@@ -68,7 +67,14 @@ impl Sizes {
     }
 }
 
-fn mean_sim(s: &Setup, n: usize, lambda: f64, mask: Mask, reps: usize, rng: &mut StdRng) -> Result<f64, SectionError> {
+fn mean_sim(
+    s: &Setup,
+    n: usize,
+    lambda: f64,
+    mask: Mask,
+    reps: usize,
+    rng: &mut StdRng,
+) -> Result<f64, SectionError> {
     let mut acc = 0.0;
     for _ in 0..reps {
         acc += model::simulate(s, n, lambda, mask, rng)?;
@@ -93,7 +99,11 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
          sim∞ = simulated exact n → ∞ limit ({} samples), bi/causal = finite-n simulation (n = {}, mean of {} sequences).\n",
         sz.d, sz.limit_samples, sz.n, sz.reps
     )?;
-    writeln!(md, "| norm | λ | ρ0 | ρ2 | sim∞ (±SE) | bi n={} | causal n={} |", sz.n, sz.n)?;
+    writeln!(
+        md,
+        "| norm | λ | ρ0 | ρ2 | sim∞ (±SE) | bi n={} | causal n={} |",
+        sz.n, sz.n
+    )?;
     writeln!(md, "|---|---|---|---|---|---|---|")?;
     let mut bi_panel = Panel {
         title: format!("bidirectional (d = {}, n = {})", sz.d, sz.n),
@@ -114,11 +124,26 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         ..Default::default()
     };
     let mut conv_md = String::new();
-    writeln!(conv_md, "\nFinite-n convergence at λ = 0.5 ({} sequences per n): RMS and mean deviation of the mean cosine from sim∞; slope = least-squares exponent of RMS vs n.\n", sz.reps.max(8))?;
-    writeln!(conv_md, "| norm | mask | {} | slope |", sz.ns.iter().map(|n| format!("n={n}")).collect::<Vec<_>>().join(" | "))?;
+    writeln!(
+        conv_md,
+        "\nFinite-n convergence at λ = 0.5 ({} sequences per n): RMS and mean deviation of the mean cosine from sim∞; slope = least-squares exponent of RMS vs n.\n",
+        sz.reps.max(8)
+    )?;
+    writeln!(
+        conv_md,
+        "| norm | mask | {} | slope |",
+        sz.ns
+            .iter()
+            .map(|n| format!("n={n}"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    )?;
     writeln!(conv_md, "|---|---|{}---|", "---|".repeat(sz.ns.len()))?;
     for (c, (name, norm)) in NORMS.iter().enumerate() {
-        let s = Setup { norm: *norm, ..base.clone() };
+        let s = Setup {
+            norm: *norm,
+            ..base.clone()
+        };
         let l = predict::readout(*norm, None, sz.d)?;
         let sigma = s.sigma();
         let (mut pred, mut bi, mut ca, mut lim) = (vec![], vec![], vec![], vec![]);
@@ -138,33 +163,53 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             ca.push((lam, cz));
         }
         for panel in [&mut bi_panel, &mut ca_panel] {
-            panel
-                .series
-                .push(Series::new(format!("{name}: predicted ρ0"), pred.clone(), Style::Line, c));
-            panel
-                .series
-                .push(Series::new(format!("{name}: sim n→∞"), lim.clone(), Style::Dashed, c));
+            panel.series.push(Series::new(
+                format!("{name}: predicted ρ0"),
+                pred.clone(),
+                Style::Line,
+                c,
+            ));
+            panel.series.push(Series::new(
+                format!("{name}: sim n→∞"),
+                lim.clone(),
+                Style::Dashed,
+                c,
+            ));
         }
-        bi_panel
-            .series
-            .push(Series::new(format!("{name}: simulated"), bi, Style::Points, c));
-        ca_panel
-            .series
-            .push(Series::new(format!("{name}: simulated causal"), ca, Style::Points, c));
+        bi_panel.series.push(Series::new(
+            format!("{name}: simulated"),
+            bi,
+            Style::Points,
+            c,
+        ));
+        ca_panel.series.push(Series::new(
+            format!("{name}: simulated causal"),
+            ca,
+            Style::Points,
+            c,
+        ));
         // Convergence at λ = 0.5.
         let lam = 0.5;
         let e = model::limit_cosine(&s, lam, sz.limit_samples, &mut rng)?;
-        for (mask, style) in [(Mask::Bidirectional, Style::LinePoints), (Mask::Causal, Style::Dashed)] {
+        for (mask, style) in [
+            (Mask::Bidirectional, Style::LinePoints),
+            (Mask::Causal, Style::Dashed),
+        ] {
             let mut rms = vec![];
             let mut cells = vec![];
             for &n in sz.ns {
-                let (bias, r) = finite_n_deviation(&s, lam, mask, n, sz.reps.max(8), e.value, &mut rng)?;
+                let (bias, r) =
+                    finite_n_deviation(&s, lam, mask, n, sz.reps.max(8), e.value, &mut rng)?;
                 rms.push(r);
                 cells.push(format!("{r:.1e} ({bias:+.1e})"));
             }
             let ns: Vec<f64> = sz.ns.iter().map(|&n| n as f64).collect();
             let slope = loglog_slope(&ns, &rms);
-            writeln!(conv_md, "| {name} | {mask:?} | {} | {slope:.2} |", cells.join(" | "))?;
+            writeln!(
+                conv_md,
+                "| {name} | {mask:?} | {} | {slope:.2} |",
+                cells.join(" | ")
+            )?;
             conv_panel.series.push(Series::new(
                 format!("{name} {mask:?} (slope {slope:.2})"),
                 ns.iter().copied().zip(rms).collect(),
@@ -174,7 +219,11 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         }
     }
     // Reference n^{-1/2} line through the first bidirectional point.
-    if let Some(first) = conv_panel.series.first().and_then(|s| s.points.first().copied()) {
+    if let Some(first) = conv_panel
+        .series
+        .first()
+        .and_then(|s| s.points.first().copied())
+    {
         let pts = sz
             .ns
             .iter()
@@ -186,24 +235,40 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
     }
     md.push_str(&conv_md);
     // Approximation error vs d (does not vanish with n; shrinks with d).
-    writeln!(md, "\nRatio-of-expectations error against d (W = 0.3G/√d, Σ = I, ‖μ‖² ≈ 0.5d, λ = 0.5, identity norm): |ρ0 − sim∞| does not depend on n; it shrinks with the effective rank.\n")?;
-    writeln!(md, "| d | eff. rank | ρ0 | ρ2 | sim∞ (±SE) | ρ0 − sim∞ | ρ2 − sim∞ |")?;
+    writeln!(
+        md,
+        "\nRatio-of-expectations error against d (W = 0, Σ = diag(2k/(d+1)), μ = 1, identity norm; ρ0 = 1/2 for all d): |ρ0 − sim∞| does not depend on n; it shrinks with the effective rank.\n"
+    )?;
+    writeln!(
+        md,
+        "| d | eff. rank | ρ0 | ρ2 | sim∞ (±SE) | ρ0 − sim∞ | ρ2 − sim∞ |"
+    )?;
     writeln!(md, "|---|---|---|---|---|---|---|")?;
     let (mut dd, mut errs) = (vec![], vec![]);
     for &d in sz.ds {
-        let s = isotropic_setup(&mut rng, d);
+        let s = ramp_setup(d);
         let l = predict::readout(Norm::Identity, None, d)?;
         let p = predict::predict(s.w.as_ref(), &s.mu, s.sigma().as_ref(), 0.5, l.as_ref())?;
         let e = model::limit_cosine(&s, 0.5, sz.limit_samples, &mut rng)?;
         writeln!(
             md,
             "| {d} | {:.1} | {:.4} | {:.4} | {:.4} ± {:.1e} | {:+.2e} | {:+.2e} |",
-            p.eff_rank, p.rho0, p.rho2, e.value, e.se, p.rho0 - e.value, p.rho2 - e.value
+            p.eff_rank,
+            p.rho0,
+            p.rho2,
+            e.value,
+            e.se,
+            p.rho0 - e.value,
+            p.rho2 - e.value
         )?;
         dd.push(d as f64);
         errs.push((p.rho0 - e.value).abs());
     }
-    writeln!(md, "\nFitted exponent of |ρ0 − sim∞| against d: {:.2} (first-order theory: −1).", loglog_slope(&dd, &errs))?;
+    writeln!(
+        md,
+        "\nFitted exponent of |ρ0 − sim∞| against d: {:.2} (first-order theory: −1).",
+        loglog_slope(&dd, &errs)
+    )?;
     let stem = ctx.fig_dir().join("oversmoothing");
     let figures = plot::render(
         &stem,
@@ -217,16 +282,22 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
     })
 }
 
-/// The instance family of the approximation-error table: $W = 0.3G/\sqrt d$,
-/// $\Sigma = I$, $\mu \sim \mathcal N(0, 0.5 I)$.
-pub fn isotropic_setup<R: Rng + ?Sized>(rng: &mut R, d: usize) -> Setup {
-    let sd = (d as f64).sqrt();
+/// The deterministic family of the approximation-error table: $W = 0$,
+/// $\Sigma = \operatorname{diag}(2k/(d+1))_{k=1}^d$ (a linear ramp, effective rank $\approx 3d/4$),
+/// $\mu = \mathbf 1$, so $\rho_0 = 1/2$ for every $d$ and the first-order term is
+/// $\rho_2 - \rho_0 \approx 1/(8d)$. (With isotropic noise the first-order term is
+/// $\propto (3\rho_0 - 1)$ and vanishes near $\rho_0 = 1/3$: a poor family for this table.)
+pub fn ramp_setup(d: usize) -> Setup {
     Setup {
-        w: Mat::from_fn(d, d, |_, _| 0.3 / sd * rng.sample::<f64, _>(StandardNormal)),
-        mu: (0..d)
-            .map(|_| 0.5f64.sqrt() * rng.sample::<f64, _>(StandardNormal))
-            .collect(),
-        factor: Mat::identity(d, d),
+        w: Mat::zeros(d, d),
+        mu: vec![1.0; d],
+        factor: Mat::from_fn(d, d, |i, j| {
+            if i == j {
+                (2.0 * (i + 1) as f64 / (d + 1) as f64).sqrt()
+            } else {
+                0.0
+            }
+        }),
         norm: Norm::Identity,
     }
 }
