@@ -278,3 +278,26 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn report_section_writes_figure_and_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = sinklab::report::ReportCtx {
+        out_dir: dir.path().to_path_buf(),
+        seed: 5,
+        quick: true,
+    };
+    let s = sinklab::oversmoothing::section::section(&ctx).unwrap();
+    assert!(s.figures.iter().any(|p| p.ends_with("oversmoothing.svg")));
+    for f in &s.figures {
+        assert!(std::fs::metadata(f).unwrap().len() > 1000, "{f:?}");
+    }
+    assert!(s.markdown.contains("| LayerNorm | 1.00 |"));
+    assert!(
+        sinklab::report::sections()
+            .iter()
+            .any(|(n, _)| *n == "oversmoothing")
+    );
+    let names: Vec<_> = sinklab::check::registry().iter().map(|t| t.name).collect();
+    assert!(names.contains(&"oversmoothing_prediction") && names.contains(&"oversmoothing_sign"));
+}

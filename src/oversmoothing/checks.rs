@@ -129,7 +129,7 @@ pub fn finite_n_deviation<R: Rng + ?Sized>(
 /// Sizes used by the prediction check.
 pub const PRED_LIMIT_SAMPLES: usize = 100_000;
 /// Token counts of the convergence part of the prediction check.
-pub const PRED_NS: [usize; 3] = [32, 128, 512];
+pub const PRED_NS: [usize; 4] = [16, 64, 256, 1024];
 /// Replicates per token count.
 pub const PRED_REPS: usize = 24;
 /// The finite-$n$ RMS deviation must fall at least like $n^{-0.3}$ (generic
