@@ -27,6 +27,7 @@ pub fn singular_values(w: MatRef<'_, f64>) -> Vec<f64> {
 
 /// Fallback when faer's SVD does not converge: eigenvalues of $W^\top W$ by
 /// cyclic Jacobi (slow, exact enough for the small matrices it is used on).
+#[allow(clippy::needless_range_loop)] // index notation mirrors the Jacobi rotation formulas
 fn jacobi_singular_values(w: MatRef<'_, f64>) -> Vec<f64> {
     let g = w.transpose() * w;
     let n = g.nrows();

@@ -49,6 +49,11 @@ pub fn sections() -> Vec<(&'static str, SectionFn)> {
     #[allow(unused_mut)]
     let mut v: Vec<(&'static str, SectionFn)> = Vec::new();
     v.push(("oversmoothing", crate::oversmoothing::section::section));
+#[allow(clippy::vec_init_then_push)] // one push line per module keeps registrations independent
+pub fn sections() -> Vec<(&'static str, SectionFn)> {
+    #[allow(unused_mut)]
+    let mut v: Vec<(&'static str, SectionFn)> = Vec::new();
+    v.push(("switches", crate::switch::report_section));
     v
 }
 
