@@ -44,16 +44,12 @@ pub type SectionError = Box<dyn std::error::Error + Send + Sync>;
 pub type SectionFn = fn(&ReportCtx) -> Result<ReportSection, SectionError>;
 
 /// Every report section, in order. Modules register theirs here.
-#[allow(clippy::vec_init_then_push)] // modules push their entries one by one
-pub fn sections() -> Vec<(&'static str, SectionFn)> {
-    #[allow(unused_mut)]
-    let mut v: Vec<(&'static str, SectionFn)> = Vec::new();
-    v.push(("oversmoothing", crate::oversmoothing::section::section));
 #[allow(clippy::vec_init_then_push)] // one push line per module keeps registrations independent
 pub fn sections() -> Vec<(&'static str, SectionFn)> {
     #[allow(unused_mut)]
     let mut v: Vec<(&'static str, SectionFn)> = Vec::new();
     v.push(("switches", crate::switch::report_section));
+    v.push(("oversmoothing", crate::oversmoothing::section::section));
     v
 }
 
