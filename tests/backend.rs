@@ -552,9 +552,17 @@ fn gpu_with(
             if std::env::var("SINKLAB_REQUIRE_GPU").is_ok_and(|v| v == "1") {
                 panic!("SINKLAB_REQUIRE_GPU=1 but no Vulkan adapter: {why}");
             }
-            eprintln!(
-                "SKIP: wgpu-f32 backend test: no Vulkan adapter ({why}); install mesa-vulkan-drivers"
-            );
+            // Straight to the stderr handle: libtest captures `eprintln!` of
+            // passing tests, and a skip must be visible. Printed once per run.
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIP: wgpu-f32 backend tests: no Vulkan adapter ({why}); install \
+                     mesa-vulkan-drivers (SINKLAB_REQUIRE_GPU=1 makes this a failure)"
+                );
+            });
             None
         }
     }
