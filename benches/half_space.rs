@@ -11,12 +11,26 @@ use std::hint::black_box;
 
 fn bench(c: &mut Criterion) {
     let cases = [
-        ("representable_margin_1e-2", SetKind::Separated { margin: 1e-2 }, SetKind::Separated { margin: 1e-2 }),
-        ("representable_margin_1e-6", SetKind::Separated { margin: 1e-6 }, SetKind::Separated { margin: 1e-6 }),
+        (
+            "representable_margin_1e-2",
+            SetKind::Separated { margin: 1e-2 },
+            SetKind::Separated { margin: 1e-2 },
+        ),
+        (
+            "representable_margin_1e-6",
+            SetKind::Separated { margin: 1e-6 },
+            SetKind::Separated { margin: 1e-6 },
+        ),
         (
             "not_representable_planted",
-            SetKind::Planted { support: 40, boundary: false },
-            SetKind::Planted { support: 40, boundary: true },
+            SetKind::Planted {
+                support: 40,
+                boundary: false,
+            },
+            SetKind::Planted {
+                support: 40,
+                boundary: true,
+            },
         ),
     ];
     let mut g = c.benchmark_group("half_space_verdict_d64_n512");
@@ -24,7 +38,9 @@ fn bench(c: &mut Criterion) {
     for (name, qk, kk) in cases {
         let cfg = draw_config(1, 64, 512, 512, qk, kk, false);
         let (q, k) = (cfg.q(), cfg.k());
-        g.bench_function(name, |b| b.iter(|| black_box(half_space_verdict_rows(&q, &cfg.sink, &k, 0.01).unwrap())));
+        g.bench_function(name, |b| {
+            b.iter(|| black_box(half_space_verdict_rows(&q, &cfg.sink, &k, 0.01).unwrap()))
+        });
     }
     g.finish();
 }

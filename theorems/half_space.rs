@@ -29,8 +29,9 @@ use proptest::prelude::*;
 use sinklab::geometry::check::{corollary_config, judge, run_corollary, run_half_space};
 use sinklab::geometry::sample::{SetKind, draw_config};
 use sinklab::geometry::{
-    HullVerdict, Obstruction, Verdict, corollary_witness, half_space_verdict, half_space_verdict_biased,
-    half_space_verdict_rows, homogenize, hull_verdict, verify_sink_witness,
+    HullVerdict, Obstruction, Verdict, corollary_witness, half_space_verdict,
+    half_space_verdict_biased, half_space_verdict_rows, homogenize, hull_verdict,
+    verify_sink_witness,
 };
 use sinklab::linalg::{fro_norm, from_rows, nuclear_norm};
 
@@ -40,22 +41,29 @@ fn slices(v: &[Vec<f64>]) -> Vec<&[f64]> {
 
 fn query_kind() -> impl Strategy<Value = SetKind> {
     prop_oneof![
-        prop::sample::select(vec![1e-6, 1e-4, 1e-2, 0.3]).prop_map(|margin| SetKind::Separated { margin }),
-        (2usize..=66, any::<bool>()).prop_map(|(support, boundary)| SetKind::Planted { support, boundary }),
-        any::<bool>().prop_map(|boundary| SetKind::Planted { support: 2, boundary }),
+        prop::sample::select(vec![1e-6, 1e-4, 1e-2, 0.3])
+            .prop_map(|margin| SetKind::Separated { margin }),
+        (2usize..=66, any::<bool>())
+            .prop_map(|(support, boundary)| SetKind::Planted { support, boundary }),
+        any::<bool>().prop_map(|boundary| SetKind::Planted {
+            support: 2,
+            boundary
+        }),
     ]
 }
 
 fn key_kind() -> impl Strategy<Value = SetKind> {
     prop_oneof![
-        prop::sample::select(vec![1e-6, 1e-4, 1e-2, 0.3]).prop_map(|margin| SetKind::Separated { margin }),
-        (1usize..=66, any::<bool>()).prop_map(|(support, boundary)| SetKind::Planted { support, boundary }),
+        prop::sample::select(vec![1e-6, 1e-4, 1e-2, 0.3])
+            .prop_map(|margin| SetKind::Separated { margin }),
+        (1usize..=66, any::<bool>())
+            .prop_map(|(support, boundary)| SetKind::Planted { support, boundary }),
     ]
 }
 
 proptest! {
-    // 96 cases of up to 2 × 256 points in d ≤ 64: a few seconds at opt-level 1.
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    // 256 cases of up to 2 × 256 points in d ≤ 64: a few seconds at opt-level 1.
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     /// The verdict matches the construction and its certificate verifies.
     #[test]
@@ -158,14 +166,25 @@ proptest! {
 #[test]
 fn antipodal_queries_fail_unbiased_but_not_biased() {
     // x and −2x: 0 = (2/3)x + (1/3)(−2x) ∈ conv(Q), (a) fails without biases.
-    let q = vec![vec![1.0, 0.5, -0.25], vec![-2.0, -1.0, 0.5], vec![0.3, 0.1, 0.9]];
+    let q = vec![
+        vec![1.0, 0.5, -0.25],
+        vec![-2.0, -1.0, 0.5],
+        vec![0.3, 0.1, 0.9],
+    ];
     let s = vec![2.0, 2.0, 2.0];
     let k = vec![vec![0.0, 0.0, 0.0], vec![1.0, -1.0, 0.5]];
     let v = half_space_verdict_rows(&slices(&q), &s, &slices(&k), 0.01).unwrap();
     assert!(v.queries_fail() && !v.sink_fails(), "{v:?}");
-    let Verdict::NotRepresentable(obs) = &v else { unreachable!() };
-    let Obstruction::QueriesNotInHalfSpace { lambda } = &obs[0] else { panic!("{obs:?}") };
-    assert!((lambda.lambda[0] - 2.0 / 3.0).abs() < 1e-12 && (lambda.lambda[1] - 1.0 / 3.0).abs() < 1e-12);
+    let Verdict::NotRepresentable(obs) = &v else {
+        unreachable!()
+    };
+    let Obstruction::QueriesNotInHalfSpace { lambda } = &obs[0] else {
+        panic!("{obs:?}")
+    };
+    assert!(
+        (lambda.lambda[0] - 2.0 / 3.0).abs() < 1e-12
+            && (lambda.lambda[1] - 1.0 / 3.0).abs() < 1e-12
+    );
     let vb = half_space_verdict_biased(&slices(&q), &s, &slices(&k), 0.01).unwrap();
     assert!(vb.is_representable(), "{vb:?}");
     // Planting s in conv(K) breaks the biased verdict too.
@@ -180,7 +199,9 @@ fn wrong_witness_fails_verification() {
     let s = vec![1.0, 0.0];
     let q = vec![vec![-1.0, 0.3], vec![-0.5, -2.0]];
     let k = vec![vec![0.0, 1.0], vec![-1.0, -1.0], vec![-3.0, 0.2]];
-    let w = corollary_witness(&slices(&q), &s, &slices(&k), 0.01).unwrap().unwrap();
+    let w = corollary_witness(&slices(&q), &s, &slices(&k), 0.01)
+        .unwrap()
+        .unwrap();
     let good = w.verify(&slices(&q), &s, &slices(&k));
     assert!(good.ok && good.worst_sink_mass >= 0.99, "{good:?}");
     let wrong = from_rows(&[vec![w.c, 0.0], vec![0.0, 0.0]]);
@@ -193,8 +214,22 @@ fn wrong_witness_fails_verification() {
 
 #[test]
 fn matrix_api_matches_rows_api() {
-    let cfg = draw_config(7, 8, 30, 20, SetKind::Separated { margin: 0.1 }, SetKind::Separated { margin: 0.1 }, false);
-    let v1 = half_space_verdict(from_rows(&cfg.queries).as_ref(), &cfg.sink, from_rows(&cfg.keys).as_ref(), 0.01).unwrap();
+    let cfg = draw_config(
+        7,
+        8,
+        30,
+        20,
+        SetKind::Separated { margin: 0.1 },
+        SetKind::Separated { margin: 0.1 },
+        false,
+    );
+    let v1 = half_space_verdict(
+        from_rows(&cfg.queries).as_ref(),
+        &cfg.sink,
+        from_rows(&cfg.keys).as_ref(),
+        0.01,
+    )
+    .unwrap();
     let v2 = half_space_verdict_rows(&cfg.q(), &cfg.sink, &cfg.k(), 0.01).unwrap();
     match (v1, v2) {
         (Verdict::Representable(a), Verdict::Representable(b)) => assert_eq!(a.w, b.w),
@@ -222,4 +257,30 @@ fn registered_checks_pass() {
     assert!(o.worst_margin >= 0.0);
     let c = run_corollary(30, 11);
     assert!(c.ok(), "{c:?}");
+}
+
+/// Regression (found by proptest): sink planted on the boundary of a needle-like
+/// key hull (width 1e-6 of its length). Wolfe's iteration makes progress below
+/// f64's resolution of ‖y‖² for a few steps there; it must not stop early.
+#[test]
+fn needle_regression() {
+    let cfg = draw_config(
+        8771943862856865585,
+        24,
+        199,
+        62,
+        SetKind::Planted {
+            support: 24,
+            boundary: false,
+        },
+        SetKind::Planted {
+            support: 28,
+            boundary: true,
+        },
+        true,
+    );
+    match hull_verdict(&cfg.k(), &cfg.sink).unwrap() {
+        HullVerdict::Inside(mu) => assert!(mu.verify(&cfg.k(), &cfg.sink).ok),
+        v => panic!("{v:?}"),
+    }
 }

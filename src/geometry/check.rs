@@ -14,12 +14,13 @@ use rand_distr::StandardNormal;
 use std::fmt::Write as _;
 
 /// Unit of the margins recorded by both checks.
-pub const MARGIN_UNIT: &str =
-    "fraction of the allowance left: (sink mass − (1−ε))/ε for witnesses, 1 − residual/(1e-9·scale) for convex weights";
+pub const MARGIN_UNIT: &str = "fraction of the allowance left: (sink mass − (1−ε))/ε for witnesses, 1 − residual/(1e-9·scale) for convex weights";
 
 /// Per-case seed: distinct, deterministic.
 fn case_seed(seed: u64, case: usize) -> u64 {
-    seed.wrapping_mul(0x2545_F491_4F6C_DD1D).wrapping_add(case as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    seed.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        .wrapping_add(case as u64)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// Outcome of judging one configuration against its construction.
@@ -41,14 +42,28 @@ pub fn judge(cfg: &Config, eps: f64) -> Judged {
     let b_holds = cfg.key_kind.holds();
     let v = match half_space_verdict_rows(&q, &cfg.sink, &k, eps) {
         Ok(v) => v,
-        Err(e) => return Judged { ok: false, margin: f64::NEG_INFINITY, why: format!("error: {e}") },
+        Err(e) => {
+            return Judged {
+                ok: false,
+                margin: f64::NEG_INFINITY,
+                why: format!("error: {e}"),
+            };
+        }
     };
     match &v {
         Verdict::Representable(w) => {
             let chk = w.verify(&q, &cfg.sink, &k);
             let ok = a_holds && b_holds && chk.ok;
-            let why = if ok { String::new() } else { format!("representable verdict, check {chk:?}") };
-            Judged { ok, margin: chk.margin, why }
+            let why = if ok {
+                String::new()
+            } else {
+                format!("representable verdict, check {chk:?}")
+            };
+            Judged {
+                ok,
+                margin: chk.margin,
+                why,
+            }
         }
         Verdict::NotRepresentable(obs) => {
             let mut margin = f64::INFINITY;
@@ -56,7 +71,13 @@ pub fn judge(cfg: &Config, eps: f64) -> Judged {
             for o in obs {
                 let c = o.verify(&q, &cfg.sink, &k);
                 all_ok &= c.ok;
-                margin = margin.min(if c.allowed > 0.0 { 1.0 - c.residual / c.allowed } else if c.ok { 1.0 } else { -1.0 });
+                margin = margin.min(if c.allowed > 0.0 {
+                    1.0 - c.residual / c.allowed
+                } else if c.ok {
+                    1.0
+                } else {
+                    -1.0
+                });
             }
             let ok = all_ok && v.queries_fail() == !a_holds && v.sink_fails() == !b_holds;
             let why = if ok {
@@ -68,7 +89,11 @@ pub fn judge(cfg: &Config, eps: f64) -> Judged {
                     v.sink_fails()
                 )
             };
-            Judged { ok, margin: if ok { margin } else { margin.min(-1.0) }, why }
+            Judged {
+                ok,
+                margin: if ok { margin } else { margin.min(-1.0) },
+                why,
+            }
         }
     }
 }
@@ -88,7 +113,9 @@ pub fn run_half_space(cases: usize, seed: u64) -> CheckOutcome {
         let cfg = draw_random_config(case_seed(seed, i), 64, 256);
         let eps = eps_for(i);
         let j = judge(&cfg, eps);
-        out.record(j.ok, j.margin, || format!("case {i}: {} (ε={eps}): {}", cfg.describe(), j.why));
+        out.record(j.ok, j.margin, || {
+            format!("case {i}: {} (ε={eps}): {}", cfg.describe(), j.why)
+        });
     }
     out
 }
@@ -97,10 +124,17 @@ pub fn run_half_space(cases: usize, seed: u64) -> CheckOutcome {
 /// for every query (relative margin down to $10^{-6}$) and $s\cdot k\le 0$ for
 /// every key, a third of the keys exactly orthogonal to $s$ (coordinate 0 of
 /// $s$ is 0 and those keys live on it) and one key zero.
-pub fn corollary_config(seed: u64, d: usize, nq: usize, nk: usize) -> (Vec<Vec<f64>>, Vec<f64>, Vec<Vec<f64>>) {
+pub fn corollary_config(
+    seed: u64,
+    d: usize,
+    nq: usize,
+    nk: usize,
+) -> (Vec<Vec<f64>>, Vec<f64>, Vec<Vec<f64>>) {
     let mut rng = StdRng::seed_from_u64(seed);
     let g = |rng: &mut StdRng, n: usize, s: f64| -> Vec<f64> {
-        (0..n).map(|_| s * rng.sample::<f64, _>(StandardNormal)).collect()
+        (0..n)
+            .map(|_| s * rng.sample::<f64, _>(StandardNormal))
+            .collect()
     };
     let mut sink = g(&mut rng, d, 1.0);
     sink[0] = 0.0;
@@ -114,11 +148,18 @@ pub fn corollary_config(seed: u64, d: usize, nq: usize, nk: usize) -> (Vec<Vec<f
     let along = |rng: &mut StdRng, h: f64| -> Vec<f64> {
         let x = g(rng, d, r / (d as f64).sqrt());
         let c: f64 = x.iter().zip(&unit).map(|(a, b)| a * b).sum();
-        x.iter().zip(&unit).map(|(a, b)| a - c * b - h * b).collect()
+        x.iter()
+            .zip(&unit)
+            .map(|(a, b)| a - c * b - h * b)
+            .collect()
     };
     let queries: Vec<Vec<f64>> = (0..nq)
         .map(|i| {
-            let h = if i == 0 { margin * r } else { margin * r + r * rng.random::<f64>() };
+            let h = if i == 0 {
+                margin * r
+            } else {
+                margin * r + r * rng.random::<f64>()
+            };
             along(&mut rng, h)
         })
         .collect();
@@ -157,7 +198,9 @@ pub fn run_corollary(cases: usize, seed: u64) -> CheckOutcome {
         let w = match corollary_witness(&q, &s, &k, eps) {
             Ok(Some(w)) => w,
             other => {
-                out.record(false, -1.0, || format!("case {i}: corollary witness not built: {other:?}"));
+                out.record(false, -1.0, || {
+                    format!("case {i}: corollary witness not built: {other:?}")
+                });
                 continue;
             }
         };
@@ -197,7 +240,13 @@ fn arrow(from: (f64, f64), dir: &[f64], len: f64) -> Vec<(f64, f64)> {
     let rot = |x: f64, y: f64, c: f64, s: f64| (x * c - y * s, x * s + y * c);
     let (h1x, h1y) = rot(bx, by, 0.94, 0.34);
     let (h2x, h2y) = rot(bx, by, 0.94, -0.34);
-    vec![from, to, (to.0 + h1x, to.1 + h1y), to, (to.0 + h2x, to.1 + h2y)]
+    vec![
+        from,
+        to,
+        (to.0 + h1x, to.1 + h1y),
+        to,
+        (to.0 + h2x, to.1 + h2y),
+    ]
 }
 
 /// Report section `half_space`: a 2-D illustration (queries in a half-space
@@ -219,7 +268,11 @@ pub fn report_section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         return Err("the illustrative configuration should be representable".into());
     };
     let chk = w.verify(&q, &good.sink, &k);
-    let rq = good.queries.iter().map(|p| p[0].hypot(p[1])).fold(0.0, f64::max);
+    let rq = good
+        .queries
+        .iter()
+        .map(|p| p[0].hypot(p[1]))
+        .fold(0.0, f64::max);
     let p1 = Panel {
         title: "(a) queries in an open half-space".into(),
         x_label: "x₁".into(),
@@ -228,12 +281,21 @@ pub fn report_section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             Series::new("queries Q", pts(&good.queries), Style::Points, 0),
             Series::new("origin", vec![(0.0, 0.0)], Style::Points, 7),
             Series::new("{a·x = 0}", line_segment(&w.a, 0.0, rq), Style::Dashed, 3),
-            Series::new(format!("a (γ_a = {:.3})", w.gamma_a), arrow((0.0, 0.0), &w.a, 0.6 * rq), Style::Line, 2),
+            Series::new(
+                format!("a (γ_a = {:.3})", w.gamma_a),
+                arrow((0.0, 0.0), &w.a, 0.6 * rq),
+                Style::Line,
+                2,
+            ),
         ],
         ..Default::default()
     };
     let s = (good.sink[0], good.sink[1]);
-    let rk = good.keys.iter().map(|p| (p[0] - s.0).hypot(p[1] - s.1)).fold(0.0, f64::max);
+    let rk = good
+        .keys
+        .iter()
+        .map(|p| (p[0] - s.0).hypot(p[1] - s.1))
+        .fold(0.0, f64::max);
     let bs = w.b[0] * s.0 + w.b[1] * s.1;
     let mut sep_line = line_segment(&w.b, bs - 0.5 * w.gamma_b, 1.2 * rk);
     // Centre the separating line near the sink.
@@ -255,7 +317,12 @@ pub fn report_section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             Series::new("keys K", pts(&good.keys), Style::Points, 0),
             Series::new("sink s", vec![s], Style::Points, 1),
             Series::new("{b·x = b·s − γ_b/2}", sep_line, Style::Dashed, 3),
-            Series::new(format!("b (γ_b = {:.3})", w.gamma_b), arrow(s, &w.b, 0.5 * rk), Style::Line, 2),
+            Series::new(
+                format!("b (γ_b = {:.3})", w.gamma_b),
+                arrow(s, &w.b, 0.5 * rk),
+                Style::Line,
+                2,
+            ),
         ],
         ..Default::default()
     };
@@ -264,7 +331,10 @@ pub fn report_section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         2,
         12,
         6,
-        SetKind::Planted { support: 2, boundary: true },
+        SetKind::Planted {
+            support: 2,
+            boundary: true,
+        },
         SetKind::Separated { margin: 0.2 },
         false,
     );
@@ -280,8 +350,17 @@ pub fn report_section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         Series::new("origin", vec![(0.0, 0.0)], Style::Points, 7),
     ];
     for (n, &i) in support.iter().enumerate() {
-        let name = if n == 0 { "support of λ (Σλᵢxᵢ = 0)".to_string() } else { String::new() };
-        series.push(Series::new(name, vec![(0.0, 0.0), (bad.queries[i][0], bad.queries[i][1])], Style::Line, 1));
+        let name = if n == 0 {
+            "support of λ (Σλᵢxᵢ = 0)".to_string()
+        } else {
+            String::new()
+        };
+        series.push(Series::new(
+            name,
+            vec![(0.0, 0.0), (bad.queries[i][0], bad.queries[i][1])],
+            Style::Line,
+            1,
+        ));
     }
     let p3 = Panel {
         title: "obstruction: 0 ∈ conv(Q), no W exists".into(),
@@ -290,7 +369,11 @@ pub fn report_section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         series,
         ..Default::default()
     };
-    let figures = render(&ctx.fig_dir().join("half_space"), "Half-space theorem (A1)", &[p1, p2, p3])?;
+    let figures = render(
+        &ctx.fig_dir().join("half_space"),
+        "Half-space theorem (A1)",
+        &[p1, p2, p3],
+    )?;
     let fro = crate::linalg::fro_norm(w.w.as_ref());
     let nuc = crate::linalg::nuclear_norm(w.w.as_ref());
     let mut md = String::new();
@@ -305,8 +388,19 @@ pub fn report_section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
     writeln!(md, "| ε, m, Δ_ε(m) | {eps}, {}, {:.6} |", k.len(), w.gap)?;
     writeln!(md, "| γ_a, γ_b | {:.6}, {:.6} |", w.gamma_a, w.gamma_b)?;
     writeln!(md, "| c = Δ/(γ_a γ_b) | {:.6} |", w.c)?;
-    writeln!(md, "| c‖a‖‖b‖, ‖W‖_F, ‖W‖_* | {:.6}, {:.6}, {:.6} |", w.cost(), fro, nuc)?;
-    writeln!(md, "| worst sink mass (verified) | {:.8} ≥ {} |", chk.worst_sink_mass, 1.0 - eps)?;
+    writeln!(
+        md,
+        "| c‖a‖‖b‖, ‖W‖_F, ‖W‖_* | {:.6}, {:.6}, {:.6} |",
+        w.cost(),
+        fro,
+        nuc
+    )?;
+    writeln!(
+        md,
+        "| worst sink mass (verified) | {:.8} ≥ {} |",
+        chk.worst_sink_mass,
+        1.0 - eps
+    )?;
     writeln!(
         md,
         "| obstruction: support of λ, residual ‖Σλx‖ (allowed) | {:?}, {:.2e} ({:.2e}) |",
@@ -315,5 +409,9 @@ pub fn report_section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
     if !chk.ok || !lam_chk.ok {
         return Err("a certificate of the illustration failed verification".into());
     }
-    Ok(ReportSection { title: "Half-space theorem (A1)".into(), markdown: md, figures })
+    Ok(ReportSection {
+        title: "Half-space theorem (A1)".into(),
+        markdown: md,
+        figures,
+    })
 }

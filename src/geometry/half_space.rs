@@ -53,7 +53,16 @@ impl SinkWitness {
     fn build(a: Vec<f64>, b: Vec<f64>, gamma_a: f64, gamma_b: f64, gap: f64, eps: f64) -> Self {
         let c = gap / (gamma_a * gamma_b);
         let w = Mat::from_fn(a.len(), b.len(), |i, j| c * a[i] * b[j]);
-        Self { w, a, b, gamma_a, gamma_b, c, gap, eps }
+        Self {
+            w,
+            a,
+            b,
+            gamma_a,
+            gamma_b,
+            c,
+            gap,
+            eps,
+        }
     }
 
     /// Cost $\|W\|_F = \|W\|_* = c\|a\|\|b\|$ (rank one).
@@ -171,7 +180,13 @@ pub fn verify_sink_witness(
             ok = false;
         }
     }
-    WitnessCheck { worst_sink_mass: worst_mass, min_gap, rounding_bound: max_rho, margin, ok }
+    WitnessCheck {
+        worst_sink_mass: worst_mass,
+        min_gap,
+        rounding_bound: max_rho,
+        margin,
+        ok,
+    }
 }
 
 /// Why no sink is representable: convex weights certifying a failed condition.
@@ -193,7 +208,9 @@ impl Obstruction {
     /// Checks the weights by arithmetic on the data (see [`ConvexWeights::verify`]).
     pub fn verify(&self, queries: &[&[f64]], sink: &[f64], keys: &[&[f64]]) -> WeightsCheck {
         match self {
-            Obstruction::QueriesNotInHalfSpace { lambda } => lambda.verify(queries, &vec![0.0; sink.len()]),
+            Obstruction::QueriesNotInHalfSpace { lambda } => {
+                lambda.verify(queries, &vec![0.0; sink.len()])
+            }
             Obstruction::SinkNotSeparable { mu } => mu.verify(keys, sink),
         }
     }
@@ -242,7 +259,9 @@ fn norm(a: &[f64]) -> f64 {
 }
 
 fn rows_of(m: MatRef<'_, f64>) -> Vec<Vec<f64>> {
-    (0..m.nrows()).map(|i| (0..m.ncols()).map(|j| m[(i, j)]).collect()).collect()
+    (0..m.nrows())
+        .map(|i| (0..m.ncols()).map(|j| m[(i, j)]).collect())
+        .collect()
 }
 
 fn as_slices(v: &[Vec<f64>]) -> Vec<&[f64]> {
@@ -286,8 +305,17 @@ pub fn half_space_verdict_rows(
         return Err(GeometryError::Empty { what: "keys" });
     }
     let gap = check_eps(eps, keys.len())?;
-    if let Some((r, x)) = queries.iter().enumerate().find(|(_, x)| x.len() != sink.len()) {
-        return Err(GeometryError::Dimension { what: "queries", row: r, got: x.len(), expected: sink.len() });
+    if let Some((r, x)) = queries
+        .iter()
+        .enumerate()
+        .find(|(_, x)| x.len() != sink.len())
+    {
+        return Err(GeometryError::Dimension {
+            what: "queries",
+            row: r,
+            got: x.len(),
+            expected: sink.len(),
+        });
     }
     let zero = vec![0.0; sink.len()];
     let va = hull_verdict(queries, &zero).map_err(|e| rename(e, "queries"))?;
@@ -297,15 +325,26 @@ pub fn half_space_verdict_rows(
             let a = sa.a;
             // The solver's direction separates keys − s; b points from the keys to the sink.
             let b: Vec<f64> = sb.a.iter().map(|v| -v).collect();
-            let gamma_a = queries.iter().map(|x| dot(&a, x)).fold(f64::INFINITY, f64::min);
+            let gamma_a = queries
+                .iter()
+                .map(|x| dot(&a, x))
+                .fold(f64::INFINITY, f64::min);
             let gamma_b = keys
                 .iter()
-                .map(|k| b.iter().zip(sink.iter().zip(k.iter())).map(|(bi, (si, ki))| bi * (si - ki)).sum::<f64>())
+                .map(|k| {
+                    b.iter()
+                        .zip(sink.iter().zip(k.iter()))
+                        .map(|(bi, (si, ki))| bi * (si - ki))
+                        .sum::<f64>()
+                })
                 .fold(f64::INFINITY, f64::min);
             let wit = SinkWitness::build(a, b, gamma_a, gamma_b, gap, eps);
             let chk = wit.verify(queries, sink, keys);
             if !chk.ok {
-                return Err(GeometryError::WitnessFailed { worst_mass: chk.worst_sink_mass, target: 1.0 - eps });
+                return Err(GeometryError::WitnessFailed {
+                    worst_mass: chk.worst_sink_mass,
+                    target: 1.0 - eps,
+                });
             }
             Ok(Verdict::Representable(wit))
         }
@@ -326,7 +365,14 @@ fn rename(e: GeometryError, what: &'static str) -> GeometryError {
     match e {
         GeometryError::Empty { .. } => GeometryError::Empty { what },
         GeometryError::ZeroDimension { .. } => GeometryError::ZeroDimension { what },
-        GeometryError::Dimension { row, got, expected, .. } => GeometryError::Dimension { what, row, got, expected },
+        GeometryError::Dimension {
+            row, got, expected, ..
+        } => GeometryError::Dimension {
+            what,
+            row,
+            got,
+            expected,
+        },
         GeometryError::NonFinite { row, col, .. } => GeometryError::NonFinite { what, row, col },
         other => other,
     }
@@ -362,15 +408,28 @@ pub fn corollary_witness(
     for (what, set) in [("queries", queries), ("keys", keys)] {
         for (r, x) in set.iter().enumerate() {
             if x.len() != sink.len() {
-                return Err(GeometryError::Dimension { what, row: r, got: x.len(), expected: sink.len() });
+                return Err(GeometryError::Dimension {
+                    what,
+                    row: r,
+                    got: x.len(),
+                    expected: sink.len(),
+                });
             }
             if let Some(c) = x.iter().position(|v| !v.is_finite()) {
-                return Err(GeometryError::NonFinite { what, row: r, col: c });
+                return Err(GeometryError::NonFinite {
+                    what,
+                    row: r,
+                    col: c,
+                });
             }
         }
     }
     if let Some(c) = sink.iter().position(|v| !v.is_finite()) {
-        return Err(GeometryError::NonFinite { what: "sink", row: usize::MAX, col: c });
+        return Err(GeometryError::NonFinite {
+            what: "sink",
+            row: usize::MAX,
+            col: c,
+        });
     }
     let ss = dot(sink, sink);
     let queries_ok = queries.iter().all(|x| norm(x) > 0.0 && dot(sink, x) < 0.0);
@@ -378,15 +437,30 @@ pub fn corollary_witness(
     if ss == 0.0 || !queries_ok || !keys_ok {
         return Ok(None);
     }
-    let gamma_a = queries.iter().map(|x| -dot(sink, x)).fold(f64::INFINITY, f64::min);
-    let gamma_b = keys.iter().map(|k| ss - dot(sink, k)).fold(f64::INFINITY, f64::min);
+    let gamma_a = queries
+        .iter()
+        .map(|x| -dot(sink, x))
+        .fold(f64::INFINITY, f64::min);
+    let gamma_b = keys
+        .iter()
+        .map(|k| ss - dot(sink, k))
+        .fold(f64::INFINITY, f64::min);
     let a: Vec<f64> = sink.iter().map(|v| -v).collect();
-    Ok(Some(SinkWitness::build(a, sink.to_vec(), gamma_a, gamma_b, gap, eps)))
+    Ok(Some(SinkWitness::build(
+        a,
+        sink.to_vec(),
+        gamma_a,
+        gamma_b,
+        gap,
+        eps,
+    )))
 }
 
 /// Appends the constant coordinate 1: $\tilde x = (x, 1)$.
 pub fn homogenize(rows: &[&[f64]]) -> Vec<Vec<f64>> {
-    rows.iter().map(|x| x.iter().copied().chain(std::iter::once(1.0)).collect()).collect()
+    rows.iter()
+        .map(|x| x.iter().copied().chain(std::iter::once(1.0)).collect())
+        .collect()
 }
 
 /// The biased case (THEORY.md §3): logits $(W_Qx+b_Q)^\top(W_Kk+b_K)$ are the
@@ -426,12 +500,17 @@ mod tests {
         let qs = as_slices(&q);
         let ks = as_slices(&k);
         let v = half_space_verdict_rows(&qs, &s, &ks, 0.01).unwrap();
-        let Verdict::Representable(w) = &v else { panic!("{v:?}") };
+        let Verdict::Representable(w) = &v else {
+            panic!("{v:?}")
+        };
         let chk = w.verify(&qs, &s, &ks);
         assert!(chk.ok && chk.worst_sink_mass >= 0.99 - 1e-12, "{chk:?}");
         let fro = crate::linalg::fro_norm(w.w.as_ref());
         let nuc = crate::linalg::nuclear_norm(w.w.as_ref());
-        assert!((fro - w.cost()).abs() <= 1e-10 * w.cost() && (nuc - w.cost()).abs() <= 1e-10 * w.cost());
+        assert!(
+            (fro - w.cost()).abs() <= 1e-10 * w.cost()
+                && (nuc - w.cost()).abs() <= 1e-10 * w.cost()
+        );
         // Antipodal queries: (a) fails.
         let q2 = [vec![1.0, 0.2], vec![-2.0, -0.4]];
         let v2 = half_space_verdict_rows(&as_slices(&q2), &s, &ks, 0.01).unwrap();
@@ -449,7 +528,10 @@ mod tests {
             half_space_verdict_rows(&as_slices(&q), &s, &as_slices(&k), 0.5),
             Err(GeometryError::Epsilon { .. })
         ));
-        assert!(matches!(half_space_verdict_rows(&as_slices(&q), &s, &[], 0.1), Err(GeometryError::Empty { .. })));
+        assert!(matches!(
+            half_space_verdict_rows(&as_slices(&q), &s, &[], 0.1),
+            Err(GeometryError::Empty { .. })
+        ));
         let bad = [vec![1.0]];
         assert!(matches!(
             half_space_verdict_rows(&as_slices(&bad), &s, &as_slices(&k), 0.1),

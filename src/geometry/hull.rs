@@ -140,14 +140,27 @@ fn check_points(points: &[&[f64]], p: &[f64], what: &'static str) -> Result<(), 
         return Err(GeometryError::ZeroDimension { what });
     }
     if let Some(i) = p.iter().position(|v| !v.is_finite()) {
-        return Err(GeometryError::NonFinite { what, row: usize::MAX, col: i });
+        return Err(GeometryError::NonFinite {
+            what,
+            row: usize::MAX,
+            col: i,
+        });
     }
     for (r, x) in points.iter().enumerate() {
         if x.len() != d {
-            return Err(GeometryError::Dimension { what, row: r, got: x.len(), expected: d });
+            return Err(GeometryError::Dimension {
+                what,
+                row: r,
+                got: x.len(),
+                expected: d,
+            });
         }
         if let Some(c) = x.iter().position(|v| !v.is_finite()) {
-            return Err(GeometryError::NonFinite { what, row: r, col: c });
+            return Err(GeometryError::NonFinite {
+                what,
+                row: r,
+                col: c,
+            });
         }
     }
     Ok(())
@@ -233,7 +246,13 @@ pub fn weights_check(lambda: &[f64], points: &[&[f64]], p: &[f64]) -> WeightsChe
         && min_weight >= 0.0
         && sum_error <= 4.0 * lambda.len() as f64 * U
         && residual <= allowed;
-    WeightsCheck { residual, allowed, sum_error, min_weight, ok }
+    WeightsCheck {
+        residual,
+        allowed,
+        sum_error,
+        min_weight,
+        ok,
+    }
 }
 
 /// Wolfe's corral: affinely independent points with an orthonormal basis of
@@ -286,12 +305,19 @@ impl Corral {
     /// Members whose direction turns out dependent are dropped (their weight
     /// is redistributed by renormalisation).
     fn rebuild(&mut self, pts: &Shifted) {
-        let hb = (0..self.idx.len()).max_by(|&a, &b| self.w[a].total_cmp(&self.w[b])).unwrap_or(0);
+        let hb = (0..self.idx.len())
+            .max_by(|&a, &b| self.w[a].total_cmp(&self.w[b]))
+            .unwrap_or(0);
         self.idx.swap(0, hb);
         self.w.swap(0, hb);
         self.q.clear();
         self.r.clear();
-        let members: Vec<(usize, f64)> = self.idx.iter().copied().zip(self.w.iter().copied()).collect();
+        let members: Vec<(usize, f64)> = self
+            .idx
+            .iter()
+            .copied()
+            .zip(self.w.iter().copied())
+            .collect();
         self.idx.truncate(1);
         self.w.truncate(1);
         for &(j, wj) in &members[1..] {
@@ -368,16 +394,26 @@ struct MinNorm {
 
 /// Runs Wolfe's algorithm on the shifted points.
 fn min_norm_point(pts: &Shifted) -> MinNorm {
-    let norms: Vec<f64> = (0..pts.n).map(|i| dot(pts.row(i), pts.row(i)).sqrt()).collect();
+    let norms: Vec<f64> = (0..pts.n)
+        .map(|i| dot(pts.row(i), pts.row(i)).sqrt())
+        .collect();
     let scale = norms.iter().copied().fold(0.0, f64::max);
-    let j0 = (0..pts.n).min_by(|&a, &b| norms[a].total_cmp(&norms[b])).unwrap_or(0);
-    let mut c = Corral { idx: vec![j0], w: vec![1.0], q: Vec::new(), r: Vec::new() };
+    let j0 = (0..pts.n)
+        .min_by(|&a, &b| norms[a].total_cmp(&norms[b]))
+        .unwrap_or(0);
+    let mut c = Corral {
+        idx: vec![j0],
+        w: vec![1.0],
+        q: Vec::new(),
+        r: Vec::new(),
+    };
     let mut y = pts.row(j0).to_vec();
     let zero = 0.25 * HULL_TOL * scale;
     let max_major = 50 * (pts.n + pts.d) + 100;
     let mut stop = Stop::Stalled;
     let mut iterations = 0;
     let mut proj = vec![0.0; pts.n];
+    let mut flat = 0usize;
     'major: while iterations < max_major {
         iterations += 1;
         let ny2 = dot(&y, &y);
@@ -433,8 +469,19 @@ fn min_norm_point(pts: &Shifted) -> MinNorm {
             }
             c.w[blocking] = 0.0;
             let keep: Vec<bool> = c.w.iter().map(|&wi| wi > 0.0).collect();
-            c.idx = c.idx.iter().zip(&keep).filter(|p| *p.1).map(|p| *p.0).collect();
-            c.w = c.w.iter().zip(&keep).filter(|p| *p.1).map(|p| *p.0).collect();
+            c.idx = c
+                .idx
+                .iter()
+                .zip(&keep)
+                .filter(|p| *p.1)
+                .map(|p| *p.0)
+                .collect();
+            c.w =
+                c.w.iter()
+                    .zip(&keep)
+                    .filter(|p| *p.1)
+                    .map(|p| *p.0)
+                    .collect();
             if c.idx.is_empty() {
                 break 'major;
             }
@@ -442,8 +489,14 @@ fn min_norm_point(pts: &Shifted) -> MinNorm {
             y = c.point(pts);
         }
         if dot(&y, &y) >= ny2 && iterations > 1 {
-            // No decrease: numerically at the optimum of what f64 resolves.
-            break;
+            // No decrease that f64 resolves: the corral still changed, so allow
+            // a few such steps before calling it stalled.
+            flat += 1;
+            if flat > pts.d + 1 {
+                break;
+            }
+        } else {
+            flat = 0;
         }
     }
     let mut lambda = vec![0.0; pts.n];
@@ -454,7 +507,13 @@ fn min_norm_point(pts: &Shifted) -> MinNorm {
     for l in lambda.iter_mut() {
         *l /= s;
     }
-    MinNorm { y, lambda, scale, stop, iterations }
+    MinNorm {
+        y,
+        lambda,
+        scale,
+        stop,
+        iterations,
+    }
 }
 
 /// Decides whether $p \in \mathrm{conv}\{x_i\}$ and returns a verified certificate.
@@ -476,20 +535,36 @@ pub fn hull_verdict(points: &[&[f64]], p: &[f64]) -> Result<HullVerdict, Geometr
     let inside = |lambda: &Vec<f64>| {
         let chk = weights_check(lambda, points, p);
         chk.ok.then(|| {
-            HullVerdict::Inside(ConvexWeights { lambda: lambda.clone(), residual: chk.residual, scale: mn.scale })
+            HullVerdict::Inside(ConvexWeights {
+                lambda: lambda.clone(),
+                residual: chk.residual,
+                scale: mn.scale,
+            })
         })
     };
     let outside = |y: &Vec<f64>| {
         let chk = separator_check(y, points, p);
         chk.ok.then(|| {
-            HullVerdict::Outside(Separator { a: y.clone(), gamma: chk.min_margin, distance: dot(y, y).sqrt() })
+            HullVerdict::Outside(Separator {
+                a: y.clone(),
+                gamma: chk.min_margin,
+                distance: dot(y, y).sqrt(),
+            })
         })
     };
-    let first = if mn.stop == Stop::Zero { inside(&mn.lambda) } else { outside(&mn.y) };
+    let first = if mn.stop == Stop::Zero {
+        inside(&mn.lambda)
+    } else {
+        outside(&mn.y)
+    };
     if let Some(v) = first {
         return Ok(v);
     }
-    let second = if mn.stop == Stop::Zero { outside(&mn.y) } else { inside(&mn.lambda) };
+    let second = if mn.stop == Stop::Zero {
+        outside(&mn.y)
+    } else {
+        inside(&mn.lambda)
+    };
     second.ok_or(GeometryError::Inconclusive {
         distance: dot(&mn.y, &mn.y).sqrt(),
         scale: mn.scale,
@@ -507,7 +582,12 @@ mod tests {
 
     #[test]
     fn square_contains_centre_and_not_outside_point() {
-        let pts = vec![vec![1.0, 1.0], vec![-1.0, 1.0], vec![-1.0, -1.0], vec![1.0, -1.0]];
+        let pts = vec![
+            vec![1.0, 1.0],
+            vec![-1.0, 1.0],
+            vec![-1.0, -1.0],
+            vec![1.0, -1.0],
+        ];
         match hull_verdict(&rows(&pts), &[0.0, 0.0]).unwrap() {
             HullVerdict::Inside(c) => assert!(c.verify(&rows(&pts), &[0.0, 0.0]).ok),
             v => panic!("{v:?}"),
@@ -525,18 +605,32 @@ mod tests {
     #[test]
     fn boundary_point_is_inside() {
         // p on the edge between (1,1) and (1,-1).
-        let pts = vec![vec![1.0, 1.0], vec![-1.0, 1.0], vec![-1.0, -1.0], vec![1.0, -1.0]];
+        let pts = vec![
+            vec![1.0, 1.0],
+            vec![-1.0, 1.0],
+            vec![-1.0, -1.0],
+            vec![1.0, -1.0],
+        ];
         let v = hull_verdict(&rows(&pts), &[1.0, 0.25]).unwrap();
         assert!(matches!(v, HullVerdict::Inside(_)), "{v:?}");
     }
 
     #[test]
     fn bad_input_is_an_error() {
-        assert!(matches!(hull_verdict(&[], &[0.0]), Err(GeometryError::Empty { .. })));
+        assert!(matches!(
+            hull_verdict(&[], &[0.0]),
+            Err(GeometryError::Empty { .. })
+        ));
         let a = [1.0, f64::NAN];
-        assert!(matches!(hull_verdict(&[&a], &[0.0, 0.0]), Err(GeometryError::NonFinite { .. })));
+        assert!(matches!(
+            hull_verdict(&[&a], &[0.0, 0.0]),
+            Err(GeometryError::NonFinite { .. })
+        ));
         let b = [1.0];
-        assert!(matches!(hull_verdict(&[&b], &[0.0, 0.0]), Err(GeometryError::Dimension { .. })));
+        assert!(matches!(
+            hull_verdict(&[&b], &[0.0, 0.0]),
+            Err(GeometryError::Dimension { .. })
+        ));
     }
 
     #[test]

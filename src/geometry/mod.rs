@@ -16,8 +16,9 @@ pub mod hull;
 pub mod sample;
 
 pub use half_space::{
-    Obstruction, SinkWitness, Verdict, WitnessCheck, corollary_witness, delta_eps, half_space_verdict,
-    half_space_verdict_biased, half_space_verdict_rows, homogenize, verify_sink_witness,
+    Obstruction, SinkWitness, Verdict, WitnessCheck, corollary_witness, delta_eps,
+    half_space_verdict, half_space_verdict_biased, half_space_verdict_rows, homogenize,
+    verify_sink_witness,
 };
 pub use hull::{ConvexWeights, HULL_TOL, HullVerdict, Separator, hull_verdict};
 
@@ -69,7 +70,9 @@ pub enum GeometryError {
     },
     /// Neither certificate could be verified (should not happen; reported
     /// rather than guessed).
-    #[error("solver inconclusive: distance {distance:e} at scale {scale:e} after {iterations} iterations")]
+    #[error(
+        "solver inconclusive: distance {distance:e} at scale {scale:e} after {iterations} iterations"
+    )]
     Inconclusive {
         /// Last distance estimate.
         distance: f64,

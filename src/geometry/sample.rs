@@ -72,13 +72,19 @@ impl Config {
             self.keys.len(),
             self.query_kind,
             self.key_kind,
-            if self.collinear { " nearly-collinear" } else { "" }
+            if self.collinear {
+                " nearly-collinear"
+            } else {
+                ""
+            }
         )
     }
 }
 
 fn gauss(rng: &mut StdRng, d: usize, scale: f64) -> Vec<f64> {
-    (0..d).map(|_| scale * rng.sample::<f64, _>(StandardNormal)).collect()
+    (0..d)
+        .map(|_| scale * rng.sample::<f64, _>(StandardNormal))
+        .collect()
 }
 
 fn unit(rng: &mut StdRng, d: usize) -> Vec<f64> {
@@ -137,7 +143,11 @@ fn build_set(
     // A point at signed height h along u (relative to target).
     let at = |rng: &mut StdRng, h: f64| -> Vec<f64> {
         let l = lateral(rng, &u, vr, r);
-        l.iter().zip(&u).zip(target).map(|((a, b), t)| t + a + sign * h * b).collect()
+        l.iter()
+            .zip(&u)
+            .zip(target)
+            .map(|((a, b), t)| t + a + sign * h * b)
+            .collect()
     };
     let mut pts: Vec<Vec<f64>> = Vec::with_capacity(n);
     match kind {
@@ -162,7 +172,11 @@ fn build_set(
             let mut ys: Vec<Vec<f64>> = Vec::with_capacity(k);
             let lam: Vec<f64> = (0..k).map(|_| 0.2 + rng.random::<f64>()).collect();
             for _ in 0..k.saturating_sub(1) {
-                let y = if boundary { lateral(rng, &u, vr, r) } else { gauss(rng, d, r / (d as f64).sqrt()) };
+                let y = if boundary {
+                    lateral(rng, &u, vr, r)
+                } else {
+                    gauss(rng, d, r / (d as f64).sqrt())
+                };
                 ys.push(y);
             }
             let mut last = vec![0.0; d];
@@ -214,7 +228,14 @@ pub fn draw_config(
     let sink = gauss(&mut rng, d, r_k / (d as f64).sqrt());
     // Keys on the side u·(k − s) < 0 when separable: b = u separates s above them.
     let keys = build_set(&mut rng, nk, &sink, key_kind, -1.0, collinear, r_k);
-    Config { queries, sink, keys, query_kind, key_kind, collinear }
+    Config {
+        queries,
+        sink,
+        keys,
+        query_kind,
+        key_kind,
+        collinear,
+    }
 }
 
 /// Draws the kinds and sizes too: dimension in 2..=`max_d`, up to `max_n`
@@ -228,8 +249,15 @@ pub fn draw_random_config(seed: u64, max_d: usize, max_n: usize) -> Config {
             let margin = [1e-6, 1e-4, 1e-2, 0.3][rng.random_range(0..4usize)];
             SetKind::Separated { margin }
         } else {
-            let support = if rng.random::<bool>() { 2 } else { rng.random_range(1..=n.clamp(1, d + 2)) };
-            SetKind::Planted { support, boundary: rng.random::<bool>() }
+            let support = if rng.random::<bool>() {
+                2
+            } else {
+                rng.random_range(1..=n.clamp(1, d + 2))
+            };
+            SetKind::Planted {
+                support,
+                boundary: rng.random::<bool>(),
+            }
         }
     };
     let nq = rng.random_range(2..=max_n.max(2));
@@ -237,7 +265,10 @@ pub fn draw_random_config(seed: u64, max_d: usize, max_n: usize) -> Config {
     let qk = kind(&mut rng, nq);
     // A query set planted with support 1 would contain 0 itself; keep ≥ 2 there.
     let qk = match qk {
-        SetKind::Planted { support, boundary } => SetKind::Planted { support: support.max(2), boundary },
+        SetKind::Planted { support, boundary } => SetKind::Planted {
+            support: support.max(2),
+            boundary,
+        },
         other => other,
     };
     let kk = kind(&mut rng, nk);
