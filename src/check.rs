@@ -133,6 +133,8 @@ pub fn registry() -> Vec<Theorem> {
         figure: "half_space",
         default_cases: 200,
         run: crate::geometry::check::run_corollary,
+    });
+    v.push(Theorem {
         name: "oversmoothing_prediction",
         claim: "A2",
         statement: "one mixing step y_i = N(x_i + W(A_λX)_i), x_i iid N(μ,Σ): as n → ∞ the mean token cosine tends to ‖m‖²/(‖m‖²+tr BΣBᵀ) plus its delta-method correction, to O(ρ0/r²); finite-n error shrinks with n",

@@ -79,7 +79,7 @@ pub fn judge(cfg: &Config, eps: f64) -> Judged {
                     -1.0
                 });
             }
-            let ok = all_ok && v.queries_fail() == !a_holds && v.sink_fails() == !b_holds;
+            let ok = all_ok && v.queries_fail() != a_holds && v.sink_fails() != b_holds;
             let why = if ok {
                 String::new()
             } else {
@@ -259,8 +259,8 @@ pub fn report_section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         2,
         14,
         10,
-        SetKind::Separated { margin: 0.15 },
-        SetKind::Separated { margin: 0.15 },
+        SetKind::Separated { margin: 0.4 },
+        SetKind::Separated { margin: 0.4 },
         false,
     );
     let (q, k) = (good.q(), good.k());
@@ -282,7 +282,7 @@ pub fn report_section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             Series::new("origin", vec![(0.0, 0.0)], Style::Points, 7),
             Series::new("{a·x = 0}", line_segment(&w.a, 0.0, rq), Style::Dashed, 3),
             Series::new(
-                format!("a (γ_a = {:.3})", w.gamma_a),
+                format!("a (min a·x/‖a‖ = {:.3})", w.gamma_a / w.a[0].hypot(w.a[1])),
                 arrow((0.0, 0.0), &w.a, 0.6 * rq),
                 Style::Line,
                 2,
@@ -318,7 +318,10 @@ pub fn report_section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             Series::new("sink s", vec![s], Style::Points, 1),
             Series::new("{b·x = b·s − γ_b/2}", sep_line, Style::Dashed, 3),
             Series::new(
-                format!("b (γ_b = {:.3})", w.gamma_b),
+                format!(
+                    "b (min b·(s−k)/‖b‖ = {:.3})",
+                    w.gamma_b / w.b[0].hypot(w.b[1])
+                ),
                 arrow(s, &w.b, 0.5 * rk),
                 Style::Line,
                 2,
@@ -349,19 +352,18 @@ pub fn report_section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         Series::new("queries Q", pts(&bad.queries), Style::Points, 0),
         Series::new("origin", vec![(0.0, 0.0)], Style::Points, 7),
     ];
-    for (n, &i) in support.iter().enumerate() {
-        let name = if n == 0 {
-            "support of λ (Σλᵢxᵢ = 0)".to_string()
-        } else {
-            String::new()
-        };
-        series.push(Series::new(
-            name,
-            vec![(0.0, 0.0), (bad.queries[i][0], bad.queries[i][1])],
-            Style::Line,
-            1,
-        ));
+    // One path 0 → x_i → 0 → x_j … through the support of λ.
+    let mut path = vec![(0.0, 0.0)];
+    for &i in &support {
+        path.push((bad.queries[i][0], bad.queries[i][1]));
+        path.push((0.0, 0.0));
     }
+    series.push(Series::new(
+        "support of λ (Σλᵢxᵢ = 0)",
+        path,
+        Style::Line,
+        1,
+    ));
     let p3 = Panel {
         title: "obstruction: 0 ∈ conv(Q), no W exists".into(),
         x_label: "x₁".into(),
@@ -414,4 +416,35 @@ pub fn report_section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         markdown: md,
         figures,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_section_writes_the_figure() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ReportCtx {
+            out_dir: dir.path().to_path_buf(),
+            seed: 0,
+            quick: true,
+        };
+        let s = report_section(&ctx).unwrap();
+        assert_eq!(s.figures.len(), 2);
+        for f in &s.figures {
+            assert!(std::fs::metadata(f).unwrap().len() > 1000, "{f:?}");
+        }
+        assert!(s.markdown.contains("γ_a"));
+        if let Ok(keep) = std::env::var("HALF_SPACE_FIG_DIR") {
+            for f in &s.figures {
+                std::fs::copy(f, std::path::Path::new(&keep).join(f.file_name().unwrap())).unwrap();
+            }
+            std::fs::write(
+                std::path::Path::new(&keep).join("half_space.md"),
+                &s.markdown,
+            )
+            .unwrap();
+        }
+    }
 }

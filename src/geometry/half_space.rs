@@ -176,7 +176,7 @@ pub fn verify_sink_witness(
         max_rho = max_rho.max(rho);
         let mq = (mass + rho - (1.0 - eps)) / eps;
         margin = margin.min(mq);
-        if !(mq >= 0.0) {
+        if mq.is_nan() || mq < 0.0 {
             ok = false;
         }
     }

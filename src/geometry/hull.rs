@@ -289,7 +289,7 @@ impl Corral {
             }
         }
         let nr = dot(&col, &col).sqrt();
-        if !(nr > DEP_TOL * n0.max(f64::MIN_POSITIVE)) || self.q.len() >= pts.d {
+        if nr.is_nan() || nr <= DEP_TOL * n0.max(f64::MIN_POSITIVE) || self.q.len() >= pts.d {
             return false;
         }
         for v in col.iter_mut() {
