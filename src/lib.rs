@@ -9,6 +9,7 @@
 pub mod attention;
 pub mod backend;
 pub mod check;
+pub mod geometry;
 pub mod linalg;
 pub mod oversmoothing;
 pub mod patterns;
