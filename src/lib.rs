@@ -10,3 +10,8 @@ pub mod check;
 pub mod linalg;
 pub mod plot;
 pub mod report;
+pub mod sweep;
+pub mod cost;
+pub mod fit;
+pub mod tasks;
+pub mod train;
