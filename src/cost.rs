@@ -500,8 +500,11 @@ pub fn solve(p: &GapProgram, kind: NormKind, opts: SolveOptions) -> Result<CostS
     // Step balance: the primal scale is ~upper, the dual scale ~upper/(Δ·n)·(something);
     // start balanced on the operator norm and adapt by residual balancing (nuclear)
     // or by the strong-convexity acceleration (Frobenius).
-    let mut tau = 0.99 / la;
-    let mut sigma = 0.99 / la;
+    // Primal scale ‖W₀‖_F; dual scale: at the optimum Δ·Σλ = C, spread over n constraints,
+    // so ‖λ‖ ≈ C/(Δ√n). PDHG converges fastest with τ/σ ≈ (primal scale / dual scale)².
+    let beta = (linalg::fro_norm(witness.as_ref()) * p.delta * (n as f64).sqrt() / upper).max(1e-6);
+    let mut tau = 0.99 * beta / la;
+    let mut sigma = 0.99 / (beta * la);
     let mut it = 0;
     let check_every = 10;
     while it < opts.max_iter {

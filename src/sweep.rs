@@ -128,8 +128,9 @@ pub struct SweepSpec {
     /// Bootstrap resamples of the fits.
     #[serde(default = "default_boot")]
     pub bootstrap: usize,
-    /// Exact programs.
-    pub exact: Option<ExactSpec>,
+    /// Exact programs (`[[exact]]` blocks).
+    #[serde(default)]
+    pub exact: Vec<ExactSpec>,
     /// Trained models.
     pub trained: Option<TrainedSpec>,
 }
@@ -142,7 +143,7 @@ impl SweepSpec {
     /// Parses a TOML spec.
     pub fn from_toml(text: &str) -> Result<Self, SweepError> {
         let s: Self = toml::from_str(text).map_err(|e| SweepError::Spec(e.to_string()))?;
-        if let Some(e) = &s.exact {
+        for e in &s.exact {
             if e.t.iter().any(|&t| t < 2) || e.seeds.is_empty() || e.d_factor == 0 {
                 return Err(SweepError::Spec("exact: need T >= 2, a seed, d_factor >= 1".into()));
             }
@@ -166,7 +167,7 @@ impl SweepSpec {
     /// Every point, in a fixed order.
     pub fn points(&self) -> Vec<Point> {
         let mut v = Vec::new();
-        if let Some(e) = &self.exact {
+        for e in &self.exact {
             for &emb in &e.embeddings {
                 let seeds: &[u64] = if emb == EmbeddingKind::Orthonormal { &e.seeds[..1] } else { &e.seeds };
                 for &t in &e.t {
@@ -222,7 +223,7 @@ impl SweepSpec {
     }
 
     fn tol(&self) -> f64 {
-        self.exact.as_ref().map_or(1e-3, |e| e.tol)
+        self.exact.iter().map(|e| e.tol).fold(f64::INFINITY, f64::min).min(1e-3)
     }
 }
 
@@ -789,7 +790,7 @@ pub const DEFAULT_SPEC: &str = include_str!("../sims/cost_scaling.toml");
 pub const QUICK_SPEC: &str = r#"
 name = "cost_scaling_quick"
 bootstrap = 500
-[exact]
+[[exact]]
 patterns = ["sink", "diagonal"]
 norms = ["fro", "nuclear"]
 embeddings = ["orthonormal", "gaussian"]

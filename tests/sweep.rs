@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 const SPEC: &str = r#"
 name = "tiny"
 bootstrap = 200
-[exact]
+[[exact]]
 patterns = ["sink", "diagonal"]
 norms = ["fro", "nuclear"]
 embeddings = ["orthonormal", "gaussian"]
-t = [4, 6, 8, 12, 16, 24, 32]
+t = [4, 6, 8, 12, 16, 24]
 d_factor = 2
-seeds = [0, 1, 2, 3]
+seeds = [0, 1, 2]
 delta = 5.0
 "#;
 
