@@ -114,15 +114,24 @@ impl std::fmt::Display for EmbeddingKind {
 /// a target ahead of $m$ others by $\Delta$ gets mass $\ge 1-\varepsilon$.
 pub fn delta_eps(m: usize, eps: f64) -> Result<f64, CostError> {
     if !(eps > 0.0 && eps < 1.0) || m == 0 {
-        return Err(CostError::Invalid(format!("need 0 < eps < 1 and m >= 1 (eps = {eps}, m = {m})")));
+        return Err(CostError::Invalid(format!(
+            "need 0 < eps < 1 and m >= 1 (eps = {eps}, m = {m})"
+        )));
     }
     Ok((m as f64 * (1.0 - eps) / eps).ln())
 }
 
 /// Seeded embeddings, one row per position ($T \times d$).
-pub fn embeddings(kind: EmbeddingKind, t: usize, d: usize, seed: u64) -> Result<Mat<f64>, CostError> {
+pub fn embeddings(
+    kind: EmbeddingKind,
+    t: usize,
+    d: usize,
+    seed: u64,
+) -> Result<Mat<f64>, CostError> {
     if t < 2 || d == 0 {
-        return Err(CostError::Invalid(format!("need T >= 2 and d >= 1 (T = {t}, d = {d})")));
+        return Err(CostError::Invalid(format!(
+            "need T >= 2 and d >= 1 (T = {t}, d = {d})"
+        )));
     }
     let mut rng = StdRng::seed_from_u64(seed);
     let g = Mat::from_fn(t, d, |_, _| {
@@ -133,7 +142,9 @@ pub fn embeddings(kind: EmbeddingKind, t: usize, d: usize, seed: u64) -> Result<
         EmbeddingKind::Gaussian => Ok(g * faer::Scale(1.0 / (d as f64).sqrt())),
         EmbeddingKind::Orthonormal => {
             if d < t {
-                return Err(CostError::Invalid(format!("orthonormal embeddings need d >= T (T = {t}, d = {d})")));
+                return Err(CostError::Invalid(format!(
+                    "orthonormal embeddings need d >= T (T = {t}, d = {d})"
+                )));
             }
             // Modified Gram–Schmidt, twice ("twice is enough") for orthogonality to rounding.
             let mut rows: Vec<Vec<f64>> = (0..t).map(|i| linalg::row(g.as_ref(), i)).collect();
@@ -142,7 +153,10 @@ pub fn embeddings(kind: EmbeddingKind, t: usize, d: usize, seed: u64) -> Result<
                     for k in 0..i {
                         let c = linalg::dot(&rows[i], &rows[k]);
                         let (head, tail) = rows.split_at_mut(i);
-                        tail[0].iter_mut().zip(&head[k]).for_each(|(a, b)| *a -= c * b);
+                        tail[0]
+                            .iter_mut()
+                            .zip(&head[k])
+                            .for_each(|(a, b)| *a -= c * b);
                     }
                     let n = linalg::norm(&rows[i]);
                     rows[i].iter_mut().for_each(|a| *a /= n);
@@ -168,7 +182,11 @@ pub fn pattern_targets(pattern: Pattern, t: usize) -> Vec<Option<usize>> {
 fn mm(a: MatRef<'_, f64>, b: MatRef<'_, f64>) -> Mat<f64> {
     let mut c = Mat::zeros(a.nrows(), b.ncols());
     let big = a.nrows().max(a.ncols()).max(b.ncols()) >= 256;
-    let par = if big && rayon::current_thread_index().is_none() { Par::rayon(0) } else { Par::Seq };
+    let par = if big && rayon::current_thread_index().is_none() {
+        Par::rayon(0)
+    } else {
+        Par::Seq
+    };
     matmul(c.as_mut(), Accum::Replace, a, b, 1.0, par);
     c
 }
@@ -191,23 +209,36 @@ pub struct GapProgram {
 impl GapProgram {
     /// Builds the program for embeddings `x` ($T \times d$), per-row targets and gap Δ.
     /// Row $i$ with a target sees keys $0..=i$ (causal, itself included).
-    pub fn new(x: MatRef<'_, f64>, targets: &[Option<usize>], delta: f64) -> Result<Self, CostError> {
+    pub fn new(
+        x: MatRef<'_, f64>,
+        targets: &[Option<usize>],
+        delta: f64,
+    ) -> Result<Self, CostError> {
         let t = x.nrows();
         if targets.len() != t {
-            return Err(CostError::Invalid(format!("{} targets for {t} rows", targets.len())));
+            return Err(CostError::Invalid(format!(
+                "{} targets for {t} rows",
+                targets.len()
+            )));
         }
         if !(delta > 0.0 && delta.is_finite()) {
-            return Err(CostError::Invalid(format!("gap must be positive and finite, got {delta}")));
+            return Err(CostError::Invalid(format!(
+                "gap must be positive and finite, got {delta}"
+            )));
         }
         if x.ncols() == 0 || (0..t).any(|i| (0..x.ncols()).any(|j| !x[(i, j)].is_finite())) {
-            return Err(CostError::Invalid("embeddings must be finite and non-empty".into()));
+            return Err(CostError::Invalid(
+                "embeddings must be finite and non-empty".into(),
+            ));
         }
         let mut cons = Vec::new();
         let mut max_row = 0;
         for (i, tg) in targets.iter().enumerate() {
             if let Some(ti) = *tg {
                 if ti > i {
-                    return Err(CostError::Invalid(format!("target {ti} of row {i} is not visible")));
+                    return Err(CostError::Invalid(format!(
+                        "target {ti} of row {i} is not visible"
+                    )));
                 }
                 for j in 0..=i {
                     if j != ti {
@@ -218,11 +249,15 @@ impl GapProgram {
             }
         }
         if cons.is_empty() {
-            return Err(CostError::Invalid("no constraint: every row is unconstrained".into()));
+            return Err(CostError::Invalid(
+                "no constraint: every row is unconstrained".into(),
+            ));
         }
         let gram = mm(x, x.transpose());
         let orthonormal = x.ncols() >= t
-            && (0..t).all(|i| (0..t).all(|j| (gram[(i, j)] - if i == j { 1.0 } else { 0.0 }).abs() < 1e-10));
+            && (0..t).all(|i| {
+                (0..t).all(|j| (gram[(i, j)] - if i == j { 1.0 } else { 0.0 }).abs() < 1e-10)
+            });
         let (e, s_max) = if orthonormal {
             (None, 1.0)
         } else {
@@ -236,11 +271,22 @@ impl GapProgram {
         // ‖𝒜‖ ≤ ‖E‖₂² · √(max_i (n_i + 1)): the per-row map λ ↦ (Σλ) e_t − Σ λ_j e_j has
         // Gram matrix I + 11ᵀ, of norm n_i + 1.
         let op_norm = s_max * s_max * (max_row as f64).sqrt();
-        Ok(Self { e, t, targets: targets.to_vec(), cons, delta, op_norm })
+        Ok(Self {
+            e,
+            t,
+            targets: targets.to_vec(),
+            cons,
+            delta,
+            op_norm,
+        })
     }
 
     /// Convenience: the §6 program for a pattern on given embeddings with gap Δ.
-    pub fn for_pattern(x: MatRef<'_, f64>, pattern: Pattern, delta: f64) -> Result<Self, CostError> {
+    pub fn for_pattern(
+        x: MatRef<'_, f64>,
+        pattern: Pattern,
+        delta: f64,
+    ) -> Result<Self, CostError> {
         Self::new(x, &pattern_targets(pattern, x.nrows()), delta)
     }
 
@@ -292,7 +338,10 @@ impl GapProgram {
     /// The constraint matrix $A_c$ has Frobenius norm $\|e_i\|\,\|e_{t(i)} - e_j\|$; its maximum.
     fn max_constraint_norm(&self) -> f64 {
         let gram = self.e.as_ref().map(|e| mm(e.as_ref(), e.transpose()));
-        let k = |a: usize, b: usize| gram.as_ref().map_or(if a == b { 1.0 } else { 0.0 }, |g| g[(a, b)]);
+        let k = |a: usize, b: usize| {
+            gram.as_ref()
+                .map_or(if a == b { 1.0 } else { 0.0 }, |g| g[(a, b)])
+        };
         self.cons
             .iter()
             .map(|&(i, j)| {
@@ -381,7 +430,10 @@ pub fn feasibility(p: &GapProgram, max_iter: usize) -> Result<Feasibility, CostE
             let g = p.forward(z.as_ref());
             let min_gap = g.iter().copied().fold(f64::INFINITY, f64::min);
             if min_gap > 0.0 {
-                return Ok(Feasibility::Feasible { witness: z, min_gap });
+                return Ok(Feasibility::Feasible {
+                    witness: z,
+                    min_gap,
+                });
             }
             let res = linalg::fro_norm(z.as_ref());
             if res <= 1e-6 * scale {
@@ -393,7 +445,11 @@ pub fn feasibility(p: &GapProgram, max_iter: usize) -> Result<Feasibility, CostE
         let mut next: Vec<f64> = y.iter().zip(&grad).map(|(a, g)| a - g / lip).collect();
         project_simplex(&mut next);
         let t1 = (1.0 + (1.0 + 4.0 * tk * tk).sqrt()) / 2.0;
-        y = next.iter().zip(&lam).map(|(n, o)| n + (tk - 1.0) / t1 * (n - o)).collect();
+        y = next
+            .iter()
+            .zip(&lam)
+            .map(|(n, o)| n + (tk - 1.0) / t1 * (n - o))
+            .collect();
         lam = next;
         tk = t1;
     }
@@ -401,7 +457,10 @@ pub fn feasibility(p: &GapProgram, max_iter: usize) -> Result<Feasibility, CostE
     let g = p.forward(z.as_ref());
     let min_gap = g.iter().copied().fold(f64::INFINITY, f64::min);
     if min_gap > 0.0 {
-        return Ok(Feasibility::Feasible { witness: z, min_gap });
+        return Ok(Feasibility::Feasible {
+            witness: z,
+            min_gap,
+        });
     }
     let residual = linalg::fro_norm(z.as_ref());
     if residual <= 1e-4 * scale {
@@ -412,7 +471,12 @@ pub fn feasibility(p: &GapProgram, max_iter: usize) -> Result<Feasibility, CostE
             .filter(|(_, l)| **l > 0.0)
             .map(|(&(i, j), &l)| (i as usize, j as usize, l))
             .collect();
-        Ok(Feasibility::Infeasible(Certificate { weights, residual, scale, verified: residual <= 1e-6 * scale }))
+        Ok(Feasibility::Infeasible(Certificate {
+            weights,
+            residual,
+            scale,
+            verified: residual <= 1e-6 * scale,
+        }))
     } else {
         Err(CostError::Undetermined(max_iter, residual / scale))
     }
@@ -431,7 +495,11 @@ pub struct SolveOptions {
 
 impl Default for SolveOptions {
     fn default() -> Self {
-        Self { rel_gap: 1e-3, max_iter: 20_000, feas_iter: 5_000 }
+        Self {
+            rel_gap: 1e-3,
+            max_iter: 20_000,
+            feas_iter: 5_000,
+        }
     }
 }
 
@@ -465,13 +533,19 @@ fn prox_nuclear(w: MatRef<'_, f64>, tau: f64) -> Result<Mat<f64>, CostError> {
     let svd = w.thin_svd().map_err(|_| CostError::Svd)?;
     let s = svd.S().column_vector();
     let keep: Vec<usize> = (0..s.nrows()).filter(|&k| s[k] > tau).collect();
-    let u = Mat::from_fn(w.nrows(), keep.len(), |i, c| svd.U()[(i, keep[c])] * (s[keep[c]] - tau));
+    let u = Mat::from_fn(w.nrows(), keep.len(), |i, c| {
+        svd.U()[(i, keep[c])] * (s[keep[c]] - tau)
+    });
     let v = Mat::from_fn(keep.len(), w.ncols(), |c, j| svd.V()[(j, keep[c])]);
     Ok(mm(u.as_ref(), v.as_ref()))
 }
 
 /// Solves $\min \|W\|$ subject to the gap constraints, with a certified bracket.
-pub fn solve(p: &GapProgram, kind: NormKind, opts: SolveOptions) -> Result<CostSolution, CostError> {
+pub fn solve(
+    p: &GapProgram,
+    kind: NormKind,
+    opts: SolveOptions,
+) -> Result<CostSolution, CostError> {
     let base = CostSolution {
         value: None,
         lower: None,
@@ -485,7 +559,12 @@ pub fn solve(p: &GapProgram, kind: NormKind, opts: SolveOptions) -> Result<CostS
         w: None,
     };
     let witness = match feasibility(p, opts.feas_iter)? {
-        Feasibility::Infeasible(c) => return Ok(CostSolution { certificate: Some(c), ..base }),
+        Feasibility::Infeasible(c) => {
+            return Ok(CostSolution {
+                certificate: Some(c),
+                ..base
+            });
+        }
         Feasibility::Feasible { witness, min_gap } => witness * faer::Scale(p.delta / min_gap),
     };
     let n = p.n_constraints();
@@ -537,7 +616,12 @@ pub fn solve(p: &GapProgram, kind: NormKind, opts: SolveOptions) -> Result<CostS
             let dl: Vec<f64> = lam_old.iter().zip(&lam).map(|(a, b)| a - b).collect();
             let pr = linalg::fro_norm((&dw * faer::Scale(1.0 / tau) - p.adjoint(&dl)).as_ref());
             let adw = p.forward(dw.as_ref());
-            let dr = dl.iter().zip(&adw).map(|(a, b)| (a / sigma - b).powi(2)).sum::<f64>().sqrt();
+            let dr = dl
+                .iter()
+                .zip(&adw)
+                .map(|(a, b)| (a / sigma - b).powi(2))
+                .sum::<f64>()
+                .sqrt();
             if pr > 2.0 * dr {
                 tau *= 1.5;
                 sigma /= 1.5;
@@ -651,7 +735,9 @@ mod tests {
 /// $W = \sum_c \lambda_c A_c$. Returns (‖W‖_F, smallest gap / Δ) after `sweeps` sweeps.
 pub fn fro_by_coordinate_ascent(p: &GapProgram, sweeps: usize) -> (f64, f64) {
     let r = p.dim();
-    let e = p.e.clone().unwrap_or_else(|| Mat::from_fn(p.t, p.t, |i, j| if i == j { 1.0 } else { 0.0 }));
+    let e =
+        p.e.clone()
+            .unwrap_or_else(|| Mat::from_fn(p.t, p.t, |i, j| if i == j { 1.0 } else { 0.0 }));
     let mut w = Mat::<f64>::zeros(r, r);
     let mut lam = vec![0.0; p.n_constraints()];
     for _ in 0..sweeps {
@@ -677,7 +763,10 @@ pub fn fro_by_coordinate_ascent(p: &GapProgram, sweeps: usize) -> (f64, f64) {
             }
         }
     }
-    let gmin = p.forward(w.as_ref()).into_iter().fold(f64::INFINITY, f64::min);
+    let gmin = p
+        .forward(w.as_ref())
+        .into_iter()
+        .fold(f64::INFINITY, f64::min);
     (linalg::fro_norm(w.as_ref()), gmin / p.delta)
 }
 
@@ -690,11 +779,19 @@ pub fn check_closed_form(cases: usize, seed: u64) -> crate::check::CheckOutcome 
     use rand::RngExt;
     let mut out = crate::check::CheckOutcome::new("cost_closed_form", "relative slack");
     let mut rng = StdRng::seed_from_u64(seed);
-    let opts = SolveOptions { rel_gap: 1e-4, max_iter: 50_000, feas_iter: 5_000 };
+    let opts = SolveOptions {
+        rel_gap: 1e-4,
+        max_iter: 50_000,
+        feas_iter: 5_000,
+    };
     for case in 0..cases {
         let t = rng.random_range(3..=10usize);
         let delta = rng.random_range(1.0..10.0);
-        let pattern = if rng.random::<bool>() { Pattern::Sink } else { Pattern::Diagonal };
+        let pattern = if rng.random::<bool>() {
+            Pattern::Sink
+        } else {
+            Pattern::Diagonal
+        };
         let es: u64 = rng.random();
         let run = || -> Result<(bool, f64, String), CostError> {
             let x = embeddings(EmbeddingKind::Orthonormal, t, t + 2, es)?;
@@ -727,9 +824,13 @@ pub fn check_closed_form(cases: usize, seed: u64) -> crate::check::CheckOutcome 
             let s5 = (hf - gl) / gu + 1e-9;
             let s6 = (gu * (1.0 + 1e-3) - hf) / gu;
             let m = s1.min(s2).min(s3).min(s4).min(s5).min(s6);
-            Ok((m >= 0.0 && hgap > 0.0, m, format!(
-                "case {case}: T={t} Δ={delta:.3} {pattern}: fro [{fl:.6},{fu:.6}] vs closed {cf:.6}; nuclear [{nl:.6},{nu:.6}] witness {wit:.6}; gaussian fro [{gl:.6},{gu:.6}] hildreth {hv:.6} (gap {hgap:.8})"
-            )))
+            Ok((
+                m >= 0.0 && hgap > 0.0,
+                m,
+                format!(
+                    "case {case}: T={t} Δ={delta:.3} {pattern}: fro [{fl:.6},{fu:.6}] vs closed {cf:.6}; nuclear [{nl:.6},{nu:.6}] witness {wit:.6}; gaussian fro [{gl:.6},{gu:.6}] hildreth {hv:.6} (gap {hgap:.8})"
+                ),
+            ))
         };
         match run() {
             Ok((ok, m, what)) => out.record(ok, m, || what),

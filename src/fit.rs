@@ -66,20 +66,39 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 ///
 /// When every resample is degenerate or the data are noise-free the CI
 /// collapses onto the point estimate.
-pub fn fit_power_law(points: &[(f64, f64)], n_boot: usize, level: f64, seed: u64) -> Result<PowerFit, FitError> {
-    if let Some(p) = points.iter().find(|p| !(p.0 > 0.0 && p.1 > 0.0 && p.0.is_finite() && p.1.is_finite())) {
-        return Err(FitError::Degenerate(format!("point ({}, {}) is not positive and finite", p.0, p.1)));
+pub fn fit_power_law(
+    points: &[(f64, f64)],
+    n_boot: usize,
+    level: f64,
+    seed: u64,
+) -> Result<PowerFit, FitError> {
+    if let Some(p) = points
+        .iter()
+        .find(|p| !(p.0 > 0.0 && p.1 > 0.0 && p.0.is_finite() && p.1.is_finite()))
+    {
+        return Err(FitError::Degenerate(format!(
+            "point ({}, {}) is not positive and finite",
+            p.0, p.1
+        )));
     }
     if !(level > 0.0 && level < 1.0) {
-        return Err(FitError::Degenerate(format!("confidence level {level} not in (0, 1)")));
+        return Err(FitError::Degenerate(format!(
+            "confidence level {level} not in (0, 1)"
+        )));
     }
     let logs: Vec<(f64, f64)> = points.iter().map(|p| (p.0.ln(), p.1.ln())).collect();
     let mut xs: Vec<f64> = points.iter().map(|p| p.0).collect();
     xs.sort_by(f64::total_cmp);
     xs.dedup();
-    let (a, b) = ols(&logs).ok_or_else(|| FitError::Degenerate("fewer than two distinct x values".into()))?;
+    let (a, b) = ols(&logs)
+        .ok_or_else(|| FitError::Degenerate("fewer than two distinct x values".into()))?;
     let resid_sd = if logs.len() > 2 {
-        (logs.iter().map(|p| (p.1 - a - b * p.0).powi(2)).sum::<f64>() / (logs.len() - 2) as f64).sqrt()
+        (logs
+            .iter()
+            .map(|p| (p.1 - a - b * p.0).powi(2))
+            .sum::<f64>()
+            / (logs.len() - 2) as f64)
+            .sqrt()
     } else {
         0.0
     };
@@ -100,9 +119,21 @@ pub fn fit_power_law(points: &[(f64, f64)], n_boot: usize, level: f64, seed: u64
     } else {
         slopes.sort_by(f64::total_cmp);
         let alpha = (1.0 - level) / 2.0;
-        (quantile(&slopes, alpha).min(b), quantile(&slopes, 1.0 - alpha).max(b))
+        (
+            quantile(&slopes, alpha).min(b),
+            quantile(&slopes, 1.0 - alpha).max(b),
+        )
     };
-    Ok(PowerFit { exponent: b, intercept: a, ci_low, ci_high, level, n: points.len(), n_x: xs.len(), resid_sd })
+    Ok(PowerFit {
+        exponent: b,
+        intercept: a,
+        ci_low,
+        ci_high,
+        level,
+        n: points.len(),
+        n_x: xs.len(),
+        resid_sd,
+    })
 }
 
 #[cfg(test)]
@@ -111,7 +142,10 @@ mod tests {
 
     #[test]
     fn exact_power_law_is_recovered_exactly() {
-        let pts: Vec<(f64, f64)> = [8.0, 16.0, 32.0, 64.0].iter().map(|&t: &f64| (t, 3.0 * t.powf(1.5))).collect();
+        let pts: Vec<(f64, f64)> = [8.0, 16.0, 32.0, 64.0]
+            .iter()
+            .map(|&t: &f64| (t, 3.0 * t.powf(1.5)))
+            .collect();
         let f = fit_power_law(&pts, 200, 0.95, 1).unwrap();
         assert!((f.exponent - 1.5).abs() < 1e-12);
         assert!((f.intercept - 3f64.ln()).abs() < 1e-10);

@@ -42,7 +42,10 @@ pub enum SweepError {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SweepError + '_ {
-    move |source| SweepError::Io { path: path.to_path_buf(), source }
+    move |source| SweepError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// Exact-cost part of a spec.
@@ -145,7 +148,9 @@ impl SweepSpec {
         let s: Self = toml::from_str(text).map_err(|e| SweepError::Spec(e.to_string()))?;
         for e in &s.exact {
             if e.t.iter().any(|&t| t < 2) || e.seeds.is_empty() || e.d_factor == 0 {
-                return Err(SweepError::Spec("exact: need T >= 2, a seed, d_factor >= 1".into()));
+                return Err(SweepError::Spec(
+                    "exact: need T >= 2, a seed, d_factor >= 1".into(),
+                ));
             }
         }
         if let Some(t) = &s.trained {
@@ -153,7 +158,9 @@ impl SweepSpec {
                 return Err(SweepError::Spec("trained: need T >= 4 and a seed".into()));
             }
             if let Some(v) = t.variants.iter().find(|v| *v != "bos" && *v != "masked") {
-                return Err(SweepError::Spec(format!("trained: unknown variant '{v}' (bos|masked)")));
+                return Err(SweepError::Spec(format!(
+                    "trained: unknown variant '{v}' (bos|masked)"
+                )));
             }
         }
         Ok(s)
@@ -169,7 +176,11 @@ impl SweepSpec {
         let mut v = Vec::new();
         for e in &self.exact {
             for &emb in &e.embeddings {
-                let seeds: &[u64] = if emb == EmbeddingKind::Orthonormal { &e.seeds[..1] } else { &e.seeds };
+                let seeds: &[u64] = if emb == EmbeddingKind::Orthonormal {
+                    &e.seeds[..1]
+                } else {
+                    &e.seeds
+                };
                 for &t in &e.t {
                     for &norm in &e.norms {
                         if norm == NormKind::Nuclear && e.max_t_nuclear.is_some_and(|m| t > m) {
@@ -184,7 +195,9 @@ impl SweepSpec {
                                     t,
                                     d: e.d_factor * t,
                                     delta: match e.eps {
-                                        Some(eps) => cost::delta_eps(t - 1, eps).unwrap_or(f64::NAN),
+                                        Some(eps) => {
+                                            cost::delta_eps(t - 1, eps).unwrap_or(f64::NAN)
+                                        }
                                         None => e.delta.unwrap_or(10.0),
                                     },
                                     seed,
@@ -200,7 +213,11 @@ impl SweepSpec {
                 for variant in &tr.variants {
                     for &seed in &tr.seeds {
                         v.push(Point::Trained(TrainConfig {
-                            task: TaskSpec::BigramCopy { n: tr.n, k: tr.k, alpha: tr.alpha },
+                            task: TaskSpec::BigramCopy {
+                                n: tr.n,
+                                k: tr.k,
+                                alpha: tr.alpha,
+                            },
                             t,
                             d: tr.d,
                             layers: tr.layers,
@@ -223,7 +240,11 @@ impl SweepSpec {
     }
 
     fn tol(&self) -> f64 {
-        self.exact.iter().map(|e| e.tol).fold(f64::INFINITY, f64::min).min(1e-3)
+        self.exact
+            .iter()
+            .map(|e| e.tol)
+            .fold(f64::INFINITY, f64::min)
+            .min(1e-3)
     }
 }
 
@@ -269,7 +290,14 @@ impl Point {
 
     fn cost_weight(&self) -> f64 {
         match self {
-            Point::Exact(q) => (q.t as f64).powi(3) * if q.norm == NormKind::Nuclear { 20.0 } else { 1.0 },
+            Point::Exact(q) => {
+                (q.t as f64).powi(3)
+                    * if q.norm == NormKind::Nuclear {
+                        20.0
+                    } else {
+                        1.0
+                    }
+            }
             Point::Trained(c) => (c.t * c.batch * c.steps * c.d) as f64 * 50.0,
         }
     }
@@ -335,7 +363,10 @@ pub fn compute(p: &Point, tol: f64) -> Vec<Record> {
     let start = std::time::Instant::now();
     match p {
         Point::Exact(q) => {
-            let opts = SolveOptions { rel_gap: tol, ..SolveOptions::default() };
+            let opts = SolveOptions {
+                rel_gap: tol,
+                ..SolveOptions::default()
+            };
             let (sol, err) = match cost::solve_query(q, opts) {
                 Ok(s) => (Some(s), None),
                 Err(e) => (None, Some(e.to_string())),
@@ -378,7 +409,15 @@ pub fn compute(p: &Point, tol: f64) -> Vec<Record> {
                                 _ => c0.qk_weight_decay,
                             };
                             let pt = &r.patterns[0];
-                            (v, Some(pt.learned.clone()), Some(pt.sink), Some(pt.diagonal), Some(r.acc_on), Some(r.acc_off), None)
+                            (
+                                v,
+                                Some(pt.learned.clone()),
+                                Some(pt.sink),
+                                Some(pt.diagonal),
+                                Some(r.acc_on),
+                                Some(r.acc_off),
+                                None,
+                            )
                         }
                         Err(e) => (None, None, None, None, None, None, Some(e.to_string())),
                     };
@@ -416,7 +455,12 @@ pub fn read_results(path: &Path) -> Result<Vec<Record>, SweepError> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(SweepError::Io { path: path.to_path_buf(), source: e }),
+        Err(e) => {
+            return Err(SweepError::Io {
+                path: path.to_path_buf(),
+                source: e,
+            });
+        }
     };
     let mut order: Vec<(String, String)> = Vec::new();
     let mut map: HashMap<(String, String), Record> = HashMap::new();
@@ -433,10 +477,19 @@ pub fn read_results(path: &Path) -> Result<Vec<Record>, SweepError> {
 
 /// Cuts a partial last line (no trailing newline) so appends start on a fresh line.
 fn truncate_partial_tail(path: &Path) -> Result<(), SweepError> {
-    let mut f = match std::fs::OpenOptions::new().read(true).write(true).open(path) {
+    let mut f = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(SweepError::Io { path: path.to_path_buf(), source: e }),
+        Err(e) => {
+            return Err(SweepError::Io {
+                path: path.to_path_buf(),
+                source: e,
+            });
+        }
     };
     let mut buf = Vec::new();
     f.read_to_end(&mut buf).map_err(io(path))?;
@@ -455,7 +508,11 @@ pub fn done_ids(records: &[Record], points: &[Point]) -> HashSet<String> {
     for r in records {
         *count.entry(r.id.as_str()).or_default() += 1;
     }
-    points.iter().filter(|p| count.get(p.id().as_str()).copied().unwrap_or(0) >= p.n_records()).map(Point::id).collect()
+    points
+        .iter()
+        .filter(|p| count.get(p.id().as_str()).copied().unwrap_or(0) >= p.n_records())
+        .map(Point::id)
+        .collect()
 }
 
 /// A shard `i/N` (0-based `i < N`).
@@ -470,9 +527,17 @@ pub struct Shard {
 impl std::str::FromStr for Shard {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let (a, b) = s.split_once('/').ok_or_else(|| format!("shard '{s}' is not i/N"))?;
-        let index: usize = a.trim().parse().map_err(|_| format!("shard index '{a}' is not a number"))?;
-        let count: usize = b.trim().parse().map_err(|_| format!("shard count '{b}' is not a number"))?;
+        let (a, b) = s
+            .split_once('/')
+            .ok_or_else(|| format!("shard '{s}' is not i/N"))?;
+        let index: usize = a
+            .trim()
+            .parse()
+            .map_err(|_| format!("shard index '{a}' is not a number"))?;
+        let count: usize = b
+            .trim()
+            .parse()
+            .map_err(|_| format!("shard count '{b}' is not a number"))?;
         if count == 0 || index >= count {
             return Err(format!("shard {index}/{count}: need 0 <= i < N"));
         }
@@ -492,7 +557,12 @@ pub struct RunSummary {
 }
 
 /// Runs (or resumes) the points of `shard` in `dir`, appending to `results.jsonl`.
-pub fn run(spec: &SweepSpec, dir: &Path, shard: Option<Shard>, show_progress: bool) -> Result<RunSummary, SweepError> {
+pub fn run(
+    spec: &SweepSpec,
+    dir: &Path,
+    shard: Option<Shard>,
+    show_progress: bool,
+) -> Result<RunSummary, SweepError> {
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let path = dir.join("results.jsonl");
     truncate_partial_tail(&path)?;
@@ -507,7 +577,11 @@ pub fn run(spec: &SweepSpec, dir: &Path, shard: Option<Shard>, show_progress: bo
     let mut todo: Vec<&Point> = points.iter().filter(|p| !done.contains(&p.id())).collect();
     // Largest first: the long points start early and the tail of the run stays busy.
     todo.sort_by(|a, b| b.cost_weight().total_cmp(&a.cost_weight()));
-    let file = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(io(&path))?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(io(&path))?;
     let file = Mutex::new(file);
     let bar = if show_progress {
         indicatif::ProgressBar::new(todo.len() as u64)
@@ -515,8 +589,10 @@ pub fn run(spec: &SweepSpec, dir: &Path, shard: Option<Shard>, show_progress: bo
         indicatif::ProgressBar::hidden()
     };
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} points ({eta}) {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} points ({eta}) {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let tol = spec.tol();
     let errors: Mutex<Vec<SweepError>> = Mutex::new(Vec::new());
@@ -529,24 +605,42 @@ pub fn run(spec: &SweepSpec, dir: &Path, shard: Option<Shard>, show_progress: bo
                     text.push_str(&s);
                     text.push('\n');
                 }
-                Err(e) => errors.lock().unwrap_or_else(|e| e.into_inner()).push(SweepError::Spec(e.to_string())),
+                Err(e) => errors
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(SweepError::Spec(e.to_string())),
             }
         }
         {
             let mut f = file.lock().unwrap_or_else(|e| e.into_inner());
             // One write + flush per finished point.
             if let Err(e) = f.write_all(text.as_bytes()).and_then(|_| f.flush()) {
-                errors.lock().unwrap_or_else(|e| e.into_inner()).push(SweepError::Io { path: path.clone(), source: e });
+                errors
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(SweepError::Io {
+                        path: path.clone(),
+                        source: e,
+                    });
             }
         }
         bar.set_message(p.id());
         bar.inc(1);
     });
     bar.finish_and_clear();
-    if let Some(e) = errors.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().next() {
+    if let Some(e) = errors
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .next()
+    {
         return Err(e);
     }
-    Ok(RunSummary { total: points.len(), skipped: points.len() - todo.len(), computed: todo.len() })
+    Ok(RunSummary {
+        total: points.len(),
+        skipped: points.len() - todo.len(),
+        computed: todo.len(),
+    })
 }
 
 /// Joins the results of shard directories into `out/results.jsonl` (deduplicated).
@@ -557,10 +651,19 @@ pub fn merge(inputs: &[PathBuf], out: &Path) -> Result<usize, SweepError> {
     let dst = out.join("results.jsonl");
     // Include what the output already holds, so merging into a shard directory is safe.
     let mut sources: Vec<PathBuf> = vec![dst.clone()];
-    sources.extend(inputs.iter().map(|d| if d.is_dir() { d.join("results.jsonl") } else { d.clone() }));
+    sources.extend(inputs.iter().map(|d| {
+        if d.is_dir() {
+            d.join("results.jsonl")
+        } else {
+            d.clone()
+        }
+    }));
     for src in &sources {
         if src != &dst && !src.exists() {
-            return Err(SweepError::Io { path: src.clone(), source: std::io::Error::from(std::io::ErrorKind::NotFound) });
+            return Err(SweepError::Io {
+                path: src.clone(),
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            });
         }
         for r in read_results(src)? {
             if seen.insert((r.id.clone(), r.norm.clone())) {
@@ -605,7 +708,14 @@ type GroupKey = (String, String, String, String);
 fn groups(records: &[Record]) -> BTreeMap<GroupKey, Vec<&Record>> {
     let mut g: BTreeMap<GroupKey, Vec<&Record>> = BTreeMap::new();
     for r in records {
-        g.entry((r.source.clone(), r.embedding.clone(), r.norm.clone(), r.pattern.clone())).or_default().push(r);
+        g.entry((
+            r.source.clone(),
+            r.embedding.clone(),
+            r.norm.clone(),
+            r.pattern.clone(),
+        ))
+        .or_default()
+        .push(r);
     }
     g
 }
@@ -614,13 +724,28 @@ fn groups(records: &[Record]) -> BTreeMap<GroupKey, Vec<&Record>> {
 pub fn fit_all(records: &[Record], n_boot: usize, seed: u64) -> Vec<GroupFit> {
     let mut out = Vec::new();
     for ((source, embedding, norm, pattern), rs) in groups(records) {
-        let pts: Vec<(f64, f64)> =
-            rs.iter().filter_map(|r| r.value.filter(|v| *v > 0.0 && v.is_finite()).map(|v| (r.t as f64, v))).collect();
+        let pts: Vec<(f64, f64)> = rs
+            .iter()
+            .filter_map(|r| {
+                r.value
+                    .filter(|v| *v > 0.0 && v.is_finite())
+                    .map(|v| (r.t as f64, v))
+            })
+            .collect();
         let excluded = rs.len() - pts.len();
         if let Ok(fit) = fit_power_law(&pts, n_boot, 0.95, seed) {
             let t_min = rs.iter().map(|r| r.t).min().unwrap_or(0);
             let t_max = rs.iter().map(|r| r.t).max().unwrap_or(0);
-            out.push(GroupFit { source, pattern, norm, embedding, fit, t_min, t_max, excluded });
+            out.push(GroupFit {
+                source,
+                pattern,
+                norm,
+                embedding,
+                fit,
+                t_min,
+                t_max,
+                excluded,
+            });
         }
     }
     out
@@ -635,12 +760,19 @@ fn mean_by_t(rs: &[&Record]) -> Vec<(f64, f64)> {
             e.1 += 1.0;
         }
     }
-    m.into_iter().map(|(t, (s, n))| (t as f64, (s / n).exp())).collect()
+    m.into_iter()
+        .map(|(t, (s, n))| (t as f64, (s / n).exp()))
+        .collect()
 }
 
 /// Writes `fit.json` and the figures (`cost_scaling.svg/png`: one panel per cost
 /// definition; `cost_ratio.svg/png`: diagonal/sink against T). Returns the fits and figure paths.
-pub fn analyze(dir: &Path, fig_dir: &Path, n_boot: usize, seed: u64) -> Result<(Vec<GroupFit>, Vec<PathBuf>), SweepError> {
+pub fn analyze(
+    dir: &Path,
+    fig_dir: &Path,
+    n_boot: usize,
+    seed: u64,
+) -> Result<(Vec<GroupFit>, Vec<PathBuf>), SweepError> {
     let records = read_results(&dir.join("results.jsonl"))?;
     let fits = fit_all(&records, n_boot, seed);
     let fit_path = dir.join("fit.json");
@@ -670,14 +802,22 @@ pub fn analyze(dir: &Path, fig_dir: &Path, n_boot: usize, seed: u64) -> Result<(
                 continue;
             }
             let label = format!("{pattern} ({source}, {emb})");
-            if let Some(f) = fits.iter().find(|f| &f.source == source && &f.embedding == emb && &f.norm == n && &f.pattern == pattern) {
+            if let Some(f) = fits.iter().find(|f| {
+                &f.source == source && &f.embedding == emb && &f.norm == n && &f.pattern == pattern
+            }) {
                 // Fitted line pivoting at the centre of the log-T range; band from the slope CI.
                 let lx: Vec<f64> = pts.iter().map(|p| p.0.ln()).collect();
                 let cx = lx.iter().sum::<f64>() / lx.len() as f64;
                 let cy = f.fit.intercept + f.fit.exponent * cx;
-                let line: Vec<(f64, f64)> = pts.iter().map(|p| (p.0, (cy + f.fit.exponent * (p.0.ln() - cx)).exp())).collect();
+                let line: Vec<(f64, f64)> = pts
+                    .iter()
+                    .map(|p| (p.0, (cy + f.fit.exponent * (p.0.ln() - cx)).exp()))
+                    .collect();
                 let mut s = Series::new(
-                    format!("{label}: T^{:.3} [{:.3}, {:.3}]", f.fit.exponent, f.fit.ci_low, f.fit.ci_high),
+                    format!(
+                        "{label}: T^{:.3} [{:.3}, {:.3}]",
+                        f.fit.exponent, f.fit.ci_low, f.fit.ci_high
+                    ),
                     line,
                     Style::Dashed,
                     color,
@@ -708,7 +848,11 @@ pub fn analyze(dir: &Path, fig_dir: &Path, n_boot: usize, seed: u64) -> Result<(
         }
     }
     if !panels.is_empty() {
-        figs.extend(plot::render(&fig_dir.join("cost_scaling"), "Cost of sink vs diagonal against T", &panels)?);
+        figs.extend(plot::render(
+            &fig_dir.join("cost_scaling"),
+            "Cost of sink vs diagonal against T",
+            &panels,
+        )?);
     }
     // Ratio diagonal/sink per (source, embedding, norm), mean over seeds per T.
     let mut rseries = Vec::new();
@@ -717,11 +861,26 @@ pub fn analyze(dir: &Path, fig_dir: &Path, n_boot: usize, seed: u64) -> Result<(
         if pattern != "diagonal" {
             continue;
         }
-        let Some(sink) = g.get(&(source.clone(), emb.clone(), norm.clone(), "sink".to_string())) else { continue };
+        let Some(sink) = g.get(&(
+            source.clone(),
+            emb.clone(),
+            norm.clone(),
+            "sink".to_string(),
+        )) else {
+            continue;
+        };
         let (d, s) = (mean_by_t(rs), mean_by_t(sink));
-        let pts: Vec<(f64, f64)> = d.iter().filter_map(|&(t, v)| s.iter().find(|q| q.0 == t).map(|q| (t, v / q.1))).collect();
+        let pts: Vec<(f64, f64)> = d
+            .iter()
+            .filter_map(|&(t, v)| s.iter().find(|q| q.0 == t).map(|q| (t, v / q.1)))
+            .collect();
         if !pts.is_empty() {
-            rseries.push(Series::new(format!("{norm} ({source}, {emb})"), pts, Style::LinePoints, color));
+            rseries.push(Series::new(
+                format!("{norm} ({source}, {emb})"),
+                pts,
+                Style::LinePoints,
+                color,
+            ));
             color += 1;
         }
     }
@@ -746,16 +905,34 @@ pub fn verdict_markdown(fits: &[GroupFit]) -> String {
     for f in fits {
         md.push_str(&format!(
             "| {} | {} | {} | {} | {:.3} [{:.3}, {:.3}] | {}–{} | {} |\n",
-            f.source, f.embedding, f.norm, f.pattern, f.fit.exponent, f.fit.ci_low, f.fit.ci_high, f.t_min, f.t_max, f.fit.n
+            f.source,
+            f.embedding,
+            f.norm,
+            f.pattern,
+            f.fit.exponent,
+            f.fit.ci_low,
+            f.fit.ci_high,
+            f.t_min,
+            f.t_max,
+            f.fit.n
         ));
     }
     md.push_str("\nVerdict on A5 (sink cost ∝ T, diagonal ∝ T^{3/2}), per cost definition:\n\n");
-    let mut keys: Vec<(String, String, String)> = fits.iter().map(|f| (f.source.clone(), f.embedding.clone(), f.norm.clone())).collect();
+    let mut keys: Vec<(String, String, String)> = fits
+        .iter()
+        .map(|f| (f.source.clone(), f.embedding.clone(), f.norm.clone()))
+        .collect();
     keys.sort();
     keys.dedup();
     for (source, emb, norm) in keys {
-        let get = |p: &str| fits.iter().find(|f| f.source == source && f.embedding == emb && f.norm == norm && f.pattern == p);
-        let (Some(s), Some(d)) = (get("sink"), get("diagonal")) else { continue };
+        let get = |p: &str| {
+            fits.iter().find(|f| {
+                f.source == source && f.embedding == emb && f.norm == norm && f.pattern == p
+            })
+        };
+        let (Some(s), Some(d)) = (get("sink"), get("diagonal")) else {
+            continue;
+        };
         let covers = |f: &GroupFit, x: f64| f.fit.ci_low <= x && x <= f.fit.ci_high;
         let reproduces = covers(s, 1.0) && covers(d, 1.5);
         let ratio = d.fit.exponent - s.fit.exponent;
@@ -772,10 +949,10 @@ pub fn verdict_markdown(fits: &[GroupFit]) -> String {
                 "Reproduces T vs T^{3/2}.".to_string()
             } else {
                 format!(
-                    "Does **not** reproduce T vs T^{{3/2}} (sink CI {} 1, diagonal CI {} 1.5); the diagonal is {} than the sink here.",
+                    "Does **not** reproduce T vs T^{{3/2}} (sink CI {} 1, diagonal CI {} 1.5); the diagonal is {} the sink here.",
                     if covers(s, 1.0) { "contains" } else { "excludes" },
                     if covers(d, 1.5) { "contains" } else { "excludes" },
-                    if ratio > 0.05 { "increasingly costlier" } else if ratio < -0.05 { "increasingly cheaper" } else { "about as costly" }
+                    if ratio > 0.05 { "increasingly costlier than" } else if ratio < -0.05 { "increasingly cheaper than" } else { "about as costly as" }
                 )
             }
         ));
@@ -815,8 +992,14 @@ alpha = 0.3
 
 /// Report section `cost_scaling`: runs (or resumes) the sweep under `out/sweeps/`,
 /// writes the figures and a table of exponents with a verdict on A5.
-pub fn report_section(ctx: &crate::report::ReportCtx) -> Result<crate::report::ReportSection, crate::report::SectionError> {
-    let (text, name) = if ctx.quick { (QUICK_SPEC, "cost_scaling_quick") } else { (DEFAULT_SPEC, "cost_scaling") };
+pub fn report_section(
+    ctx: &crate::report::ReportCtx,
+) -> Result<crate::report::ReportSection, crate::report::SectionError> {
+    let (text, name) = if ctx.quick {
+        (QUICK_SPEC, "cost_scaling_quick")
+    } else {
+        (DEFAULT_SPEC, "cost_scaling")
+    };
     let spec = SweepSpec::from_toml(text)?;
     let dir = ctx.out_dir.join("sweeps").join(name);
     let summary = run(&spec, &dir, None, true)?;
@@ -853,5 +1036,9 @@ pub fn report_section(ctx: &crate::report::ReportCtx) -> Result<crate::report::R
         ));
     }
     md.push_str(&verdict_markdown(&fits));
-    Ok(crate::report::ReportSection { title: "Cost scaling: sink vs diagonal (A5)".into(), markdown: md, figures })
+    Ok(crate::report::ReportSection {
+        title: "Cost scaling: sink vs diagonal (A5)".into(),
+        markdown: md,
+        figures,
+    })
 }

@@ -68,12 +68,21 @@ fn sample_index<R: Rng + ?Sized>(w: &[f64], rng: &mut R) -> usize {
 
 impl BigramCopy {
     /// Draws $P$ with Dirichlet($\alpha$) rows.
-    pub fn new<R: Rng + ?Sized>(n: usize, k: usize, alpha: f64, rng: &mut R) -> Result<Self, TaskError> {
+    pub fn new<R: Rng + ?Sized>(
+        n: usize,
+        k: usize,
+        alpha: f64,
+        rng: &mut R,
+    ) -> Result<Self, TaskError> {
         if n < 2 || k >= n {
-            return Err(TaskError::Invalid(format!("need n >= 2 and k < n (n = {n}, k = {k})")));
+            return Err(TaskError::Invalid(format!(
+                "need n >= 2 and k < n (n = {n}, k = {k})"
+            )));
         }
         if !(alpha > 0.0 && alpha.is_finite()) {
-            return Err(TaskError::Invalid(format!("alpha must be positive, got {alpha}")));
+            return Err(TaskError::Invalid(format!(
+                "alpha must be positive, got {alpha}"
+            )));
         }
         let g = Gamma::new(alpha, 1.0).map_err(|e| TaskError::Invalid(e.to_string()))?;
         let mut p = Vec::with_capacity(n);
@@ -90,19 +99,27 @@ impl BigramCopy {
     pub fn from_matrix(p: Vec<Vec<f64>>, k: usize) -> Result<Self, TaskError> {
         let n = p.len();
         if n < 2 || k >= n || p.iter().any(|r| r.len() != n) {
-            return Err(TaskError::Invalid("P must be n×n with n >= 2 and k < n".into()));
+            return Err(TaskError::Invalid(
+                "P must be n×n with n >= 2 and k < n".into(),
+            ));
         }
         for (a, r) in p.iter().enumerate() {
             let s: f64 = r.iter().sum();
             if r.iter().any(|v| !(*v >= 0.0)) || (s - 1.0).abs() > 1e-9 {
-                return Err(TaskError::Invalid(format!("row {a} of P is not a probability vector")));
+                return Err(TaskError::Invalid(format!(
+                    "row {a} of P is not a probability vector"
+                )));
             }
         }
-        let mut unigram: Vec<f64> = (0..n).map(|b| p.iter().map(|r| r[b]).sum::<f64>() / n as f64).collect();
+        let mut unigram: Vec<f64> = (0..n)
+            .map(|b| p.iter().map(|r| r[b]).sum::<f64>() / n as f64)
+            .collect();
         unigram.iter_mut().take(k).for_each(|v| *v = 0.0);
         let s: f64 = unigram.iter().sum();
         if s <= 0.0 {
-            return Err(TaskError::Invalid("unigram law has no mass off the triggers".into()));
+            return Err(TaskError::Invalid(
+                "unigram law has no mass off the triggers".into(),
+            ));
         }
         unigram.iter_mut().for_each(|v| *v /= s);
         Ok(Self { n, k, p, unigram })
@@ -178,12 +195,16 @@ impl CopyPaste {
     /// Validates the parameters.
     pub fn new(n: usize, k: usize, family: SourceFamily) -> Result<Self, TaskError> {
         if n < 2 || k >= n {
-            return Err(TaskError::Invalid(format!("need n >= 2 and k < n (n = {n}, k = {k})")));
+            return Err(TaskError::Invalid(format!(
+                "need n >= 2 and k < n (n = {n}, k = {k})"
+            )));
         }
         if let SourceFamily::RandomEarlier { p_on } = family
             && !(0.0..=1.0).contains(&p_on)
         {
-            return Err(TaskError::Invalid(format!("p_on must lie in [0, 1], got {p_on}")));
+            return Err(TaskError::Invalid(format!(
+                "p_on must lie in [0, 1], got {p_on}"
+            )));
         }
         Ok(Self { n, k, family })
     }
@@ -217,7 +238,13 @@ impl CopyPaste {
         Sequence { tokens, source }
     }
 
-    fn source_of<R: Rng + ?Sized>(&self, tokens: &[u32], q: usize, first: usize, rng: &mut R) -> Option<usize> {
+    fn source_of<R: Rng + ?Sized>(
+        &self,
+        tokens: &[u32],
+        q: usize,
+        first: usize,
+        rng: &mut R,
+    ) -> Option<usize> {
         match self.family {
             SourceFamily::PrevAfterTrigger => {
                 let tok = tokens[q];
@@ -225,7 +252,10 @@ impl CopyPaste {
             }
             SourceFamily::PrevOccurrence => {
                 let tok = tokens[q];
-                (first..q.saturating_sub(1)).rev().find(|&s| tokens[s] == tok).map(|s| s + 1)
+                (first..q.saturating_sub(1))
+                    .rev()
+                    .find(|&s| tokens[s] == tok)
+                    .map(|s| s + 1)
             }
             SourceFamily::RandomEarlier { p_on } => {
                 (q > first && rng.random::<f64>() < p_on).then(|| rng.random_range(first..q))

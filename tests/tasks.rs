@@ -19,7 +19,10 @@ fn bigram_copy_trigger_rule_always_holds() {
             if bos {
                 assert_eq!(s.tokens[0], BOS);
             }
-            assert!(!task.is_trigger(s.tokens[first]), "x_1 must not be a trigger");
+            assert!(
+                !task.is_trigger(s.tokens[first]),
+                "x_1 must not be a trigger"
+            );
             assert!(s.tokens[first..].iter().all(|&t| t >= 1 && t <= 12));
             for q in 0..s.queries() {
                 let trig = q > first && task.is_trigger(s.tokens[q]);
@@ -61,7 +64,10 @@ fn bigram_frequencies_converge_to_p() {
             // Binomial standard error; 5 s.e. plus a floor keeps the false-alarm rate negligible
             // over the 30 cells while still catching a wrong row (off by > ~0.02).
             let se = (p * (1.0 - p) / tot as f64).sqrt();
-            assert!((f - p).abs() < 5.0 * se + 1e-3, "P[{a}][{b}] = {p}, freq {f}, se {se}");
+            assert!(
+                (f - p).abs() < 5.0 * se + 1e-3,
+                "P[{a}][{b}] = {p}, freq {f}, se {se}"
+            );
         }
     }
 }
@@ -82,9 +88,16 @@ fn copy_paste_every_on_query_has_its_source() {
             for q in 0..s.queries() {
                 if let Some(p) = s.source[q] {
                     on += 1;
-                    assert!(p >= 1 && p < q + 1, "source {p} of query {q} must be an earlier real token");
+                    assert!(
+                        p >= 1 && p < q + 1,
+                        "source {p} of query {q} must be an earlier real token"
+                    );
                     assert!(p <= q);
-                    assert_eq!(s.tokens[q + 1], s.tokens[p], "on-query outputs the source value");
+                    assert_eq!(
+                        s.tokens[q + 1],
+                        s.tokens[p],
+                        "on-query outputs the source value"
+                    );
                     match family {
                         SourceFamily::PrevAfterTrigger => {
                             assert_eq!(p, q - 1);
@@ -95,7 +108,10 @@ fn copy_paste_every_on_query_has_its_source() {
                             assert_eq!(s.tokens[prev], s.tokens[q]);
                             assert!(p < q);
                             // Latest s with s + 1 < q: no occurrence strictly between s and q − 1.
-                            assert!(!s.tokens[p..q - 1].contains(&s.tokens[q]), "last occurrence");
+                            assert!(
+                                !s.tokens[p..q - 1].contains(&s.tokens[q]),
+                                "last occurrence"
+                            );
                         }
                         SourceFamily::RandomEarlier { .. } => assert!(p < q),
                     }

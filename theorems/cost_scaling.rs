@@ -21,8 +21,8 @@
 //! synthetic data with known exponents 1.0 and 1.5 before any fit is trusted.
 
 use sinklab::cost::{
-    self, EmbeddingKind, GapProgram, NormKind, Pattern, SolveOptions, embeddings, fro_orthonormal, nuclear_witness,
-    solve,
+    self, EmbeddingKind, GapProgram, NormKind, Pattern, SolveOptions, embeddings, fro_orthonormal,
+    nuclear_witness, solve,
 };
 use sinklab::fit::fit_power_law;
 
@@ -35,7 +35,10 @@ fn registered_check_holds() {
 
 #[test]
 fn frobenius_closed_form_inside_the_certified_bracket() {
-    let opts = SolveOptions { rel_gap: 1e-4, ..SolveOptions::default() };
+    let opts = SolveOptions {
+        rel_gap: 1e-4,
+        ..SolveOptions::default()
+    };
     for t in [4, 8, 16, 32] {
         for pattern in [Pattern::Sink, Pattern::Diagonal] {
             let x = embeddings(EmbeddingKind::Orthonormal, t, t, 3).unwrap();
@@ -45,7 +48,10 @@ fn frobenius_closed_form_inside_the_certified_bracket() {
             let (lo, hi) = (s.lower.unwrap(), s.value.unwrap());
             // The bracket is certified by weak duality and a feasible rescaled primal; 1e-9
             // covers rounding in the norms (values ~10–30).
-            assert!(lo <= cf * (1.0 + 1e-9) && cf <= hi * (1.0 + 1e-9), "T={t} {pattern}: [{lo}, {hi}] vs {cf}");
+            assert!(
+                lo <= cf * (1.0 + 1e-9) && cf <= hi * (1.0 + 1e-9),
+                "T={t} {pattern}: [{lo}, {hi}] vs {cf}"
+            );
             assert!(s.rel_gap.unwrap() <= 1e-4, "gap {}", s.rel_gap.unwrap());
         }
     }
@@ -53,15 +59,24 @@ fn frobenius_closed_form_inside_the_certified_bracket() {
 
 #[test]
 fn nuclear_between_frobenius_and_witnesses() {
-    let opts = SolveOptions { rel_gap: 1e-3, ..SolveOptions::default() };
+    let opts = SolveOptions {
+        rel_gap: 1e-3,
+        ..SolveOptions::default()
+    };
     for t in [6, 12, 24] {
         for pattern in [Pattern::Sink, Pattern::Diagonal] {
             let x = embeddings(EmbeddingKind::Orthonormal, t, t, 0).unwrap();
             let p = GapProgram::for_pattern(x.as_ref(), pattern, 3.0).unwrap();
             let s = solve(&p, NormKind::Nuclear, opts).unwrap();
             let (lo, hi) = (s.lower.unwrap(), s.value.unwrap());
-            assert!(hi >= fro_orthonormal(t, 3.0) * (1.0 - 1e-9), "T={t} {pattern}: nuclear {hi} below Frobenius");
-            assert!(lo <= nuclear_witness(pattern, t, 3.0) * (1.0 + 1e-9), "T={t} {pattern}: lower {lo} above witness");
+            assert!(
+                hi >= fro_orthonormal(t, 3.0) * (1.0 - 1e-9),
+                "T={t} {pattern}: nuclear {hi} below Frobenius"
+            );
+            assert!(
+                lo <= nuclear_witness(pattern, t, 3.0) * (1.0 + 1e-9),
+                "T={t} {pattern}: lower {lo} above witness"
+            );
             // The witness is a feasible point, so the solver (which starts from a feasible point
             // and only keeps improvements) never reports more than it.
             assert!(hi <= nuclear_witness(pattern, t, 3.0) * (1.0 + 1e-9));
@@ -109,8 +124,19 @@ fn fitter_recovers_known_exponents_within_its_ci() {
             }
         }
         let f = fit_power_law(&pts, 2000, 0.95, 1).unwrap();
-        assert!(f.ci_low <= b && b <= f.ci_high, "b = {b}: {} [{}, {}]", f.exponent, f.ci_low, f.ci_high);
+        assert!(
+            f.ci_low <= b && b <= f.ci_high,
+            "b = {b}: {} [{}, {}]",
+            f.exponent,
+            f.ci_low,
+            f.ci_high
+        );
         // With 5% log-noise over 2 decades the CI is narrow: it must exclude the other exponent.
-        assert!(f.ci_high - f.ci_low < 0.1, "CI too wide: [{}, {}]", f.ci_low, f.ci_high);
+        assert!(
+            f.ci_high - f.ci_low < 0.1,
+            "CI too wide: [{}, {}]",
+            f.ci_low,
+            f.ci_high
+        );
     }
 }

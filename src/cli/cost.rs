@@ -3,7 +3,8 @@
 
 use anyhow::{Context, Result, bail};
 use sinklab::cost::{
-    CostQuery, EmbeddingKind, NormKind, Pattern, SolveOptions, delta_eps, fro_orthonormal, nuclear_witness, solve_query,
+    CostQuery, EmbeddingKind, NormKind, Pattern, SolveOptions, delta_eps, fro_orthonormal,
+    nuclear_witness, solve_query,
 };
 
 #[derive(clap::Args, Debug)]
@@ -52,12 +53,28 @@ pub fn run(a: Args) -> Result<i32> {
         (Some(x), _) => x,
         (None, e) => delta_eps(a.t - 1, e.unwrap_or(0.01))?,
     };
-    let q = CostQuery { pattern: a.pattern, norm: a.norm, embedding: a.embedding, t: a.t, d, delta, seed: a.seed };
-    let opts = SolveOptions { rel_gap: a.tol, ..SolveOptions::default() };
+    let q = CostQuery {
+        pattern: a.pattern,
+        norm: a.norm,
+        embedding: a.embedding,
+        t: a.t,
+        d,
+        delta,
+        seed: a.seed,
+    };
+    let opts = SolveOptions {
+        rel_gap: a.tol,
+        ..SolveOptions::default()
+    };
     let sol = solve_query(&q, opts).context("solving the gap program")?;
     let reference = match (a.embedding, a.norm) {
-        (EmbeddingKind::Orthonormal, NormKind::Fro) => Some(("closed_form", fro_orthonormal(a.t, delta))),
-        (EmbeddingKind::Orthonormal, NormKind::Nuclear) => Some(("witness_upper_bound", nuclear_witness(a.pattern, a.t, delta))),
+        (EmbeddingKind::Orthonormal, NormKind::Fro) => {
+            Some(("closed_form", fro_orthonormal(a.t, delta)))
+        }
+        (EmbeddingKind::Orthonormal, NormKind::Nuclear) => Some((
+            "witness_upper_bound",
+            nuclear_witness(a.pattern, a.t, delta),
+        )),
         _ => None,
     };
     if a.json {

@@ -45,7 +45,11 @@ pub struct MergeArgs {
 pub fn run(a: Args) -> Result<i32> {
     let spec = SweepSpec::load(&a.spec)?;
     let out = a.out.clone().unwrap_or_else(|| {
-        PathBuf::from("sweeps").join(a.spec.file_stem().map_or_else(|| spec.name.clone().into(), |s| s.to_os_string()))
+        PathBuf::from("sweeps").join(
+            a.spec
+                .file_stem()
+                .map_or_else(|| spec.name.clone().into(), |s| s.to_os_string()),
+        )
     });
     let go = || sweep::run(&spec, &out, a.shard, true);
     let summary = match a.threads {
@@ -60,7 +64,10 @@ pub fn run(a: Args) -> Result<i32> {
         "{}: {} points{}, {} already done, {} computed → {}",
         spec.name,
         summary.total,
-        a.shard.map_or(String::new(), |s| format!(" in shard {}/{}", s.index, s.count)),
+        a.shard.map_or(String::new(), |s| format!(
+            " in shard {}/{}",
+            s.index, s.count
+        )),
         summary.skipped,
         summary.computed,
         out.join("results.jsonl").display()
@@ -78,7 +85,10 @@ pub fn run(a: Args) -> Result<i32> {
 
 pub fn merge(a: MergeArgs) -> Result<i32> {
     let n = sweep::merge(&a.inputs, &a.out)?;
-    eprintln!("merged {n} records into {}", a.out.join("results.jsonl").display());
+    eprintln!(
+        "merged {n} records into {}",
+        a.out.join("results.jsonl").display()
+    );
     let (fits, figs) = sweep::analyze(&a.out, &a.out.join("figures"), a.bootstrap, a.seed)?;
     println!("{}", sweep::verdict_markdown(&fits));
     for f in figs {

@@ -58,11 +58,19 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<i32> {
     let cfg = TrainConfig {
-        task: TaskSpec::BigramCopy { n: a.n, k: a.k, alpha: a.alpha },
+        task: TaskSpec::BigramCopy {
+            n: a.n,
+            k: a.k,
+            alpha: a.alpha,
+        },
         t: a.t,
         d: a.d,
         layers: a.layers,
-        attn: if a.r == 0 { AttnForm::Direct } else { AttnForm::Factored { r: a.r } },
+        attn: if a.r == 0 {
+            AttnForm::Direct
+        } else {
+            AttnForm::Factored { r: a.r }
+        },
         mlp_hidden: a.mlp,
         bos: !a.no_bos,
         mask_bos_key: a.no_bos_key,
@@ -84,7 +92,11 @@ pub fn run(a: Args) -> Result<i32> {
         return Ok(0);
     }
     println!("loss curve (step, train loss):");
-    for (s, l) in rep.loss_curve.iter().step_by((rep.loss_curve.len() / 10).max(1)) {
+    for (s, l) in rep
+        .loss_curve
+        .iter()
+        .step_by((rep.loss_curve.len() / 10).max(1))
+    {
         println!("  {s:>6}  {l:.4}");
     }
     println!(
@@ -92,18 +104,26 @@ pub fn run(a: Args) -> Result<i32> {
         rep.eval_loss,
         rep.acc_on,
         rep.acc_off,
-        rep.acc_off_bayes.map_or(String::new(), |b| format!(" (Bayes {b:.3})"))
+        rep.acc_off_bayes
+            .map_or(String::new(), |b| format!(" (Bayes {b:.3})"))
     );
     for (l, (p, c)) in rep.patterns.iter().zip(&rep.costs).enumerate() {
         println!(
             "layer {l}: off-queries learn {} (sink {:.3}, diagonal {:.3}, previous {:.3}, first visible {:.3}); on-queries: {} (previous {:.3})",
-            p.learned, p.sink, p.diagonal, p.previous, p.first_visible, rep.on_patterns[l].learned, rep.on_patterns[l].previous
+            p.learned,
+            p.sink,
+            p.diagonal,
+            p.previous,
+            p.first_visible,
+            rep.on_patterns[l].learned,
+            rep.on_patterns[l].previous
         );
         println!(
             "         ‖W_QK‖_F {:.3}, ‖W_QK‖_* {:.3}{}, ‖W_VO‖_F {:.3}, ‖W_VO‖_* {:.3}",
             c.qk_fro,
             c.qk_nuclear,
-            c.qk_weight_decay.map_or(String::new(), |w| format!(", ½(‖W_Q‖²+‖W_K‖²) {w:.3}")),
+            c.qk_weight_decay
+                .map_or(String::new(), |w| format!(", ½(‖W_Q‖²+‖W_K‖²) {w:.3}")),
             c.vo_fro,
             c.vo_nuclear
         );

@@ -51,7 +51,11 @@ impl<F: Real> AdamW<F> {
         let inv_bc2 = F::from_f64(1.0 / bc2);
         let eps = F::from_f64(self.eps);
         for k in 0..params.len() {
-            let wd = F::from_f64(if decay[k] { self.lr * self.weight_decay } else { 0.0 });
+            let wd = F::from_f64(if decay[k] {
+                self.lr * self.weight_decay
+            } else {
+                0.0
+            });
             let one = F::from_f64(1.0);
             let (p, g, m, v) = (&mut params[k], &grads[k], &mut self.m[k], &mut self.v[k]);
             for c in 0..p.ncols() {

@@ -5,7 +5,9 @@ use faer::linalg::matmul::matmul as faer_matmul;
 use faer::{Accum, Mat, MatRef, Par};
 
 /// The scalar of training: `f32` (speed) or `f64` (gradient checks).
-pub trait Real: faer::traits::RealField + Copy + Send + Sync + Default + std::fmt::Debug + 'static {
+pub trait Real:
+    faer::traits::RealField + Copy + Send + Sync + Default + std::fmt::Debug + 'static
+{
     /// Conversion from f64.
     fn from_f64(v: f64) -> Self;
     /// Conversion to f64.
@@ -60,12 +62,27 @@ impl Real for f64 {
 const PAR_WORK: usize = 1 << 22;
 
 /// `dst (+)= op(a) · op(b)`, `op` = transpose when the flag is set.
-pub fn matmul_into<F: Real>(dst: &mut Mat<F>, accumulate: bool, a: MatRef<'_, F>, b: MatRef<'_, F>, trans_a: bool, trans_b: bool) {
+pub fn matmul_into<F: Real>(
+    dst: &mut Mat<F>,
+    accumulate: bool,
+    a: MatRef<'_, F>,
+    b: MatRef<'_, F>,
+    trans_a: bool,
+    trans_b: bool,
+) {
     let a = if trans_a { a.transpose() } else { a };
     let b = if trans_b { b.transpose() } else { b };
     let work = a.nrows() * a.ncols() * b.ncols();
-    let par = if work >= PAR_WORK && rayon::current_thread_index().is_none() { Par::rayon(0) } else { Par::Seq };
-    let acc = if accumulate { Accum::Add } else { Accum::Replace };
+    let par = if work >= PAR_WORK && rayon::current_thread_index().is_none() {
+        Par::rayon(0)
+    } else {
+        Par::Seq
+    };
+    let acc = if accumulate {
+        Accum::Add
+    } else {
+        Accum::Replace
+    };
     faer_matmul(dst.as_mut(), acc, a, b, F::from_f64(1.0), par);
 }
 

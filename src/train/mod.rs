@@ -100,7 +100,11 @@ pub struct TrainConfig {
 impl Default for TrainConfig {
     fn default() -> Self {
         Self {
-            task: TaskSpec::BigramCopy { n: 16, k: 2, alpha: 0.3 },
+            task: TaskSpec::BigramCopy {
+                n: 16,
+                k: 2,
+                alpha: 0.3,
+            },
             t: 32,
             d: 32,
             layers: 1,
@@ -200,10 +204,18 @@ fn batch(task: &Task, cfg: &TrainConfig, n: usize, rng: &mut StdRng) -> (Vec<u32
 }
 
 fn weights(t: usize, n: usize) -> Vec<f64> {
-    (0..n * t).map(|r| if r % t + 1 < t { 1.0 } else { 0.0 }).collect()
+    (0..n * t)
+        .map(|r| if r % t + 1 < t { 1.0 } else { 0.0 })
+        .collect()
 }
 
-fn scores(cache: &model::Cache<f32>, seqs: &[Sequence], l: usize, on: bool, first_visible: usize) -> PatternScores {
+fn scores(
+    cache: &model::Cache<f32>,
+    seqs: &[Sequence],
+    l: usize,
+    on: bool,
+    first_visible: usize,
+) -> PatternScores {
     let (mut s, mut dg, mut pv, mut fv, mut n) = (0.0, 0.0, 0.0, 0.0, 0.0);
     for (b, seq) in seqs.iter().enumerate() {
         for i in 2..seq.queries() {
@@ -218,17 +230,29 @@ fn scores(cache: &model::Cache<f32>, seqs: &[Sequence], l: usize, on: bool, firs
     }
     let n = f64::max(n, 1.0);
     let (s, dg, pv, fv) = (s / n, dg / n, pv / n, fv / n);
-    let mut best = [("sink", s), ("diagonal", dg), ("previous", pv), ("first_visible", fv)];
+    let mut best = [
+        ("sink", s),
+        ("diagonal", dg),
+        ("previous", pv),
+        ("first_visible", fv),
+    ];
     if first_visible == 0 {
         best[3].1 = 0.0;
     }
-    let (name, val) = best.iter().copied().fold(("mixed", 0.0), |a, b| if b.1 > a.1 { b } else { a });
+    let (name, val) = best
+        .iter()
+        .copied()
+        .fold(("mixed", 0.0), |a, b| if b.1 > a.1 { b } else { a });
     PatternScores {
         sink: s,
         diagonal: dg,
         previous: pv,
         first_visible: fv,
-        learned: if val >= 0.5 { name.to_string() } else { "mixed".to_string() },
+        learned: if val >= 0.5 {
+            name.to_string()
+        } else {
+            "mixed".to_string()
+        },
     }
 }
 
@@ -237,17 +261,26 @@ fn to_f64(m: &Mat<f32>) -> Mat<f64> {
 }
 
 /// Trains one model (f32) and evaluates it; `progress(step, loss)` is called every log step.
-pub fn train(cfg: &TrainConfig, mut progress: impl FnMut(usize, f64)) -> Result<TrainReport, TrainError> {
+pub fn train(
+    cfg: &TrainConfig,
+    mut progress: impl FnMut(usize, f64),
+) -> Result<TrainReport, TrainError> {
     let start = std::time::Instant::now();
     if cfg.t < 4 || cfg.batch == 0 || cfg.steps == 0 || cfg.eval_batch == 0 {
-        return Err(TrainError::Invalid(format!("need t >= 4, batch, steps, eval_batch >= 1: {cfg:?}")));
+        return Err(TrainError::Invalid(format!(
+            "need t >= 4, batch, steps, eval_batch >= 1: {cfg:?}"
+        )));
     }
     if !(cfg.lr > 0.0 && cfg.weight_decay >= 0.0) {
-        return Err(TrainError::Invalid("lr must be > 0 and weight_decay >= 0".into()));
+        return Err(TrainError::Invalid(
+            "lr must be > 0 and weight_decay >= 0".into(),
+        ));
     }
     let mut rng = StdRng::seed_from_u64(cfg.seed);
     let task = match cfg.task {
-        TaskSpec::BigramCopy { n, k, alpha } => Task::Bigram(BigramCopy::new(n, k, alpha, &mut rng)?),
+        TaskSpec::BigramCopy { n, k, alpha } => {
+            Task::Bigram(BigramCopy::new(n, k, alpha, &mut rng)?)
+        }
         TaskSpec::CopyPaste { n, k, family } => Task::Copy(CopyPaste::new(n, k, family)?),
     };
     let mcfg = ModelConfig {
@@ -284,7 +317,8 @@ pub fn train(cfg: &TrainConfig, mut progress: impl FnMut(usize, f64)) -> Result<
     let (toks, seqs) = batch(&task, cfg, cfg.eval_batch, &mut erng);
     let cache = model.forward(&toks, cfg.eval_batch, cfg.t)?;
     let eval_loss = model.loss(&cache, &weights(cfg.t, cfg.eval_batch));
-    let (mut on_ok, mut on_n, mut off_ok, mut off_n, mut bayes_ok) = (0.0f64, 0.0f64, 0.0f64, 0.0f64, 0.0f64);
+    let (mut on_ok, mut on_n, mut off_ok, mut off_n, mut bayes_ok) =
+        (0.0f64, 0.0f64, 0.0f64, 0.0f64, 0.0f64);
     for (b, s) in seqs.iter().enumerate() {
         for i in 1..s.queries() {
             let r = b * cfg.t + i;
@@ -306,8 +340,12 @@ pub fn train(cfg: &TrainConfig, mut progress: impl FnMut(usize, f64)) -> Result<
         }
     }
     let first_visible = usize::from(cfg.mask_bos_key);
-    let patterns = (0..cfg.layers).map(|l| scores(&cache, &seqs, l, false, first_visible)).collect();
-    let on_patterns = (0..cfg.layers).map(|l| scores(&cache, &seqs, l, true, first_visible)).collect();
+    let patterns = (0..cfg.layers)
+        .map(|l| scores(&cache, &seqs, l, false, first_visible))
+        .collect();
+    let on_patterns = (0..cfg.layers)
+        .map(|l| scores(&cache, &seqs, l, true, first_visible))
+        .collect();
     let costs = (0..cfg.layers)
         .map(|l| {
             let qk = to_f64(&model.w_qk(l));

@@ -132,45 +132,106 @@ impl<F: Real> Model<F> {
             params.len() - 1
         };
         push("emb".into(), randn(cfg.vocab, d, s, rng), true, &mut params);
-        push("pos".into(), randn(cfg.max_len, d, s, rng), true, &mut params);
+        push(
+            "pos".into(),
+            randn(cfg.max_len, d, s, rng),
+            true,
+            &mut params,
+        );
         let fan = 1.0 / (d as f64).sqrt();
         let mut layers = Vec::new();
         for l in 0..cfg.layers {
             let idx = match cfg.attn {
                 AttnForm::Direct => LayerIdx {
-                    a: push(format!("l{l}.wqk"), randn(d, d, s * fan * fan, rng), true, &mut params),
-                    b: push(format!("l{l}.wvo"), randn(d, d, s * fan, rng), true, &mut params),
+                    a: push(
+                        format!("l{l}.wqk"),
+                        randn(d, d, s * fan * fan, rng),
+                        true,
+                        &mut params,
+                    ),
+                    b: push(
+                        format!("l{l}.wvo"),
+                        randn(d, d, s * fan, rng),
+                        true,
+                        &mut params,
+                    ),
                     c: usize::MAX,
                     d: usize::MAX,
                     mlp: None,
                 },
                 AttnForm::Factored { r } => LayerIdx {
-                    a: push(format!("l{l}.wq"), randn(d, r, s * fan, rng), true, &mut params),
-                    b: push(format!("l{l}.wk"), randn(d, r, s * fan, rng), true, &mut params),
-                    c: push(format!("l{l}.wv"), randn(d, r, s * fan, rng), true, &mut params),
-                    d: push(format!("l{l}.wo"), randn(d, r, s / (r as f64).sqrt(), rng), true, &mut params),
+                    a: push(
+                        format!("l{l}.wq"),
+                        randn(d, r, s * fan, rng),
+                        true,
+                        &mut params,
+                    ),
+                    b: push(
+                        format!("l{l}.wk"),
+                        randn(d, r, s * fan, rng),
+                        true,
+                        &mut params,
+                    ),
+                    c: push(
+                        format!("l{l}.wv"),
+                        randn(d, r, s * fan, rng),
+                        true,
+                        &mut params,
+                    ),
+                    d: push(
+                        format!("l{l}.wo"),
+                        randn(d, r, s / (r as f64).sqrt(), rng),
+                        true,
+                        &mut params,
+                    ),
                     mlp: None,
                 },
             };
             let mlp = (cfg.mlp_hidden > 0).then(|| {
                 let h = cfg.mlp_hidden;
                 (
-                    push(format!("l{l}.w1"), randn(d, h, s * fan, rng), true, &mut params),
+                    push(
+                        format!("l{l}.w1"),
+                        randn(d, h, s * fan, rng),
+                        true,
+                        &mut params,
+                    ),
                     push(format!("l{l}.b1"), Mat::zeros(1, h), false, &mut params),
-                    push(format!("l{l}.w2"), randn(h, d, s / (h as f64).sqrt(), rng), true, &mut params),
+                    push(
+                        format!("l{l}.w2"),
+                        randn(h, d, s / (h as f64).sqrt(), rng),
+                        true,
+                        &mut params,
+                    ),
                 )
             });
             layers.push(LayerIdx { mlp, ..idx });
         }
-        let unemb = push("unemb".into(), randn(d, cfg.vocab, s * fan, rng), true, &mut params);
-        Ok(Self { cfg, params, names, decay, layers, unemb })
+        let unemb = push(
+            "unemb".into(),
+            randn(d, cfg.vocab, s * fan, rng),
+            true,
+            &mut params,
+        );
+        Ok(Self {
+            cfg,
+            params,
+            names,
+            decay,
+            layers,
+            unemb,
+        })
     }
 
     /// Converts the parameters to another scalar type.
     pub fn cast<G: Real>(&self) -> Model<G> {
         Model {
             cfg: self.cfg,
-            params: self.params.iter().map(|m| Mat::from_fn(m.nrows(), m.ncols(), |i, j| G::from_f64(m[(i, j)].to_f64()))).collect(),
+            params: self
+                .params
+                .iter()
+                .map(|m| Mat::from_fn(m.nrows(), m.ncols(), |i, j| G::from_f64(m[(i, j)].to_f64())))
+                .collect(),
             names: self.names.clone(),
             decay: self.decay.clone(),
             layers: self.layers.clone(),
@@ -183,7 +244,12 @@ impl<F: Real> Model<F> {
         let li = self.layers[l];
         match self.cfg.attn {
             AttnForm::Direct => self.params[li.a].clone(),
-            AttnForm::Factored { .. } => matmul(self.params[li.a].as_ref(), self.params[li.b].as_ref(), false, true),
+            AttnForm::Factored { .. } => matmul(
+                self.params[li.a].as_ref(),
+                self.params[li.b].as_ref(),
+                false,
+                true,
+            ),
         }
     }
 
@@ -192,7 +258,12 @@ impl<F: Real> Model<F> {
         let li = self.layers[l];
         match self.cfg.attn {
             AttnForm::Direct => self.params[li.b].clone(),
-            AttnForm::Factored { .. } => matmul(self.params[li.d].as_ref(), self.params[li.c].as_ref(), false, true),
+            AttnForm::Factored { .. } => matmul(
+                self.params[li.d].as_ref(),
+                self.params[li.c].as_ref(),
+                false,
+                true,
+            ),
         }
     }
 
@@ -212,15 +283,24 @@ impl<F: Real> Model<F> {
     pub fn forward(&self, tokens: &[u32], b: usize, t: usize) -> Result<Cache<F>, ModelError> {
         let cfg = &self.cfg;
         if b == 0 || t < 2 || tokens.len() != b * t || t > cfg.max_len {
-            return Err(ModelError::Invalid(format!("{} tokens for b = {b}, t = {t} (max_len {})", tokens.len(), cfg.max_len)));
+            return Err(ModelError::Invalid(format!(
+                "{} tokens for b = {b}, t = {t} (max_len {})",
+                tokens.len(),
+                cfg.max_len
+            )));
         }
         if let Some(&bad) = tokens.iter().find(|&&x| x as usize >= cfg.vocab) {
-            return Err(ModelError::Invalid(format!("token {bad} outside the vocabulary of {}", cfg.vocab)));
+            return Err(ModelError::Invalid(format!(
+                "token {bad} outside the vocabulary of {}",
+                cfg.vocab
+            )));
         }
         let d = cfg.d;
         let emb = &self.params[0];
         let pos = &self.params[1];
-        let mut h = Mat::from_fn(b * t, d, |r, c| emb[(tokens[r] as usize, c)] + pos[(r % t, c)]);
+        let mut h = Mat::from_fn(b * t, d, |r, c| {
+            emb[(tokens[r] as usize, c)] + pos[(r % t, c)]
+        });
         let mut cache = Cache {
             b,
             t,
@@ -252,7 +332,14 @@ impl<F: Real> Model<F> {
             let mut h2 = h.clone();
             match cfg.attn {
                 AttnForm::Direct => h2 += &o,
-                AttnForm::Factored { .. } => matmul_into(&mut h2, true, o.as_ref(), self.params[li.d].as_ref(), false, true),
+                AttnForm::Factored { .. } => matmul_into(
+                    &mut h2,
+                    true,
+                    o.as_ref(),
+                    self.params[li.d].as_ref(),
+                    false,
+                    true,
+                ),
             }
             let mut h3 = h2.clone();
             let u = if let Some((w1, b1, w2)) = li.mlp {
@@ -265,7 +352,14 @@ impl<F: Real> Model<F> {
                     }
                 }
                 let g = Mat::from_fn(u.nrows(), u.ncols(), |r, c| relu(u[(r, c)]));
-                matmul_into(&mut h3, true, g.as_ref(), self.params[w2].as_ref(), false, false);
+                matmul_into(
+                    &mut h3,
+                    true,
+                    g.as_ref(),
+                    self.params[w2].as_ref(),
+                    false,
+                    false,
+                );
                 u
             } else {
                 Mat::zeros(0, 0)
@@ -327,7 +421,11 @@ impl<F: Real> Model<F> {
                     }
                     let mut sum = F::from_f64(0.0);
                     for j in 0..t {
-                        let e = if self.masked(i, j) { F::from_f64(0.0) } else { (z[(i, j)] - m).exp() };
+                        let e = if self.masked(i, j) {
+                            F::from_f64(0.0)
+                        } else {
+                            (z[(i, j)] - m).exp()
+                        };
                         z[(i, j)] = e;
                         sum += e;
                     }
@@ -384,8 +482,15 @@ impl<F: Real> Model<F> {
     pub fn backward(&self, cache: &Cache<F>, weight: &[f64]) -> Vec<Mat<F>> {
         let (b, t) = (cache.b, cache.t);
         let cfg = &self.cfg;
-        let wsum: f64 = (0..b).flat_map(|s| (0..t - 1).map(move |i| s * t + i)).map(|r| weight[r]).sum();
-        let mut grads: Vec<Mat<F>> = self.params.iter().map(|p| Mat::zeros(p.nrows(), p.ncols())).collect();
+        let wsum: f64 = (0..b)
+            .flat_map(|s| (0..t - 1).map(move |i| s * t + i))
+            .map(|r| weight[r])
+            .sum();
+        let mut grads: Vec<Mat<F>> = self
+            .params
+            .iter()
+            .map(|p| Mat::zeros(p.nrows(), p.ncols()))
+            .collect();
         if wsum <= 0.0 {
             return grads;
         }
@@ -408,7 +513,14 @@ impl<F: Real> Model<F> {
             }
         }
         let h_last = &cache.h_in[self.layers.len()];
-        matmul_into(&mut grads[self.unemb], false, h_last.as_ref(), dlog.as_ref(), true, false);
+        matmul_into(
+            &mut grads[self.unemb],
+            false,
+            h_last.as_ref(),
+            dlog.as_ref(),
+            true,
+            false,
+        );
         let mut dh = matmul(dlog.as_ref(), self.params[self.unemb].as_ref(), false, true);
         for (l, li) in self.layers.iter().enumerate().rev() {
             // MLP: h3 = h2 + relu(h2 W1 + b1) W2.
@@ -427,35 +539,134 @@ impl<F: Real> Model<F> {
                     }
                     grads[b1][(0, c)] = sb;
                 }
-                matmul_into(&mut grads[w1], false, cache.h_mid[l].as_ref(), du.as_ref(), true, false);
-                matmul_into(&mut dh, true, du.as_ref(), self.params[w1].as_ref(), false, true);
+                matmul_into(
+                    &mut grads[w1],
+                    false,
+                    cache.h_mid[l].as_ref(),
+                    du.as_ref(),
+                    true,
+                    false,
+                );
+                matmul_into(
+                    &mut dh,
+                    true,
+                    du.as_ref(),
+                    self.params[w1].as_ref(),
+                    false,
+                    true,
+                );
             }
             // Attention: h2 = h + (A V) [W_O^T].
             let h = &cache.h_in[l];
             let d_o = match cfg.attn {
                 AttnForm::Direct => dh.clone(),
                 AttnForm::Factored { .. } => {
-                    matmul_into(&mut grads[li.d], false, dh.as_ref(), cache.o[l].as_ref(), true, false);
+                    matmul_into(
+                        &mut grads[li.d],
+                        false,
+                        dh.as_ref(),
+                        cache.o[l].as_ref(),
+                        true,
+                        false,
+                    );
                     matmul(dh.as_ref(), self.params[li.d].as_ref(), false, false)
                 }
             };
-            let (dq, dk, dv) = self.attend_backward(&cache.attn[l], &cache.q[l], &cache.k[l], &cache.v[l], &d_o, b, t);
+            let (dq, dk, dv) = self.attend_backward(
+                &cache.attn[l],
+                &cache.q[l],
+                &cache.k[l],
+                &cache.v[l],
+                &d_o,
+                b,
+                t,
+            );
             match cfg.attn {
                 AttnForm::Direct => {
                     // q = h W_QK, k = h, v = h W_VO^T.
-                    matmul_into(&mut grads[li.a], false, h.as_ref(), dq.as_ref(), true, false);
-                    matmul_into(&mut grads[li.b], false, dv.as_ref(), h.as_ref(), true, false);
-                    matmul_into(&mut dh, true, dq.as_ref(), self.params[li.a].as_ref(), false, true);
+                    matmul_into(
+                        &mut grads[li.a],
+                        false,
+                        h.as_ref(),
+                        dq.as_ref(),
+                        true,
+                        false,
+                    );
+                    matmul_into(
+                        &mut grads[li.b],
+                        false,
+                        dv.as_ref(),
+                        h.as_ref(),
+                        true,
+                        false,
+                    );
+                    matmul_into(
+                        &mut dh,
+                        true,
+                        dq.as_ref(),
+                        self.params[li.a].as_ref(),
+                        false,
+                        true,
+                    );
                     dh += &dk;
-                    matmul_into(&mut dh, true, dv.as_ref(), self.params[li.b].as_ref(), false, false);
+                    matmul_into(
+                        &mut dh,
+                        true,
+                        dv.as_ref(),
+                        self.params[li.b].as_ref(),
+                        false,
+                        false,
+                    );
                 }
                 AttnForm::Factored { .. } => {
-                    matmul_into(&mut grads[li.a], false, h.as_ref(), dq.as_ref(), true, false);
-                    matmul_into(&mut grads[li.b], false, h.as_ref(), dk.as_ref(), true, false);
-                    matmul_into(&mut grads[li.c], false, h.as_ref(), dv.as_ref(), true, false);
-                    matmul_into(&mut dh, true, dq.as_ref(), self.params[li.a].as_ref(), false, true);
-                    matmul_into(&mut dh, true, dk.as_ref(), self.params[li.b].as_ref(), false, true);
-                    matmul_into(&mut dh, true, dv.as_ref(), self.params[li.c].as_ref(), false, true);
+                    matmul_into(
+                        &mut grads[li.a],
+                        false,
+                        h.as_ref(),
+                        dq.as_ref(),
+                        true,
+                        false,
+                    );
+                    matmul_into(
+                        &mut grads[li.b],
+                        false,
+                        h.as_ref(),
+                        dk.as_ref(),
+                        true,
+                        false,
+                    );
+                    matmul_into(
+                        &mut grads[li.c],
+                        false,
+                        h.as_ref(),
+                        dv.as_ref(),
+                        true,
+                        false,
+                    );
+                    matmul_into(
+                        &mut dh,
+                        true,
+                        dq.as_ref(),
+                        self.params[li.a].as_ref(),
+                        false,
+                        true,
+                    );
+                    matmul_into(
+                        &mut dh,
+                        true,
+                        dk.as_ref(),
+                        self.params[li.b].as_ref(),
+                        false,
+                        true,
+                    );
+                    matmul_into(
+                        &mut dh,
+                        true,
+                        dv.as_ref(),
+                        self.params[li.c].as_ref(),
+                        false,
+                        true,
+                    );
                 }
             }
         }
@@ -523,7 +734,11 @@ impl<F: Real> Model<F> {
 }
 
 fn relu<F: Real>(x: F) -> F {
-    if x > F::from_f64(0.0) { x } else { F::from_f64(0.0) }
+    if x > F::from_f64(0.0) {
+        x
+    } else {
+        F::from_f64(0.0)
+    }
 }
 
 impl<F: Real> Cache<F> {
