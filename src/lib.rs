@@ -6,8 +6,10 @@
 //! See `THEORY.md` in the shared specification, `theorems/README.md` for the
 //! claim → check map, and `ARCHITECTURE.md` for the code map.
 
+pub mod attention;
 pub mod check;
 pub mod linalg;
+pub mod patterns;
 pub mod plot;
 pub mod report;
 pub mod sweep;
@@ -15,3 +17,4 @@ pub mod cost;
 pub mod fit;
 pub mod tasks;
 pub mod train;
+pub mod switch;
