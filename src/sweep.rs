@@ -963,7 +963,7 @@ pub fn verdict_markdown(fits: &[GroupFit]) -> String {
 /// The default spec, `sims/cost_scaling.toml`, compiled in.
 pub const DEFAULT_SPEC: &str = include_str!("../sims/cost_scaling.toml");
 
-/// A small spec for `sinklab report --quick` and tests: exact T ≤ 64, trained T ≤ 32.
+/// A small spec for `sinklab report --quick` and tests: exact T ≤ 32, trained T ≤ 16.
 pub const QUICK_SPEC: &str = r#"
 name = "cost_scaling_quick"
 bootstrap = 500
@@ -971,17 +971,17 @@ bootstrap = 500
 patterns = ["sink", "diagonal"]
 norms = ["fro", "nuclear"]
 embeddings = ["orthonormal", "gaussian"]
-t = [8, 16, 32, 64]
+t = [8, 16, 32]
 d_factor = 2
-seeds = [0, 1]
+seeds = [0]
 delta = 10.0
 [trained]
-t = [8, 16, 32]
+t = [8, 16]
 seeds = [0]
 variants = ["bos", "masked"]
 d = 16
 r = 16
-steps = 150
+steps = 100
 batch = 8
 lr = 0.01
 weight_decay = 0.01
