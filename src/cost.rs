@@ -710,25 +710,6 @@ pub fn solve_query(q: &CostQuery, opts: SolveOptions) -> Result<CostSolution, Co
     solve(&p, q.norm, opts)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn delta_fixture() {
-        // THEORY §1 fixture: Δ_0.01(63) = 8.738255.
-        assert!((delta_eps(63, 0.01).unwrap() - 8.738255).abs() < 1e-6);
-    }
-
-    #[test]
-    fn simplex_projection_sums_to_one() {
-        let mut v = vec![0.3, -1.0, 2.0, 0.1];
-        project_simplex(&mut v);
-        assert!((v.iter().sum::<f64>() - 1.0).abs() < 1e-12);
-        assert!(v.iter().all(|&x| x >= 0.0));
-    }
-}
-
 /// Frobenius program by dual coordinate ascent (Hildreth's method), an
 /// algorithm independent of [`solve`], for cross-checks on small cases:
 /// $\lambda_c \leftarrow \max(0, \lambda_c + (\Delta - \langle A_c, W\rangle)/\|A_c\|_F^2)$,
@@ -838,4 +819,23 @@ pub fn check_closed_form(cases: usize, seed: u64) -> crate::check::CheckOutcome 
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delta_fixture() {
+        // THEORY §1 fixture: Δ_0.01(63) = 8.738255.
+        assert!((delta_eps(63, 0.01).unwrap() - 8.738255).abs() < 1e-6);
+    }
+
+    #[test]
+    fn simplex_projection_sums_to_one() {
+        let mut v = vec![0.3, -1.0, 2.0, 0.1];
+        project_simplex(&mut v);
+        assert!((v.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        assert!(v.iter().all(|&x| x >= 0.0));
+    }
 }

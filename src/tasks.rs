@@ -105,7 +105,7 @@ impl BigramCopy {
         }
         for (a, r) in p.iter().enumerate() {
             let s: f64 = r.iter().sum();
-            if r.iter().any(|v| !(*v >= 0.0)) || (s - 1.0).abs() > 1e-9 {
+            if r.iter().any(|v| v.is_nan() || *v < 0.0) || (s - 1.0).abs() > 1e-9 {
                 return Err(TaskError::Invalid(format!(
                     "row {a} of P is not a probability vector"
                 )));
@@ -152,10 +152,10 @@ impl BigramCopy {
             };
             tokens.push(next);
         }
-        for q in 0..tokens.len().saturating_sub(1) {
-            let on = q >= first_real_pos(bos) + 1 && self.is_trigger(tokens[q]);
-            source.push(on.then(|| q - 1));
-        }
+        source.extend((0..tokens.len().saturating_sub(1)).map(|q| {
+            let on = q > first_real_pos(bos) && self.is_trigger(tokens[q]);
+            on.then(|| q - 1)
+        }));
         Sequence { tokens, source }
     }
 }

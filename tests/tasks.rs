@@ -23,7 +23,7 @@ fn bigram_copy_trigger_rule_always_holds() {
                 !task.is_trigger(s.tokens[first]),
                 "x_1 must not be a trigger"
             );
-            assert!(s.tokens[first..].iter().all(|&t| t >= 1 && t <= 12));
+            assert!(s.tokens[first..].iter().all(|&t| (1..=12).contains(&t)));
             for q in 0..s.queries() {
                 let trig = q > first && task.is_trigger(s.tokens[q]);
                 assert_eq!(s.source[q].is_some(), trig, "on exactly after a trigger");
@@ -40,6 +40,7 @@ fn bigram_copy_trigger_rule_always_holds() {
 }
 
 #[test]
+#[allow(clippy::needless_range_loop)] // a, b index P and the count table alike
 fn bigram_frequencies_converge_to_p() {
     let mut rng = StdRng::seed_from_u64(2);
     let n = 6;

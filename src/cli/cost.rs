@@ -78,7 +78,7 @@ pub fn run(a: Args) -> Result<i32> {
         _ => None,
     };
     if a.json {
-        let mut v = serde_json::to_value(&q)?;
+        let mut v = serde_json::to_value(q)?;
         let s = serde_json::to_value(&sol)?;
         if let (Some(o), serde_json::Value::Object(so)) = (v.as_object_mut(), s) {
             o.extend(so);

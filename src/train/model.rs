@@ -391,7 +391,7 @@ impl<F: Real> Model<F> {
                 s += e;
             }
             for c in 0..probs.ncols() {
-                probs[(r, c)] = probs[(r, c)] / s;
+                probs[(r, c)] /= s;
             }
         }
         cache.probs = probs;
@@ -430,7 +430,7 @@ impl<F: Real> Model<F> {
                         sum += e;
                     }
                     for j in 0..t {
-                        z[(i, j)] = z[(i, j)] / sum;
+                        z[(i, j)] /= sum;
                     }
                 }
                 let o = matmul(z.as_ref(), vs, false, false);
