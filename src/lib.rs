@@ -8,7 +8,9 @@
 
 pub mod attention;
 pub mod check;
+pub mod geometry;
 pub mod linalg;
+pub mod oversmoothing;
 pub mod patterns;
 pub mod plot;
 pub mod report;
