@@ -124,6 +124,8 @@ pub fn registry() -> Vec<Theorem> {
         figure: "cost_scaling",
         default_cases: 12,
         run: crate::cost::check_closed_form,
+    });
+    v.push(Theorem {
         name: "half_space",
         claim: "A1",
         statement: "a sink is representable iff 0 ∉ conv(Q) and s ∉ conv(K); verdict with a verified witness or convex weights",
