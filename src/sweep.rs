@@ -39,6 +39,9 @@ pub enum SweepError {
     /// Plot error.
     #[error(transparent)]
     Plot(#[from] plot::PlotError),
+    /// The requested dense backend is unavailable (`backend = "gpu"` without an adapter).
+    #[error(transparent)]
+    Backend(#[from] crate::backend::BackendError),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SweepError + '_ {
@@ -136,6 +139,10 @@ pub struct SweepSpec {
     pub exact: Vec<ExactSpec>,
     /// Trained models.
     pub trained: Option<TrainedSpec>,
+    /// Dense backend of the trained part: `cpu`, `gpu` or `auto` (default cpu;
+    /// `sinklab sweep --backend` overrides).
+    #[serde(default)]
+    pub backend: crate::backend::BackendKind,
 }
 
 fn default_boot() -> usize {
@@ -595,8 +602,19 @@ pub fn run(
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let tol = spec.tol();
+    // The trained points' products run on the chosen backend (one shared device).
+    let gpu = if todo.iter().any(|p| matches!(p, Point::Trained(_))) {
+        let sel = crate::backend::select(spec.backend, &crate::backend::GpuOptions::default())?;
+        if show_progress {
+            eprintln!("{}", sel.note());
+        }
+        sel.gpu()
+    } else {
+        None
+    };
     let errors: Mutex<Vec<SweepError>> = Mutex::new(Vec::new());
     todo.par_iter().with_max_len(1).for_each(|p| {
+        let _route = gpu.clone().map(crate::backend::route::install);
         let recs = compute(p, tol);
         let mut text = String::new();
         for r in &recs {

@@ -819,3 +819,59 @@ fn cli_backend_flag_resolves_and_trains() {
     );
     assert!(String::from_utf8_lossy(&bad.stderr).contains("expected cpu, gpu or auto"));
 }
+
+/// The training module (`sinklab::train`, f32, faer products) gives the same
+/// loss curve when its products are routed to the GPU. Each routed product
+/// is the same sum in another order: two f32 evaluations differ by at most
+/// 2γ_k ≈ 2k·u relative to Σ|terms|, with k at most batch·T (the weight
+/// gradients sum over every position). A relative perturbation δ of the
+/// gradients moves the Adam-normalised updates by ≲ δ per step, and the
+/// loss error accumulates at most linearly over a run this short, so we
+/// allow |ΔL_i| ≤ 2k·eps·(1 + i)·L_i at logged step i.
+#[test]
+fn train_module_same_loss_curve_routed_to_wgpu() {
+    use sinklab::backend::route;
+    use sinklab::train::{AttnForm, TrainConfig, train};
+    if gpu().is_none() {
+        return;
+    }
+    let cfg = TrainConfig {
+        t: 12,
+        d: 16,
+        attn: AttnForm::Factored { r: 16 },
+        batch: 8,
+        steps: 30,
+        eval_batch: 16,
+        ..TrainConfig::default()
+    };
+    let cpu = train(&cfg, |_, _| {}).unwrap();
+    let g = std::sync::Arc::new(Wgpu::new(&GpuOptions::vulkan()).unwrap());
+    let routed = {
+        let _r = route::install(g);
+        train(&cfg, |_, _| {}).unwrap()
+    };
+    assert_eq!(cpu.loss_curve.len(), routed.loss_curve.len());
+    let k = (cfg.batch * cfg.t) as f64;
+    let first = cpu.loss_curve[0].1;
+    let last = cpu.loss_curve.last().unwrap().1;
+    assert!(
+        last < first,
+        "the CPU run did not train: {:?}",
+        cpu.loss_curve
+    );
+    for (&(s, a), &(s2, b)) in cpu.loss_curve.iter().zip(&routed.loss_curve) {
+        assert_eq!(s, s2);
+        let tol = 2.0 * k * f32::EPSILON as f64 * (1.0 + s as f64) * a;
+        assert!(
+            (a - b).abs() <= tol,
+            "step {s}: cpu {a} vs wgpu {b} (tol {tol:.3e})"
+        );
+    }
+    eprintln!(
+        "train module: final loss cpu {} wgpu {} (eval {} vs {})",
+        last,
+        routed.loss_curve.last().unwrap().1,
+        cpu.eval_loss,
+        routed.eval_loss
+    );
+}

@@ -24,6 +24,9 @@ pub struct Args {
     /// Seed of the bootstrap.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Dense backend of the trained points: cpu, gpu or auto (overrides the spec's `backend`).
+    #[arg(long)]
+    backend: Option<sinklab::backend::BackendKind>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -43,7 +46,10 @@ pub struct MergeArgs {
 }
 
 pub fn run(a: Args) -> Result<i32> {
-    let spec = SweepSpec::load(&a.spec)?;
+    let mut spec = SweepSpec::load(&a.spec)?;
+    if let Some(b) = a.backend {
+        spec.backend = b;
+    }
     let out = a.out.clone().unwrap_or_else(|| {
         PathBuf::from("sweeps").join(
             a.spec

@@ -54,6 +54,9 @@ pub struct Args {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Dense backend of the products: cpu, gpu (any adapter) or auto (a hardware GPU, else cpu).
+    #[arg(long, default_value = "cpu")]
+    backend: sinklab::backend::BackendKind,
 }
 
 pub fn run(a: Args) -> Result<i32> {
@@ -82,6 +85,9 @@ pub fn run(a: Args) -> Result<i32> {
         eval_batch: 64,
     };
     let bar = indicatif::ProgressBar::new(a.steps as u64);
+    let sel = sinklab::backend::select(a.backend, &sinklab::backend::GpuOptions::default())?;
+    eprintln!("{}", sel.note());
+    let _route = sel.gpu().map(sinklab::backend::route::install);
     let rep = train(&cfg, |s, l| {
         bar.set_position(s as u64);
         bar.set_message(format!("loss {l:.4}"));

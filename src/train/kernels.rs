@@ -18,9 +18,32 @@ pub trait Real:
     fn ln(self) -> Self;
     /// $\sqrt x$.
     fn sqrt(self) -> Self;
+    /// `dst (+)= op(a) · op(b)` on the GPU routed to this thread
+    /// ([`crate::backend::route`]), if any; `false`: compute it on the CPU.
+    fn routed_matmul(
+        _dst: &mut Mat<Self>,
+        _accumulate: bool,
+        _a: MatRef<'_, Self>,
+        _b: MatRef<'_, Self>,
+        _trans_a: bool,
+        _trans_b: bool,
+    ) -> bool {
+        false
+    }
 }
 
 impl Real for f32 {
+    fn routed_matmul(
+        dst: &mut Mat<f32>,
+        accumulate: bool,
+        a: MatRef<'_, f32>,
+        b: MatRef<'_, f32>,
+        trans_a: bool,
+        trans_b: bool,
+    ) -> bool {
+        crate::backend::route::matmul_f32(dst.as_mut(), accumulate, a, trans_a, b, trans_b)
+    }
+
     fn from_f64(v: f64) -> Self {
         v as f32
     }
@@ -70,6 +93,9 @@ pub fn matmul_into<F: Real>(
     trans_a: bool,
     trans_b: bool,
 ) {
+    if F::routed_matmul(dst, accumulate, a, b, trans_a, trans_b) {
+        return;
+    }
     let a = if trans_a { a.transpose() } else { a };
     let b = if trans_b { b.transpose() } else { b };
     let work = a.nrows() * a.ncols() * b.ncols();

@@ -35,6 +35,9 @@ pub enum TrainError {
     /// Model error.
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// The GPU backend failed (the run stops; nothing is silently recomputed).
+    #[error(transparent)]
+    Backend(#[from] crate::backend::BackendError),
     /// The loss became NaN or infinite.
     #[error("training diverged at step {0} (loss {1})")]
     Diverged(usize, f64),
@@ -311,6 +314,9 @@ pub fn train(
             progress(step, loss);
         }
         opt.step(&mut model.params, &grads, &model.decay);
+        if let Some(e) = crate::backend::route::take_error() {
+            return Err(TrainError::Backend(e));
+        }
     }
     // Evaluation on a fresh set drawn from a derived seed.
     let mut erng = StdRng::seed_from_u64(cfg.seed ^ 0x9E37_79B9_7F4A_7C15);
