@@ -875,3 +875,22 @@ fn train_module_same_loss_curve_routed_to_wgpu() {
         routed.eval_loss
     );
 }
+
+/// Several threads reading back from one shared device (as a parallel sweep
+/// does): every read completes with the right data. Before the fix, one
+/// thread's poll could run another's map callback late and the read failed.
+#[test]
+fn gpu_concurrent_reads_from_threads() {
+    let Some(g) = gpu() else { return };
+    std::thread::scope(|s| {
+        for th in 0..4u32 {
+            s.spawn(move || {
+                for it in 0..40u32 {
+                    let v: Vec<f32> = (0..37).map(|i| (th * 1000 + it * 37 + i) as f32).collect();
+                    let t = g.upload(Shape::mat(1, 37), &v).unwrap();
+                    assert_eq!(g.read(&t).unwrap(), v, "thread {th} iteration {it}");
+                }
+            });
+        }
+    });
+}

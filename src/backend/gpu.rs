@@ -588,7 +588,16 @@ impl Backend for Wgpu {
         });
         scope.pop("reading a tensor back")?;
         self.wait("reading a tensor back")?;
-        let status = done.lock().ok().and_then(|mut g| g.take());
+        // With several threads on one device, another thread's poll may be
+        // the one running our map callback: wait for it, within the timeout.
+        let deadline = std::time::Instant::now() + self.timeout;
+        let mut status = done.lock().ok().and_then(|mut g| g.take());
+        while status.is_none() && std::time::Instant::now() < deadline {
+            self.check_alive()?;
+            let _ = self.device.poll(wgpu::PollType::Poll);
+            std::thread::yield_now();
+            status = done.lock().ok().and_then(|mut g| g.take());
+        }
         match status {
             Some(Ok(())) => {}
             Some(Err(e)) => {
@@ -602,7 +611,10 @@ impl Backend for Wgpu {
                 self.check_alive()?;
                 return Err(BackendError::Gpu {
                     what: "mapping a read-back buffer".into(),
-                    msg: "map callback did not run after the queue finished".into(),
+                    msg: format!(
+                        "map callback did not run within {:.1} s",
+                        self.timeout.as_secs_f64()
+                    ),
                 });
             }
         }
