@@ -28,6 +28,23 @@ impl GgufFile {
         let mut reader = BufReader::new(f);
         let content = Content::read(&mut reader)
             .map_err(|e| RealError::file(path, format!("not a readable GGUF file: {e}")))?;
+        // Check every tensor's extent before candle reads it (its element count is an unchecked
+        // product: a corrupt dimension would overflow).
+        let file_len = std::fs::metadata(path).map_err(|e| RealError::io(path, e))?.len();
+        for (name, ti) in &content.tensor_infos {
+            let dims = ti.shape.dims();
+            let n = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64));
+            let bs = ti.ggml_dtype.block_size() as u64;
+            let bytes = n.filter(|n| bs > 0 && n % bs == 0).and_then(|n| (n / bs).checked_mul(ti.ggml_dtype.type_size() as u64));
+            let end = bytes.and_then(|b| b.checked_add(content.tensor_data_offset)).and_then(|e| e.checked_add(ti.offset));
+            match end {
+                Some(e) if e <= file_len => {}
+                Some(e) => {
+                    return Err(RealError::file(path, format!("tensor `{name}` {dims:?} ends at byte {e}, past the end of the file ({file_len} bytes): truncated?")));
+                }
+                None => return Err(RealError::file(path, format!("tensor `{name}` has an impossible shape {dims:?} for {:?}", ti.ggml_dtype))),
+            }
+        }
         Ok(Self { path: path.to_path_buf(), content, reader })
     }
 
