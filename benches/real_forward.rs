@@ -11,7 +11,7 @@ use std::time::Instant;
 const T: usize = 512;
 const REPS: usize = 5;
 
-fn main() {
+pub fn main() {
     let Some(path) = fetch::cached("smollm2") else {
         eprintln!("SKIP: smollm2 not fetched (sinklab fetch smollm2)");
         return;

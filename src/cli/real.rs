@@ -26,6 +26,9 @@ pub struct Args {
     /// Activations file (schema in `sinklab::real::activations`) instead of a model.
     #[arg(long, conflicts_with = "model")]
     activations: Option<PathBuf>,
+    /// Also run the A2 interventions (per head: attention := identity / uniform; THEORY §7).
+    #[arg(long)]
+    a2: bool,
     /// Print the full JSON report.
     #[arg(long)]
     json: bool,
@@ -64,12 +67,27 @@ pub fn run(a: Args) -> Result<i32> {
     if tokens.is_empty() {
         bail!("no tokens to run");
     }
-    let rep = analysis::analyze(&lm, &tokens, &mut ())?;
+    let mut rep = analysis::analyze(&lm, &tokens, &mut ())?;
+    if a.a2 {
+        rep.a2 = Some(sinklab::real::oversmooth_real::analyze(&lm.model, &tokens)?);
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rep)?);
     } else {
         println!("{}: {} tokens, BOS first: {}, nll_mean: {}", rep.model, rep.tokens.len(), rep.bos_first, rep.nll_mean.map(|v| format!("{v:.4}")).unwrap_or("—".into()));
         print_layers(&rep.layers);
+        let holds = rep.a1.iter().filter(|c| c.holds).count();
+        println!("A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): holds on {holds} of {} layers", rep.a1.len());
+        if let Some((_, s)) = &rep.a2 {
+            println!(
+                "A2: {} heads; predicted dense smooths more: {:.0}%; measured: {:.0}%; agreement {:.0}%; mean cos_U - cos_I = {:+.4}",
+                s.heads,
+                100.0 * s.predicted_frac,
+                100.0 * s.measured_frac,
+                100.0 * s.agreement,
+                s.mean_delta
+            );
+        }
     }
     Ok(0)
 }

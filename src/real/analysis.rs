@@ -3,6 +3,7 @@
 
 use super::forward::LayerObserver;
 use super::model::{Arch, Config, Model, Norm};
+use super::capture::{Capture, Captured};
 use super::stats::{LayerStats, StatsObserver};
 use super::{LoadedModel, RealError};
 use faer::Mat;
@@ -45,6 +46,10 @@ pub struct RealReport {
     pub layers: Vec<LayerStats>,
     /// Per head.
     pub head_costs: Vec<HeadCost>,
+    /// A1 per layer (THEORY §3): the corollary's sufficient condition on the real embeddings.
+    pub a1: Vec<super::halfspace_real::A1Corollary>,
+    /// A2 per head (THEORY §7), when asked for (`sinklab real --a2`).
+    pub a2: Option<(Vec<super::oversmooth_real::HeadA2>, super::oversmooth_real::A2Summary)>,
 }
 
 fn gain(n: &Option<Norm>, d: usize) -> Vec<f64> {
@@ -96,17 +101,22 @@ pub fn head_costs(m: &Model) -> Vec<HeadCost> {
 pub fn analyze(lm: &LoadedModel, tokens: &[u32], extra: &mut dyn LayerObserver) -> Result<RealReport, RealError> {
     let m = &lm.model;
     let mut stats = StatsObserver::default();
+    let mut cap = Captured::new(Capture { hidden_in: true, ..Capture::default() });
     struct Both<'a> {
         a: &'a mut StatsObserver,
+        c: &'a mut Captured,
         b: &'a mut dyn LayerObserver,
     }
     impl LayerObserver for Both<'_> {
         fn layer(&mut self, m: &Model, t: &super::forward::LayerTensors<'_>) {
             self.a.layer(m, t);
+            self.c.layer(m, t);
             self.b.layer(m, t);
         }
     }
-    let out = m.forward(tokens, &mut Both { a: &mut stats, b: extra }, None)?;
+    let out = m.forward(tokens, &mut Both { a: &mut stats, c: &mut cap, b: extra }, None)?;
+    let a1 = super::halfspace_real::inputs_from(m, &cap, tokens.len()).iter().map(super::halfspace_real::corollary).collect();
+    drop(cap);
     let nll_mean = if m.has_lm_head && tokens.len() > 1 {
         let v = m.next_token_nll(&out.normed, tokens)?;
         Some(v.iter().sum::<f64>() / v.len() as f64)
@@ -125,5 +135,7 @@ pub fn analyze(lm: &LoadedModel, tokens: &[u32], extra: &mut dyn LayerObserver) 
         nll_mean,
         layers: stats.layers,
         head_costs: head_costs(m),
+        a1,
+        a2: None,
     })
 }

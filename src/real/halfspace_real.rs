@@ -46,10 +46,13 @@ pub fn inputs(m: &Model, tokens: &[u32]) -> Result<Vec<A1Inputs>, RealError> {
     }
     let mut cap = Captured::new(Capture { hidden_in: true, ..Capture::default() });
     m.forward(tokens, &mut cap, None)?;
+    Ok(inputs_from(m, &cap, tokens.len()))
+}
+
+/// The A1 inputs from a capture holding `hidden_in` of every layer.
+pub fn inputs_from(m: &Model, cap: &Captured, t: usize) -> Vec<A1Inputs> {
     let d = m.cfg.d_model;
-    let t = tokens.len();
-    Ok(m
-        .layers
+    m.layers
         .iter()
         .enumerate()
         .map(|(l, ly)| {
@@ -61,7 +64,7 @@ pub fn inputs(m: &Model, tokens: &[u32]) -> Result<Vec<A1Inputs>, RealError> {
             let rest: Vec<Vec<f64>> = (1..t).map(row).collect();
             A1Inputs { layer: l, queries: rest.clone(), keys: rest, sink: row(0) }
         })
-        .collect())
+        .collect()
 }
 
 /// The corollary's sufficient condition on one layer.
