@@ -34,7 +34,9 @@ fn main() {
         )
         .unwrap(),
     );
-    std::panic::set_hook(Box::new(|_| {}));
+    if std::env::var_os("FUZZ_SHOW_PANICS").is_none() {
+        std::panic::set_hook(Box::new(|_| {}));
+    }
     let mut rng = StdRng::seed_from_u64(seed);
     let (t0, mut n, mut panics) = (Instant::now(), 0u64, 0u64);
     let g = dir.path().join("m.gguf");

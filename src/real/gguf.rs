@@ -33,7 +33,8 @@ impl GgufFile {
         let file_len = std::fs::metadata(path).map_err(|e| RealError::io(path, e))?.len();
         for (name, ti) in &content.tensor_infos {
             let dims = ti.shape.dims();
-            let n = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64));
+            // Zero elements is rejected too: candle then casts a dangling u8 pointer to a block type.
+            let n = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64)).filter(|&n| n > 0);
             let bs = ti.ggml_dtype.block_size() as u64;
             let bytes = n.filter(|n| bs > 0 && n % bs == 0).and_then(|n| (n / bs).checked_mul(ti.ggml_dtype.type_size() as u64));
             let end = bytes.and_then(|b| b.checked_add(content.tensor_data_offset)).and_then(|e| e.checked_add(ti.offset));
