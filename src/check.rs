@@ -88,7 +88,7 @@ pub fn registry() -> Vec<Theorem> {
             name: "hard_switch",
             claim: "A3",
             statement: "values in a cone (u·v ≥ γ‖v‖) ⇒ Σ_j A_ij‖v_j‖ ≤ ‖o_i‖/γ: an off head attends to zero-value keys (a sink)",
-            figure: "",
+            figure: "hard_switch",
             default_cases: 400,
             run: |c, s| switch::check_hard_switch_bound(c, s, Assumption::Kept),
         },
@@ -117,5 +117,21 @@ pub fn registry() -> Vec<Theorem> {
             run: switch::check_diagonal_representability,
         },
     ];
+    v.push(Theorem {
+        name: "half_space",
+        claim: "A1",
+        statement: "a sink is representable iff 0 ∉ conv(Q) and s ∉ conv(K); verdict with a verified witness or convex weights",
+        figure: "half_space",
+        default_cases: 400,
+        run: crate::geometry::check::run_half_space,
+    });
+    v.push(Theorem {
+        name: "half_space_corollary",
+        claim: "A1",
+        statement: "cos(s,x) < 0 on queries and cos(s,k) ≤ 0 on keys ⇒ W = −c·s sᵀ is an ε-sink witness",
+        figure: "half_space",
+        default_cases: 200,
+        run: crate::geometry::check::run_corollary,
+    });
     v
 }

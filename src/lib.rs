@@ -8,6 +8,7 @@
 
 pub mod attention;
 pub mod check;
+pub mod geometry;
 pub mod linalg;
 pub mod patterns;
 pub mod plot;

@@ -129,6 +129,9 @@ fn viridis(t: f64) -> RGBColor {
     )
 }
 
+/// Dash count per segment of a dashed series.
+const DASHES: usize = 41;
+
 static FONT: Once = Once::new();
 
 /// Registers the embedded font once per process (plotters draws no text without it).
@@ -259,9 +262,9 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &Panel) -> R
                     .windows(2)
                     .flat_map(|w| {
                         let (a, b) = (w[0], w[1]);
-                        (0..6).filter(|k| k % 2 == 0).map(move |k| {
-                            let t0 = k as f64 / 6.0;
-                            let t1 = (k + 1) as f64 / 6.0;
+                        (0..DASHES).filter(|k| k % 2 == 0).map(move |k| {
+                            let t0 = k as f64 / DASHES as f64;
+                            let t1 = (k + 1) as f64 / DASHES as f64;
                             PathElement::new(
                                 vec![
                                     (a.0 + t0 * (b.0 - a.0), a.1 + t0 * (b.1 - a.1)),

@@ -44,10 +44,13 @@ pub type SectionError = Box<dyn std::error::Error + Send + Sync>;
 pub type SectionFn = fn(&ReportCtx) -> Result<ReportSection, SectionError>;
 
 /// Every report section, in order. Modules register theirs here.
+#[allow(clippy::vec_init_then_push)] // one push line per module keeps registrations independent
 pub fn sections() -> Vec<(&'static str, SectionFn)> {
     #[allow(unused_mut)]
     let mut v: Vec<(&'static str, SectionFn)> = Vec::new();
     v.push(("real_models", crate::real::report_section::section));
+    v.push(("switches", crate::switch::report_section));
+    v.push(("half_space", crate::geometry::check::report_section));
     v
 }
 

@@ -22,6 +22,8 @@ use crate::attention::{Head, Mask, Weight};
 use crate::check::CheckOutcome;
 use crate::linalg::{dot, matvec, norm, row};
 use crate::patterns::concentration_gap;
+use crate::plot::{Panel, Series, Style, render};
+use crate::report::{ReportCtx, ReportSection, SectionError};
 use faer::{Mat, MatRef};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -139,6 +141,38 @@ pub enum Assumption {
 /// $\gamma$ (`Dropped`). Margin: relative slack $(\|o_i\|/\gamma - \sum_j A_{ij}\|v_j\|)/(\|o_i\|/\gamma + \sum_j A_{ij}\|v_j\|)$.
 pub fn check_hard_switch_bound(cases: usize, seed: u64, assumption: Assumption) -> CheckOutcome {
     let mut out = CheckOutcome::new("hard_switch", "relative slack of Σ A‖v‖ ≤ ‖o‖/γ");
+    for p in hard_switch_samples(cases, seed, assumption) {
+        // f64 sums of ≤ 32 terms: rounding ≤ 64 ε (|lhs| + |rhs|).
+        let tol = 64.0 * f64::EPSILON;
+        let margin = (p.rhs - p.lhs) / (p.rhs + p.lhs).max(f64::MIN_POSITIVE);
+        out.record(margin >= -tol, margin, || {
+            format!(
+                "case {}, query {}: Σ A‖v‖ = {:.6e} > ‖o‖/γ = {:.6e} (γ = {:.3})",
+                p.case, p.query, p.lhs, p.rhs, p.gamma
+            )
+        });
+    }
+    out
+}
+
+/// One (head, query) instance of the §4 inequality.
+#[derive(Clone, Copy, Debug)]
+pub struct SwitchSample {
+    /// Instance index.
+    pub case: usize,
+    /// Query row.
+    pub query: usize,
+    /// $\sum_j A_{ij}\|v_j\|$.
+    pub lhs: f64,
+    /// $\|o_i\|/\gamma$.
+    pub rhs: f64,
+    /// Cone parameter used.
+    pub gamma: f64,
+}
+
+/// The random heads of [`check_hard_switch_bound`], one sample per query.
+pub fn hard_switch_samples(cases: usize, seed: u64, assumption: Assumption) -> Vec<SwitchSample> {
+    let mut samples = Vec::new();
     let mut rng = StdRng::seed_from_u64(seed ^ 0x4a5d_0001);
     for case in 0..cases {
         let d = rng.random_range(2..=16usize);
@@ -179,15 +213,16 @@ pub fn check_hard_switch_bound(cases: usize, seed: u64, assumption: Assumption) 
         };
         for i in 0..t {
             let (lhs, rhs) = hard_switch_sides(attn.as_ref(), values.as_ref(), i, g);
-            // f64 sums of ≤ 32 terms: rounding ≤ 64 ε (|lhs| + |rhs|).
-            let tol = 64.0 * f64::EPSILON;
-            let margin = (rhs - lhs) / (rhs + lhs).max(f64::MIN_POSITIVE);
-            out.record(margin >= -tol, margin, || {
-                format!("case {case}, query {i}: Σ A‖v‖ = {lhs:.6e} > ‖o‖/γ = {rhs:.6e} (γ = {g:.3}, T = {t}, d = {d})")
+            samples.push(SwitchSample {
+                case,
+                query: i,
+                lhs,
+                rhs,
+                gamma: g,
             });
         }
     }
-    out
+    samples
 }
 
 /// Check of the converse: $W_{VO}s = 0$ and $A_{i0}\ge 1-\varepsilon$ ⇒
@@ -438,4 +473,47 @@ pub fn check_diagonal_representability(cases: usize, seed: u64) -> CheckOutcome 
         }
     }
     out
+}
+
+/// Report section: the §4 inequality drawn instance by instance (kept and
+/// dropped cone condition) against the line $y = x$.
+pub fn report_section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
+    let cases = if ctx.quick { 40 } else { 200 };
+    let kept = hard_switch_samples(cases, ctx.seed, Assumption::Kept);
+    let dropped = hard_switch_samples(cases, ctx.seed, Assumption::Dropped);
+    let pts = |v: &[SwitchSample]| v.iter().map(|p| (p.rhs, p.lhs)).collect::<Vec<_>>();
+    let above = |v: &[SwitchSample]| v.iter().filter(|p| p.lhs > p.rhs * (1.0 + 1e-12)).count();
+    let all = kept
+        .iter()
+        .chain(&dropped)
+        .flat_map(|p| [p.lhs, p.rhs])
+        .filter(|v| *v > 0.0);
+    let (lo, hi) = all.fold((f64::INFINITY, 0.0f64), |(a, b), v| (a.min(v), b.max(v)));
+    let panel = Panel {
+        title: "Hard switch ⇒ sink: Σ_j A_ij‖v_j‖ ≤ ‖o_i‖/γ".into(),
+        x_label: "‖o_i‖/γ".into(),
+        y_label: "Σ_j A_ij ‖v_j‖".into(),
+        log_x: true,
+        log_y: true,
+        series: vec![
+            Series::new("cone condition dropped", pts(&dropped), Style::Points, 1),
+            Series::new("cone condition holds", pts(&kept), Style::Points, 0),
+            Series::new("y = x", vec![(lo, lo), (hi, hi)], Style::Dashed, 7),
+        ],
+    };
+    let figures = render(&ctx.fig_dir().join("hard_switch"), "", &[panel])?;
+    let markdown = format!(
+        "Each point is one (random head, query) pair: the attention-weighted value norm against \
+         ‖o_i‖/γ. With the cone condition every point lies on or below y = x \
+         ({} of {} above); with it dropped, {} of {} points are above (the theorem needs it).\n",
+        above(&kept),
+        kept.len(),
+        above(&dropped),
+        dropped.len()
+    );
+    Ok(ReportSection {
+        title: "Hard switch ⇒ sink (A3)".into(),
+        markdown,
+        figures,
+    })
 }

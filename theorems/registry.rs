@@ -14,7 +14,10 @@ fn every_registered_check_holds() {
     let mut failures = Vec::new();
     for t in &all {
         let o = (t.run)(t.default_cases.div_ceil(4), 0);
-        eprintln!("{:<28} cases {:>6} failed {:>3} worst margin {:.3e}", t.name, o.cases, o.failed, o.worst_margin);
+        eprintln!(
+            "{:<28} cases {:>6} failed {:>3} worst margin {:.3e}",
+            t.name, o.cases, o.failed, o.worst_margin
+        );
         if !o.ok() {
             failures.push(format!("{}: {} failed ({})", t.name, o.failed, o.detail));
         }
@@ -28,6 +31,10 @@ fn names_are_unique_and_statements_present() {
     let names: HashSet<_> = all.iter().map(|t| t.name).collect();
     assert_eq!(names.len(), all.len(), "duplicate theorem names");
     for t in &all {
-        assert!(!t.statement.is_empty() && !t.claim.is_empty() && t.default_cases > 0, "{}", t.name);
+        assert!(
+            !t.statement.is_empty() && !t.claim.is_empty() && t.default_cases > 0,
+            "{}",
+            t.name
+        );
     }
 }
