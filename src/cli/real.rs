@@ -26,6 +26,9 @@ pub struct Args {
     /// Activations file (schema in `sinklab::real::activations`) instead of a model.
     #[arg(long, conflicts_with = "model")]
     activations: Option<PathBuf>,
+    /// Also run the A1 half-space verdict per layer (convex solves, with certificates).
+    #[arg(long)]
+    a1: bool,
     /// Also run the A2 interventions (per head: attention := identity / uniform; THEORY §7).
     #[arg(long)]
     a2: bool,
@@ -67,7 +70,7 @@ pub fn run(a: Args) -> Result<i32> {
     if tokens.is_empty() {
         bail!("no tokens to run");
     }
-    let mut rep = analysis::analyze(&lm, &tokens, &mut ())?;
+    let mut rep = analysis::analyze(&lm, &tokens, a.a1, &mut ())?;
     if a.a2 {
         rep.a2 = Some(sinklab::real::oversmooth_real::analyze(&lm.model, &tokens)?);
     }
@@ -78,6 +81,21 @@ pub fn run(a: Args) -> Result<i32> {
         print_layers(&rep.layers);
         let holds = rep.a1.iter().filter(|c| c.holds).count();
         println!("A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): holds on {holds} of {} layers", rep.a1.len());
+        if let Some(v) = &rep.a1_verdicts {
+            for x in v {
+                println!(
+                    "A1 layer {:>2}{}: queries in half-space: {}, BOS key separable: {}, witness cost {}, certificate verified: {} ({} points in R^{})",
+                    x.layer,
+                    if x.biased { " (homogenised)" } else { "" },
+                    x.queries_in_half_space,
+                    x.sink_separable,
+                    x.witness_cost.map_or("—".into(), |c| format!("{c:.3e}")),
+                    x.certificate_verified,
+                    x.n_points,
+                    x.dim
+                );
+            }
+        }
         if let Some((_, s)) = &rep.a2 {
             println!(
                 "A2: {} heads; predicted dense smooths more: {:.0}%; measured: {:.0}%; agreement {:.0}%; mean cos_U - cos_I = {:+.4}",

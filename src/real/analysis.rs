@@ -48,6 +48,9 @@ pub struct RealReport {
     pub head_costs: Vec<HeadCost>,
     /// A1 per layer (THEORY §3): the corollary's sufficient condition on the real embeddings.
     pub a1: Vec<super::halfspace_real::A1Corollary>,
+    /// A1 verdicts per layer through `geometry` (without biases, and homogenised where the model
+    /// has q/k biases), when asked for (`sinklab real --a1`: a convex solve per layer).
+    pub a1_verdicts: Option<Vec<super::halfspace_real::A1Verdict>>,
     /// A2 per head (THEORY §7), when asked for (`sinklab real --a2`).
     pub a2: Option<(Vec<super::oversmooth_real::HeadA2>, super::oversmooth_real::A2Summary)>,
 }
@@ -97,8 +100,9 @@ pub fn head_costs(m: &Model) -> Vec<HeadCost> {
     out
 }
 
-/// Runs the model on `tokens` and gathers the report; `extra` observes the same pass.
-pub fn analyze(lm: &LoadedModel, tokens: &[u32], extra: &mut dyn LayerObserver) -> Result<RealReport, RealError> {
+/// Runs the model on `tokens` and gathers the report (with the A1 convex solves when `with_a1`);
+/// `extra` observes the same pass.
+pub fn analyze(lm: &LoadedModel, tokens: &[u32], with_a1: bool, extra: &mut dyn LayerObserver) -> Result<RealReport, RealError> {
     let m = &lm.model;
     let mut stats = StatsObserver::default();
     let mut cap = Captured::new(Capture { hidden_in: true, ..Capture::default() });
@@ -115,8 +119,22 @@ pub fn analyze(lm: &LoadedModel, tokens: &[u32], extra: &mut dyn LayerObserver) 
         }
     }
     let out = m.forward(tokens, &mut Both { a: &mut stats, c: &mut cap, b: extra }, None)?;
-    let a1 = super::halfspace_real::inputs_from(m, &cap, tokens.len()).iter().map(super::halfspace_real::corollary).collect();
+    let a1_in = super::halfspace_real::inputs_from(m, &cap, tokens.len());
     drop(cap);
+    let a1 = a1_in.iter().map(super::halfspace_real::corollary).collect();
+    let a1_verdicts = if with_a1 {
+        let biased = m.layers.iter().any(|l| l.wq.b.is_some() || l.wk.b.is_some());
+        let mut v = Vec::new();
+        for x in &a1_in {
+            v.push(super::halfspace_real::verdict(x, false)?);
+            if biased {
+                v.push(super::halfspace_real::verdict(x, true)?);
+            }
+        }
+        Some(v)
+    } else {
+        None
+    };
     let nll_mean = if m.has_lm_head && tokens.len() > 1 {
         let v = m.next_token_nll(&out.normed, tokens)?;
         Some(v.iter().sum::<f64>() / v.len() as f64)
@@ -136,6 +154,7 @@ pub fn analyze(lm: &LoadedModel, tokens: &[u32], extra: &mut dyn LayerObserver) 
         layers: stats.layers,
         head_costs: head_costs(m),
         a1,
+        a1_verdicts,
         a2: None,
     })
 }

@@ -79,3 +79,56 @@ pub fn homogenise(v: &[f64]) -> Vec<f64> {
     o.push(1.0);
     o
 }
+
+/// A1 verdict of one layer through `geometry` (THEORY §3), with its certificate re-verified.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct A1Verdict {
+    /// Layer.
+    pub layer: usize,
+    /// Homogenised (q/k biases) or not.
+    pub biased: bool,
+    /// (a) the queries lie in an open half-space.
+    pub queries_in_half_space: bool,
+    /// (b) the sink is strictly separable from the other keys.
+    pub sink_separable: bool,
+    /// A witness W = c·a bᵀ (ε = [`A1_EPS`]) exists; its cost ‖W‖_F = ‖W‖_* when it does.
+    pub witness_cost: Option<f64>,
+    /// The certificate (witness attention or convex weights) checked independently of the solver.
+    pub certificate_verified: bool,
+    /// Number of queries and the embedding dimension (with T−1 ≤ d generic points (a) and (b)
+    /// hold trivially: the verdict says something only for T − 1 > d).
+    pub n_points: usize,
+    /// Embedding dimension (after homogenisation).
+    pub dim: usize,
+}
+
+/// The ε of the witness (sink mass ≥ 1 − ε on every query).
+pub const A1_EPS: f64 = 0.01;
+
+/// Runs the half-space verdict on one layer's inputs.
+pub fn verdict(x: &A1Inputs, biased: bool) -> Result<A1Verdict, RealError> {
+    use crate::geometry::{Verdict, half_space_verdict_rows, homogenize};
+    let (q, k, s) = if biased {
+        let q: Vec<&[f64]> = x.queries.iter().map(Vec::as_slice).collect();
+        let k: Vec<&[f64]> = x.keys.iter().map(Vec::as_slice).collect();
+        (homogenize(&q), homogenize(&k), homogenise(&x.sink))
+    } else {
+        (x.queries.clone(), x.keys.clone(), x.sink.clone())
+    };
+    let qs: Vec<&[f64]> = q.iter().map(Vec::as_slice).collect();
+    let ks: Vec<&[f64]> = k.iter().map(Vec::as_slice).collect();
+    let v = half_space_verdict_rows(&qs, &s, &ks, A1_EPS).map_err(|e| RealError::Input(format!("layer {}: half-space verdict: {e}", x.layer)))?;
+    Ok(A1Verdict {
+        layer: x.layer,
+        biased,
+        queries_in_half_space: !v.queries_fail(),
+        sink_separable: !v.sink_fails(),
+        witness_cost: match &v {
+            Verdict::Representable(w) => Some(w.cost()),
+            Verdict::NotRepresentable(_) => None,
+        },
+        certificate_verified: v.verify(&qs, &s, &ks),
+        n_points: qs.len(),
+        dim: s.len(),
+    })
+}

@@ -54,7 +54,7 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         if ctx.quick {
             toks.truncate(24);
         }
-        let rep = analyze(&lm, &toks, &mut ())?;
+        let rep = analyze(&lm, &toks, false, &mut ())?;
         writeln!(md, "### {name}\n")?;
         writeln!(
             md,
