@@ -19,7 +19,12 @@ pub fn main() {
     let lm = load(&path).expect("load");
     // Deterministic tokens: a repeated text, cut to T.
     let text = "The theory of attention sinks says that heads park their attention on the first token when they have nothing to do. ".repeat(40);
-    let mut toks = lm.tok.as_ref().unwrap().encode(&text, sinklab::real::tokenizer::Bos::Yes).unwrap();
+    let mut toks = lm
+        .tok
+        .as_ref()
+        .unwrap()
+        .encode(&text, sinklab::real::tokenizer::Bos::Yes)
+        .unwrap();
     toks.truncate(T);
     assert_eq!(toks.len(), T);
     let run = || {
@@ -31,8 +36,13 @@ pub fn main() {
     run();
     let ours = (0..REPS).map(|_| run()).fold(f64::INFINITY, f64::min);
     println!("sinklab forward, full capture, T={T}: best of {REPS}: {ours:.3} s");
-    let py = std::env::var("SINKLAB_PYTHON_BENCH").unwrap_or_else(|_| "/work/venv/bin/python".into());
-    let ids = toks.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",");
+    let py =
+        std::env::var("SINKLAB_PYTHON_BENCH").unwrap_or_else(|_| "/work/venv/bin/python".into());
+    let ids = toks
+        .iter()
+        .map(|t| t.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
     let script = format!(
         r#"
 import time, torch, os
@@ -49,10 +59,21 @@ print(best)
 "#,
         path = path.display().to_string()
     );
-    match std::process::Command::new(&py).args(["-c", &script]).output() {
+    match std::process::Command::new(&py)
+        .args(["-c", &script])
+        .output()
+    {
         Ok(o) if o.status.success() => {
-            let theirs: f64 = String::from_utf8_lossy(&o.stdout).trim().lines().last().unwrap_or("nan").parse().unwrap_or(f64::NAN);
-            println!("transformers {} eager, output_attentions+hidden_states, T={T}: best of {REPS}: {theirs:.3} s (torch threads: default)", "float32");
+            let theirs: f64 = String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .lines()
+                .last()
+                .unwrap_or("nan")
+                .parse()
+                .unwrap_or(f64::NAN);
+            println!(
+                "transformers float32 eager, output_attentions+hidden_states, T={T}: best of {REPS}: {theirs:.3} s (torch threads: default)"
+            );
             println!("ratio transformers / sinklab = {:.2}x", theirs / ours);
         }
         Ok(o) => eprintln!("baseline failed: {}", String::from_utf8_lossy(&o.stderr)),

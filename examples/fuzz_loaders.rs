@@ -19,16 +19,40 @@ fn main() {
     let mut seeds = Vec::new();
     for gemma in [false, true] {
         let p = dir.path().join("seed.gguf");
-        write_gguf(&p, &SynthSpec { gemma, n_layer: 1, vocab: 12, ..SynthSpec::default() }, 1).unwrap();
+        write_gguf(
+            &p,
+            &SynthSpec {
+                gemma,
+                n_layer: 1,
+                vocab: 12,
+                ..SynthSpec::default()
+            },
+            1,
+        )
+        .unwrap();
         seeds.push(std::fs::read(&p).unwrap());
     }
     let h: Vec<u8> = (0..3 * 4).flat_map(|i| (i as f32).to_le_bytes()).collect();
-    let a: Vec<u8> = (0..3 * 3).flat_map(|_| (1.0f32 / 3.0).to_le_bytes()).collect();
+    let a: Vec<u8> = (0..3 * 3)
+        .flat_map(|_| (1.0f32 / 3.0).to_le_bytes())
+        .collect();
     seeds.push(
         safetensors::serialize(
             [
-                ("hidden.0", safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![3, 4], &h).unwrap()),
-                ("attn.0", safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![1, 3, 3], &a).unwrap()),
+                (
+                    "hidden.0",
+                    safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![3, 4], &h)
+                        .unwrap(),
+                ),
+                (
+                    "attn.0",
+                    safetensors::tensor::TensorView::new(
+                        safetensors::Dtype::F32,
+                        vec![1, 3, 3],
+                        &a,
+                    )
+                    .unwrap(),
+                ),
             ],
             None,
         )
@@ -52,7 +76,8 @@ fn main() {
                 0 => b[k] ^= 1 << rng.random_range(0..8u32),
                 1 => {
                     let w = [1usize, 2, 4, 8][rng.random_range(0..4usize)];
-                    let v: u64 = [0, 1, u64::MAX, u32::MAX as u64, 1 << 40, rng.random()][rng.random_range(0..6usize)];
+                    let v: u64 = [0, 1, u64::MAX, u32::MAX as u64, 1 << 40, rng.random()]
+                        [rng.random_range(0..6usize)];
                     for (j, byte) in v.to_le_bytes().iter().take(w).enumerate() {
                         if k + j < b.len() {
                             b[k + j] = *byte;
@@ -78,7 +103,10 @@ fn main() {
             eprintln!("PANIC on input saved to {}", keep.display());
         }
     }
-    println!("fuzz_loaders: {n} inputs in {:.0} s, {panics} panics (seed {seed})", t0.elapsed().as_secs_f64());
+    println!(
+        "fuzz_loaders: {n} inputs in {:.0} s, {panics} panics (seed {seed})",
+        t0.elapsed().as_secs_f64()
+    );
     if panics > 0 {
         std::process::exit(1);
     }

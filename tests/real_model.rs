@@ -21,7 +21,11 @@ fn synth(spec: &SynthSpec, seed: u64) -> (tempfile::TempDir, sinklab::real::Load
 }
 
 fn rel(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).powi(2)).sum();
+    let num: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (*x as f64 - *y as f64).powi(2))
+        .sum();
     let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
     (num / den).sqrt()
 }
@@ -31,7 +35,10 @@ const TOKENS: [u32; 12] = [1, 5, 9, 3, 17, 22, 5, 9, 30, 2, 11, 7];
 #[test]
 fn causal_prefix_rows_do_not_depend_on_later_tokens() {
     for gemma in [false, true] {
-        let spec = SynthSpec { gemma, ..SynthSpec::default() };
+        let spec = SynthSpec {
+            gemma,
+            ..SynthSpec::default()
+        };
         let (_d, lm) = synth(&spec, 7);
         let full = lm.model.forward(&TOKENS, &mut (), None).unwrap();
         let d = lm.model.cfg.d_model;
@@ -52,15 +59,25 @@ fn causal_prefix_rows_do_not_depend_on_later_tokens() {
 #[test]
 fn kv_cache_decoding_equals_the_full_pass() {
     for gemma in [false, true] {
-        let spec = SynthSpec { gemma, ctx: 64, ..SynthSpec::default() };
+        let spec = SynthSpec {
+            gemma,
+            ctx: 64,
+            ..SynthSpec::default()
+        };
         let (_d, lm) = synth(&spec, 11);
         let full = lm.model.forward(&TOKENS, &mut (), None).unwrap();
         let mut cache = KvCache::default();
         let d = lm.model.cfg.d_model;
-        let first = lm.model.forward_cached(&TOKENS[..4], &mut cache, &mut (), None, true).unwrap();
+        let first = lm
+            .model
+            .forward_cached(&TOKENS[..4], &mut cache, &mut (), None, true)
+            .unwrap();
         assert!(rel(&first.hidden, &full.hidden[..4 * d]) < 1e-5);
         for (i, &t) in TOKENS.iter().enumerate().skip(4) {
-            let o = lm.model.forward_cached(&[t], &mut cache, &mut (), None, true).unwrap();
+            let o = lm
+                .model
+                .forward_cached(&[t], &mut cache, &mut (), None, true)
+                .unwrap();
             let r = rel(&o.hidden, &full.hidden[i * d..(i + 1) * d]);
             assert!(r < 1e-5, "gemma={gemma} position {i}: {r:e}");
         }
@@ -71,9 +88,16 @@ fn kv_cache_decoding_equals_the_full_pass() {
 #[test]
 fn sliding_window_hides_far_keys_in_local_gemma_layers() {
     // window = ctx/4 = 4 on local layers (l+1 not a multiple of 6): A_ij = 0 for i − j ≥ 4.
-    let spec = SynthSpec { gemma: true, ctx: 16, ..SynthSpec::default() };
+    let spec = SynthSpec {
+        gemma: true,
+        ctx: 16,
+        ..SynthSpec::default()
+    };
     let (_d, lm) = synth(&spec, 3);
-    let mut cap = Captured::new(Capture { attn: true, ..Capture::default() });
+    let mut cap = Captured::new(Capture {
+        attn: true,
+        ..Capture::default()
+    });
     lm.model.forward(&TOKENS, &mut cap, None).unwrap();
     let t = TOKENS.len();
     let a = cap.layers[0].attn.as_ref().unwrap();
@@ -99,8 +123,17 @@ fn identity_intervention_makes_the_head_output_its_own_value() {
     let c = &lm.model.cfg;
     let (h, hk, dh) = (c.n_head, c.n_kv_head, c.head_dim);
     for with in [Replace::Identity, Replace::Uniform] {
-        let mut cap = Captured::new(Capture { qkv: true, head_out: true, attn: true, ..Capture::default() });
-        let iv = Intervention { layer: 1, head: 3, with };
+        let mut cap = Captured::new(Capture {
+            qkv: true,
+            head_out: true,
+            attn: true,
+            ..Capture::default()
+        });
+        let iv = Intervention {
+            layer: 1,
+            head: 3,
+            with,
+        };
         lm.model.forward(&TOKENS, &mut cap, Some(iv)).unwrap();
         let lc = &cap.layers[1];
         let (v, o) = (lc.v.as_ref().unwrap(), lc.head_out.as_ref().unwrap());
@@ -109,7 +142,11 @@ fn identity_intervention_makes_the_head_output_its_own_value() {
             let oi = &o[i * h * dh + 3 * dh..i * h * dh + 4 * dh];
             let want: Vec<f32> = match with {
                 Replace::Identity => v[i * hk * dh + g * dh..i * hk * dh + (g + 1) * dh].to_vec(),
-                Replace::Uniform => (0..dh).map(|r| (0..=i).map(|j| v[j * hk * dh + g * dh + r]).sum::<f32>() / (i + 1) as f32).collect(),
+                Replace::Uniform => (0..dh)
+                    .map(|r| {
+                        (0..=i).map(|j| v[j * hk * dh + g * dh + r]).sum::<f32>() / (i + 1) as f32
+                    })
+                    .collect(),
             };
             assert!(rel(oi, &want) < 1e-5, "{with:?} row {i}");
         }
@@ -150,7 +187,11 @@ fn greedy_generation_with_cache_matches_argmax_of_full_passes() {
         let o = lm.model.forward(&out[..k], &mut (), None).unwrap();
         let d = lm.model.cfg.d_model;
         let lg = lm.model.logits(&o.normed[(k - 1) * d..]).unwrap();
-        let am = lg.iter().enumerate().fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0 as u32;
+        let am = lg
+            .iter()
+            .enumerate()
+            .fold((0, f32::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b })
+            .0 as u32;
         assert_eq!(out[k], am, "step {k}");
     }
 }
@@ -159,23 +200,40 @@ fn greedy_generation_with_cache_matches_argmax_of_full_passes() {
 fn statistics_are_consistent_with_captured_tensors() {
     let spec = SynthSpec::default();
     let (_d, lm) = synth(&spec, 13);
-    let mut cap = Captured::new(Capture { hidden: true, attn: true, ..Capture::default() });
+    let mut cap = Captured::new(Capture {
+        hidden: true,
+        attn: true,
+        ..Capture::default()
+    });
     let mut st = StatsObserver::default();
     struct Both<'a>(&'a mut Captured, &'a mut StatsObserver);
     impl sinklab::real::forward::LayerObserver for Both<'_> {
-        fn layer(&mut self, m: &sinklab::real::model::Model, t: &sinklab::real::forward::LayerTensors<'_>) {
+        fn layer(
+            &mut self,
+            m: &sinklab::real::model::Model,
+            t: &sinklab::real::forward::LayerTensors<'_>,
+        ) {
             self.0.layer(m, t);
             self.1.layer(m, t);
         }
     }
-    lm.model.forward(&TOKENS, &mut Both(&mut cap, &mut st), None).unwrap();
+    lm.model
+        .forward(&TOKENS, &mut Both(&mut cap, &mut st), None)
+        .unwrap();
     let (t, d, h) = (TOKENS.len(), lm.model.cfg.d_model, lm.model.cfg.n_head);
     for l in 0..2 {
         let a = cap.layers[l].attn.as_ref().unwrap();
-        let mean: f64 = (0..h).map(|hh| (1..t).map(|i| a[(hh * t + i) * t] as f64).sum::<f64>() / (t - 1) as f64).sum::<f64>() / h as f64;
+        let mean: f64 = (0..h)
+            .map(|hh| (1..t).map(|i| a[(hh * t + i) * t] as f64).sum::<f64>() / (t - 1) as f64)
+            .sum::<f64>()
+            / h as f64;
         assert!((st.layers[l].attn_to_first.unwrap() - mean).abs() < 1e-12);
         let hid = cap.hidden(l).unwrap();
-        let n0 = hid[..d].iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt();
+        let n0 = hid[..d]
+            .iter()
+            .map(|v| (*v as f64).powi(2))
+            .sum::<f64>()
+            .sqrt();
         assert!((st.layers[l].hidden_norm_first - n0).abs() < 1e-9 * n0);
         let s = &st.layers[l];
         assert!((0.0..=1.0).contains(&s.bos_cos_frac_nonpos));
@@ -185,15 +243,33 @@ fn statistics_are_consistent_with_captured_tensors() {
 
 #[test]
 fn input_errors_are_typed_not_panics() {
-    let spec = SynthSpec { ctx: 16, ..SynthSpec::default() };
+    let spec = SynthSpec {
+        ctx: 16,
+        ..SynthSpec::default()
+    };
     let (_d, lm) = synth(&spec, 1);
     let long: Vec<u32> = (0..17).map(|i| i % 30).collect();
     let e = lm.model.forward(&long, &mut (), None).unwrap_err();
-    assert!(matches!(e, RealError::Input(_)) && e.to_string().contains("longer than the model's context"), "{e}");
+    assert!(
+        matches!(e, RealError::Input(_))
+            && e.to_string().contains("longer than the model's context"),
+        "{e}"
+    );
     let e = lm.model.forward(&[1, 99], &mut (), None).unwrap_err();
     assert!(e.to_string().contains("outside the vocabulary"), "{e}");
     let e = lm.model.forward(&[], &mut (), None).unwrap_err();
     assert!(e.to_string().contains("empty"), "{e}");
-    let e = lm.model.forward(&[1, 2], &mut (), Some(Intervention { layer: 9, head: 0, with: Replace::Uniform })).unwrap_err();
+    let e = lm
+        .model
+        .forward(
+            &[1, 2],
+            &mut (),
+            Some(Intervention {
+                layer: 9,
+                head: 0,
+                with: Replace::Uniform,
+            }),
+        )
+        .unwrap_err();
     assert!(e.to_string().contains("out of range"), "{e}");
 }

@@ -27,8 +27,14 @@ fn model_or_skip(name: &str) -> Option<PathBuf> {
     match fetch::cached(name) {
         Some(p) => Some(p),
         None => {
-            let msg = format!("model `{name}` not in the cache {} (run `sinklab fetch {name}`)", fetch::cache_root().display());
-            assert!(std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"), "{msg}");
+            let msg = format!(
+                "model `{name}` not in the cache {} (run `sinklab fetch {name}`)",
+                fetch::cache_root().display()
+            );
+            assert!(
+                std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
+                "{msg}"
+            );
             eprintln!("SKIP: {msg}");
             None
         }
@@ -36,34 +42,62 @@ fn model_or_skip(name: &str) -> Option<PathBuf> {
 }
 
 fn fixture(name: &str) -> StFile {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/parity_{name}.safetensors"));
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("tests/fixtures/parity_{name}.safetensors"));
     StFile::open(&p).unwrap_or_else(|e| panic!("fixture: {e}"))
 }
 
-struct Both<'a>(&'a mut Captured, &'a mut sinklab::real::stats::StatsObserver);
+struct Both<'a>(
+    &'a mut Captured,
+    &'a mut sinklab::real::stats::StatsObserver,
+);
 impl LayerObserver for Both<'_> {
-    fn layer(&mut self, m: &sinklab::real::model::Model, t: &sinklab::real::forward::LayerTensors<'_>) {
+    fn layer(
+        &mut self,
+        m: &sinklab::real::model::Model,
+        t: &sinklab::real::forward::LayerTensors<'_>,
+    ) {
         self.0.layer(m, t);
         self.1.layer(m, t);
     }
 }
 
 fn parity(name: &str) {
-    let Some(path) = model_or_skip(name) else { return };
+    let Some(path) = model_or_skip(name) else {
+        return;
+    };
     let fx = fixture(name);
     let lm = load(&path).expect("load");
-    let tokens: Vec<u32> = fx.tensor("tokens").unwrap().0.iter().map(|&v| v as u32).collect();
+    let tokens: Vec<u32> = fx
+        .tensor("tokens")
+        .unwrap()
+        .0
+        .iter()
+        .map(|&v| v as u32)
+        .collect();
     let (sel, sel_shape) = fx.tensor("hidden_sel").unwrap();
     let (norms, _) = fx.tensor("hidden_norms").unwrap();
-    let pos: Vec<usize> = fx.tensor("positions").unwrap().0.iter().map(|&v| v as usize).collect();
+    let pos: Vec<usize> = fx
+        .tensor("positions")
+        .unwrap()
+        .0
+        .iter()
+        .map(|&v| v as usize)
+        .collect();
     let (att, _) = fx.tensor("attn_to_first").unwrap();
     let (nl, np, d) = (sel_shape[0], sel_shape[1], sel_shape[2]);
     let t = tokens.len();
     assert_eq!(nl, lm.model.cfg.n_layer);
     assert_eq!(d, lm.model.cfg.d_model);
-    let mut cap = Captured::new(Capture { hidden: true, ..Capture::default() });
+    let mut cap = Captured::new(Capture {
+        hidden: true,
+        ..Capture::default()
+    });
     let mut stats = sinklab::real::stats::StatsObserver::default();
-    let out = lm.model.forward(&tokens, &mut Both(&mut cap, &mut stats), None).expect("forward");
+    let out = lm
+        .model
+        .forward(&tokens, &mut Both(&mut cap, &mut stats), None)
+        .expect("forward");
     let mut worst = 0f64;
     for l in 0..nl {
         let h = cap.hidden(l).unwrap();
@@ -77,15 +111,29 @@ fn parity(name: &str) {
         }
         let rel = (num / den).sqrt();
         worst = worst.max(rel);
-        assert!(rel <= 1e-3, "{name}: layer {l}: relative error {rel:.3e} of the hidden states at positions {pos:?}");
+        assert!(
+            rel <= 1e-3,
+            "{name}: layer {l}: relative error {rel:.3e} of the hidden states at positions {pos:?}"
+        );
         for i in 0..t {
-            let ours = h[i * d..(i + 1) * d].iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt();
+            let ours = h[i * d..(i + 1) * d]
+                .iter()
+                .map(|&v| (v as f64).powi(2))
+                .sum::<f64>()
+                .sqrt();
             let theirs = norms[l * t + i] as f64;
-            assert!((ours - theirs).abs() <= 1e-3 * theirs, "{name}: layer {l} position {i}: ‖h‖ {ours} vs {theirs}");
+            assert!(
+                (ours - theirs).abs() <= 1e-3 * theirs,
+                "{name}: layer {l} position {i}: ‖h‖ {ours} vs {theirs}"
+            );
         }
         // Attention probabilities: absolute error on a mean of probabilities.
         let a = stats.layers[l].attn_to_first.unwrap();
-        assert!((a - att[l] as f64).abs() <= 1e-3, "{name}: layer {l}: attn_to_first {a} vs {}", att[l]);
+        assert!(
+            (a - att[l] as f64).abs() <= 1e-3,
+            "{name}: layer {l}: attn_to_first {a} vs {}",
+            att[l]
+        );
     }
     eprintln!("{name}: worst per-layer relative error {worst:.2e}");
     if lm.model.has_lm_head {
@@ -93,17 +141,31 @@ fn parity(name: &str) {
         let ours = v.iter().sum::<f64>() / v.len() as f64;
         let theirs = fx.tensor("nll_mean").unwrap().0[0] as f64;
         eprintln!("{name}: nll ours {ours:.6} transformers {theirs:.6}");
-        assert!((ours - theirs).abs() <= 1e-3, "{name}: next-token loss {ours} vs {theirs}");
+        assert!(
+            (ours - theirs).abs() <= 1e-3,
+            "{name}: next-token loss {ours} vs {theirs}"
+        );
     }
 }
 
 fn tokenizer_parity(name: &str) {
-    let Some(path) = model_or_skip(name) else { return };
+    let Some(path) = model_or_skip(name) else {
+        return;
+    };
     let fx = fixture(name);
     let lm = load(&path).expect("load");
-    let want: Vec<u32> = fx.tensor("tokens").unwrap().0.iter().map(|&v| v as u32).collect();
+    let want: Vec<u32> = fx
+        .tensor("tokens")
+        .unwrap()
+        .0
+        .iter()
+        .map(|&v| v as u32)
+        .collect();
     let got = lm.tok.as_ref().unwrap().encode(TEXT, Bos::Auto).unwrap();
-    assert_eq!(got, want, "{name}: token ids differ from the Hugging Face tokenizer");
+    assert_eq!(
+        got, want,
+        "{name}: token ids differ from the Hugging Face tokenizer"
+    );
 }
 
 #[test]

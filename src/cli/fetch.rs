@@ -15,7 +15,10 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<i32> {
     let names: Vec<String> = if a.models.iter().any(|m| m == "all") {
-        sinklab::real::fetch::MODELS.iter().map(|m| m.name.to_string()).collect()
+        sinklab::real::fetch::MODELS
+            .iter()
+            .map(|m| m.name.to_string())
+            .collect()
     } else {
         a.models
     };

@@ -54,17 +54,27 @@ pub fn run(a: Args) -> Result<i32> {
         let mut ids: Vec<u32> = t
             .split(|c: char| c == ',' || c.is_whitespace())
             .filter(|s| !s.is_empty())
-            .map(|s| s.parse::<u32>().with_context(|| format!("--tokens: `{s}` is not a token id")))
+            .map(|s| {
+                s.parse::<u32>()
+                    .with_context(|| format!("--tokens: `{s}` is not a token id"))
+            })
             .collect::<Result<_>>()?;
         apply_bos(&mut ids, a.bos, lm.model.cfg.bos_id, lm.model.cfg.add_bos)?;
         ids
     } else {
         let text = match (&a.text, &a.file) {
             (Some(t), _) => t.clone(),
-            (None, Some(f)) => std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?,
+            (None, Some(f)) => {
+                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?
+            }
             _ => bail!("give one of --text, --file, --tokens"),
         };
-        let tok = lm.tok.as_ref().with_context(|| format!("{}: no tokenizer in the model files; use --tokens", path.display()))?;
+        let tok = lm.tok.as_ref().with_context(|| {
+            format!(
+                "{}: no tokenizer in the model files; use --tokens",
+                path.display()
+            )
+        })?;
         tok.encode(&text, a.bos)?
     };
     if tokens.is_empty() {
@@ -77,10 +87,21 @@ pub fn run(a: Args) -> Result<i32> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rep)?);
     } else {
-        println!("{}: {} tokens, BOS first: {}, nll_mean: {}", rep.model, rep.tokens.len(), rep.bos_first, rep.nll_mean.map(|v| format!("{v:.4}")).unwrap_or("—".into()));
+        println!(
+            "{}: {} tokens, BOS first: {}, nll_mean: {}",
+            rep.model,
+            rep.tokens.len(),
+            rep.bos_first,
+            rep.nll_mean
+                .map(|v| format!("{v:.4}"))
+                .unwrap_or("—".into())
+        );
         print_layers(&rep.layers);
         let holds = rep.a1.iter().filter(|c| c.holds).count();
-        println!("A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): holds on {holds} of {} layers", rep.a1.len());
+        println!(
+            "A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): holds on {holds} of {} layers",
+            rep.a1.len()
+        );
         if let Some(v) = &rep.a1_verdicts {
             for x in v {
                 println!(
@@ -111,7 +132,10 @@ pub fn run(a: Args) -> Result<i32> {
 }
 
 fn print_layers(layers: &[sinklab::real::stats::LayerStats]) {
-    println!("{:>5} {:>10} {:>9} {:>9} {:>10} {:>10} {:>7} {:>7}", "layer", "attn→first", "bos_cos", "frac≤0", "‖h_0‖", "med‖h_i‖", "Gu.3", "Gu.8");
+    println!(
+        "{:>5} {:>10} {:>9} {:>9} {:>10} {:>10} {:>7} {:>7}",
+        "layer", "attn→first", "bos_cos", "frac≤0", "‖h_0‖", "med‖h_i‖", "Gu.3", "Gu.8"
+    );
     for l in layers {
         println!(
             "{:>5} {:>10.4} {:>9.4} {:>9.3} {:>10.2} {:>10.2} {:>7.3} {:>7.3}",

@@ -30,7 +30,8 @@ fn heads_to_rows(x: &[f32], hk: usize, t: usize, dh: usize) -> Vec<f32> {
     let mut o = vec![0f32; x.len()];
     for g in 0..hk {
         for i in 0..t {
-            o[i * hk * dh + g * dh..i * hk * dh + (g + 1) * dh].copy_from_slice(&x[(g * t + i) * dh..(g * t + i + 1) * dh]);
+            o[i * hk * dh + g * dh..i * hk * dh + (g + 1) * dh]
+                .copy_from_slice(&x[(g * t + i) * dh..(g * t + i + 1) * dh]);
         }
     }
     o
@@ -40,17 +41,32 @@ fn heads_to_rows(x: &[f32], hk: usize, t: usize, dh: usize) -> Vec<f32> {
 pub fn analyze_file(path: &Path) -> Result<ActivationsReport, RealError> {
     let st = StFile::open(path)?;
     let names = st.names();
-    let n_layer = (0..).take_while(|l| names.iter().any(|n| *n == format!("hidden.{l}"))).count();
+    let n_layer = (0..)
+        .take_while(|l| names.iter().any(|n| *n == format!("hidden.{l}")))
+        .count();
     if n_layer == 0 {
-        return Err(RealError::file(path, "no `hidden.0` tensor: not an activations file (schema: hidden.{l} [T, d], ...)"));
+        return Err(RealError::file(
+            path,
+            "no `hidden.0` tensor: not an activations file (schema: hidden.{l} [T, d], ...)",
+        ));
     }
-    if let Some(extra) = names.iter().find(|n| n.strip_prefix("hidden.").and_then(|s| s.parse::<usize>().ok()).is_some_and(|l| l >= n_layer)) {
-        return Err(RealError::file(path, format!("`{extra}` present but layers are not contiguous from 0 (only 0..{n_layer})")));
+    if let Some(extra) = names.iter().find(|n| {
+        n.strip_prefix("hidden.")
+            .and_then(|s| s.parse::<usize>().ok())
+            .is_some_and(|l| l >= n_layer)
+    }) {
+        return Err(RealError::file(
+            path,
+            format!("`{extra}` present but layers are not contiguous from 0 (only 0..{n_layer})"),
+        ));
     }
     let tokens = if names.iter().any(|n| n == "tokens") {
         let (v, s) = st.tensor("tokens")?;
         if s.len() != 1 {
-            return Err(RealError::file(path, format!("`tokens` has shape {s:?}, expected [T]")));
+            return Err(RealError::file(
+                path,
+                format!("`tokens` has shape {s:?}, expected [T]"),
+            ));
         }
         Some(v.iter().map(|&x| x as u32).collect::<Vec<_>>())
     } else {
@@ -60,22 +76,37 @@ pub fn analyze_file(path: &Path) -> Result<ActivationsReport, RealError> {
     for l in 0..n_layer {
         let (hid, hs) = st.tensor(&format!("hidden.{l}"))?;
         if hs.len() != 2 || hs[0] == 0 {
-            return Err(RealError::file(path, format!("`hidden.{l}` has shape {hs:?}, expected [T, d]")));
+            return Err(RealError::file(
+                path,
+                format!("`hidden.{l}` has shape {hs:?}, expected [T, d]"),
+            ));
         }
         if let Some(k) = hid.iter().position(|v| !v.is_finite()) {
-            return Err(RealError::file(path, format!("`hidden.{l}` has a non-finite value at index {k}")));
+            return Err(RealError::file(
+                path,
+                format!("`hidden.{l}` has a non-finite value at index {k}"),
+            ));
         }
         let (t, d) = (hs[0], hs[1]);
         if let Some(tok) = &tokens
             && tok.len() != t
         {
-            return Err(RealError::file(path, format!("`tokens` has {} entries but `hidden.{l}` has T = {t}", tok.len())));
+            return Err(RealError::file(
+                path,
+                format!(
+                    "`tokens` has {} entries but `hidden.{l}` has T = {t}",
+                    tok.len()
+                ),
+            ));
         }
         let an = format!("attn.{l}");
         let attn = if names.contains(&an) {
             let (a, s) = st.tensor(&an)?;
             if s.len() != 3 || s[1] != t || s[2] != t || s[0] == 0 {
-                return Err(RealError::file(path, format!("`{an}` has shape {s:?}, expected [H, {t}, {t}]")));
+                return Err(RealError::file(
+                    path,
+                    format!("`{an}` has shape {s:?}, expected [H, {t}, {t}]"),
+                ));
             }
             Some((a, s[0]))
         } else {
@@ -87,23 +118,49 @@ pub fn analyze_file(path: &Path) -> Result<ActivationsReport, RealError> {
             }
             let (x, s) = st.tensor(&name)?;
             if s.len() != 3 || s[1] != t || s[0] == 0 || s[2] == 0 {
-                return Err(RealError::file(path, format!("`{name}` has shape {s:?}, expected [H_kv, {t}, d_head]")));
+                return Err(RealError::file(
+                    path,
+                    format!("`{name}` has shape {s:?}, expected [H_kv, {t}, d_head]"),
+                ));
             }
             Ok(Some((heads_to_rows(&x, s[0], t, s[2]), s[0], s[2])))
         };
         let keys = kv(format!("keys.{l}"))?;
         let values = kv(format!("values.{l}"))?;
-        let (hk, dh) = keys.as_ref().or(values.as_ref()).map(|x| (x.1, x.2)).unwrap_or((1, 1));
+        let (hk, dh) = keys
+            .as_ref()
+            .or(values.as_ref())
+            .map(|x| (x.1, x.2))
+            .unwrap_or((1, 1));
         if let (Some(k), Some(v)) = (&keys, &values)
             && (k.1 != v.1 || k.2 != v.2)
         {
-            return Err(RealError::file(path, format!("layer {l}: keys [{}, T, {}] and values [{}, T, {}] disagree", k.1, k.2, v.1, v.2)));
+            return Err(RealError::file(
+                path,
+                format!(
+                    "layer {l}: keys [{}, T, {}] and values [{}, T, {}] disagree",
+                    k.1, k.2, v.1, v.2
+                ),
+            ));
         }
         let h = attn.as_ref().map(|a| a.1).unwrap_or(hk);
         if h % hk != 0 {
-            return Err(RealError::file(path, format!("layer {l}: {h} attention heads not a multiple of {hk} kv heads")));
+            return Err(RealError::file(
+                path,
+                format!("layer {l}: {h} attention heads not a multiple of {hk} kv heads"),
+            ));
         }
-        let dm = Dims { t, t_keys: t, d, h, h_kv: hk, d_head: dh, causal: true, window: None, pos0: 0 };
+        let dm = Dims {
+            t,
+            t_keys: t,
+            d,
+            h,
+            h_kv: hk,
+            d_head: dh,
+            causal: true,
+            window: None,
+            pos0: 0,
+        };
         layers.push(layer_stats(
             l,
             dm,
@@ -113,5 +170,9 @@ pub fn analyze_file(path: &Path) -> Result<ActivationsReport, RealError> {
             values.as_ref().map(|v| v.0.as_slice()),
         ));
     }
-    Ok(ActivationsReport { file: path.display().to_string(), tokens, layers })
+    Ok(ActivationsReport {
+        file: path.display().to_string(),
+        tokens,
+        layers,
+    })
 }

@@ -1,9 +1,9 @@
 //! `sinklab real`: one forward pass with the statistics observer, the next-token loss, and the
 //! per-head costs, gathered in a serialisable [`RealReport`].
 
+use super::capture::{Capture, Captured};
 use super::forward::LayerObserver;
 use super::model::{Arch, Config, Model, Norm};
-use super::capture::{Capture, Captured};
 use super::stats::{LayerStats, StatsObserver};
 use super::{LoadedModel, RealError};
 use faer::Mat;
@@ -52,12 +52,17 @@ pub struct RealReport {
     /// has q/k biases), when asked for (`sinklab real --a1`: a convex solve per layer).
     pub a1_verdicts: Option<Vec<super::halfspace_real::A1Verdict>>,
     /// A2 per head (THEORY §7), when asked for (`sinklab real --a2`).
-    pub a2: Option<(Vec<super::oversmooth_real::HeadA2>, super::oversmooth_real::A2Summary)>,
+    pub a2: Option<(
+        Vec<super::oversmooth_real::HeadA2>,
+        super::oversmooth_real::A2Summary,
+    )>,
 }
 
 fn gain(n: &Option<Norm>, d: usize) -> Vec<f64> {
     match n {
-        Some(Norm::Rms { w, .. }) | Some(Norm::Layer { w, .. }) => w.iter().map(|&v| v as f64).collect(),
+        Some(Norm::Rms { w, .. }) | Some(Norm::Layer { w, .. }) => {
+            w.iter().map(|&v| v as f64).collect()
+        }
         None => vec![1.0; d],
     }
 }
@@ -80,11 +85,15 @@ pub fn head_costs(m: &Model) -> Vec<HeadCost> {
         for hh in 0..h {
             let kv = hh / (h / hk);
             // W_QK = s·(diag(g) W_Qᵀ)(diag(g) W_Kᵀ)ᵀ: factors d × d_head.
-            let fq = Mat::<f64>::from_fn(d, dh, |i, r| g[i] * ly.wq.w[(hh * dh + r) * d + i] as f64 * c.attn_scale as f64);
-            let fk = Mat::<f64>::from_fn(d, dh, |i, r| g[i] * ly.wk.w[(kv * dh + r) * d + i] as f64);
+            let fq = Mat::<f64>::from_fn(d, dh, |i, r| {
+                g[i] * ly.wq.w[(hh * dh + r) * d + i] as f64 * c.attn_scale as f64
+            });
+            let fk =
+                Mat::<f64>::from_fn(d, dh, |i, r| g[i] * ly.wk.w[(kv * dh + r) * d + i] as f64);
             // W_VO = W_O[:, h] (W_V diag(g)): factors W_O[:, h] (d × d_head) and (diag(g) W_Vᵀ) (d × d_head).
             let fo = Mat::<f64>::from_fn(d, dh, |i, r| ly.wo.w[i * ly.wo.inp + hh * dh + r] as f64);
-            let fv = Mat::<f64>::from_fn(d, dh, |i, r| g[i] * ly.wv.w[(kv * dh + r) * d + i] as f64);
+            let fv =
+                Mat::<f64>::from_fn(d, dh, |i, r| g[i] * ly.wv.w[(kv * dh + r) * d + i] as f64);
             let sqk = thin_product_singular_values(&fq, &fk);
             let svo = thin_product_singular_values(&fo, &fv);
             out.push(HeadCost {
@@ -102,10 +111,18 @@ pub fn head_costs(m: &Model) -> Vec<HeadCost> {
 
 /// Runs the model on `tokens` and gathers the report (with the A1 convex solves when `with_a1`);
 /// `extra` observes the same pass.
-pub fn analyze(lm: &LoadedModel, tokens: &[u32], with_a1: bool, extra: &mut dyn LayerObserver) -> Result<RealReport, RealError> {
+pub fn analyze(
+    lm: &LoadedModel,
+    tokens: &[u32],
+    with_a1: bool,
+    extra: &mut dyn LayerObserver,
+) -> Result<RealReport, RealError> {
     let m = &lm.model;
     let mut stats = StatsObserver::default();
-    let mut cap = Captured::new(Capture { hidden_in: true, ..Capture::default() });
+    let mut cap = Captured::new(Capture {
+        hidden_in: true,
+        ..Capture::default()
+    });
     struct Both<'a> {
         a: &'a mut StatsObserver,
         c: &'a mut Captured,
@@ -118,12 +135,23 @@ pub fn analyze(lm: &LoadedModel, tokens: &[u32], with_a1: bool, extra: &mut dyn 
             self.b.layer(m, t);
         }
     }
-    let out = m.forward(tokens, &mut Both { a: &mut stats, c: &mut cap, b: extra }, None)?;
+    let out = m.forward(
+        tokens,
+        &mut Both {
+            a: &mut stats,
+            c: &mut cap,
+            b: extra,
+        },
+        None,
+    )?;
     let a1_in = super::halfspace_real::inputs_from(m, &cap, tokens.len());
     drop(cap);
     let a1 = a1_in.iter().map(super::halfspace_real::corollary).collect();
     let a1_verdicts = if with_a1 {
-        let biased = m.layers.iter().any(|l| l.wq.b.is_some() || l.wk.b.is_some());
+        let biased = m
+            .layers
+            .iter()
+            .any(|l| l.wq.b.is_some() || l.wk.b.is_some());
         let mut v = Vec::new();
         for x in &a1_in {
             v.push(super::halfspace_real::verdict(x, false)?);

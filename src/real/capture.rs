@@ -39,7 +39,17 @@ pub struct Capture {
 impl Capture {
     /// Everything.
     pub fn all() -> Self {
-        Capture { hidden: true, hidden_in: true, resid_mid: true, attn_out: true, mlp_out: true, attn: true, qkv: true, head_out: true, kv_norms: true }
+        Capture {
+            hidden: true,
+            hidden_in: true,
+            resid_mid: true,
+            attn_out: true,
+            mlp_out: true,
+            attn: true,
+            qkv: true,
+            head_out: true,
+            kv_norms: true,
+        }
     }
 }
 
@@ -94,14 +104,27 @@ fn keep(slot: &mut Option<Vec<f32>>, data: &[f32]) {
 
 fn norms(x: &[f32], t: usize, heads: usize, dh: usize) -> Vec<Vec<f32>> {
     (0..heads)
-        .map(|h| (0..t).map(|i| x[i * heads * dh + h * dh..i * heads * dh + (h + 1) * dh].iter().map(|v| v * v).sum::<f32>().sqrt()).collect())
+        .map(|h| {
+            (0..t)
+                .map(|i| {
+                    x[i * heads * dh + h * dh..i * heads * dh + (h + 1) * dh]
+                        .iter()
+                        .map(|v| v * v)
+                        .sum::<f32>()
+                        .sqrt()
+                })
+                .collect()
+        })
         .collect()
 }
 
 impl Captured {
     /// A fresh observer for `what`.
     pub fn new(what: Capture) -> Self {
-        Captured { what, ..Default::default() }
+        Captured {
+            what,
+            ..Default::default()
+        }
     }
     /// Residual stream after layer `l`, `[T, d]`.
     pub fn hidden(&self, l: usize) -> Option<&[f32]> {

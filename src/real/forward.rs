@@ -101,7 +101,11 @@ pub struct KvCache {
 const PAR_FLOPS: usize = 1 << 22;
 
 fn par_for(flops: usize) -> Par {
-    if flops >= PAR_FLOPS { Par::rayon(0) } else { Par::Seq }
+    if flops >= PAR_FLOPS {
+        Par::rayon(0)
+    } else {
+        Par::Seq
+    }
 }
 
 /// `out[T, out] = x[T, in] · Wᵀ (+ b)`.
@@ -111,7 +115,14 @@ pub fn linear(x: &[f32], t: usize, lin: &Linear) -> Vec<f32> {
         let xm = MatRef::from_row_major_slice(x, t, lin.inp);
         let wm = MatRef::from_row_major_slice(&lin.w, lin.out, lin.inp);
         let om = MatMut::from_row_major_slice_mut(&mut out, t, lin.out);
-        faer::linalg::matmul::matmul(om, Accum::Replace, xm, wm.transpose(), 1.0f32, par_for(t * lin.out * lin.inp));
+        faer::linalg::matmul::matmul(
+            om,
+            Accum::Replace,
+            xm,
+            wm.transpose(),
+            1.0f32,
+            par_for(t * lin.out * lin.inp),
+        );
     }
     if let Some(b) = &lin.b {
         for row in out.chunks_mut(lin.out) {
@@ -133,13 +144,16 @@ fn gelu_tanh(x: f32) -> f32 {
 fn erf(x: f64) -> f64 {
     let z = x.abs();
     let t = 1.0 / (1.0 + 0.5 * z);
-    let r = t * (-z * z - 1.26551223
-        + t * (1.00002368
-            + t * (0.37409196
-                + t * (0.09678418
-                    + t * (-0.18628806
-                        + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
-        .exp();
+    let r = t
+        * (-z * z - 1.26551223
+            + t * (1.00002368
+                + t * (0.37409196
+                    + t * (0.09678418
+                        + t * (-0.18628806
+                            + t * (0.27886807
+                                + t * (-1.13520398
+                                    + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+            .exp();
     if x >= 0.0 { 1.0 - r } else { r - 1.0 }
 }
 
@@ -154,7 +168,9 @@ fn act(a: Act, x: f32) -> f32 {
 /// Applies half-split RoPE in place to `x` `[T, n_heads·dim]`, row r at position `pos0 + r`.
 fn rope(x: &mut [f32], n_heads: usize, head_dim: usize, pos0: usize, base: f32, dim: usize) {
     let half = dim / 2;
-    let inv: Vec<f32> = (0..half).map(|j| 1.0 / base.powf((2 * j) as f32 / dim as f32)).collect();
+    let inv: Vec<f32> = (0..half)
+        .map(|j| 1.0 / base.powf((2 * j) as f32 / dim as f32))
+        .collect();
     for (r, row) in x.chunks_mut(n_heads * head_dim).enumerate() {
         let p = (pos0 + r) as f32;
         for (j, f) in inv.iter().enumerate() {
@@ -191,9 +207,16 @@ impl Model {
         for (i, &tok) in tokens.iter().enumerate() {
             let t = tok as usize;
             if t >= self.cfg.vocab {
-                return Err(RealError::Input(format!("token id {tok} at position {i} is outside the vocabulary (size {})", self.cfg.vocab)));
+                return Err(RealError::Input(format!(
+                    "token id {tok} at position {i} is outside the vocabulary (size {})",
+                    self.cfg.vocab
+                )));
             }
-            x.extend(self.embed[t * d..(t + 1) * d].iter().map(|v| v * self.cfg.embed_scale));
+            x.extend(
+                self.embed[t * d..(t + 1) * d]
+                    .iter()
+                    .map(|v| v * self.cfg.embed_scale),
+            );
             if let Some(p) = &self.pos_embed {
                 let r = &p[(pos0 + i) * d..(pos0 + i + 1) * d];
                 let n = x.len();
@@ -215,7 +238,12 @@ impl Model {
     }
 
     /// Runs the whole model on `tokens` (no cache), calling `obs` after each layer.
-    pub fn forward(&self, tokens: &[u32], obs: &mut dyn LayerObserver, iv: Option<Intervention>) -> Result<Output, RealError> {
+    pub fn forward(
+        &self,
+        tokens: &[u32],
+        obs: &mut dyn LayerObserver,
+        iv: Option<Intervention>,
+    ) -> Result<Output, RealError> {
         let mut cache = KvCache::default();
         self.forward_cached(tokens, &mut cache, obs, iv, false)
     }
@@ -245,7 +273,10 @@ impl Model {
         if let Some(iv) = iv
             && (iv.layer >= c.n_layer || iv.head >= c.n_head)
         {
-            return Err(RealError::Input(format!("intervention on layer {} head {} is out of range", iv.layer, iv.head)));
+            return Err(RealError::Input(format!(
+                "intervention on layer {} head {} is out of range",
+                iv.layer, iv.head
+            )));
         }
         if cache.k.len() < c.n_layer {
             cache.k.resize(c.n_layer, Vec::new());
@@ -381,7 +412,8 @@ impl Model {
         for (hh, (s, o)) in results.into_iter().enumerate() {
             attn.extend_from_slice(&s);
             for i in 0..t {
-                head_out[i * h * dh + hh * dh..i * h * dh + (hh + 1) * dh].copy_from_slice(&o[i * dh..(i + 1) * dh]);
+                head_out[i * h * dh + hh * dh..i * h * dh + (hh + 1) * dh]
+                    .copy_from_slice(&o[i * dh..(i + 1) * dh]);
             }
         }
         let mut attn_out = linear(&head_out, t, &ly.wo);
@@ -440,7 +472,9 @@ impl Model {
             }
         }
         if y.iter().any(|v| !v.is_finite()) {
-            return Err(RealError::Input(format!("layer {l}: the residual stream became non-finite")));
+            return Err(RealError::Input(format!(
+                "layer {l}: the residual stream became non-finite"
+            )));
         }
         obs.layer(
             self,
@@ -473,13 +507,20 @@ impl Model {
     pub fn logits(&self, normed: &[f32]) -> Result<Vec<f32>, RealError> {
         let c = &self.cfg;
         if !self.has_lm_head {
-            return Err(RealError::Input("this model has no language-model head".into()));
+            return Err(RealError::Input(
+                "this model has no language-model head".into(),
+            ));
         }
         let t = normed.len() / c.d_model;
         Ok(match &self.lm_head {
             Some(lin) => linear(normed, t, lin),
             None => {
-                let tied = Linear { w: Vec::new(), out: c.vocab, inp: c.d_model, b: None };
+                let tied = Linear {
+                    w: Vec::new(),
+                    out: c.vocab,
+                    inp: c.d_model,
+                    b: None,
+                };
                 let mut out = vec![0f32; t * c.vocab];
                 let xm = MatRef::from_row_major_slice(normed, t, c.d_model);
                 let wm = MatRef::from_row_major_slice(&self.embed, tied.out, tied.inp);
@@ -518,7 +559,12 @@ impl Model {
     }
 
     /// Greedy decoding with a KV cache: appends `n_new` argmax tokens to `prompt`.
-    pub fn generate_greedy(&self, prompt: &[u32], n_new: usize, obs: &mut dyn LayerObserver) -> Result<Vec<u32>, RealError> {
+    pub fn generate_greedy(
+        &self,
+        prompt: &[u32],
+        n_new: usize,
+        obs: &mut dyn LayerObserver,
+    ) -> Result<Vec<u32>, RealError> {
         let mut cache = KvCache::default();
         let mut toks = prompt.to_vec();
         let mut out = self.forward_cached(prompt, &mut cache, obs, None, true)?;
@@ -529,7 +575,9 @@ impl Model {
             let next = lg
                 .iter()
                 .enumerate()
-                .fold((0usize, f32::NEG_INFINITY), |(bi, bv), (i, &v)| if v > bv { (i, v) } else { (bi, bv) })
+                .fold((0usize, f32::NEG_INFINITY), |(bi, bv), (i, &v)| {
+                    if v > bv { (i, v) } else { (bi, bv) }
+                })
                 .0 as u32;
             toks.push(next);
             if toks.len() >= self.cfg.max_context {

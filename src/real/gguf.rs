@@ -30,23 +30,49 @@ impl GgufFile {
             .map_err(|e| RealError::file(path, format!("not a readable GGUF file: {e}")))?;
         // Check every tensor's extent before candle reads it (its element count is an unchecked
         // product: a corrupt dimension would overflow).
-        let file_len = std::fs::metadata(path).map_err(|e| RealError::io(path, e))?.len();
+        let file_len = std::fs::metadata(path)
+            .map_err(|e| RealError::io(path, e))?
+            .len();
         for (name, ti) in &content.tensor_infos {
             let dims = ti.shape.dims();
             // Zero elements is rejected too: candle then casts a dangling u8 pointer to a block type.
-            let n = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64)).filter(|&n| n > 0);
+            let n = dims
+                .iter()
+                .try_fold(1u64, |a, &d| a.checked_mul(d as u64))
+                .filter(|&n| n > 0);
             let bs = ti.ggml_dtype.block_size() as u64;
-            let bytes = n.filter(|n| bs > 0 && n % bs == 0).and_then(|n| (n / bs).checked_mul(ti.ggml_dtype.type_size() as u64));
-            let end = bytes.and_then(|b| b.checked_add(content.tensor_data_offset)).and_then(|e| e.checked_add(ti.offset));
+            let bytes = n
+                .filter(|n| bs > 0 && n % bs == 0)
+                .and_then(|n| (n / bs).checked_mul(ti.ggml_dtype.type_size() as u64));
+            let end = bytes
+                .and_then(|b| b.checked_add(content.tensor_data_offset))
+                .and_then(|e| e.checked_add(ti.offset));
             match end {
                 Some(e) if e <= file_len => {}
                 Some(e) => {
-                    return Err(RealError::file(path, format!("tensor `{name}` {dims:?} ends at byte {e}, past the end of the file ({file_len} bytes): truncated?")));
+                    return Err(RealError::file(
+                        path,
+                        format!(
+                            "tensor `{name}` {dims:?} ends at byte {e}, past the end of the file ({file_len} bytes): truncated?"
+                        ),
+                    ));
                 }
-                None => return Err(RealError::file(path, format!("tensor `{name}` has an impossible shape {dims:?} for {:?}", ti.ggml_dtype))),
+                None => {
+                    return Err(RealError::file(
+                        path,
+                        format!(
+                            "tensor `{name}` has an impossible shape {dims:?} for {:?}",
+                            ti.ggml_dtype
+                        ),
+                    ));
+                }
             }
         }
-        Ok(Self { path: path.to_path_buf(), content, reader })
+        Ok(Self {
+            path: path.to_path_buf(),
+            content,
+            reader,
+        })
     }
 
     /// The parsed header (metadata and tensor infos).
@@ -65,7 +91,9 @@ impl GgufFile {
 
     /// A required integer metadata value.
     pub fn meta_usize(&self, key: &str) -> Result<usize, RealError> {
-        let v = self.meta(key).ok_or_else(|| self.err(format!("missing metadata `{key}`")))?;
+        let v = self
+            .meta(key)
+            .ok_or_else(|| self.err(format!("missing metadata `{key}`")))?;
         value_usize(v).ok_or_else(|| self.err(format!("metadata `{key}` is not an integer: {v:?}")))
     }
 
@@ -75,7 +103,9 @@ impl GgufFile {
             None => Ok(default),
             Some(Value::F32(v)) => Ok(*v),
             Some(Value::F64(v)) => Ok(*v as f32),
-            Some(v) => value_usize(v).map(|u| u as f32).ok_or_else(|| self.err(format!("metadata `{key}` is not a number: {v:?}"))),
+            Some(v) => value_usize(v)
+                .map(|u| u as f32)
+                .ok_or_else(|| self.err(format!("metadata `{key}` is not a number: {v:?}"))),
         }
     }
 
@@ -107,9 +137,16 @@ impl GgufFile {
             .and_then(|t| t.flatten_all())
             .and_then(|t| t.to_dtype(candle_core::DType::F32))
             .and_then(|t| t.to_vec1::<f32>())
-            .map_err(|e| RealError::file(&self.path, format!("tensor `{name}`: dequantization failed: {e}")))?;
+            .map_err(|e| {
+                RealError::file(
+                    &self.path,
+                    format!("tensor `{name}`: dequantization failed: {e}"),
+                )
+            })?;
         if let Some(k) = t.iter().position(|v| !v.is_finite()) {
-            return Err(self.err(format!("tensor `{name}` has a non-finite value at index {k}")));
+            return Err(self.err(format!(
+                "tensor `{name}` has a non-finite value at index {k}"
+            )));
         }
         Ok((t, dims))
     }
@@ -117,7 +154,9 @@ impl GgufFile {
     fn matrix(&mut self, name: &str, out: usize, inp: usize) -> Result<Vec<f32>, RealError> {
         let (w, dims) = self.tensor(name)?;
         if dims != [out, inp] {
-            return Err(self.err(format!("tensor `{name}` has shape {dims:?}, expected [{out}, {inp}]")));
+            return Err(self.err(format!(
+                "tensor `{name}` has shape {dims:?}, expected [{out}, {inp}]"
+            )));
         }
         Ok(w)
     }
@@ -125,7 +164,9 @@ impl GgufFile {
     fn vector(&mut self, name: &str, n: usize) -> Result<Vec<f32>, RealError> {
         let (w, dims) = self.tensor(name)?;
         if w.len() != n {
-            return Err(self.err(format!("tensor `{name}` has shape {dims:?}, expected [{n}]")));
+            return Err(self.err(format!(
+                "tensor `{name}` has shape {dims:?}, expected [{n}]"
+            )));
         }
         Ok(w)
     }
@@ -133,7 +174,11 @@ impl GgufFile {
     fn linear(&mut self, name: &str, out: usize, inp: usize) -> Result<Linear, RealError> {
         let w = self.matrix(&format!("{name}.weight"), out, inp)?;
         let bn = format!("{name}.bias");
-        let b = if self.has(&bn) { Some(self.vector(&bn, out)?) } else { None };
+        let b = if self.has(&bn) {
+            Some(self.vector(&bn, out)?)
+        } else {
+            None
+        };
         Ok(Linear { w, out, inp, b })
     }
 }
@@ -175,11 +220,18 @@ fn unpermute_vec(b: &[f32], n_heads: usize, head_dim: usize) -> Vec<f32> {
 /// Loads a GGUF model (architectures `llama`, `qwen2`, `mistral`, `gemma3`).
 pub fn load(path: &Path) -> Result<Model, RealError> {
     let mut g = GgufFile::open(path)?;
-    let arch_s = g.meta_str("general.architecture").ok_or_else(|| g.err("missing metadata `general.architecture`"))?.to_string();
+    let arch_s = g
+        .meta_str("general.architecture")
+        .ok_or_else(|| g.err("missing metadata `general.architecture`"))?
+        .to_string();
     let arch = match arch_s.as_str() {
         "llama" | "mistral" | "qwen2" => Arch::Llama,
         "gemma3" => Arch::Gemma3,
-        other => return Err(g.err(format!("unknown architecture `{other}` (supported: llama, mistral, qwen2, gemma3)"))),
+        other => {
+            return Err(g.err(format!(
+                "unknown architecture `{other}` (supported: llama, mistral, qwen2, gemma3)"
+            )));
+        }
     };
     let k = |s: &str| format!("{arch_s}.{s}");
     let n_layer = g.meta_usize(&k("block_count"))?;
@@ -201,10 +253,15 @@ pub fn load(path: &Path) -> Result<Model, RealError> {
     let base = g.meta_f32_or(&k("rope.freq_base"), 10000.0)?;
     let (embed, dims) = g.tensor("token_embd.weight")?;
     if dims.len() != 2 || dims[1] != d {
-        return Err(g.err(format!("token_embd.weight has shape {dims:?}, expected [vocab, {d}]")));
+        return Err(g.err(format!(
+            "token_embd.weight has shape {dims:?}, expected [vocab, {d}]"
+        )));
     }
     let vocab = dims[0];
-    let bos_id = g.meta("tokenizer.ggml.bos_token_id").and_then(value_usize).map(|v| v as u32);
+    let bos_id = g
+        .meta("tokenizer.ggml.bos_token_id")
+        .and_then(value_usize)
+        .map(|v| v as u32);
     let add_bos = match g.meta("tokenizer.ggml.add_bos_token") {
         Some(Value::Bool(b)) => *b,
         _ => arch == Arch::Gemma3,
@@ -230,10 +287,18 @@ pub fn load(path: &Path) -> Result<Model, RealError> {
         let ffn_norm = Some(rms(g.vector(&p("ffn_norm.weight"), d)?));
         let (up_w, up_dims) = g.tensor(&p("ffn_up.weight"))?;
         if up_dims.len() != 2 || up_dims[1] != d {
-            return Err(g.err(format!("{} has shape {up_dims:?}, expected [d_ff, {d}]", p("ffn_up.weight"))));
+            return Err(g.err(format!(
+                "{} has shape {up_dims:?}, expected [d_ff, {d}]",
+                p("ffn_up.weight")
+            )));
         }
         let dff = up_dims[0];
-        let up = Linear { w: up_w, out: dff, inp: d, b: None };
+        let up = Linear {
+            w: up_w,
+            out: dff,
+            inp: d,
+            b: None,
+        };
         let gate = Some(g.linear(&p("ffn_gate"), dff, d)?);
         let down = g.linear(&p("ffn_down"), d, dff)?;
         let (q_norm, k_norm, post_attn_norm, post_ffn_norm, rope_base, win) = if gemma {
@@ -264,12 +329,19 @@ pub fn load(path: &Path) -> Result<Model, RealError> {
             gate,
             up,
             down,
-            rope: Some(Rope { base: rope_base, dim: head_dim }),
+            rope: Some(Rope {
+                base: rope_base,
+                dim: head_dim,
+            }),
             window: win,
         });
     }
     let final_norm = Some(rms(g.vector("output_norm.weight", d)?));
-    let lm_head = if g.has("output.weight") { Some(g.linear("output", vocab, d)?) } else { None };
+    let lm_head = if g.has("output.weight") {
+        Some(g.linear("output", vocab, d)?)
+    } else {
+        None
+    };
     let cfg = Config {
         arch,
         n_layer,
@@ -282,7 +354,9 @@ pub fn load(path: &Path) -> Result<Model, RealError> {
         causal: true,
         act: if gemma { Act::GeluTanh } else { Act::Silu },
         attn_scale: if gemma {
-            1.0 / g.meta_f32_or(&k("attention.query_pre_attn_scalar"), head_dim as f32)?.sqrt()
+            1.0 / g
+                .meta_f32_or(&k("attention.query_pre_attn_scalar"), head_dim as f32)?
+                .sqrt()
         } else {
             1.0 / (head_dim as f32).sqrt()
         },

@@ -11,9 +11,9 @@
 //! Also the empirical sufficient condition (the corollary): cos(s, a_i) < 0 for every query and
 //! ≤ 0 for every key makes `W = −c·s sᵀ` a witness; its truth and the largest cosine are reported.
 
+use super::RealError;
 use super::capture::{Capture, Captured};
 use super::model::Model;
-use super::RealError;
 
 /// The A1 inputs of one layer (f64 rows).
 #[derive(Debug, Clone)]
@@ -44,7 +44,10 @@ pub fn inputs(m: &Model, tokens: &[u32]) -> Result<Vec<A1Inputs>, RealError> {
     if tokens.len() < 2 {
         return Err(RealError::Input("A1 needs at least 2 tokens".into()));
     }
-    let mut cap = Captured::new(Capture { hidden_in: true, ..Capture::default() });
+    let mut cap = Captured::new(Capture {
+        hidden_in: true,
+        ..Capture::default()
+    });
     m.forward(tokens, &mut cap, None)?;
     Ok(inputs_from(m, &cap, tokens.len()))
 }
@@ -60,17 +63,35 @@ pub fn inputs_from(m: &Model, cap: &Captured, t: usize) -> Vec<A1Inputs> {
             if let Some(n) = &ly.attn_norm {
                 n.apply(&mut a);
             }
-            let row = |i: usize| a[i * d..(i + 1) * d].iter().map(|&v| v as f64).collect::<Vec<f64>>();
+            let row = |i: usize| {
+                a[i * d..(i + 1) * d]
+                    .iter()
+                    .map(|&v| v as f64)
+                    .collect::<Vec<f64>>()
+            };
             let rest: Vec<Vec<f64>> = (1..t).map(row).collect();
-            A1Inputs { layer: l, queries: rest.clone(), keys: rest, sink: row(0) }
+            A1Inputs {
+                layer: l,
+                queries: rest.clone(),
+                keys: rest,
+                sink: row(0),
+            }
         })
         .collect()
 }
 
 /// The corollary's sufficient condition on one layer.
 pub fn corollary(x: &A1Inputs) -> A1Corollary {
-    let max_cos = x.queries.iter().map(|q| crate::linalg::cosine(&x.sink, q).unwrap_or(0.0)).fold(f64::NEG_INFINITY, f64::max);
-    A1Corollary { layer: x.layer, max_cos, holds: max_cos < 0.0 }
+    let max_cos = x
+        .queries
+        .iter()
+        .map(|q| crate::linalg::cosine(&x.sink, q).unwrap_or(0.0))
+        .fold(f64::NEG_INFINITY, f64::max);
+    A1Corollary {
+        layer: x.layer,
+        max_cos,
+        holds: max_cos < 0.0,
+    }
 }
 
 /// Appends the constant coordinate 1 (the homogenisation of q/k biases).
@@ -117,7 +138,8 @@ pub fn verdict(x: &A1Inputs, biased: bool) -> Result<A1Verdict, RealError> {
     };
     let qs: Vec<&[f64]> = q.iter().map(Vec::as_slice).collect();
     let ks: Vec<&[f64]> = k.iter().map(Vec::as_slice).collect();
-    let v = half_space_verdict_rows(&qs, &s, &ks, A1_EPS).map_err(|e| RealError::Input(format!("layer {}: half-space verdict: {e}", x.layer)))?;
+    let v = half_space_verdict_rows(&qs, &s, &ks, A1_EPS)
+        .map_err(|e| RealError::Input(format!("layer {}: half-space verdict: {e}", x.layer)))?;
     Ok(A1Verdict {
         layer: x.layer,
         biased,

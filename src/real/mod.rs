@@ -53,10 +53,16 @@ pub enum RealError {
 
 impl RealError {
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
-        RealError::Io { path: path.to_path_buf(), source }
+        RealError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     }
     pub(crate) fn file(path: &Path, msg: impl Into<String>) -> Self {
-        RealError::File { path: path.to_path_buf(), msg: msg.into() }
+        RealError::File {
+            path: path.to_path_buf(),
+            msg: msg.into(),
+        }
     }
 }
 
@@ -76,27 +82,51 @@ pub fn load(path: &Path) -> Result<LoadedModel, RealError> {
     if path.is_dir() {
         let model = safetensors::load(path)?;
         let tj = path.join("tokenizer.json");
-        let tok = if tj.exists() { Some(tokenizer::from_json(&tj)?) } else { None };
-        return Ok(LoadedModel { model, tok, path: path.to_path_buf() });
+        let tok = if tj.exists() {
+            Some(tokenizer::from_json(&tj)?)
+        } else {
+            None
+        };
+        return Ok(LoadedModel {
+            model,
+            tok,
+            path: path.to_path_buf(),
+        });
     }
     let mut magic = [0u8; 4];
     {
         use std::io::Read;
         let mut f = std::fs::File::open(path).map_err(|e| RealError::io(path, e))?;
-        f.read_exact(&mut magic).map_err(|_| RealError::file(path, "file too short to be a model (under 4 bytes)"))?;
+        f.read_exact(&mut magic)
+            .map_err(|_| RealError::file(path, "file too short to be a model (under 4 bytes)"))?;
     }
     if &magic == b"GGUF" {
         let model = gguf::load(path)?;
         let g = gguf::GgufFile::open(path)?;
         let tok = Some(tokenizer::from_gguf(&g, path)?);
-        Ok(LoadedModel { model, tok, path: path.to_path_buf() })
+        Ok(LoadedModel {
+            model,
+            tok,
+            path: path.to_path_buf(),
+        })
     } else if path.extension().is_some_and(|e| e == "safetensors") {
         let dir = path.parent().unwrap_or(Path::new("."));
         let model = safetensors::load(path)?;
         let tj = dir.join("tokenizer.json");
-        let tok = if tj.exists() { Some(tokenizer::from_json(&tj)?) } else { None };
-        Ok(LoadedModel { model, tok, path: path.to_path_buf() })
+        let tok = if tj.exists() {
+            Some(tokenizer::from_json(&tj)?)
+        } else {
+            None
+        };
+        Ok(LoadedModel {
+            model,
+            tok,
+            path: path.to_path_buf(),
+        })
     } else {
-        Err(RealError::file(path, "neither a GGUF file (magic `GGUF`) nor a safetensors model (`.safetensors` or a directory)"))
+        Err(RealError::file(
+            path,
+            "neither a GGUF file (magic `GGUF`) nor a safetensors model (`.safetensors` or a directory)",
+        ))
     }
 }

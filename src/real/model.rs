@@ -207,17 +207,30 @@ impl Model {
     pub fn validate(&self, path: &Path) -> Result<(), RealError> {
         let c = &self.cfg;
         let bad = |m: String| Err(RealError::file(path, m));
-        if c.n_layer == 0 || c.d_model == 0 || c.n_head == 0 || c.n_kv_head == 0 || c.head_dim == 0 {
+        if c.n_layer == 0 || c.d_model == 0 || c.n_head == 0 || c.n_kv_head == 0 || c.head_dim == 0
+        {
             return bad(format!("degenerate configuration {c:?}"));
         }
-        if c.n_head % c.n_kv_head != 0 {
-            return bad(format!("{} query heads not a multiple of {} kv heads", c.n_head, c.n_kv_head));
+        if !c.n_head.is_multiple_of(c.n_kv_head) {
+            return bad(format!(
+                "{} query heads not a multiple of {} kv heads",
+                c.n_head, c.n_kv_head
+            ));
         }
         if self.embed.len() != c.vocab * c.d_model {
-            return bad(format!("token embedding has {} values, expected vocab {} × d {}", self.embed.len(), c.vocab, c.d_model));
+            return bad(format!(
+                "token embedding has {} values, expected vocab {} × d {}",
+                self.embed.len(),
+                c.vocab,
+                c.d_model
+            ));
         }
         if self.layers.len() != c.n_layer {
-            return bad(format!("{} layers loaded, configuration says {}", self.layers.len(), c.n_layer));
+            return bad(format!(
+                "{} layers loaded, configuration says {}",
+                self.layers.len(),
+                c.n_layer
+            ));
         }
         let (d, hq, hk) = (c.d_model, c.n_head * c.head_dim, c.n_kv_head * c.head_dim);
         for (l, ly) in self.layers.iter().enumerate() {
@@ -230,17 +243,29 @@ impl Model {
                 ("down", &ly.down, d, ly.up.out),
             ];
             for (name, lin, o, i) in checks {
-                if lin.out != o || lin.inp != i || lin.w.len() != o * i || lin.b.as_ref().is_some_and(|b| b.len() != o) {
-                    return bad(format!("layer {l}: {name} projection is [{}, {}], expected [{o}, {i}]", lin.out, lin.inp));
+                if lin.out != o
+                    || lin.inp != i
+                    || lin.w.len() != o * i
+                    || lin.b.as_ref().is_some_and(|b| b.len() != o)
+                {
+                    return bad(format!(
+                        "layer {l}: {name} projection is [{}, {}], expected [{o}, {i}]",
+                        lin.out, lin.inp
+                    ));
                 }
                 if let Some(k) = lin.w.iter().position(|v| !v.is_finite()) {
-                    return bad(format!("layer {l}: {name} projection has a non-finite weight at index {k}"));
+                    return bad(format!(
+                        "layer {l}: {name} projection has a non-finite weight at index {k}"
+                    ));
                 }
             }
             if let Some(g) = &ly.gate
                 && (g.out != ly.up.out || g.inp != d || g.w.len() != g.out * g.inp)
             {
-                return bad(format!("layer {l}: gate projection is [{}, {}], expected [{}, {d}]", g.out, g.inp, ly.up.out));
+                return bad(format!(
+                    "layer {l}: gate projection is [{}, {}], expected [{}, {d}]",
+                    g.out, g.inp, ly.up.out
+                ));
             }
             for (name, n, w) in [
                 ("attn_norm", &ly.attn_norm, d),
@@ -253,17 +278,25 @@ impl Model {
                 if let Some(n) = n
                     && n.dim() != w
                 {
-                    return bad(format!("layer {l}: {name} has width {}, expected {w}", n.dim()));
+                    return bad(format!(
+                        "layer {l}: {name} has width {}, expected {w}",
+                        n.dim()
+                    ));
                 }
             }
         }
         if let Some(k) = self.embed.iter().position(|v| !v.is_finite()) {
-            return bad(format!("token embedding has a non-finite value at index {k}"));
+            return bad(format!(
+                "token embedding has a non-finite value at index {k}"
+            ));
         }
         if let Some(p) = &self.pos_embed
             && p.len() < c.max_context * d
         {
-            return bad(format!("position embedding too short for context {}", c.max_context));
+            return bad(format!(
+                "position embedding too short for context {}",
+                c.max_context
+            ));
         }
         Ok(())
     }

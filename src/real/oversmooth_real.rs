@@ -60,7 +60,9 @@ pub struct A2Summary {
 }
 
 fn excluding_first(x: &[f32], t: usize, d: usize) -> Vec<Vec<f64>> {
-    (1..t).map(|i| x[i * d..(i + 1) * d].iter().map(|&v| v as f64).collect()).collect()
+    (1..t)
+        .map(|i| x[i * d..(i + 1) * d].iter().map(|&v| v as f64).collect())
+        .collect()
 }
 
 /// Runs the per-head A2 analysis on `tokens` (decoders and encoders alike).
@@ -71,7 +73,11 @@ pub fn analyze(m: &Model, tokens: &[u32]) -> Result<(Vec<HeadA2>, A2Summary), Re
     if t < 3 {
         return Err(RealError::Input("A2 needs at least 3 tokens".into()));
     }
-    let mut cap = Captured::new(Capture { hidden_in: true, hidden: true, ..Capture::default() });
+    let mut cap = Captured::new(Capture {
+        hidden_in: true,
+        hidden: true,
+        ..Capture::default()
+    });
     m.forward(tokens, &mut cap, None)?;
     let mut out = Vec::new();
     for (l, ly) in m.layers.iter().enumerate() {
@@ -84,8 +90,15 @@ pub fn analyze(m: &Model, tokens: &[u32]) -> Result<(Vec<HeadA2>, A2Summary), Re
         }
         let rows = excluding_first(&a, t, d);
         let n = rows.len() as f64;
-        let mu: Vec<f64> = (0..d).map(|j| rows.iter().map(|r| r[j]).sum::<f64>() / n).collect();
-        let sigma = Mat::<f64>::from_fn(d, d, |p, q| rows.iter().map(|r| (r[p] - mu[p]) * (r[q] - mu[q])).sum::<f64>() / n);
+        let mu: Vec<f64> = (0..d)
+            .map(|j| rows.iter().map(|r| r[j]).sum::<f64>() / n)
+            .collect();
+        let sigma = Mat::<f64>::from_fn(d, d, |p, q| {
+            rows.iter()
+                .map(|r| (r[p] - mu[p]) * (r[q] - mu[q]))
+                .sum::<f64>()
+                / n
+        });
         let tr_sigma: f64 = (0..d).map(|p| sigma[(p, p)]).sum();
         for hh in 0..h {
             let g = hh / (h / hk);
@@ -94,15 +107,36 @@ pub fn analyze(m: &Model, tokens: &[u32]) -> Result<(Vec<HeadA2>, A2Summary), Re
             let fv = Mat::<f64>::from_fn(d, dh, |i, r| ly.wv.w[(g * dh + r) * d + i] as f64);
             let sfv = &sigma * &fv; // Σ Fv
             // tr(WΣ) = tr(Fo Fvᵀ Σ) = Σ_{i,r} Fo_ir (Σ Fv)_ir ; tr(WΣWᵀ) = tr((FoᵀFo)(FvᵀΣFv)).
-            let tr_ws: f64 = (0..d).flat_map(|i| (0..dh).map(move |r| (i, r))).map(|(i, r)| fo[(i, r)] * sfv[(i, r)]).sum();
+            let tr_ws: f64 = (0..d)
+                .flat_map(|i| (0..dh).map(move |r| (i, r)))
+                .map(|(i, r)| fo[(i, r)] * sfv[(i, r)])
+                .sum();
             let gram_o = fo.transpose() * &fo;
             let core = fv.transpose() * &sfv;
-            let tr_wsw: f64 = (0..dh).flat_map(|i| (0..dh).map(move |r| (i, r))).map(|(i, r)| gram_o[(i, r)] * core[(r, i)]).sum();
+            let tr_wsw: f64 = (0..dh)
+                .flat_map(|i| (0..dh).map(move |r| (i, r)))
+                .map(|(i, r)| gram_o[(i, r)] * core[(r, i)])
+                .sum();
             let tr_b = tr_sigma + 2.0 * tr_ws + tr_wsw;
             let mut cosv = [0.0; 2];
-            for (k, with) in [Replace::Identity, Replace::Uniform].into_iter().enumerate() {
+            for (k, with) in [Replace::Identity, Replace::Uniform]
+                .into_iter()
+                .enumerate()
+            {
                 let mut cache = KvCache::default();
-                let y = m.layer_forward(l, &x_in, 0, &mut cache, &mut (), Some(Intervention { layer: l, head: hh, with }), false)?;
+                let y = m.layer_forward(
+                    l,
+                    &x_in,
+                    0,
+                    &mut cache,
+                    &mut (),
+                    Some(Intervention {
+                        layer: l,
+                        head: hh,
+                        with,
+                    }),
+                    false,
+                )?;
                 cosv[k] = mean_pairwise_cos(&excluding_first(&y, t, d));
             }
             out.push(HeadA2 {
@@ -120,10 +154,26 @@ pub fn analyze(m: &Model, tokens: &[u32]) -> Result<(Vec<HeadA2>, A2Summary), Re
     let nh = out.len() as f64;
     let s = A2Summary {
         heads: out.len(),
-        predicted_frac: out.iter().filter(|x| x.predicted_dense_smooths_more).count() as f64 / nh,
-        measured_frac: out.iter().filter(|x| x.measured_dense_smooths_more()).count() as f64 / nh,
-        agreement: out.iter().filter(|x| x.measured_dense_smooths_more() == x.predicted_dense_smooths_more).count() as f64 / nh,
-        mean_delta: out.iter().map(|x| x.cos_uniform - x.cos_identity).sum::<f64>() / nh,
+        predicted_frac: out
+            .iter()
+            .filter(|x| x.predicted_dense_smooths_more)
+            .count() as f64
+            / nh,
+        measured_frac: out
+            .iter()
+            .filter(|x| x.measured_dense_smooths_more())
+            .count() as f64
+            / nh,
+        agreement: out
+            .iter()
+            .filter(|x| x.measured_dense_smooths_more() == x.predicted_dense_smooths_more)
+            .count() as f64
+            / nh,
+        mean_delta: out
+            .iter()
+            .map(|x| x.cos_uniform - x.cos_identity)
+            .sum::<f64>()
+            / nh,
     };
     Ok((out, s))
 }

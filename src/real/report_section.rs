@@ -15,7 +15,11 @@ pub const REPORT_TEXT: &str = "In the middle of the night the old lighthouse kee
 listening to the waves and wondering whether the ship he had seen at dusk would reach the harbour before the storm.";
 
 /// Per model: (name, BOS policy).
-const MODELS: [(&str, Bos); 3] = [("smollm2", Bos::Auto), ("gemma3-270m", Bos::Yes), ("minilm", Bos::Auto)];
+const MODELS: [(&str, Bos); 3] = [
+    ("smollm2", Bos::Auto),
+    ("gemma3-270m", Bos::Yes),
+    ("minilm", Bos::Auto),
+];
 
 /// Sink heads: α_0 > 0.3 (Gu's ε).
 fn cost_split(rep: &RealReport) -> Option<(f64, f64, f64, f64, usize, usize)> {
@@ -40,17 +44,32 @@ fn cost_split(rep: &RealReport) -> Option<(f64, f64, f64, f64, usize, usize)> {
 pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
     let mut md = String::new();
     let mut figures = Vec::new();
-    writeln!(md, "Text: \"{REPORT_TEXT}\"{}.\n", if ctx.quick { " (quick: first 24 tokens, SmolLM2 only)" } else { "" })?;
+    writeln!(
+        md,
+        "Text: \"{REPORT_TEXT}\"{}.\n",
+        if ctx.quick {
+            " (quick: first 24 tokens, SmolLM2 only)"
+        } else {
+            ""
+        }
+    )?;
     for (name, bos) in MODELS {
         if ctx.quick && name != "smollm2" {
             continue;
         }
         let Some(path) = fetch::cached(name) else {
-            writeln!(md, "### {name}\n\nNot in the cache: `sinklab fetch {name}`.\n")?;
+            writeln!(
+                md,
+                "### {name}\n\nNot in the cache: `sinklab fetch {name}`.\n"
+            )?;
             continue;
         };
         let lm = load(&path)?;
-        let mut toks = lm.tok.as_ref().ok_or("no tokenizer")?.encode(REPORT_TEXT, bos)?;
+        let mut toks = lm
+            .tok
+            .as_ref()
+            .ok_or("no tokenizer")?
+            .encode(REPORT_TEXT, bos)?;
         if ctx.quick {
             toks.truncate(24);
         }
@@ -65,13 +84,17 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             rep.config.n_kv_head,
             rep.tokens.len(),
             rep.bos_first,
-            rep.nll_mean.map_or("— (encoder)".into(), |v| format!("{v:.3} nats"))
+            rep.nll_mean
+                .map_or("— (encoder)".into(), |v| format!("{v:.3} nats"))
         )?;
         // A1.
         let inputs = halfspace_real::inputs(&lm.model, &toks)?;
         let cor: Vec<_> = inputs.iter().map(halfspace_real::corollary).collect();
         let holds = cor.iter().filter(|c| c.holds).count();
-        writeln!(md, "| layer | attn→first | BOS cos mean | frac cos ≤ 0 | ‖h_0‖ | median ‖h_i‖ | Gu ε=0.3 | Gu ε=0.8 | massive | A1 corollary (max cos) |")?;
+        writeln!(
+            md,
+            "| layer | attn→first | BOS cos mean | frac cos ≤ 0 | ‖h_0‖ | median ‖h_i‖ | Gu ε=0.3 | Gu ε=0.8 | massive | A1 corollary (max cos) |"
+        )?;
         writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
         for (l, c) in rep.layers.iter().zip(&cor) {
             writeln!(
@@ -90,9 +113,17 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
                 c.max_cos
             )?;
         }
-        writeln!(md, "\nA1 (corollary: cos(BOS, x_i) < 0 for all i ≥ 1 gives a sink witness W = −c·s sᵀ): holds on {holds} of {} layers.\n", cor.len())?;
+        writeln!(
+            md,
+            "\nA1 (corollary: cos(BOS, x_i) < 0 for all i ≥ 1 gives a sink witness W = −c·s sᵀ): holds on {holds} of {} layers.\n",
+            cor.len()
+        )?;
         // A2.
-        let a2_toks: Vec<u32> = toks.iter().copied().take(if ctx.quick { 16 } else { 48 }).collect();
+        let a2_toks: Vec<u32> = toks
+            .iter()
+            .copied()
+            .take(if ctx.quick { 16 } else { 48 })
+            .collect();
         let (_, a2) = oversmooth_real::analyze(&lm.model, &a2_toks)?;
         writeln!(
             md,
@@ -105,19 +136,42 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             100.0 * a2.agreement
         )?;
         if let Some((sq, sv, rq, rv, ns, nr)) = cost_split(&rep) {
-            writeln!(md, "Head costs (mean nuclear norms): sink heads (α_0 > 0.3, n = {ns}) ‖W_QK‖_* = {sq:.2}, ‖W_VO‖_* = {sv:.2}; other heads (n = {nr}) ‖W_QK‖_* = {rq:.2}, ‖W_VO‖_* = {rv:.2}.\n")?;
+            writeln!(
+                md,
+                "Head costs (mean nuclear norms): sink heads (α_0 > 0.3, n = {ns}) ‖W_QK‖_* = {sq:.2}, ‖W_VO‖_* = {sv:.2}; other heads (n = {nr}) ‖W_QK‖_* = {rq:.2}, ‖W_VO‖_* = {rv:.2}.\n"
+            )?;
         }
         // Figures.
         let stem = ctx.fig_dir().join(format!("real_{name}_layers"));
-        let pts = |f: &dyn Fn(&super::stats::LayerStats) -> f64| rep.layers.iter().map(|l| (l.layer as f64, f(l))).collect::<Vec<_>>();
+        let pts = |f: &dyn Fn(&super::stats::LayerStats) -> f64| {
+            rep.layers
+                .iter()
+                .map(|l| (l.layer as f64, f(l)))
+                .collect::<Vec<_>>()
+        };
         let panel = Panel {
             title: format!("{name}: BOS cosine and attention to the first token"),
             x_label: "layer".into(),
             y_label: "value".into(),
             series: vec![
-                Series::new("mean cos(h_i, h_0)", pts(&|l| l.bos_cos_mean), Style::LinePoints, 0),
-                Series::new("attention to first token", pts(&|l| l.attn_to_first.unwrap_or(f64::NAN)), Style::LinePoints, 1),
-                Series::new("frac cos ≤ 0", pts(&|l| l.bos_cos_frac_nonpos), Style::Dashed, 2),
+                Series::new(
+                    "mean cos(h_i, h_0)",
+                    pts(&|l| l.bos_cos_mean),
+                    Style::LinePoints,
+                    0,
+                ),
+                Series::new(
+                    "attention to first token",
+                    pts(&|l| l.attn_to_first.unwrap_or(f64::NAN)),
+                    Style::LinePoints,
+                    1,
+                ),
+                Series::new(
+                    "frac cos ≤ 0",
+                    pts(&|l| l.bos_cos_frac_nonpos),
+                    Style::Dashed,
+                    2,
+                ),
             ],
             ..Panel::default()
         };
@@ -126,9 +180,20 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             title: format!("{name}: Gu α_0 per layer × head"),
             x_label: "head".into(),
             y_label: "layer".into(),
-            values: rep.layers.iter().map(|l| l.heads.iter().map(|h| h.alpha_first).collect()).collect(),
+            values: rep
+                .layers
+                .iter()
+                .map(|l| l.heads.iter().map(|h| h.alpha_first).collect())
+                .collect(),
         };
-        figures.extend(render_heatmap(&ctx.fig_dir().join(format!("real_{name}_sink_heatmap")), &hm)?);
+        figures.extend(render_heatmap(
+            &ctx.fig_dir().join(format!("real_{name}_sink_heatmap")),
+            &hm,
+        )?);
     }
-    Ok(ReportSection { title: "Real models (paper A statistics)".into(), markdown: md, figures })
+    Ok(ReportSection {
+        title: "Real models (paper A statistics)".into(),
+        markdown: md,
+        figures,
+    })
 }

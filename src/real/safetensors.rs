@@ -17,8 +17,12 @@ impl StFile {
     /// Reads a safetensors file and checks its header.
     pub fn open(path: &Path) -> Result<Self, RealError> {
         let bytes = std::fs::read(path).map_err(|e| RealError::io(path, e))?;
-        SafeTensors::deserialize(&bytes).map_err(|e| RealError::file(path, format!("not a valid safetensors file: {e}")))?;
-        Ok(Self { path: path.to_path_buf(), bytes })
+        SafeTensors::deserialize(&bytes)
+            .map_err(|e| RealError::file(path, format!("not a valid safetensors file: {e}")))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            bytes,
+        })
     }
 
     fn st(&self) -> SafeTensors<'_> {
@@ -28,7 +32,11 @@ impl StFile {
 
     /// Tensor names.
     pub fn names(&self) -> Vec<String> {
-        self.st().names().into_iter().map(|s| s.to_string()).collect()
+        self.st()
+            .names()
+            .into_iter()
+            .map(|s| s.to_string())
+            .collect()
     }
 
     /// Whether a tensor exists.
@@ -39,20 +47,48 @@ impl StFile {
     /// A tensor converted to f32 (row-major) and its shape.
     pub fn tensor(&self, name: &str) -> Result<(Vec<f32>, Vec<usize>), RealError> {
         let st = self.st();
-        let t = st.tensor(name).map_err(|_| RealError::file(&self.path, format!("missing tensor `{name}`")))?;
+        let t = st
+            .tensor(name)
+            .map_err(|_| RealError::file(&self.path, format!("missing tensor `{name}`")))?;
         let data = t.data();
         let v: Vec<f32> = match t.dtype() {
-            Dtype::F32 => data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-            Dtype::F16 => data.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-            Dtype::BF16 => data.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-            Dtype::F64 => data.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32).collect(),
-            Dtype::I64 => data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32).collect(),
-            Dtype::I32 => data.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32).collect(),
-            other => return Err(RealError::file(&self.path, format!("tensor `{name}` has unsupported dtype {other:?}"))),
+            Dtype::F32 => data
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            Dtype::F16 => data
+                .chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+            Dtype::BF16 => data
+                .chunks_exact(2)
+                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+            Dtype::F64 => data
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32)
+                .collect(),
+            Dtype::I64 => data
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32)
+                .collect(),
+            Dtype::I32 => data
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32)
+                .collect(),
+            other => {
+                return Err(RealError::file(
+                    &self.path,
+                    format!("tensor `{name}` has unsupported dtype {other:?}"),
+                ));
+            }
         };
         let shape = t.shape().to_vec();
         if v.len() != shape.iter().product::<usize>() {
-            return Err(RealError::file(&self.path, format!("tensor `{name}`: data length does not match shape {shape:?}")));
+            return Err(RealError::file(
+                &self.path,
+                format!("tensor `{name}`: data length does not match shape {shape:?}"),
+            ));
         }
         Ok((v, shape))
     }
@@ -60,7 +96,10 @@ impl StFile {
     fn finite(&self, name: &str) -> Result<(Vec<f32>, Vec<usize>), RealError> {
         let (v, s) = self.tensor(name)?;
         if let Some(k) = v.iter().position(|x| !x.is_finite()) {
-            return Err(RealError::file(&self.path, format!("tensor `{name}` has a non-finite value at index {k}")));
+            return Err(RealError::file(
+                &self.path,
+                format!("tensor `{name}` has a non-finite value at index {k}"),
+            ));
         }
         Ok((v, s))
     }
@@ -68,7 +107,10 @@ impl StFile {
     fn shaped(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, RealError> {
         let (v, s) = self.finite(name)?;
         if s != shape {
-            return Err(RealError::file(&self.path, format!("tensor `{name}` has shape {s:?}, expected {shape:?}")));
+            return Err(RealError::file(
+                &self.path,
+                format!("tensor `{name}` has shape {s:?}, expected {shape:?}"),
+            ));
         }
         Ok(v)
     }
@@ -76,12 +118,20 @@ impl StFile {
     fn linear(&self, name: &str, out: usize, inp: usize, bias: bool) -> Result<Linear, RealError> {
         let w = self.shaped(&format!("{name}.weight"), &[out, inp])?;
         let bn = format!("{name}.bias");
-        let b = if bias || self.has(&bn) { Some(self.shaped(&bn, &[out])?) } else { None };
+        let b = if bias || self.has(&bn) {
+            Some(self.shaped(&bn, &[out])?)
+        } else {
+            None
+        };
         Ok(Linear { w, out, inp, b })
     }
 
     fn layer_norm(&self, name: &str, d: usize, eps: f32) -> Result<Norm, RealError> {
-        Ok(Norm::Layer { w: self.shaped(&format!("{name}.weight"), &[d])?, b: self.shaped(&format!("{name}.bias"), &[d])?, eps })
+        Ok(Norm::Layer {
+            w: self.shaped(&format!("{name}.weight"), &[d])?,
+            b: self.shaped(&format!("{name}.bias"), &[d])?,
+            eps,
+        })
     }
 }
 
@@ -93,23 +143,46 @@ fn cfg_usize(cfg: &Value, key: &str, path: &Path) -> Result<usize, RealError> {
 }
 
 fn cfg_f32(cfg: &Value, key: &str, default: f32) -> f32 {
-    cfg.get(key).and_then(Value::as_f64).map(|v| v as f32).unwrap_or(default)
+    cfg.get(key)
+        .and_then(Value::as_f64)
+        .map(|v| v as f32)
+        .unwrap_or(default)
 }
 
 /// Loads a Hugging Face directory (or a `model.safetensors` inside one).
 pub fn load(path: &Path) -> Result<Model, RealError> {
-    let dir = if path.is_dir() { path.to_path_buf() } else { path.parent().map(Path::to_path_buf).unwrap_or_default() };
+    let dir = if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        path.parent().map(Path::to_path_buf).unwrap_or_default()
+    };
     let cfg_path = dir.join("config.json");
     let cfg_text = std::fs::read_to_string(&cfg_path).map_err(|e| RealError::io(&cfg_path, e))?;
-    let cfg: Value = serde_json::from_str(&cfg_text).map_err(|e| RealError::file(&cfg_path, format!("invalid JSON: {e}")))?;
-    let st_path = if path.is_dir() { dir.join("model.safetensors") } else { path.to_path_buf() };
+    let cfg: Value = serde_json::from_str(&cfg_text)
+        .map_err(|e| RealError::file(&cfg_path, format!("invalid JSON: {e}")))?;
+    let st_path = if path.is_dir() {
+        dir.join("model.safetensors")
+    } else {
+        path.to_path_buf()
+    };
     let st = StFile::open(&st_path)?;
-    let mt = cfg.get("model_type").and_then(Value::as_str).unwrap_or("").to_string();
+    let mt = cfg
+        .get("model_type")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     let m = match mt.as_str() {
         "bert" => load_bert(&st, &cfg, &cfg_path)?,
         "gpt2" => load_gpt2(&st, &cfg, &cfg_path)?,
         "llama" | "mistral" | "qwen2" => load_llama(&st, &cfg, &cfg_path)?,
-        other => return Err(RealError::file(&cfg_path, format!("unknown architecture `model_type: {other}` (supported: bert, gpt2, llama, mistral, qwen2)"))),
+        other => {
+            return Err(RealError::file(
+                &cfg_path,
+                format!(
+                    "unknown architecture `model_type: {other}` (supported: bert, gpt2, llama, mistral, qwen2)"
+                ),
+            ));
+        }
     };
     m.validate(&st_path)?;
     Ok(m)
@@ -124,14 +197,30 @@ fn load_bert(st: &StFile, cfg: &Value, cp: &Path) -> Result<Model, RealError> {
     let ctx = cfg_usize(cfg, "max_position_embeddings", cp)?;
     let eps = cfg_f32(cfg, "layer_norm_eps", 1e-12);
     if n_head == 0 || d % n_head != 0 {
-        return Err(RealError::file(cp, format!("hidden_size {d} is not a multiple of num_attention_heads {n_head}")));
+        return Err(RealError::file(
+            cp,
+            format!("hidden_size {d} is not a multiple of num_attention_heads {n_head}"),
+        ));
     }
-    let p = if st.has("bert.embeddings.word_embeddings.weight") { "bert." } else { "" };
-    let embed = st.shaped(&format!("{p}embeddings.word_embeddings.weight"), &[vocab, d])?;
-    let pos = st.shaped(&format!("{p}embeddings.position_embeddings.weight"), &[ctx, d])?;
+    let p = if st.has("bert.embeddings.word_embeddings.weight") {
+        "bert."
+    } else {
+        ""
+    };
+    let embed = st.shaped(
+        &format!("{p}embeddings.word_embeddings.weight"),
+        &[vocab, d],
+    )?;
+    let pos = st.shaped(
+        &format!("{p}embeddings.position_embeddings.weight"),
+        &[ctx, d],
+    )?;
     let (types, ts) = st.finite(&format!("{p}embeddings.token_type_embeddings.weight"))?;
     if ts.len() != 2 || ts[1] != d {
-        return Err(RealError::file(&st.path, format!("token_type_embeddings has shape {ts:?}")));
+        return Err(RealError::file(
+            &st.path,
+            format!("token_type_embeddings has shape {ts:?}"),
+        ));
     }
     let embed_norm = Some(st.layer_norm(&format!("{p}embeddings.LayerNorm"), d, eps)?);
     let mut layers = Vec::new();
@@ -145,7 +234,11 @@ fn load_bert(st: &StFile, cfg: &Value, cp: &Path) -> Result<Model, RealError> {
             wo: st.linear(&format!("{b}attention.output.dense"), d, d, true)?,
             q_norm: None,
             k_norm: None,
-            post_attn_norm: Some(st.layer_norm(&format!("{b}attention.output.LayerNorm"), d, eps)?),
+            post_attn_norm: Some(st.layer_norm(
+                &format!("{b}attention.output.LayerNorm"),
+                d,
+                eps,
+            )?),
             ffn_norm: None,
             post_ffn_norm: Some(st.layer_norm(&format!("{b}output.LayerNorm"), d, eps)?),
             gate: None,
@@ -155,10 +248,19 @@ fn load_bert(st: &StFile, cfg: &Value, cp: &Path) -> Result<Model, RealError> {
             window: None,
         });
     }
-    let act = match cfg.get("hidden_act").and_then(Value::as_str).unwrap_or("gelu") {
+    let act = match cfg
+        .get("hidden_act")
+        .and_then(Value::as_str)
+        .unwrap_or("gelu")
+    {
         "gelu" => Act::GeluErf,
         "gelu_new" | "gelu_pytorch_tanh" => Act::GeluTanh,
-        other => return Err(RealError::file(cp, format!("unsupported hidden_act `{other}`"))),
+        other => {
+            return Err(RealError::file(
+                cp,
+                format!("unsupported hidden_act `{other}`"),
+            ));
+        }
     };
     Ok(Model {
         cfg: Config {
@@ -206,25 +308,46 @@ fn load_gpt2(st: &StFile, cfg: &Value, cp: &Path) -> Result<Model, RealError> {
     let vocab = cfg_usize(cfg, "vocab_size", cp)?;
     let ctx = cfg_usize(cfg, "n_positions", cp)?;
     let eps = cfg_f32(cfg, "layer_norm_epsilon", 1e-5);
-    let dff = cfg.get("n_inner").and_then(Value::as_u64).map(|v| v as usize).unwrap_or(4 * d);
+    let dff = cfg
+        .get("n_inner")
+        .and_then(Value::as_u64)
+        .map(|v| v as usize)
+        .unwrap_or(4 * d);
     if n_head == 0 || d % n_head != 0 {
-        return Err(RealError::file(cp, format!("n_embd {d} is not a multiple of n_head {n_head}")));
+        return Err(RealError::file(
+            cp,
+            format!("n_embd {d} is not a multiple of n_head {n_head}"),
+        ));
     }
-    let p = if st.has("transformer.wte.weight") { "transformer." } else { "" };
+    let p = if st.has("transformer.wte.weight") {
+        "transformer."
+    } else {
+        ""
+    };
     let embed = st.shaped(&format!("{p}wte.weight"), &[vocab, d])?;
     let pos = st.shaped(&format!("{p}wpe.weight"), &[ctx, d])?;
     // GPT-2's Conv1D stores weights as [in, out]: transpose to [out, in].
     let conv = |name: &str, inp: usize, out: usize| -> Result<Linear, RealError> {
         let w = st.shaped(&format!("{name}.weight"), &[inp, out])?;
         let b = st.shaped(&format!("{name}.bias"), &[out])?;
-        Ok(Linear { w: transpose(&w, inp, out), out, inp, b: Some(b) })
+        Ok(Linear {
+            w: transpose(&w, inp, out),
+            out,
+            inp,
+            b: Some(b),
+        })
     };
     let mut layers = Vec::new();
     for l in 0..n_layer {
         let b = format!("{p}h.{l}.");
         let qkv = conv(&format!("{b}attn.c_attn"), d, 3 * d)?;
         let bias = qkv.b.clone().unwrap_or_default();
-        let part = |k: usize| Linear { w: qkv.w[k * d * d..(k + 1) * d * d].to_vec(), out: d, inp: d, b: Some(bias[k * d..(k + 1) * d].to_vec()) };
+        let part = |k: usize| Linear {
+            w: qkv.w[k * d * d..(k + 1) * d * d].to_vec(),
+            out: d,
+            inp: d,
+            b: Some(bias[k * d..(k + 1) * d].to_vec()),
+        };
         layers.push(Layer {
             attn_norm: Some(st.layer_norm(&format!("{b}ln_1"), d, eps)?),
             wq: part(0),
@@ -257,7 +380,10 @@ fn load_gpt2(st: &StFile, cfg: &Value, cp: &Path) -> Result<Model, RealError> {
             act: Act::GeluTanh,
             attn_scale: 1.0 / ((d / n_head) as f32).sqrt(),
             embed_scale: 1.0,
-            bos_id: cfg.get("bos_token_id").and_then(Value::as_u64).map(|v| v as u32),
+            bos_id: cfg
+                .get("bos_token_id")
+                .and_then(Value::as_u64)
+                .map(|v| v as u32),
             add_bos: false,
             post_norm: false,
         },
@@ -276,18 +402,34 @@ fn load_llama(st: &StFile, cfg: &Value, cp: &Path) -> Result<Model, RealError> {
     let d = cfg_usize(cfg, "hidden_size", cp)?;
     let n_layer = cfg_usize(cfg, "num_hidden_layers", cp)?;
     let n_head = cfg_usize(cfg, "num_attention_heads", cp)?;
-    let n_kv = cfg.get("num_key_value_heads").and_then(Value::as_u64).map(|v| v as usize).unwrap_or(n_head);
+    let n_kv = cfg
+        .get("num_key_value_heads")
+        .and_then(Value::as_u64)
+        .map(|v| v as usize)
+        .unwrap_or(n_head);
     let dff = cfg_usize(cfg, "intermediate_size", cp)?;
     let vocab = cfg_usize(cfg, "vocab_size", cp)?;
     let ctx = cfg_usize(cfg, "max_position_embeddings", cp)?;
     let eps = cfg_f32(cfg, "rms_norm_eps", 1e-6);
     let base = cfg_f32(cfg, "rope_theta", 10000.0);
     if n_head == 0 || n_kv == 0 || d % n_head != 0 {
-        return Err(RealError::file(cp, format!("hidden_size {d} / heads {n_head} / kv heads {n_kv} inconsistent")));
+        return Err(RealError::file(
+            cp,
+            format!("hidden_size {d} / heads {n_head} / kv heads {n_kv} inconsistent"),
+        ));
     }
-    let dh = cfg.get("head_dim").and_then(Value::as_u64).map(|v| v as usize).unwrap_or(d / n_head);
+    let dh = cfg
+        .get("head_dim")
+        .and_then(Value::as_u64)
+        .map(|v| v as usize)
+        .unwrap_or(d / n_head);
     let embed = st.shaped("model.embed_tokens.weight", &[vocab, d])?;
-    let rms = |name: String| -> Result<Norm, RealError> { Ok(Norm::Rms { w: st.shaped(&name, &[d])?, eps }) };
+    let rms = |name: String| -> Result<Norm, RealError> {
+        Ok(Norm::Rms {
+            w: st.shaped(&name, &[d])?,
+            eps,
+        })
+    };
     let mut layers = Vec::new();
     for l in 0..n_layer {
         let b = format!("model.layers.{l}.");
@@ -309,7 +451,11 @@ fn load_llama(st: &StFile, cfg: &Value, cp: &Path) -> Result<Model, RealError> {
             window: None,
         });
     }
-    let lm_head = if st.has("lm_head.weight") { Some(st.linear("lm_head", vocab, d, false)?) } else { None };
+    let lm_head = if st.has("lm_head.weight") {
+        Some(st.linear("lm_head", vocab, d, false)?)
+    } else {
+        None
+    };
     Ok(Model {
         cfg: Config {
             arch: Arch::Llama,
@@ -324,7 +470,10 @@ fn load_llama(st: &StFile, cfg: &Value, cp: &Path) -> Result<Model, RealError> {
             act: Act::Silu,
             attn_scale: 1.0 / (dh as f32).sqrt(),
             embed_scale: 1.0,
-            bos_id: cfg.get("bos_token_id").and_then(Value::as_u64).map(|v| v as u32),
+            bos_id: cfg
+                .get("bos_token_id")
+                .and_then(Value::as_u64)
+                .map(|v| v as u32),
             add_bos: true,
             post_norm: false,
         },

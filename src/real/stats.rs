@@ -80,7 +80,9 @@ pub struct StatsObserver {
 }
 
 fn rows_f64(x: &[f32], t: usize, d: usize) -> Vec<Vec<f64>> {
-    (0..t).map(|i| x[i * d..(i + 1) * d].iter().map(|&v| v as f64).collect()).collect()
+    (0..t)
+        .map(|i| x[i * d..(i + 1) * d].iter().map(|&v| v as f64).collect())
+        .collect()
 }
 
 /// Mean pairwise cosine over distinct pairs of rows.
@@ -132,8 +134,25 @@ pub struct Dims {
 
 /// Statistics of one layer from its residual stream after the layer `x_out` `[T, d]`, and when
 /// present the attention maps `[H, T, T_k]`, keys and values `[T_k, H_kv·d_head]`.
-pub fn layer_stats(layer: usize, dm: Dims, x_out: &[f32], attn: Option<&[f32]>, k: Option<&[f32]>, v: Option<&[f32]>) -> LayerStats {
-    let Dims { t, t_keys: tk, d, h, h_kv: hk, d_head: dh, causal, window, pos0 } = dm;
+pub fn layer_stats(
+    layer: usize,
+    dm: Dims,
+    x_out: &[f32],
+    attn: Option<&[f32]>,
+    k: Option<&[f32]>,
+    v: Option<&[f32]>,
+) -> LayerStats {
+    let Dims {
+        t,
+        t_keys: tk,
+        d,
+        h,
+        h_kv: hk,
+        d_head: dh,
+        causal,
+        window,
+        pos0,
+    } = dm;
     let hid = rows_f64(x_out, t, d);
     let hm = Mat::<f64>::from_fn(t, d, |i, j| hid[i][j]);
     let norms: Vec<f64> = hid.iter().map(|r| crate::linalg::norm(r)).collect();
@@ -148,12 +167,17 @@ pub fn layer_stats(layer: usize, dm: Dims, x_out: &[f32], attn: Option<&[f32]>, 
         window.map_or(q, |w| q.min(w))
     };
     let head_norm = |x: &[f32], g: usize, j: usize| -> f64 {
-        x[j * hk * dh + g * dh..j * hk * dh + (g + 1) * dh].iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt()
+        x[j * hk * dh + g * dh..j * hk * dh + (g + 1) * dh]
+            .iter()
+            .map(|&v| (v as f64).powi(2))
+            .sum::<f64>()
+            .sqrt()
     };
     let first_ratio = |x: &[f32]| -> f64 {
         (0..hk)
             .map(|g| {
-                let rest = (1..tk).map(|j| head_norm(x, g, j)).sum::<f64>() / (tk - 1).max(1) as f64;
+                let rest =
+                    (1..tk).map(|j| head_norm(x, g, j)).sum::<f64>() / (tk - 1).max(1) as f64;
                 head_norm(x, g, 0) / rest
             })
             .sum::<f64>()
@@ -166,14 +190,20 @@ pub fn layer_stats(layer: usize, dm: Dims, x_out: &[f32], attn: Option<&[f32]>, 
             let a = &attn[hh * t * tk..(hh + 1) * t * tk];
             let am = Mat::<f64>::from_fn(t, tk, |i, j| a[i * tk + j] as f64);
             let g = hh / (h / hk);
-            let Some(dom) = patterns::dominant_column(am.as_ref(), None) else { continue };
+            let Some(dom) = patterns::dominant_column(am.as_ref(), None) else {
+                continue;
+            };
             let ratio = v.and_then(|v| {
                 let vn: Vec<f64> = (0..tk).map(|j| head_norm(v, g, j)).collect();
                 patterns::value_norm_ratio(&vn, dom.col)
             });
             // Gu's α_0 = (1/T) Σ_i A_{i0} (column 0 of the square causal map).
             let alpha_first = (0..t).map(|i| am[(i, 0)]).sum::<f64>() / t as f64;
-            let alpha_first = if tk == t { patterns::gu_alpha(am.as_ref())[0] } else { alpha_first };
+            let alpha_first = if tk == t {
+                patterns::gu_alpha(am.as_ref())[0]
+            } else {
+                alpha_first
+            };
             heads.push(HeadStats {
                 alpha_first,
                 dominant: dom.col,
@@ -194,7 +224,11 @@ pub fn layer_stats(layer: usize, dm: Dims, x_out: &[f32], attn: Option<&[f32]>, 
     let massive = hid
         .iter()
         .enumerate()
-        .flat_map(|(i, r)| patterns::massive_activations(r).into_iter().map(move |(k, v)| (i, k, v)))
+        .flat_map(|(i, r)| {
+            patterns::massive_activations(r)
+                .into_iter()
+                .map(move |(k, v)| (i, k, v))
+        })
         .collect();
     LayerStats {
         layer,
@@ -228,6 +262,13 @@ impl LayerObserver for StatsObserver {
             window: m.layers[lt.layer].window,
             pos0: lt.pos0,
         };
-        self.layers.push(layer_stats(lt.layer, dm, lt.x_out, Some(lt.attn), Some(lt.k), Some(lt.v)));
+        self.layers.push(layer_stats(
+            lt.layer,
+            dm,
+            lt.x_out,
+            Some(lt.attn),
+            Some(lt.k),
+            Some(lt.v),
+        ));
     }
 }

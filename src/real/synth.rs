@@ -37,7 +37,18 @@ pub struct SynthSpec {
 
 impl Default for SynthSpec {
     fn default() -> Self {
-        SynthSpec { gemma: false, n_layer: 2, d: 32, n_head: 4, n_kv_head: 2, head_dim: 8, d_ff: 48, vocab: 40, ctx: 64, dtype: GgmlDType::F32 }
+        SynthSpec {
+            gemma: false,
+            n_layer: 2,
+            d: 32,
+            n_head: 4,
+            n_kv_head: 2,
+            head_dim: 8,
+            d_ff: 48,
+            vocab: 40,
+            ctx: 64,
+            dtype: GgmlDType::F32,
+        }
     }
 }
 
@@ -49,22 +60,62 @@ fn err(path: &Path, e: impl std::fmt::Display) -> RealError {
 pub fn write_gguf(path: &Path, s: &SynthSpec, seed: u64) -> Result<(), RealError> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut tensors: Vec<(String, QTensor)> = Vec::new();
-    let mut mat = |name: String, out: usize, inp: usize, dtype: GgmlDType, rng: &mut StdRng| -> Result<(), RealError> {
+    let mut mat = |name: String,
+                   out: usize,
+                   inp: usize,
+                   dtype: GgmlDType,
+                   rng: &mut StdRng|
+     -> Result<(), RealError> {
         let sc = 1.0 / (inp as f32).sqrt();
-        let v: Vec<f32> = (0..out * inp).map(|_| (rng.random::<f32>() * 2.0 - 1.0) * sc * 1.7).collect();
+        let v: Vec<f32> = (0..out * inp)
+            .map(|_| (rng.random::<f32>() * 2.0 - 1.0) * sc * 1.7)
+            .collect();
         let t = Tensor::from_vec(v, (out, inp), &Device::Cpu).map_err(|e| err(path, e))?;
-        tensors.push((name, QTensor::quantize(&t, dtype).map_err(|e| err(path, e))?));
+        tensors.push((
+            name,
+            QTensor::quantize(&t, dtype).map_err(|e| err(path, e))?,
+        ));
         Ok(())
     };
     let mut gains: Vec<(String, usize)> = Vec::new();
     let arch = if s.gemma { "gemma3" } else { "llama" };
-    mat("token_embd.weight".into(), s.vocab, s.d, GgmlDType::F32, &mut rng)?;
+    mat(
+        "token_embd.weight".into(),
+        s.vocab,
+        s.d,
+        GgmlDType::F32,
+        &mut rng,
+    )?;
     for l in 0..s.n_layer {
         let p = |x: &str| format!("blk.{l}.{x}");
-        mat(p("attn_q.weight"), s.n_head * s.head_dim, s.d, s.dtype, &mut rng)?;
-        mat(p("attn_k.weight"), s.n_kv_head * s.head_dim, s.d, s.dtype, &mut rng)?;
-        mat(p("attn_v.weight"), s.n_kv_head * s.head_dim, s.d, s.dtype, &mut rng)?;
-        mat(p("attn_output.weight"), s.d, s.n_head * s.head_dim, s.dtype, &mut rng)?;
+        mat(
+            p("attn_q.weight"),
+            s.n_head * s.head_dim,
+            s.d,
+            s.dtype,
+            &mut rng,
+        )?;
+        mat(
+            p("attn_k.weight"),
+            s.n_kv_head * s.head_dim,
+            s.d,
+            s.dtype,
+            &mut rng,
+        )?;
+        mat(
+            p("attn_v.weight"),
+            s.n_kv_head * s.head_dim,
+            s.d,
+            s.dtype,
+            &mut rng,
+        )?;
+        mat(
+            p("attn_output.weight"),
+            s.d,
+            s.n_head * s.head_dim,
+            s.dtype,
+            &mut rng,
+        )?;
         mat(p("ffn_gate.weight"), s.d_ff, s.d, s.dtype, &mut rng)?;
         mat(p("ffn_up.weight"), s.d_ff, s.d, s.dtype, &mut rng)?;
         mat(p("ffn_down.weight"), s.d, s.d_ff, s.dtype, &mut rng)?;
@@ -81,10 +132,23 @@ pub fn write_gguf(path: &Path, s: &SynthSpec, seed: u64) -> Result<(), RealError
     for (name, n) in gains {
         let v: Vec<f32> = (0..n).map(|_| 0.8 + 0.4 * rng.random::<f32>()).collect();
         let t = Tensor::from_vec(v, n, &Device::Cpu).map_err(|e| err(path, e))?;
-        tensors.push((name, QTensor::quantize(&t, GgmlDType::F32).map_err(|e| err(path, e))?));
+        tensors.push((
+            name,
+            QTensor::quantize(&t, GgmlDType::F32).map_err(|e| err(path, e))?,
+        ));
     }
-    let toks: Vec<Value> = (0..s.vocab).map(|i| Value::String(if i == 1 { "<s>".into() } else { format!("t{i}") })).collect();
-    let types: Vec<Value> = (0..s.vocab).map(|i| Value::I32(if i == 1 { 3 } else { 1 })).collect();
+    let toks: Vec<Value> = (0..s.vocab)
+        .map(|i| {
+            Value::String(if i == 1 {
+                "<s>".into()
+            } else {
+                format!("t{i}")
+            })
+        })
+        .collect();
+    let types: Vec<Value> = (0..s.vocab)
+        .map(|i| Value::I32(if i == 1 { 3 } else { 1 }))
+        .collect();
     let k = |x: &str| format!("{arch}.{x}");
     let mut meta: Vec<(String, Value)> = vec![
         ("general.architecture".into(), Value::String(arch.into())),
@@ -105,11 +169,15 @@ pub fn write_gguf(path: &Path, s: &SynthSpec, seed: u64) -> Result<(), RealError
         ("tokenizer.ggml.add_bos_token".into(), Value::Bool(true)),
     ];
     if s.gemma {
-        meta.push((k("attention.sliding_window"), Value::U32((s.ctx / 4).max(2) as u32)));
+        meta.push((
+            k("attention.sliding_window"),
+            Value::U32((s.ctx / 4).max(2) as u32),
+        ));
     }
     let meta_ref: Vec<(&str, &Value)> = meta.iter().map(|(a, b)| (a.as_str(), b)).collect();
     let t_ref: Vec<(&str, &QTensor)> = tensors.iter().map(|(a, b)| (a.as_str(), b)).collect();
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(|e| RealError::io(path, e))?);
+    let mut f =
+        std::io::BufWriter::new(std::fs::File::create(path).map_err(|e| RealError::io(path, e))?);
     write(&mut f, &meta_ref, &t_ref).map_err(|e| err(path, e))?;
     Ok(())
 }

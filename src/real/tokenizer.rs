@@ -52,7 +52,10 @@ fn strings(g: &GgufFile, key: &str, path: &Path) -> Result<Vec<String>, RealErro
                 _ => Err(RealError::file(path, format!("`{key}` holds a non-string"))),
             })
             .collect(),
-        _ => Err(RealError::file(path, format!("missing tokenizer metadata `{key}`"))),
+        _ => Err(RealError::file(
+            path,
+            format!("missing tokenizer metadata `{key}`"),
+        )),
     }
 }
 
@@ -73,7 +76,10 @@ fn int_of(v: &Value) -> Option<u32> {
 /// Builds the tokenizer of an open GGUF file.
 pub fn from_gguf(g: &GgufFile, path: &Path) -> Result<Tok, RealError> {
     let terr = |e: tokenizers::Error| RealError::file(path, format!("tokenizer: {e}"));
-    let kind = g.meta_str("tokenizer.ggml.model").ok_or_else(|| RealError::file(path, "missing `tokenizer.ggml.model`"))?.to_string();
+    let kind = g
+        .meta_str("tokenizer.ggml.model")
+        .ok_or_else(|| RealError::file(path, "missing `tokenizer.ggml.model`"))?
+        .to_string();
     let tokens = strings(g, "tokenizer.ggml.tokens", path)?;
     let types: Vec<u32> = match g.meta("tokenizer.ggml.token_type") {
         Some(Value::Array(a)) => a.iter().map(|v| int_of(v).unwrap_or(1)).collect(),
@@ -88,16 +94,30 @@ pub fn from_gguf(g: &GgufFile, path: &Path) -> Result<Tok, RealError> {
         "gpt2" => {
             let merges: Vec<(String, String)> = strings(g, "tokenizer.ggml.merges", path)?
                 .into_iter()
-                .map(|m| m.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).ok_or_else(|| RealError::file(path, format!("bad merge `{m}`"))))
+                .map(|m| {
+                    m.split_once(' ')
+                        .map(|(a, b)| (a.to_string(), b.to_string()))
+                        .ok_or_else(|| RealError::file(path, format!("bad merge `{m}`")))
+                })
                 .collect::<Result<_, _>>()?;
-            let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
-            let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(terr)?;
+            let vocab: Vocab = tokens
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.clone(), i as u32))
+                .collect();
+            let bpe = BPE::builder()
+                .vocab_and_merges(vocab, merges)
+                .build()
+                .map_err(terr)?;
             let mut tk = Tokenizer::new(bpe);
             let byte_level = ByteLevel::new(false, true, true);
             let pre = g.meta_str("tokenizer.ggml.pre").unwrap_or("gpt2");
             if pre == "smollm" {
                 // SmolLM's tokenizer.json: digits split one by one, then GPT-2 byte-level splitting.
-                tk.with_pre_tokenizer(Some(PreSeq::new(vec![Digits::new(true).into(), byte_level.into()])));
+                tk.with_pre_tokenizer(Some(PreSeq::new(vec![
+                    Digits::new(true).into(),
+                    byte_level.into(),
+                ])));
             } else {
                 tk.with_pre_tokenizer(Some(byte_level));
             }
@@ -110,7 +130,13 @@ pub fn from_gguf(g: &GgufFile, path: &Path) -> Result<Tok, RealError> {
             // file, then longer left piece, then longer right piece.
             let spelled: Vec<String> = tokens
                 .iter()
-                .map(|t| if t.contains(' ') && t.trim().is_empty() { "\u{2581}".repeat(t.chars().count()) } else { t.clone() })
+                .map(|t| {
+                    if t.contains(' ') && t.trim().is_empty() {
+                        "\u{2581}".repeat(t.chars().count())
+                    } else {
+                        t.clone()
+                    }
+                })
                 .collect();
             let mut vocab: Vocab = Vocab::with_capacity(spelled.len());
             for (i, t) in spelled.iter().enumerate() {
@@ -128,18 +154,30 @@ pub fn from_gguf(g: &GgufFile, path: &Path) -> Result<Tok, RealError> {
                     }
                 }
                 local.sort_by_key(|x| (x.0, x.1));
-                merges.extend(local.into_iter().map(|(_, _, ll, lr, l, r)| (i, ll, lr, l, r)));
+                merges.extend(
+                    local
+                        .into_iter()
+                        .map(|(_, _, ll, lr, l, r)| (i, ll, lr, l, r)),
+                );
             }
             merges.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2)));
             let merges: Vec<(String, String)> = merges.into_iter().map(|m| (m.3, m.4)).collect();
-            let unk = g.meta("tokenizer.ggml.unknown_token_id").and_then(int_of).and_then(|i| spelled.get(i as usize).cloned());
-            let mut b = BPE::builder().vocab_and_merges(vocab, merges).byte_fallback(true).fuse_unk(true);
+            let unk = g
+                .meta("tokenizer.ggml.unknown_token_id")
+                .and_then(int_of)
+                .and_then(|i| spelled.get(i as usize).cloned());
+            let mut b = BPE::builder()
+                .vocab_and_merges(vocab, merges)
+                .byte_fallback(true)
+                .fuse_unk(true);
             if let Some(u) = unk {
                 b = b.unk_token(u);
             }
             let mut tk = Tokenizer::new(b.build().map_err(terr)?);
             tk.with_normalizer(Some(Replace::new(" ", "\u{2581}").map_err(terr)?));
-            tk.with_pre_tokenizer(Some(Split::new(" ", SplitDelimiterBehavior::MergedWithPrevious, false).map_err(terr)?));
+            tk.with_pre_tokenizer(Some(
+                Split::new(" ", SplitDelimiterBehavior::MergedWithPrevious, false).map_err(terr)?,
+            ));
             tk.with_decoder(Some(DecSeq::new(vec![
                 Replace::new("\u{2581}", " ").map_err(terr)?.into(),
                 ByteFallback::new().into(),
@@ -147,7 +185,12 @@ pub fn from_gguf(g: &GgufFile, path: &Path) -> Result<Tok, RealError> {
             ])));
             tk
         }
-        other => return Err(RealError::file(path, format!("unsupported tokenizer model `{other}` (supported: gpt2, llama)"))),
+        other => {
+            return Err(RealError::file(
+                path,
+                format!("unsupported tokenizer model `{other}` (supported: gpt2, llama)"),
+            ));
+        }
     };
     // Control tokens (type 3) stay whole.
     let specials: Vec<AddedToken> = tokens
@@ -165,24 +208,42 @@ pub fn from_gguf(g: &GgufFile, path: &Path) -> Result<Tok, RealError> {
         .map(|(t, _)| AddedToken::from(t.clone(), false).normalized(false))
         .collect();
     tk.add_tokens(&user);
-    Ok(Tok { inner: tk, bos_id, add_bos, template: false })
+    Ok(Tok {
+        inner: tk,
+        bos_id,
+        add_bos,
+        template: false,
+    })
 }
 
 /// Reads a `tokenizer.json` (padding and truncation switched off).
 pub fn from_json(path: &Path) -> Result<Tok, RealError> {
-    let mut tk = Tokenizer::from_file(path).map_err(|e| RealError::file(path, format!("tokenizer: {e}")))?;
+    let mut tk =
+        Tokenizer::from_file(path).map_err(|e| RealError::file(path, format!("tokenizer: {e}")))?;
     tk.with_padding(None);
-    tk.with_truncation(None).map_err(|e| RealError::file(path, format!("tokenizer: {e}")))?;
+    tk.with_truncation(None)
+        .map_err(|e| RealError::file(path, format!("tokenizer: {e}")))?;
     let template = tk.get_post_processor().is_some();
-    let bos_id = tk.token_to_id("[CLS]").or_else(|| tk.token_to_id("<s>")).or_else(|| tk.token_to_id("<|endoftext|>"));
-    Ok(Tok { inner: tk, bos_id, add_bos: template, template })
+    let bos_id = tk
+        .token_to_id("[CLS]")
+        .or_else(|| tk.token_to_id("<s>"))
+        .or_else(|| tk.token_to_id("<|endoftext|>"));
+    Ok(Tok {
+        inner: tk,
+        bos_id,
+        add_bos: template,
+        template,
+    })
 }
 
 impl Tok {
     /// Token ids of `text` under the BOS policy.
     pub fn encode(&self, text: &str, bos: Bos) -> Result<Vec<u32>, RealError> {
         let with_template = self.template && bos != Bos::No;
-        let enc = self.inner.encode(text, with_template).map_err(|e| RealError::Input(format!("tokenizer: {e}")))?;
+        let enc = self
+            .inner
+            .encode(text, with_template)
+            .map_err(|e| RealError::Input(format!("tokenizer: {e}")))?;
         let mut ids = enc.get_ids().to_vec();
         if !self.template {
             apply_bos(&mut ids, bos, self.bos_id, self.add_bos)?;
@@ -199,7 +260,12 @@ impl Tok {
 }
 
 /// Applies a BOS policy to a token sequence (used for `--tokens` too).
-pub fn apply_bos(ids: &mut Vec<u32>, bos: Bos, bos_id: Option<u32>, add_bos: bool) -> Result<(), RealError> {
+pub fn apply_bos(
+    ids: &mut Vec<u32>,
+    bos: Bos,
+    bos_id: Option<u32>,
+    add_bos: bool,
+) -> Result<(), RealError> {
     let want = match bos {
         Bos::Auto => add_bos,
         Bos::Yes => true,
@@ -207,7 +273,11 @@ pub fn apply_bos(ids: &mut Vec<u32>, bos: Bos, bos_id: Option<u32>, add_bos: boo
     };
     match (want, bos_id) {
         (true, Some(b)) if ids.first() != Some(&b) => ids.insert(0, b),
-        (true, None) if bos == Bos::Yes => return Err(RealError::Input("--bos yes: this model has no BOS token".into())),
+        (true, None) if bos == Bos::Yes => {
+            return Err(RealError::Input(
+                "--bos yes: this model has no BOS token".into(),
+            ));
+        }
         _ => {}
     }
     Ok(())
