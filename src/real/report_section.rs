@@ -118,6 +118,28 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             "\nA1 (corollary: cos(BOS, x_i) < 0 for all i ≥ 1 gives a sink witness W = −c·s sᵀ): holds on {holds} of {} layers.\n",
             cor.len()
         )?;
+        let mut rep_layers = 0;
+        let mut verified = 0;
+        for x in &inputs {
+            let v = halfspace_real::verdict(x, false)?;
+            rep_layers += usize::from(v.queries_in_half_space && v.sink_separable);
+            verified += usize::from(v.certificate_verified);
+        }
+        let informative = toks.len() - 1 > rep.config.d_model;
+        writeln!(
+            md,
+            "A1 verdict (half-space theorem through `geometry`, ε = {}): a sink is representable on {rep_layers} of {} layers; certificates verified on {verified}. With T − 1 = {} {} d = {}, {}.\n",
+            halfspace_real::A1_EPS,
+            inputs.len(),
+            toks.len() - 1,
+            if informative { ">" } else { "≤" },
+            rep.config.d_model,
+            if informative {
+                "so the verdict is informative"
+            } else {
+                "so (a) and (b) hold for generic points: run `sinklab real --a1` on a text longer than d for an informative verdict"
+            }
+        )?;
         // A2.
         let a2_toks: Vec<u32> = toks
             .iter()
