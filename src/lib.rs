@@ -20,3 +20,4 @@ pub mod fit;
 pub mod tasks;
 pub mod train;
 pub mod switch;
+pub mod real;
