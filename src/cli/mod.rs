@@ -4,11 +4,11 @@ use clap::{Parser, Subcommand};
 
 mod check;
 mod cost;
-mod sweep;
-mod train;
 mod fetch;
 mod real;
 mod report;
+mod sweep;
+mod train;
 
 /// sinklab: attention sinks, checked.
 #[derive(Parser, Debug)]
