@@ -83,5 +83,13 @@ pub struct Theorem {
 pub fn registry() -> Vec<Theorem> {
     #[allow(unused_mut)]
     let mut v: Vec<Theorem> = Vec::new();
+    v.push(Theorem {
+        name: "secondary_monotone",
+        claim: "B3",
+        statement: "synthetic model: a planted MLP writing ±r·u on a cone makes sinks whose lifetime (and, aligned, received attention) is non-decreasing in r",
+        figure: "secondary_synthetic",
+        default_cases: 64,
+        run: crate::secondary::synthetic::check_monotone,
+    });
     v
 }

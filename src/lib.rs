@@ -10,3 +10,5 @@ pub mod check;
 pub mod linalg;
 pub mod plot;
 pub mod report;
+pub mod secondary;
+pub mod stats;

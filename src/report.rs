@@ -47,6 +47,7 @@ pub type SectionFn = fn(&ReportCtx) -> Result<ReportSection, SectionError>;
 pub fn sections() -> Vec<(&'static str, SectionFn)> {
     #[allow(unused_mut)]
     let mut v: Vec<(&'static str, SectionFn)> = Vec::new();
+    v.push(("secondary", crate::secondary::report::section));
     v
 }
 

@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod check;
 mod report;
+mod secondary;
 
 /// sinklab: attention sinks, checked.
 #[derive(Parser, Debug)]
@@ -19,6 +20,8 @@ enum Command {
     Check(check::Args),
     /// Run every check and default sim; write out/report.md and figures.
     Report(report::Args),
+    /// Detect secondary attention sinks (paper B) in captured activations.
+    Secondary(secondary::Args),
 }
 
 /// Parses the arguments and runs the subcommand; returns the process exit code.
@@ -27,6 +30,7 @@ pub fn main() -> i32 {
     let r = match cli.command {
         Command::Check(a) => check::run(a),
         Command::Report(a) => report::run(a),
+        Command::Secondary(a) => secondary::run(a),
     };
     match r {
         Ok(code) => code,
