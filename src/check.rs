@@ -81,8 +81,42 @@ pub struct Theorem {
 
 /// Every registered theorem check, in report order.
 pub fn registry() -> Vec<Theorem> {
+    use crate::switch::{self, Assumption};
     #[allow(unused_mut)]
-    let mut v: Vec<Theorem> = Vec::new();
+    let mut v: Vec<Theorem> = vec![
+        Theorem {
+            name: "hard_switch",
+            claim: "A3",
+            statement: "values in a cone (u·v ≥ γ‖v‖) ⇒ Σ_j A_ij‖v_j‖ ≤ ‖o_i‖/γ: an off head attends to zero-value keys (a sink)",
+            figure: "hard_switch",
+            default_cases: 400,
+            run: |c, s| switch::check_hard_switch_bound(c, s, Assumption::Kept),
+        },
+        Theorem {
+            name: "hard_switch_converse",
+            claim: "A3",
+            statement: "W_VO s = 0 and A_i0 ≥ 1−ε ⇒ ‖o_i‖ ≤ ε max_j‖v_j‖",
+            figure: "",
+            default_cases: 300,
+            run: |c, s| switch::check_hard_switch_converse(c, s, Assumption::Kept),
+        },
+        Theorem {
+            name: "soft_switch_diagonal",
+            claim: "A4/A6",
+            statement: "ε-diagonal ⇒ o_i = W_VO x_i + r_i, ‖r_i‖ ≤ 2ε_i max‖v‖ (token-wise map; other tokens move o_i by O(ε))",
+            figure: "",
+            default_cases: 300,
+            run: |c, s| switch::check_diagonal_bound(c, s, Assumption::Kept),
+        },
+        Theorem {
+            name: "diagonal_representability",
+            claim: "A4",
+            statement: "W = cI gives an ε-diagonal iff ‖x_i‖² > x_i·x_j for all visible pairs (else A_ii ≤ ½ for every c)",
+            figure: "",
+            default_cases: 300,
+            run: switch::check_diagonal_representability,
+        },
+    ];
     v.push(Theorem {
         name: "secondary_monotone",
         claim: "B3",

@@ -6,9 +6,12 @@
 //! See `THEORY.md` in the shared specification, `theorems/README.md` for the
 //! claim → check map, and `ARCHITECTURE.md` for the code map.
 
+pub mod attention;
 pub mod check;
 pub mod linalg;
+pub mod patterns;
 pub mod plot;
 pub mod report;
 pub mod secondary;
 pub mod stats;
+pub mod switch;

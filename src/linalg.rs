@@ -27,10 +27,13 @@ pub fn singular_values(w: MatRef<'_, f64>) -> Vec<f64> {
 
 /// Fallback when faer's SVD does not converge: eigenvalues of $W^\top W$ by
 /// cyclic Jacobi (slow, exact enough for the small matrices it is used on).
+#[allow(clippy::needless_range_loop)] // index notation mirrors the Jacobi rotation formulas
 fn jacobi_singular_values(w: MatRef<'_, f64>) -> Vec<f64> {
     let g = w.transpose() * w;
     let n = g.nrows();
-    let mut a: Vec<Vec<f64>> = (0..n).map(|i| (0..n).map(|j| g[(i, j)]).collect()).collect();
+    let mut a: Vec<Vec<f64>> = (0..n)
+        .map(|i| (0..n).map(|j| g[(i, j)]).collect())
+        .collect();
     for _sweep in 0..100 {
         let mut off = 0.0;
         for p in 0..n {

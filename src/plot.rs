@@ -41,8 +41,19 @@ pub struct Series {
 
 impl Series {
     /// A series with no band.
-    pub fn new(name: impl Into<String>, points: Vec<(f64, f64)>, style: Style, color: usize) -> Self {
-        Self { name: name.into(), points, style, band: Vec::new(), color }
+    pub fn new(
+        name: impl Into<String>,
+        points: Vec<(f64, f64)>,
+        style: Style,
+        color: usize,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            points,
+            style,
+            band: Vec::new(),
+            color,
+        }
     }
 }
 
@@ -96,20 +107,41 @@ fn color(i: usize) -> RGBColor {
 
 /// Viridis-like colour map on [0, 1] (linear interpolation between anchors).
 fn viridis(t: f64) -> RGBColor {
-    const A: [(u8, u8, u8); 5] = [(68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37)];
-    let t = if t.is_finite() { t.clamp(0.0, 1.0) } else { 0.0 } * (A.len() - 1) as f64;
+    const A: [(u8, u8, u8); 5] = [
+        (68, 1, 84),
+        (59, 82, 139),
+        (33, 145, 140),
+        (94, 201, 98),
+        (253, 231, 37),
+    ];
+    let t = if t.is_finite() {
+        t.clamp(0.0, 1.0)
+    } else {
+        0.0
+    } * (A.len() - 1) as f64;
     let k = (t.floor() as usize).min(A.len() - 2);
     let f = t - k as f64;
     let mix = |a: u8, b: u8| (a as f64 + f * (b as f64 - a as f64)).round() as u8;
-    RGBColor(mix(A[k].0, A[k + 1].0), mix(A[k].1, A[k + 1].1), mix(A[k].2, A[k + 1].2))
+    RGBColor(
+        mix(A[k].0, A[k + 1].0),
+        mix(A[k].1, A[k + 1].1),
+        mix(A[k].2, A[k + 1].2),
+    )
 }
+
+/// Dash count per segment of a dashed series.
+const DASHES: usize = 41;
 
 static FONT: Once = Once::new();
 
 /// Registers the embedded font once per process (plotters draws no text without it).
 pub fn ensure_font() {
     FONT.call_once(|| {
-        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular());
+        let _ = plotters::style::register_font(
+            "sans-serif",
+            FontStyle::Normal,
+            dejavu::sans::regular(),
+        );
         let _ = plotters::style::register_font("sans-serif", FontStyle::Bold, dejavu::sans::bold());
     });
 }
@@ -145,16 +177,26 @@ fn range(vals: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
     if !lo.is_finite() {
         return None;
     }
-    let pad = if hi > lo { 0.05 * (hi - lo) } else { 0.5_f64.max(0.05 * lo.abs()) };
+    let pad = if hi > lo {
+        0.05 * (hi - lo)
+    } else {
+        0.5_f64.max(0.05 * lo.abs())
+    };
     Some((lo - pad, hi + pad))
 }
 
 fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &Panel) -> Result<(), String> {
     let xs = p.series.iter().flat_map(|s| {
-        s.points.iter().map(|q| q.0).chain(s.band.iter().map(|b| b.0))
+        s.points
+            .iter()
+            .map(|q| q.0)
+            .chain(s.band.iter().map(|b| b.0))
     });
     let ys = p.series.iter().flat_map(|s| {
-        s.points.iter().map(|q| q.1).chain(s.band.iter().flat_map(|b| [b.1, b.2]))
+        s.points
+            .iter()
+            .map(|q| q.1)
+            .chain(s.band.iter().flat_map(|b| [b.1, b.2]))
     });
     let (x0, x1) = range(xs.filter_map(|v| tr(v, p.log_x))).ok_or("no finite x")?;
     let (y0, y1) = range(ys.filter_map(|v| tr(v, p.log_y))).ok_or("no finite y")?;
@@ -170,8 +212,16 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &Panel) -> R
     let yf = move |v: &f64| fmt_tick(*v, ly);
     chart
         .configure_mesh()
-        .x_desc(if lx { format!("{} (log)", p.x_label) } else { p.x_label.clone() })
-        .y_desc(if ly { format!("{} (log)", p.y_label) } else { p.y_label.clone() })
+        .x_desc(if lx {
+            format!("{} (log)", p.x_label)
+        } else {
+            p.x_label.clone()
+        })
+        .y_desc(if ly {
+            format!("{} (log)", p.y_label)
+        } else {
+            p.y_label.clone()
+        })
         .x_label_formatter(&xf)
         .y_label_formatter(&yf)
         .label_style(("sans-serif", 12))
@@ -191,8 +241,11 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &Panel) -> R
                 .draw_series(std::iter::once(Polygon::new(poly, c.mix(0.18).filled())))
                 .map_err(|e| e.to_string())?;
         }
-        let pts: Vec<(f64, f64)> =
-            s.points.iter().filter_map(|&(x, y)| Some((tr(x, lx)?, tr(y, ly)?))).collect();
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .filter_map(|&(x, y)| Some((tr(x, lx)?, tr(y, ly)?)))
+            .collect();
         let legend_style = c.stroke_width(2);
         match s.style {
             Style::Line | Style::LinePoints => {
@@ -200,16 +253,18 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &Panel) -> R
                     .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
                     .map_err(|e| e.to_string())?
                     .label(&s.name)
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], legend_style));
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 20, y)], legend_style)
+                    });
             }
             Style::Dashed => {
                 let segs: Vec<PathElement<(f64, f64)>> = pts
                     .windows(2)
                     .flat_map(|w| {
                         let (a, b) = (w[0], w[1]);
-                        (0..6).filter(|k| k % 2 == 0).map(move |k| {
-                            let t0 = k as f64 / 6.0;
-                            let t1 = (k + 1) as f64 / 6.0;
+                        (0..DASHES).filter(|k| k % 2 == 0).map(move |k| {
+                            let t0 = k as f64 / DASHES as f64;
+                            let t1 = (k + 1) as f64 / DASHES as f64;
                             PathElement::new(
                                 vec![
                                     (a.0 + t0 * (b.0 - a.0), a.1 + t0 * (b.1 - a.1)),
@@ -251,12 +306,17 @@ fn draw_panel<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &Panel) -> R
     Ok(())
 }
 
-fn draw_all<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, title: &str, panels: &[Panel]) -> Result<(), String> {
+fn draw_all<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    title: &str,
+    panels: &[Panel],
+) -> Result<(), String> {
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let root = if title.is_empty() {
         root
     } else {
-        root.titled(title, ("sans-serif", 22)).map_err(|e| e.to_string())?
+        root.titled(title, ("sans-serif", 22))
+            .map_err(|e| e.to_string())?
     };
     let areas = root.split_evenly((1, panels.len().max(1)));
     for (a, p) in areas.iter().zip(panels) {
@@ -271,20 +331,44 @@ pub const PANEL_SIZE: (u32, u32) = (640, 480);
 /// Draws `panels` side by side into `stem.svg` and `stem.png`; returns both paths.
 pub fn render(stem: &Path, title: &str, panels: &[Panel]) -> Result<Vec<PathBuf>, PlotError> {
     ensure_font();
-    let finite = panels.iter().any(|p| p.series.iter().any(|s| s.points.iter().any(|q| q.0.is_finite() && q.1.is_finite())));
+    let finite = panels.iter().any(|p| {
+        p.series
+            .iter()
+            .any(|s| s.points.iter().any(|q| q.0.is_finite() && q.1.is_finite()))
+    });
     if !finite {
         return Err(PlotError::Empty(stem.display().to_string()));
     }
-    let size = (PANEL_SIZE.0 * panels.len().max(1) as u32, PANEL_SIZE.1 + if title.is_empty() { 0 } else { 30 });
+    let size = (
+        PANEL_SIZE.0 * panels.len().max(1) as u32,
+        PANEL_SIZE.1 + if title.is_empty() { 0 } else { 30 },
+    );
     let svg = stem.with_extension("svg");
     let png = stem.with_extension("png");
     if let Some(dir) = stem.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| PlotError::Draw { path: dir.to_path_buf(), msg: e.to_string() })?;
+        std::fs::create_dir_all(dir).map_err(|e| PlotError::Draw {
+            path: dir.to_path_buf(),
+            msg: e.to_string(),
+        })?;
     }
-    draw_all(SVGBackend::new(&svg, size).into_drawing_area(), title, panels)
-        .map_err(|msg| PlotError::Draw { path: svg.clone(), msg })?;
-    draw_all(BitMapBackend::new(&png, size).into_drawing_area(), title, panels)
-        .map_err(|msg| PlotError::Draw { path: png.clone(), msg })?;
+    draw_all(
+        SVGBackend::new(&svg, size).into_drawing_area(),
+        title,
+        panels,
+    )
+    .map_err(|msg| PlotError::Draw {
+        path: svg.clone(),
+        msg,
+    })?;
+    draw_all(
+        BitMapBackend::new(&png, size).into_drawing_area(),
+        title,
+        panels,
+    )
+    .map_err(|msg| PlotError::Draw {
+        path: png.clone(),
+        msg,
+    })?;
     Ok(vec![svg, png])
 }
 
@@ -305,7 +389,13 @@ fn draw_heat<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, h: &Heatmap) -> R
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let nr = h.values.len();
     let nc = h.values.iter().map(Vec::len).max().unwrap_or(0);
-    let finite: Vec<f64> = h.values.iter().flatten().copied().filter(|v| v.is_finite()).collect();
+    let finite: Vec<f64> = h
+        .values
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|v| v.is_finite())
+        .collect();
     let lo = finite.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let (main, bar) = root.split_horizontally(root.dim_in_pixel().0 as i32 - 90);
@@ -327,8 +417,15 @@ fn draw_heat<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, h: &Heatmap) -> R
     let scale = move |v: f64| if hi > lo { (v - lo) / (hi - lo) } else { 0.5 };
     let cells = h.values.iter().enumerate().flat_map(|(r, row)| {
         row.iter().enumerate().map(move |(c, &v)| {
-            let col = if v.is_finite() { viridis(scale(v)) } else { RGBColor(200, 200, 200) };
-            Rectangle::new([(c as i32, r as i32), (c as i32 + 1, r as i32 + 1)], col.filled())
+            let col = if v.is_finite() {
+                viridis(scale(v))
+            } else {
+                RGBColor(200, 200, 200)
+            };
+            Rectangle::new(
+                [(c as i32, r as i32), (c as i32 + 1, r as i32 + 1)],
+                col.filled(),
+            )
         })
     });
     chart.draw_series(cells).map_err(|e| e.to_string())?;
@@ -339,13 +436,25 @@ fn draw_heat<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, h: &Heatmap) -> R
         .y_label_area_size(55)
         .build_cartesian_2d(0..1, if hi > lo { lo..hi } else { lo - 0.5..lo + 0.5 })
         .map_err(|e| e.to_string())?;
-    cb.configure_mesh().disable_mesh().disable_x_axis().label_style(("sans-serif", 11)).draw().map_err(|e| e.to_string())?;
+    cb.configure_mesh()
+        .disable_mesh()
+        .disable_x_axis()
+        .label_style(("sans-serif", 11))
+        .draw()
+        .map_err(|e| e.to_string())?;
     let steps = 64;
-    let (b0, b1) = if hi > lo { (lo, hi) } else { (lo - 0.5, lo + 0.5) };
+    let (b0, b1) = if hi > lo {
+        (lo, hi)
+    } else {
+        (lo - 0.5, lo + 0.5)
+    };
     cb.draw_series((0..steps).map(|k| {
         let a = b0 + (b1 - b0) * k as f64 / steps as f64;
         let b = b0 + (b1 - b0) * (k + 1) as f64 / steps as f64;
-        Rectangle::new([(0, a), (1, b)], viridis(k as f64 / (steps - 1) as f64).filled())
+        Rectangle::new(
+            [(0, a), (1, b)],
+            viridis(k as f64 / (steps - 1) as f64).filled(),
+        )
     }))
     .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
@@ -358,13 +467,26 @@ pub fn render_heatmap(stem: &Path, h: &Heatmap) -> Result<Vec<PathBuf>, PlotErro
         return Err(PlotError::Empty(stem.display().to_string()));
     }
     if let Some(dir) = stem.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| PlotError::Draw { path: dir.to_path_buf(), msg: e.to_string() })?;
+        std::fs::create_dir_all(dir).map_err(|e| PlotError::Draw {
+            path: dir.to_path_buf(),
+            msg: e.to_string(),
+        })?;
     }
     let size = (720, 520);
     let svg = stem.with_extension("svg");
     let png = stem.with_extension("png");
-    draw_heat(SVGBackend::new(&svg, size).into_drawing_area(), h).map_err(|msg| PlotError::Draw { path: svg.clone(), msg })?;
-    draw_heat(BitMapBackend::new(&png, size).into_drawing_area(), h).map_err(|msg| PlotError::Draw { path: png.clone(), msg })?;
+    draw_heat(SVGBackend::new(&svg, size).into_drawing_area(), h).map_err(|msg| {
+        PlotError::Draw {
+            path: svg.clone(),
+            msg,
+        }
+    })?;
+    draw_heat(BitMapBackend::new(&png, size).into_drawing_area(), h).map_err(|msg| {
+        PlotError::Draw {
+            path: png.clone(),
+            msg,
+        }
+    })?;
     Ok(vec![svg, png])
 }
 
@@ -375,18 +497,38 @@ mod tests {
     #[test]
     fn renders_loglog_and_heatmap() {
         let dir = tempfile::tempdir().unwrap();
-        let pts: Vec<(f64, f64)> = (1..10).map(|t| (t as f64 * 8.0, (t as f64 * 8.0).powf(1.5))).collect();
+        let pts: Vec<(f64, f64)> = (1..10)
+            .map(|t| (t as f64 * 8.0, (t as f64 * 8.0).powf(1.5)))
+            .collect();
         let mut s = Series::new("diag", pts.clone(), Style::LinePoints, 0);
         s.band = pts.iter().map(|&(x, y)| (x, 0.8 * y, 1.2 * y)).collect();
-        let p = Panel { title: "cost".into(), x_label: "T".into(), y_label: "C".into(), log_x: true, log_y: true, series: vec![s] };
+        let p = Panel {
+            title: "cost".into(),
+            x_label: "T".into(),
+            y_label: "C".into(),
+            log_x: true,
+            log_y: true,
+            series: vec![s],
+        };
         let files = render(&dir.path().join("fig"), "test", &[p.clone(), p]).unwrap();
         for f in &files {
-            assert!(std::fs::metadata(f).unwrap().len() > 1000, "{f:?} too small");
+            assert!(
+                std::fs::metadata(f).unwrap().len() > 1000,
+                "{f:?} too small"
+            );
         }
-        let h = Heatmap { title: "h".into(), x_label: "head".into(), y_label: "layer".into(), values: vec![vec![0.0, 1.0], vec![f64::NAN, 0.5]] };
+        let h = Heatmap {
+            title: "h".into(),
+            x_label: "head".into(),
+            y_label: "layer".into(),
+            values: vec![vec![0.0, 1.0], vec![f64::NAN, 0.5]],
+        };
         let files = render_heatmap(&dir.path().join("heat"), &h).unwrap();
         assert_eq!(files.len(), 2);
-        let empty = Panel { series: vec![Series::new("x", vec![(f64::NAN, 1.0)], Style::Line, 0)], ..Default::default() };
+        let empty = Panel {
+            series: vec![Series::new("x", vec![(f64::NAN, 1.0)], Style::Line, 0)],
+            ..Default::default()
+        };
         assert!(render(&dir.path().join("bad"), "", &[empty]).is_err());
     }
 }

@@ -61,7 +61,11 @@ pub fn run(a: Args) -> Result<i32> {
                 o.failed,
                 fmt_margin(o.worst_margin),
                 o.margin_unit,
-                if o.failed > 0 { format!("\n    first failure: {}", o.detail) } else { String::new() }
+                if o.failed > 0 {
+                    format!("\n    first failure: {}", o.detail)
+                } else {
+                    String::new()
+                }
             );
         }
         outs.push(o);
@@ -80,5 +84,9 @@ pub fn run(a: Args) -> Result<i32> {
             .collect();
         println!("{}", serde_json::to_string_pretty(&arr)?);
     }
-    Ok(if outs.iter().all(CheckOutcome::ok) { 0 } else { 1 })
+    Ok(if outs.iter().all(CheckOutcome::ok) {
+        0
+    } else {
+        1
+    })
 }

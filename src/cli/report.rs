@@ -18,11 +18,21 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<i32> {
-    let ctx = ReportCtx { out_dir: a.out, seed: a.seed, quick: a.quick };
+    let ctx = ReportCtx {
+        out_dir: a.out,
+        seed: a.seed,
+        quick: a.quick,
+    };
     let t0 = std::time::Instant::now();
-    let (path, outs, errs) = write_report(&ctx, |s| eprintln!("[{:>6.1}s] {s}", t0.elapsed().as_secs_f64()))
-        .map_err(|e| anyhow!("writing the report: {e}"))?;
-    let failed: Vec<_> = outs.iter().filter(|o| !o.ok()).map(|o| o.theorem.clone()).collect();
+    let (path, outs, errs) = write_report(&ctx, |s| {
+        eprintln!("[{:>6.1}s] {s}", t0.elapsed().as_secs_f64())
+    })
+    .map_err(|e| anyhow!("writing the report: {e}"))?;
+    let failed: Vec<_> = outs
+        .iter()
+        .filter(|o| !o.ok())
+        .map(|o| o.theorem.clone())
+        .collect();
     println!("wrote {}", path.display());
     for e in &errs {
         eprintln!("section error: {e}");
@@ -30,5 +40,9 @@ pub fn run(a: Args) -> Result<i32> {
     if !failed.is_empty() {
         eprintln!("checks that failed: {}", failed.join(", "));
     }
-    Ok(if failed.is_empty() && errs.is_empty() { 0 } else { 1 })
+    Ok(if failed.is_empty() && errs.is_empty() {
+        0
+    } else {
+        1
+    })
 }

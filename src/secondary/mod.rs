@@ -18,10 +18,3 @@ pub use detector::{
 };
 pub use hidden::{HiddenStates, Scalar, ShapeError};
 
-/// Gu et al.'s importance $\alpha_k = \frac{1}{T-k}\sum_{i \ge k} A_{ik}$ of every key
-/// (0-based, causal).
-// Temporary: replaced by `crate::patterns` (one definition per metric) when it lands on main.
-pub(crate) fn gu_alpha(a: faer::MatRef<'_, f64>) -> Vec<f64> {
-    let t = a.nrows();
-    (0..t).map(|k| (k..t).map(|i| a[(i, k)]).sum::<f64>() / (t - k) as f64).collect()
-}

@@ -119,7 +119,7 @@ pub fn sink_scores(attn: &[HeadTensor]) -> Vec<Vec<f64>> {
             let mut acc = vec![0.0; a.tokens];
             for h in 0..a.heads {
                 let m = a.head_mat(h);
-                for (s, v) in acc.iter_mut().zip(super::gu_alpha(m.as_ref())) {
+                for (s, v) in acc.iter_mut().zip(crate::patterns::gu_alpha(m.as_ref())) {
                     *s += v / a.heads as f64;
                 }
             }

@@ -28,7 +28,7 @@
 
 use super::detector::{DetectError, DetectorParams, detect};
 use super::hidden::HiddenStates;
-use super::gu_alpha;
+use crate::patterns::gu_alpha;
 use faer::Mat;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
