@@ -48,17 +48,29 @@ fn scatter_panel(title: String, x_label: &str, y_label: &str, pts: Vec<(f64, f64
     Panel { title, x_label: x_label.into(), y_label: y_label.into(), log_x: false, log_y: false, series }
 }
 
-/// MLP-output norm at creation against mean sink score and against lifetime.
-pub fn norm_scatters(stem: &Path, title: &str, recs: &[&SinkRecord], m: &ClaimMeasures) -> Result<Vec<PathBuf>, PlotError> {
-    let score: Vec<(f64, f64)> = recs.iter().filter_map(|r| Some((r.mlp_out_norm_at_creation?, r.mean_score()?))).collect();
-    let life: Vec<(f64, f64)> = recs.iter().filter_map(|r| Some((r.mlp_out_norm_at_creation?, r.lifetime as f64))).collect();
+/// MLP-output norm at creation against mean sink score and against lifetime,
+/// each with its least-squares line and Spearman interval in the panel title.
+pub fn norm_scatters(
+    stem: &Path,
+    title: &str,
+    score: (Vec<(f64, f64)>, &Option<Estimate>),
+    life: (Vec<(f64, f64)>, &Option<Estimate>),
+) -> Result<Vec<PathBuf>, PlotError> {
     render(
         stem,
         title,
         &[
-            scatter_panel(format!("score: {}", fmt_est(&m.b3_norm_vs_score)), "‖MLP output‖ at creation", "mean sink score α", score),
-            scatter_panel(format!("lifetime: {}", fmt_est(&m.b3_norm_vs_lifetime)), "‖MLP output‖ at creation", "lifetime (layers)", life),
+            scatter_panel(format!("score: {}", fmt_est(score.1)), "‖MLP output‖ at creation", "mean sink score α", score.0),
+            scatter_panel(format!("lifetime: {}", fmt_est(life.1)), "‖MLP output‖ at creation", "lifetime (layers)", life.0),
         ],
+    )
+}
+
+/// The (MLP norm, mean score) and (MLP norm, lifetime) points of a set of records.
+pub fn norm_points(recs: &[&SinkRecord]) -> (Vec<(f64, f64)>, Vec<(f64, f64)>) {
+    (
+        recs.iter().filter_map(|r| Some((r.mlp_out_norm_at_creation?, r.mean_score()?))).collect(),
+        recs.iter().filter_map(|r| Some((r.mlp_out_norm_at_creation?, r.lifetime as f64))).collect(),
     )
 }
 

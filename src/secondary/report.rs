@@ -3,11 +3,12 @@
 //! same record/claim pipeline as real activations), with its figures.
 
 use super::DetectorParams;
-use super::detector::{Label, LabelRule};
-use super::figures::{levels_heatmap, norm_scatters, primary_vs_secondary};
+use super::detector::LabelRule;
+use super::figures::{levels_heatmap, norm_points, norm_scatters, primary_vs_secondary};
 use super::records::{SinkRecord, analyse, claim_measures};
 use super::synthetic::{SyntheticConfig, SyntheticModel, monotone_sweep, r_grid};
 use crate::plot::{Panel, Series, Style, render};
+use crate::stats::spearman_ci;
 use crate::report::{ReportCtx, ReportSection, SectionError};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -90,11 +91,28 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
     let labels = LabelRule { bos_margin: pcfg.layers / 2, noise_max: 1 };
     let p = DetectorParams { labels, ..Default::default() };
     let an = analyse(&act, &p, 0)?;
-    let m = claim_measures(std::slice::from_ref(&an), pcfg.layers, if ctx.quick { 300 } else { 2000 }, ctx.seed);
-    let recs: Vec<&SinkRecord> = an.records.iter().filter(|r| r.label != Label::BosSink || m.b3_population == "secondary").collect();
+    let m = claim_measures(std::slice::from_ref(&an), pcfg.layers, 200, ctx.seed);
     let cells: Vec<(usize, usize)> = an.records.iter().map(|r| (r.creation_layer, r.lifetime)).collect();
     figures.extend(levels_heatmap(&fig.join("secondary_levels_synthetic"), "synthetic sinks", &cells, pcfg.layers)?);
-    figures.extend(norm_scatters(&fig.join("secondary_norm_synthetic"), "synthetic: MLP-output norm at creation", &recs, &m)?);
+    // Aligned sinks (cos with the BOS > 0 at creation) for the score; every sink for the lifetime.
+    let all: Vec<&SinkRecord> = an.records.iter().collect();
+    let aligned: Vec<&SinkRecord> = all.iter().copied().filter(|r| r.cos_bos.first().is_some_and(|&c| c > 0.0)).collect();
+    let anti: Vec<&SinkRecord> = all.iter().copied().filter(|r| r.cos_bos.first().is_some_and(|&c| c < 0.0)).collect();
+    let boot = if ctx.quick { 300 } else { 2000 };
+    let sp = |pts: &[(f64, f64)], k: u64| {
+        let (x, y): (Vec<f64>, Vec<f64>) = pts.iter().copied().unzip();
+        spearman_ci(&x, &y, boot, 0.95, ctx.seed.wrapping_add(k)).ok()
+    };
+    let (score_al, _) = norm_points(&aligned);
+    let (score_anti, _) = norm_points(&anti);
+    let (_, life_all) = norm_points(&all);
+    let (e_al, e_anti, e_life) = (sp(&score_al, 10), sp(&score_anti, 11), sp(&life_all, 12));
+    figures.extend(norm_scatters(
+        &fig.join("secondary_norm_synthetic"),
+        "synthetic: MLP-output norm at creation (score: aligned sinks; lifetime: all)",
+        (score_al, &e_al),
+        (life_all, &e_life),
+    )?);
     figures.extend(primary_vs_secondary(&fig.join("secondary_primary_synthetic"), "synthetic: primary vs secondary", &m)?);
     let est = |e: &Option<crate::stats::Estimate>| {
         e.map_or("n/a".to_string(), |e| format!("{:.3} (95% CI [{:.3}, {:.3}], n = {})", e.value, e.lo, e.hi, e.n))
@@ -103,7 +121,8 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         md,
         "Population run: {} cone tokens with r uniform in [0, {:.1}] (T = {tokens}), analysed by the same code as real \
          activations (labels: bos_sink iff lifetime ≥ L − {}, secondary iff lifetime > {}). Sinks: {} bos_sink, {} secondary, \
-         {} noise. Spearman(‖MLP output‖, mean sink score) = {}; Spearman(‖MLP output‖, lifetime) = {} (population: {}).\n",
+         {} noise. Spearman(‖MLP output‖, mean sink score): aligned sinks {}, anti-aligned {}; \
+         Spearman(‖MLP output‖, lifetime), all sinks: {}. Primary strength vs secondary count over layers: Spearman {}.\n",
         pcfg.cone_tokens,
         r_max,
         labels.bos_margin,
@@ -111,9 +130,10 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         m.label_counts.0,
         m.label_counts.1,
         m.label_counts.2,
-        est(&m.b3_norm_vs_score),
-        est(&m.b3_norm_vs_lifetime),
-        m.b3_population
+        est(&e_al),
+        est(&e_anti),
+        est(&e_life),
+        m.b4_spearman.map_or("n/a".into(), |v| format!("{v:.3}"))
     )?;
     writeln!(
         md,
