@@ -15,7 +15,11 @@ fn states(l: usize, t: usize, d: usize) -> HiddenStates<f32> {
     let mut data: Vec<f32> = (0..l * t * d).map(|_| rng.random::<f32>() - 0.5).collect();
     // BOS along e_0 with a high-norm window on layers 3..26, and 40 planted sinks.
     for layer in 0..l {
-        let n = if (3..26).contains(&layer) { 500.0 } else { 50.0 };
+        let n = if (3..26).contains(&layer) {
+            500.0
+        } else {
+            50.0
+        };
         data[layer * t * d] = n;
         for k in 0..40 {
             let pos = 100 * (k + 1);
@@ -30,14 +34,19 @@ fn states(l: usize, t: usize, d: usize) -> HiddenStates<f32> {
 fn bench(c: &mut Criterion) {
     let h = states(30, 4096, 576);
     let w = DetectorParams::default();
-    let all = DetectorParams { window: WindowMode::AllLayers, ..Default::default() };
+    let all = DetectorParams {
+        window: WindowMode::AllLayers,
+        ..Default::default()
+    };
     let found = detect(&h, &w).unwrap();
     assert_eq!(found.window, 3..26);
     assert_eq!(found.sinks.len(), 40);
     let mut g = c.benchmark_group("secondary_detector_30x4096x576");
     g.sample_size(10);
     g.bench_function("window", |b| b.iter(|| detect(black_box(&h), &w).unwrap()));
-    g.bench_function("all_layers", |b| b.iter(|| detect(black_box(&h), &all).unwrap()));
+    g.bench_function("all_layers", |b| {
+        b.iter(|| detect(black_box(&h), &all).unwrap())
+    });
     g.finish();
 }
 

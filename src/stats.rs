@@ -116,9 +116,21 @@ pub fn line_fit(x: &[f64], y: &[f64]) -> Result<LineFit, StatsError> {
     let slope = sxy / sxx;
     let intercept = my - slope * mx;
     let ss_tot: f64 = y.iter().map(|b| (b - my) * (b - my)).sum();
-    let ss_res: f64 = x.iter().zip(y).map(|(a, b)| (b - intercept - slope * a).powi(2)).sum();
-    let r2 = if ss_tot == 0.0 { 1.0 } else { 1.0 - ss_res / ss_tot };
-    Ok(LineFit { intercept, slope, r2 })
+    let ss_res: f64 = x
+        .iter()
+        .zip(y)
+        .map(|(a, b)| (b - intercept - slope * a).powi(2))
+        .sum();
+    let r2 = if ss_tot == 0.0 {
+        1.0
+    } else {
+        1.0 - ss_res / ss_tot
+    };
+    Ok(LineFit {
+        intercept,
+        slope,
+        r2,
+    })
 }
 
 /// A point estimate with a bootstrap confidence interval.
@@ -175,7 +187,10 @@ pub fn bootstrap_paired(
         }
     }
     if vals.len() * 2 < b {
-        return Err(StatsError::Param(format!("statistic undefined on {} of {b} resamples", b - vals.len())));
+        return Err(StatsError::Param(format!(
+            "statistic undefined on {} of {b} resamples",
+            b - vals.len()
+        )));
     }
     vals.sort_by(f64::total_cmp);
     let q = |p: f64| {
@@ -185,11 +200,24 @@ pub fn bootstrap_paired(
         let hi = h.ceil() as usize;
         vals[lo] + (h - lo as f64) * (vals[hi] - vals[lo])
     };
-    Ok(Estimate { value, lo: q((1.0 - level) / 2.0), hi: q((1.0 + level) / 2.0), level, resamples: vals.len(), n })
+    Ok(Estimate {
+        value,
+        lo: q((1.0 - level) / 2.0),
+        hi: q((1.0 + level) / 2.0),
+        level,
+        resamples: vals.len(),
+        n,
+    })
 }
 
 /// Spearman correlation with a seeded percentile-bootstrap interval.
-pub fn spearman_ci(x: &[f64], y: &[f64], b: usize, level: f64, seed: u64) -> Result<Estimate, StatsError> {
+pub fn spearman_ci(
+    x: &[f64],
+    y: &[f64],
+    b: usize,
+    level: f64,
+    seed: u64,
+) -> Result<Estimate, StatsError> {
     bootstrap_paired(x, y, spearman, b, level, seed)
 }
 
@@ -226,7 +254,11 @@ mod tests {
         let y: Vec<f64> = x.iter().map(|v| 2.0 - 0.5 * v).collect();
         let f = line_fit(&x, &y).unwrap();
         // Exact data: only rounding error, O(1e-15) relative.
-        assert!((f.slope + 0.5).abs() < 1e-12 && (f.intercept - 2.0).abs() < 1e-12 && (f.r2 - 1.0).abs() < 1e-12);
+        assert!(
+            (f.slope + 0.5).abs() < 1e-12
+                && (f.intercept - 2.0).abs() < 1e-12
+                && (f.r2 - 1.0).abs() < 1e-12
+        );
     }
 
     #[test]

@@ -38,7 +38,10 @@ fn at_cos(rng: &mut StdRng, u: &[f64], c: f64, norm: f64) -> Vec<f64> {
     w.iter_mut().zip(u).for_each(|(a, b)| *a -= p * b);
     let nw = w.iter().map(|x| x * x).sum::<f64>().sqrt();
     let s = (1.0 - c * c).max(0.0).sqrt();
-    u.iter().zip(&w).map(|(a, b)| norm * (c * a + s * b / nw)).collect()
+    u.iter()
+        .zip(&w)
+        .map(|(a, b)| norm * (c * a + s * b / nw))
+        .collect()
 }
 
 /// Builds a planted tensor. `plan` maps a position to (sign, planted layers).
@@ -56,7 +59,11 @@ fn build(
         for pos in 0..t {
             let v = if pos == bos {
                 // High norm on the window: the largest rise enters w_s, the largest drop leaves w_e - 1.
-                let n = if (window.0..window.1).contains(&layer) { 80.0 } else { 20.0 };
+                let n = if (window.0..window.1).contains(&layer) {
+                    80.0
+                } else {
+                    20.0
+                };
                 u.iter().map(|x| n * x).collect()
             } else if let Some((s, _)) = plan.get(&pos).filter(|(_, ls)| ls.contains(&layer)) {
                 let c = s * rng.random_range(0.95..=1.0);
@@ -71,7 +78,12 @@ fn build(
             data.extend(v);
         }
     }
-    Planted { sinks: plan, h: HiddenStates::new(l, t, d, data).unwrap(), bos, window }
+    Planted {
+        sinks: plan,
+        h: HiddenStates::new(l, t, d, data).unwrap(),
+        bos,
+        window,
+    }
 }
 
 /// Checks the detector against the plan, for f64 and its f32 copy.
@@ -90,8 +102,13 @@ fn check(p: &Planted, params: &DetectorParams) -> Result<(), String> {
             expected.insert(pos, (inside[0], lt, params.labels.label(lt, l), inside));
         }
     }
-    let f32_states =
-        HiddenStates::new(l, p.h.tokens(), p.h.dim(), p.h.data().iter().map(|&x| x as f32).collect()).unwrap();
+    let f32_states = HiddenStates::new(
+        l,
+        p.h.tokens(),
+        p.h.dim(),
+        p.h.data().iter().map(|&x| x as f32).collect(),
+    )
+    .unwrap();
     let d64 = detect(&p.h, params).map_err(|e| e.to_string())?;
     let d32 = detect(&f32_states, params).map_err(|e| e.to_string())?;
     for det in [&d64, &d32] {
@@ -101,8 +118,16 @@ fn check(p: &Planted, params: &DetectorParams) -> Result<(), String> {
         if det.window != scanned {
             return Err(format!("window {:?} != {:?}", det.window, scanned));
         }
-        let got: BTreeMap<usize, (usize, usize, Label, Vec<usize>)> =
-            det.sinks.iter().map(|s| (s.position, (s.creation_layer, s.lifetime, s.label, s.layers.clone()))).collect();
+        let got: BTreeMap<usize, (usize, usize, Label, Vec<usize>)> = det
+            .sinks
+            .iter()
+            .map(|s| {
+                (
+                    s.position,
+                    (s.creation_layer, s.lifetime, s.label, s.layers.clone()),
+                )
+            })
+            .collect();
         if got != expected {
             return Err(format!("detected {got:?}\nplanted {expected:?}"));
         }
@@ -129,8 +154,11 @@ fn four_kinds_of_planted_sinks_in_a_30_layer_model() {
     plan.insert(44, (-1.0, vec![11, 12, 13])); // short -> noise
     let p = build(11, (30, 48, 64), (3, 27), 0, plan);
     let det = detect(&p.h, &DetectorParams::default()).unwrap();
-    let got: Vec<(usize, usize, usize, Label)> =
-        det.sinks.iter().map(|s| (s.position, s.creation_layer, s.lifetime, s.label)).collect();
+    let got: Vec<(usize, usize, usize, Label)> = det
+        .sinks
+        .iter()
+        .map(|s| (s.position, s.creation_layer, s.lifetime, s.label))
+        .collect();
     assert_eq!(
         got,
         vec![
@@ -143,11 +171,21 @@ fn four_kinds_of_planted_sinks_in_a_30_layer_model() {
     );
     check(&p, &DetectorParams::default()).unwrap();
     // The no-window variant sees the layers outside [3, 27) too.
-    let nw = DetectorParams { window: WindowMode::AllLayers, ..Default::default() };
+    let nw = DetectorParams {
+        window: WindowMode::AllLayers,
+        ..Default::default()
+    };
     let det = detect(&p.h, &nw).unwrap();
     let p30 = det.sinks.iter().find(|s| s.position == 30).unwrap();
-    assert_eq!((p30.creation_layer, p30.lifetime, p30.label), (0, 7, Label::Secondary));
-    assert!(det.sinks.iter().any(|s| s.position == 41 && s.lifetime == 5));
+    assert_eq!(
+        (p30.creation_layer, p30.lifetime, p30.label),
+        (0, 7, Label::Secondary)
+    );
+    assert!(
+        det.sinks
+            .iter()
+            .any(|s| s.position == 41 && s.lifetime == 5)
+    );
     check(&p, &nw).unwrap();
 }
 
@@ -157,7 +195,14 @@ fn bos_is_the_candidate_with_largest_mean_norm() {
     let mut plan = BTreeMap::new();
     plan.insert(4, (1.0, (2..9).collect::<Vec<_>>()));
     let p = build(3, (12, 10, 16), (2, 10), 1, plan);
-    let params = DetectorParams { bos_candidates: vec![0, 1], labels: LabelRule { bos_margin: 3, noise_max: 2 }, ..Default::default() };
+    let params = DetectorParams {
+        bos_candidates: vec![0, 1],
+        labels: LabelRule {
+            bos_margin: 3,
+            noise_max: 2,
+        },
+        ..Default::default()
+    };
     check(&p, &params).unwrap();
     let det = detect(&p.h, &params).unwrap();
     assert_eq!(det.bos, 1);
@@ -179,26 +224,46 @@ fn threshold_is_strict_and_absolute() {
         data.extend(mk(-0.95));
     }
     let h = HiddenStates::<f64>::new(2, 4, d, data).unwrap();
-    let p = DetectorParams { window: WindowMode::AllLayers, ..Default::default() };
+    let p = DetectorParams {
+        window: WindowMode::AllLayers,
+        ..Default::default()
+    };
     let det = detect(&h, &p).unwrap();
-    assert_eq!(det.sinks.iter().map(|s| s.position).collect::<Vec<_>>(), vec![3]);
+    assert_eq!(
+        det.sinks.iter().map(|s| s.position).collect::<Vec<_>>(),
+        vec![3]
+    );
     let p = DetectorParams { tau: 0.85, ..p };
     assert_eq!(detect(&h, &p).unwrap().sinks.len(), 3);
 }
 
-fn plan_strategy() -> impl Strategy<Value = (u64, usize, usize, usize, usize, usize, usize, usize, f64, usize, bool)> {
+fn plan_strategy() -> impl Strategy<
+    Value = (
+        u64,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        f64,
+        usize,
+        bool,
+    ),
+> {
     (
         any::<u64>(),
-        6usize..=24,    // L
-        6usize..=40,    // T
-        4usize..=40,    // d
-        1usize..=4,     // window start
-        0usize..=30,    // window length (clipped)
-        0usize..=20,    // bos margin
-        0usize..=5,     // noise max
-        0.55f64..0.94,  // tau, strictly between the ordinary (<= 0.5) and planted (>= 0.95) ranges
-        0usize..=1,     // BOS position
-        any::<bool>(),  // window mode
+        6usize..=24,   // L
+        6usize..=40,   // T
+        4usize..=40,   // d
+        1usize..=4,    // window start
+        0usize..=30,   // window length (clipped)
+        0usize..=20,   // bos margin
+        0usize..=5,    // noise max
+        0.55f64..0.94, // tau, strictly between the ordinary (<= 0.5) and planted (>= 0.95) ranges
+        0usize..=1,    // BOS position
+        any::<bool>(), // window mode
     )
 }
 

@@ -39,14 +39,19 @@
 
 use proptest::prelude::*;
 use sinklab::secondary::DetectorParams;
-use sinklab::secondary::synthetic::{SyntheticConfig, SyntheticModel, check_monotone, monotone_sweep, r_grid, random_config};
+use sinklab::secondary::synthetic::{
+    SyntheticConfig, SyntheticModel, check_monotone, monotone_sweep, r_grid, random_config,
+};
 
 #[test]
 fn registered_check_holds() {
     let o = check_monotone(24, 0);
     assert!(o.ok(), "{o:?}");
     assert_eq!(o.cases, 24);
-    let t = sinklab::check::registry().into_iter().find(|t| t.name == "secondary_monotone").expect("registered");
+    let t = sinklab::check::registry()
+        .into_iter()
+        .find(|t| t.name == "secondary_monotone")
+        .expect("registered");
     assert_eq!(t.claim, "B3");
 }
 
@@ -82,18 +87,31 @@ fn anti_aligned_attention_does_not_grow() {
         let rs = r_grid(&cfg);
         let rep = monotone_sweep(&m, &rs, rs[12], &DetectorParams::default()).unwrap();
         if rep.counts.1 > 0 {
-            assert!(rep.max_step_attention_anti <= 1e-12, "{}", rep.max_step_attention_anti);
+            assert!(
+                rep.max_step_attention_anti <= 1e-12,
+                "{}",
+                rep.max_step_attention_anti
+            );
         }
     }
 }
 
 #[test]
 fn bad_configs_are_errors() {
-    let c = SyntheticConfig { creation_layer: 0, ..Default::default() };
+    let c = SyntheticConfig {
+        creation_layer: 0,
+        ..Default::default()
+    };
     assert!(SyntheticModel::new(c).is_err());
-    let c = SyntheticConfig { kappa: 1.5, ..Default::default() };
+    let c = SyntheticConfig {
+        kappa: 1.5,
+        ..Default::default()
+    };
     assert!(SyntheticModel::new(c).is_err());
-    let c = SyntheticConfig { window_end: 99, ..Default::default() };
+    let c = SyntheticConfig {
+        window_end: 99,
+        ..Default::default()
+    };
     assert!(SyntheticModel::new(c).is_err());
 }
 
@@ -103,7 +121,9 @@ fn shared_r_can_lower_one_sinks_attention() {
     // sink's attention falls between consecutive grid points (competition).
     let cfg = random_config(12731368587953523925);
     let m = SyntheticModel::new(cfg.clone()).unwrap();
-    let rs: Vec<f64> = (0..15).map(|k| 1.1027107361533306 * (k as f64).powf(1.3)).collect();
+    let rs: Vec<f64> = (0..15)
+        .map(|k| 1.1027107361533306 * (k as f64).powf(1.3))
+        .collect();
     let p = DetectorParams::default();
     let per_r: Vec<Vec<_>> = rs.iter().map(|&r| m.measure(r, &p).unwrap()).collect();
     let mut min_step = f64::INFINITY;
@@ -114,7 +134,10 @@ fn shared_r_can_lower_one_sinks_attention() {
             }
         }
     }
-    assert!(min_step < -1e-6, "expected a decrease, smallest step {min_step}");
+    assert!(
+        min_step < -1e-6,
+        "expected a decrease, smallest step {min_step}"
+    );
 }
 
 proptest! {

@@ -42,8 +42,15 @@ fn params(a: &Args) -> Result<DetectorParams> {
     Ok(DetectorParams {
         tau: a.tau,
         bos_candidates: a.bos_candidates.clone(),
-        window: if a.no_window { WindowMode::AllLayers } else { WindowMode::BosNormJumps },
-        labels: LabelRule { bos_margin: a.bos_margin, noise_max: a.noise_max },
+        window: if a.no_window {
+            WindowMode::AllLayers
+        } else {
+            WindowMode::BosNormJumps
+        },
+        labels: LabelRule {
+            bos_margin: a.bos_margin,
+            noise_max: a.noise_max,
+        },
     })
 }
 
@@ -54,7 +61,11 @@ fn print_records(records: &[SinkRecord], json: bool) -> Result<()> {
             writeln!(out, "{}", serde_json::to_string(r)?)?;
         }
     } else {
-        writeln!(out, "{:>6} {:>8} {:>8} {:>8} {:<10} {:>10} {:>10} {:>10}", "pos", "token", "created", "life", "label", "|h|@lc", "|mlp|@lc", "score")?;
+        writeln!(
+            out,
+            "{:>6} {:>8} {:>8} {:>8} {:<10} {:>10} {:>10} {:>10}",
+            "pos", "token", "created", "life", "label", "|h|@lc", "|mlp|@lc", "score"
+        )?;
         for r in records {
             let f = |v: Option<f64>| v.map_or("—".to_string(), |x| format!("{x:.3}"));
             writeln!(
@@ -79,7 +90,8 @@ pub fn run(a: Args) -> Result<i32> {
     let Some(path) = &a.activations else {
         bail!("give --activations FILE");
     };
-    let act = Activations::read(path).with_context(|| format!("reading activations {}", path.display()))?;
+    let act = Activations::read(path)
+        .with_context(|| format!("reading activations {}", path.display()))?;
     let an = analyse(&act, &p, 0).context("running the detector")?;
     let l = act.hidden.layers();
     if !p.labels.secondary_possible(l) {
@@ -91,7 +103,13 @@ pub fn run(a: Args) -> Result<i32> {
     let s = &an.summary;
     eprintln!(
         "L = {l}, T = {}, BOS = {}, window = [{}, {}), sinks: {} bos_sink, {} secondary, {} noise",
-        s.tokens, s.bos, s.window.0, s.window.1, s.label_counts.0, s.label_counts.1, s.label_counts.2
+        s.tokens,
+        s.bos,
+        s.window.0,
+        s.window.1,
+        s.label_counts.0,
+        s.label_counts.1,
+        s.label_counts.2
     );
     print_records(&an.records, a.json)?;
     Ok(0)

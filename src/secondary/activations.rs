@@ -80,7 +80,13 @@ impl HeadTensor {
     /// Mean over heads of $\|x_{h,t}\|$.
     pub fn mean_norm(&self, t: usize) -> f64 {
         (0..self.heads)
-            .map(|h| self.row(h, t).iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>().sqrt())
+            .map(|h| {
+                self.row(h, t)
+                    .iter()
+                    .map(|&v| (v as f64) * (v as f64))
+                    .sum::<f64>()
+                    .sqrt()
+            })
             .sum::<f64>()
             / self.heads as f64
     }
@@ -108,36 +114,74 @@ pub struct Activations {
 fn floats(name: &str, v: &TensorView<'_>) -> Result<Vec<f32>, ActivationError> {
     let b = v.data();
     Ok(match v.dtype() {
-        Dtype::F32 => b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-        Dtype::F64 => {
-            b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("chunk of 8")) as f32).collect()
+        Dtype::F32 => b
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        Dtype::F64 => b
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().expect("chunk of 8")) as f32)
+            .collect(),
+        Dtype::F16 => b
+            .chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        Dtype::BF16 => b
+            .chunks_exact(2)
+            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        dtype => {
+            return Err(ActivationError::Dtype {
+                name: name.into(),
+                dtype,
+            });
         }
-        Dtype::F16 => b.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-        Dtype::BF16 => b.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-        dtype => return Err(ActivationError::Dtype { name: name.into(), dtype }),
     })
 }
 
 fn ints(name: &str, v: &TensorView<'_>) -> Result<Vec<i64>, ActivationError> {
     let b = v.data();
     Ok(match v.dtype() {
-        Dtype::I64 => b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("chunk of 8"))).collect(),
-        Dtype::U64 => b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("chunk of 8")) as i64).collect(),
-        Dtype::I32 => b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64).collect(),
-        Dtype::U32 => b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64).collect(),
-        dtype => return Err(ActivationError::Dtype { name: name.into(), dtype }),
+        Dtype::I64 => b
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().expect("chunk of 8")))
+            .collect(),
+        Dtype::U64 => b
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("chunk of 8")) as i64)
+            .collect(),
+        Dtype::I32 => b
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
+            .collect(),
+        Dtype::U32 => b
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
+            .collect(),
+        dtype => {
+            return Err(ActivationError::Dtype {
+                name: name.into(),
+                dtype,
+            });
+        }
     })
 }
 
 fn shape_err(name: &str, got: &[usize], expected: String) -> ActivationError {
-    ActivationError::Shape { name: name.into(), got: got.to_vec(), expected }
+    ActivationError::Shape {
+        name: name.into(),
+        got: got.to_vec(),
+        expected,
+    }
 }
 
 impl Activations {
     /// Parses an activation file from bytes.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, ActivationError> {
-        let st = SafeTensors::deserialize(bytes).map_err(|e| ActivationError::Format(e.to_string()))?;
-        let (_, meta) = SafeTensors::read_metadata(bytes).map_err(|e| ActivationError::Format(e.to_string()))?;
+        let st =
+            SafeTensors::deserialize(bytes).map_err(|e| ActivationError::Format(e.to_string()))?;
+        let (_, meta) = SafeTensors::read_metadata(bytes)
+            .map_err(|e| ActivationError::Format(e.to_string()))?;
         let get = |n: &str| st.tensor(n).ok();
         let mut layers = 0;
         while get(&format!("hidden.{layers}")).is_some() {
@@ -168,32 +212,42 @@ impl Activations {
             Ok(Some(HiddenStates::new(layers, t, d, data)?))
         };
         // [H, T, X] per layer; X = T for attention, any fixed width otherwise.
-        let heads = |prefix: &str, square: bool| -> Result<Option<Vec<HeadTensor>>, ActivationError> {
-            if get(&format!("{prefix}.0")).is_none() {
-                return Ok(None);
-            }
-            let mut out: Vec<HeadTensor> = Vec::with_capacity(layers);
-            for l in 0..layers {
-                let name = format!("{prefix}.{l}");
-                let v = get(&name).ok_or_else(|| ActivationError::Missing(name.clone()))?;
-                let ok = match v.shape() {
-                    [hh, tt, x] => {
-                        *hh > 0
-                            && *tt == t
-                            && (!square || *x == t)
-                            && out.first().is_none_or(|f| f.heads == *hh && f.width == *x)
-                    }
-                    _ => false,
-                };
-                if !ok {
-                    let exp = if square { format!("[H, {t}, {t}]") } else { format!("[H, {t}, X] with H, X as in layer 0") };
-                    return Err(shape_err(&name, v.shape(), exp));
+        let heads =
+            |prefix: &str, square: bool| -> Result<Option<Vec<HeadTensor>>, ActivationError> {
+                if get(&format!("{prefix}.0")).is_none() {
+                    return Ok(None);
                 }
-                let s = v.shape();
-                out.push(HeadTensor { heads: s[0], tokens: t, width: s[2], data: floats(&name, &v)? });
-            }
-            Ok(Some(out))
-        };
+                let mut out: Vec<HeadTensor> = Vec::with_capacity(layers);
+                for l in 0..layers {
+                    let name = format!("{prefix}.{l}");
+                    let v = get(&name).ok_or_else(|| ActivationError::Missing(name.clone()))?;
+                    let ok = match v.shape() {
+                        [hh, tt, x] => {
+                            *hh > 0
+                                && *tt == t
+                                && (!square || *x == t)
+                                && out.first().is_none_or(|f| f.heads == *hh && f.width == *x)
+                        }
+                        _ => false,
+                    };
+                    if !ok {
+                        let exp = if square {
+                            format!("[H, {t}, {t}]")
+                        } else {
+                            format!("[H, {t}, X] with H, X as in layer 0")
+                        };
+                        return Err(shape_err(&name, v.shape(), exp));
+                    }
+                    let s = v.shape();
+                    out.push(HeadTensor {
+                        heads: s[0],
+                        tokens: t,
+                        width: s[2],
+                        data: floats(&name, &v)?,
+                    });
+                }
+                Ok(Some(out))
+            };
         let hidden = stack("hidden")?.expect("hidden.0 exists");
         let tokens = match get("tokens") {
             None => None,
@@ -217,46 +271,82 @@ impl Activations {
 
     /// Reads an activation file.
     pub fn read(path: &Path) -> Result<Self, ActivationError> {
-        let bytes = std::fs::read(path).map_err(|source| ActivationError::Io { path: path.display().to_string(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| ActivationError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
         Self::from_bytes(&bytes)
     }
 
     /// Serialises to safetensors bytes (F32 floats, I64 tokens).
     pub fn to_bytes(&self) -> Result<Vec<u8>, ActivationError> {
-        let (l, t, d) = (self.hidden.layers(), self.hidden.tokens(), self.hidden.dim());
+        let (l, t, d) = (
+            self.hidden.layers(),
+            self.hidden.tokens(),
+            self.hidden.dim(),
+        );
         let mut named: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
         let f32b = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        for (prefix, hs) in [("hidden", Some(&self.hidden)), ("mlp_out", self.mlp_out.as_ref())] {
+        for (prefix, hs) in [
+            ("hidden", Some(&self.hidden)),
+            ("mlp_out", self.mlp_out.as_ref()),
+        ] {
             if let Some(hs) = hs {
                 for layer in 0..l {
                     let o = layer * t * d;
-                    named.push((format!("{prefix}.{layer}"), Dtype::F32, vec![t, d], f32b(&hs.data()[o..o + t * d])));
+                    named.push((
+                        format!("{prefix}.{layer}"),
+                        Dtype::F32,
+                        vec![t, d],
+                        f32b(&hs.data()[o..o + t * d]),
+                    ));
                 }
             }
         }
-        for (prefix, ht) in [("attn", &self.attn), ("keys", &self.keys), ("values", &self.values)] {
+        for (prefix, ht) in [
+            ("attn", &self.attn),
+            ("keys", &self.keys),
+            ("values", &self.values),
+        ] {
             if let Some(v) = ht {
                 for (layer, x) in v.iter().enumerate() {
-                    named.push((format!("{prefix}.{layer}"), Dtype::F32, vec![x.heads, x.tokens, x.width], f32b(&x.data)));
+                    named.push((
+                        format!("{prefix}.{layer}"),
+                        Dtype::F32,
+                        vec![x.heads, x.tokens, x.width],
+                        f32b(&x.data),
+                    ));
                 }
             }
         }
         if let Some(tk) = &self.tokens {
-            named.push(("tokens".into(), Dtype::I64, vec![tk.len()], tk.iter().flat_map(|x| x.to_le_bytes()).collect()));
+            named.push((
+                "tokens".into(),
+                Dtype::I64,
+                vec![tk.len()],
+                tk.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            ));
         }
         let views: Vec<(String, TensorView<'_>)> = named
             .iter()
             .map(|(n, dt, s, b)| TensorView::new(*dt, s.clone(), b).map(|v| (n.clone(), v)))
             .collect::<Result<_, _>>()
             .map_err(|e| ActivationError::Format(e.to_string()))?;
-        let meta = if self.metadata.is_empty() { None } else { Some(self.metadata.clone()) };
+        let meta = if self.metadata.is_empty() {
+            None
+        } else {
+            Some(self.metadata.clone())
+        };
         safetensors::serialize(views, meta).map_err(|e| ActivationError::Format(e.to_string()))
     }
 
     /// Writes an activation file.
     pub fn write(&self, path: &Path) -> Result<(), ActivationError> {
         let b = self.to_bytes()?;
-        std::fs::write(path, b).map_err(|source| ActivationError::Io { path: path.display().to_string(), source })
+        std::fs::write(path, b).map_err(|source| ActivationError::Io {
+            path: path.display().to_string(),
+            source,
+        })
     }
 }
 
@@ -266,12 +356,26 @@ mod tests {
 
     fn small() -> Activations {
         let (l, t, d, h) = (3, 4, 5, 2);
-        let hidden = HiddenStates::new(l, t, d, (0..l * t * d).map(|i| i as f32 * 0.5).collect()).unwrap();
-        let mlp = HiddenStates::new(l, t, d, (0..l * t * d).map(|i| -(i as f32)).collect()).unwrap();
+        let hidden =
+            HiddenStates::new(l, t, d, (0..l * t * d).map(|i| i as f32 * 0.5).collect()).unwrap();
+        let mlp =
+            HiddenStates::new(l, t, d, (0..l * t * d).map(|i| -(i as f32)).collect()).unwrap();
         let attn = (0..l)
-            .map(|_| HeadTensor { heads: h, tokens: t, width: t, data: (0..h * t * t).map(|i| i as f32).collect() })
+            .map(|_| HeadTensor {
+                heads: h,
+                tokens: t,
+                width: t,
+                data: (0..h * t * t).map(|i| i as f32).collect(),
+            })
             .collect();
-        let kv = (0..l).map(|_| HeadTensor { heads: 1, tokens: t, width: 3, data: vec![1.0; t * 3] }).collect::<Vec<_>>();
+        let kv = (0..l)
+            .map(|_| HeadTensor {
+                heads: 1,
+                tokens: t,
+                width: 3,
+                data: vec![1.0; t * 3],
+            })
+            .collect::<Vec<_>>();
         Activations {
             hidden,
             attn: Some(attn),
@@ -293,13 +397,25 @@ mod tests {
 
     #[test]
     fn bad_files_are_errors() {
-        assert!(matches!(Activations::from_bytes(b"nonsense"), Err(ActivationError::Format(_))));
+        assert!(matches!(
+            Activations::from_bytes(b"nonsense"),
+            Err(ActivationError::Format(_))
+        ));
         let mut a = small();
         a.attn.as_mut().unwrap()[1].width = 3;
         a.attn.as_mut().unwrap()[1].data.truncate(2 * 4 * 3);
-        assert!(matches!(Activations::from_bytes(&a.to_bytes().unwrap()), Err(ActivationError::Shape { .. })));
+        assert!(matches!(
+            Activations::from_bytes(&a.to_bytes().unwrap()),
+            Err(ActivationError::Shape { .. })
+        ));
         let empty = safetensors::serialize(Vec::<(String, TensorView<'_>)>::new(), None).unwrap();
-        assert!(matches!(Activations::from_bytes(&empty), Err(ActivationError::Missing(_))));
-        assert!(matches!(Activations::read(Path::new("/nonexistent/x.safetensors")), Err(ActivationError::Io { .. })));
+        assert!(matches!(
+            Activations::from_bytes(&empty),
+            Err(ActivationError::Missing(_))
+        ));
+        assert!(matches!(
+            Activations::read(Path::new("/nonexistent/x.safetensors")),
+            Err(ActivationError::Io { .. })
+        ));
     }
 }

@@ -52,7 +52,10 @@ pub struct LabelRule {
 
 impl Default for LabelRule {
     fn default() -> Self {
-        Self { bos_margin: PAPER_BOS_MARGIN, noise_max: PAPER_NOISE_MAX }
+        Self {
+            bos_margin: PAPER_BOS_MARGIN,
+            noise_max: PAPER_NOISE_MAX,
+        }
     }
 }
 
@@ -114,7 +117,12 @@ pub struct DetectorParams {
 
 impl Default for DetectorParams {
     fn default() -> Self {
-        Self { tau: PAPER_TAU, bos_candidates: vec![0], window: WindowMode::BosNormJumps, labels: LabelRule::default() }
+        Self {
+            tau: PAPER_TAU,
+            bos_candidates: vec![0],
+            window: WindowMode::BosNormJumps,
+            labels: LabelRule::default(),
+        }
     }
 }
 
@@ -215,7 +223,9 @@ pub fn window_from_norms(norms: &[f64]) -> Range<usize> {
         return 0..l;
     }
     let diffs: Vec<f64> = norms.windows(2).map(|w| w[1] - w[0]).collect();
-    let Some(amax) = argmax_first(&diffs) else { return 0..l };
+    let Some(amax) = argmax_first(&diffs) else {
+        return 0..l;
+    };
     let start = amax + 1;
     if start >= diffs.len() {
         return start..l;
@@ -225,25 +235,36 @@ pub fn window_from_norms(norms: &[f64]) -> Range<usize> {
 }
 
 /// Picks the BOS position among the candidates (largest mean norm over layers, first on ties).
-pub fn choose_bos<S: Scalar>(h: &HiddenStates<S>, candidates: &[usize]) -> Result<usize, DetectError> {
+pub fn choose_bos<S: Scalar>(
+    h: &HiddenStates<S>,
+    candidates: &[usize],
+) -> Result<usize, DetectError> {
     match candidates {
         [] => Err(DetectError::NoCandidate),
         _ => {
             if let Some(&pos) = candidates.iter().find(|&&p| p >= h.tokens()) {
-                return Err(DetectError::Candidate { pos, tokens: h.tokens() });
+                return Err(DetectError::Candidate {
+                    pos,
+                    tokens: h.tokens(),
+                });
             }
             if candidates.len() == 1 {
                 return Ok(candidates[0]);
             }
-            let means: Vec<f64> =
-                candidates.iter().map(|&p| (0..h.layers()).map(|l| h.norm(l, p)).sum::<f64>() / h.layers() as f64).collect();
+            let means: Vec<f64> = candidates
+                .iter()
+                .map(|&p| (0..h.layers()).map(|l| h.norm(l, p)).sum::<f64>() / h.layers() as f64)
+                .collect();
             Ok(candidates[argmax_first(&means).unwrap_or(0)])
         }
     }
 }
 
 /// Runs the detector on one sequence of hidden states.
-pub fn detect<S: Scalar>(h: &HiddenStates<S>, p: &DetectorParams) -> Result<Detection, DetectError> {
+pub fn detect<S: Scalar>(
+    h: &HiddenStates<S>,
+    p: &DetectorParams,
+) -> Result<Detection, DetectError> {
     if !(0.0..=1.0).contains(&p.tau) {
         return Err(DetectError::Tau(p.tau));
     }
@@ -289,10 +310,23 @@ pub fn detect<S: Scalar>(h: &HiddenStates<S>, p: &DetectorParams) -> Result<Dete
         .into_iter()
         .map(|(position, (ls, cosines))| {
             let lifetime = ls.len();
-            Sink { position, creation_layer: ls[0], lifetime, label: p.labels.label(lifetime, layers), layers: ls, cosines }
+            Sink {
+                position,
+                creation_layer: ls[0],
+                lifetime,
+                label: p.labels.label(lifetime, layers),
+                layers: ls,
+                cosines,
+            }
         })
         .collect();
-    Ok(Detection { bos: b, window, bos_norms, layers, sinks })
+    Ok(Detection {
+        bos: b,
+        window,
+        bos_norms,
+        layers,
+        sinks,
+    })
 }
 
 /// A recurring (creation layer, lifetime) cell.
@@ -307,7 +341,9 @@ pub struct Level {
 }
 
 /// Counts of (creation layer, lifetime) cells.
-pub fn cell_counts(cells: impl IntoIterator<Item = (usize, usize)>) -> BTreeMap<(usize, usize), usize> {
+pub fn cell_counts(
+    cells: impl IntoIterator<Item = (usize, usize)>,
+) -> BTreeMap<(usize, usize), usize> {
     let mut m = BTreeMap::new();
     for c in cells {
         *m.entry(c).or_insert(0) += 1;
@@ -321,9 +357,18 @@ pub fn levels(cells: impl IntoIterator<Item = (usize, usize)>, min_count: usize)
     let mut v: Vec<Level> = cell_counts(cells)
         .into_iter()
         .filter(|&(_, n)| n >= min_count.max(1))
-        .map(|((creation_layer, lifetime), count)| Level { creation_layer, lifetime, count })
+        .map(|((creation_layer, lifetime), count)| Level {
+            creation_layer,
+            lifetime,
+            count,
+        })
         .collect();
-    v.sort_by(|a, b| b.count.cmp(&a.count).then(a.creation_layer.cmp(&b.creation_layer)).then(a.lifetime.cmp(&b.lifetime)));
+    v.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then(a.creation_layer.cmp(&b.creation_layer))
+            .then(a.lifetime.cmp(&b.lifetime))
+    });
     v
 }
 
@@ -345,12 +390,23 @@ pub struct LevelSummary {
 }
 
 /// Summarises the cells of a set of sinks.
-pub fn level_summary(cells: impl IntoIterator<Item = (usize, usize)>, min_count: usize) -> LevelSummary {
+pub fn level_summary(
+    cells: impl IntoIterator<Item = (usize, usize)>,
+    min_count: usize,
+) -> LevelSummary {
     let counts = cell_counts(cells);
     let n: usize = counts.values().sum();
-    let lv: Vec<usize> = counts.values().copied().filter(|&c| c >= min_count.max(1)).collect();
+    let lv: Vec<usize> = counts
+        .values()
+        .copied()
+        .filter(|&c| c >= min_count.max(1))
+        .collect();
     let nf = n.max(1) as f64;
-    let entropy_bits = -counts.values().map(|&c| c as f64 / nf).map(|p| p * p.log2()).sum::<f64>();
+    let entropy_bits = -counts
+        .values()
+        .map(|&c| c as f64 / nf)
+        .map(|p| p * p.log2())
+        .sum::<f64>();
     LevelSummary {
         sinks: n,
         cells: counts.len(),
@@ -388,29 +444,64 @@ mod tests {
         // L = 18: L - 15 = 3, so lifetime 3 is already bos_sink and no secondary exists.
         assert_eq!(r.label(3, 18), Label::BosSink);
         assert_eq!(r.label(2, 18), Label::Noise);
-        assert!(!r.secondary_possible(18) && r.secondary_possible(30) && !r.secondary_possible(20) && r.secondary_possible(21));
+        assert!(
+            !r.secondary_possible(18)
+                && r.secondary_possible(30)
+                && !r.secondary_possible(20)
+                && r.secondary_possible(21)
+        );
     }
 
     #[test]
     fn levels_and_summary() {
         let cells = [(5, 7), (5, 7), (5, 7), (9, 6), (9, 6), (3, 5)];
         let lv = levels(cells, 2);
-        assert_eq!(lv, vec![Level { creation_layer: 5, lifetime: 7, count: 3 }, Level { creation_layer: 9, lifetime: 6, count: 2 }]);
+        assert_eq!(
+            lv,
+            vec![
+                Level {
+                    creation_layer: 5,
+                    lifetime: 7,
+                    count: 3
+                },
+                Level {
+                    creation_layer: 9,
+                    lifetime: 6,
+                    count: 2
+                }
+            ]
+        );
         let s = level_summary(cells, 2);
         assert_eq!((s.sinks, s.cells, s.levels), (6, 3, 2));
-        assert!((s.frac_in_levels - 5.0 / 6.0).abs() < 1e-15 && (s.frac_top_cell - 0.5).abs() < 1e-15);
-        let h = -(0.5f64 * 0.5f64.log2() + (1.0 / 3.0) * (1.0f64 / 3.0).log2() + (1.0 / 6.0) * (1.0f64 / 6.0).log2());
+        assert!(
+            (s.frac_in_levels - 5.0 / 6.0).abs() < 1e-15 && (s.frac_top_cell - 0.5).abs() < 1e-15
+        );
+        let h = -(0.5f64 * 0.5f64.log2()
+            + (1.0 / 3.0) * (1.0f64 / 3.0).log2()
+            + (1.0 / 6.0) * (1.0f64 / 6.0).log2());
         assert!((s.entropy_bits - h).abs() < 1e-12);
     }
 
     #[test]
     fn bad_parameters_are_errors() {
         let h = HiddenStates::<f32>::new(2, 3, 2, vec![1.0; 12]).unwrap();
-        let p = DetectorParams { tau: 1.5, ..Default::default() };
+        let p = DetectorParams {
+            tau: 1.5,
+            ..Default::default()
+        };
         assert_eq!(detect(&h, &p), Err(DetectError::Tau(1.5)));
-        let p = DetectorParams { bos_candidates: vec![0, 3], ..Default::default() };
-        assert_eq!(detect(&h, &p), Err(DetectError::Candidate { pos: 3, tokens: 3 }));
-        let p = DetectorParams { bos_candidates: vec![], ..Default::default() };
+        let p = DetectorParams {
+            bos_candidates: vec![0, 3],
+            ..Default::default()
+        };
+        assert_eq!(
+            detect(&h, &p),
+            Err(DetectError::Candidate { pos: 3, tokens: 3 })
+        );
+        let p = DetectorParams {
+            bos_candidates: vec![],
+            ..Default::default()
+        };
         assert_eq!(detect(&h, &p), Err(DetectError::NoCandidate));
     }
 }

@@ -9,14 +9,26 @@ use crate::stats::{Estimate, line_fit};
 use std::path::{Path, PathBuf};
 
 /// Heat-map of (creation layer, lifetime) cells: $\log_{10}$ count, grey where empty.
-pub fn levels_heatmap(stem: &Path, title: &str, cells: &[(usize, usize)], layers: usize) -> Result<Vec<PathBuf>, PlotError> {
+pub fn levels_heatmap(
+    stem: &Path,
+    title: &str,
+    cells: &[(usize, usize)],
+    layers: usize,
+) -> Result<Vec<PathBuf>, PlotError> {
     let mut counts = vec![vec![0usize; layers + 1]; layers];
     for &(c, l) in cells {
         if c < layers && l <= layers {
             counts[c][l] += 1;
         }
     }
-    let values = counts.iter().map(|row| row.iter().map(|&n| if n == 0 { f64::NAN } else { (n as f64).log10() }).collect()).collect();
+    let values = counts
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|&n| if n == 0 { f64::NAN } else { (n as f64).log10() })
+                .collect()
+        })
+        .collect();
     render_heatmap(
         stem,
         &Heatmap {
@@ -29,7 +41,9 @@ pub fn levels_heatmap(stem: &Path, title: &str, cells: &[(usize, usize)], layers
 }
 
 fn fmt_est(e: &Option<Estimate>) -> String {
-    e.map_or("n/a".into(), |e| format!("ρ = {:.2} [{:.2}, {:.2}]", e.value, e.lo, e.hi))
+    e.map_or("n/a".into(), |e| {
+        format!("ρ = {:.2} [{:.2}, {:.2}]", e.value, e.lo, e.hi)
+    })
 }
 
 fn scatter_panel(title: String, x_label: &str, y_label: &str, pts: Vec<(f64, f64)>) -> Panel {
@@ -39,13 +53,26 @@ fn scatter_panel(title: String, x_label: &str, y_label: &str, pts: Vec<(f64, f64
         let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         series.push(Series::new(
-            format!("OLS: {:.3} + {:.3}·x, R² = {:.2}", f.intercept, f.slope, f.r2),
-            vec![(lo, f.intercept + f.slope * lo), (hi, f.intercept + f.slope * hi)],
+            format!(
+                "OLS: {:.3} + {:.3}·x, R² = {:.2}",
+                f.intercept, f.slope, f.r2
+            ),
+            vec![
+                (lo, f.intercept + f.slope * lo),
+                (hi, f.intercept + f.slope * hi),
+            ],
             Style::Line,
             1,
         ));
     }
-    Panel { title, x_label: x_label.into(), y_label: y_label.into(), log_x: false, log_y: false, series }
+    Panel {
+        title,
+        x_label: x_label.into(),
+        y_label: y_label.into(),
+        log_x: false,
+        log_y: false,
+        series,
+    }
 }
 
 /// MLP-output norm at creation against mean sink score and against lifetime,
@@ -60,8 +87,18 @@ pub fn norm_scatters(
         stem,
         title,
         &[
-            scatter_panel(format!("score: {}", fmt_est(score.1)), "‖MLP output‖ at creation", "mean sink score α", score.0),
-            scatter_panel(format!("lifetime: {}", fmt_est(life.1)), "‖MLP output‖ at creation", "lifetime (layers)", life.0),
+            scatter_panel(
+                format!("score: {}", fmt_est(score.1)),
+                "‖MLP output‖ at creation",
+                "mean sink score α",
+                score.0,
+            ),
+            scatter_panel(
+                format!("lifetime: {}", fmt_est(life.1)),
+                "‖MLP output‖ at creation",
+                "lifetime (layers)",
+                life.0,
+            ),
         ],
     )
 }
@@ -69,16 +106,30 @@ pub fn norm_scatters(
 /// The (MLP norm, mean score) and (MLP norm, lifetime) points of a set of records.
 pub fn norm_points(recs: &[&SinkRecord]) -> (Vec<(f64, f64)>, Vec<(f64, f64)>) {
     (
-        recs.iter().filter_map(|r| Some((r.mlp_out_norm_at_creation?, r.mean_score()?))).collect(),
-        recs.iter().filter_map(|r| Some((r.mlp_out_norm_at_creation?, r.lifetime as f64))).collect(),
+        recs.iter()
+            .filter_map(|r| Some((r.mlp_out_norm_at_creation?, r.mean_score()?)))
+            .collect(),
+        recs.iter()
+            .filter_map(|r| Some((r.mlp_out_norm_at_creation?, r.lifetime as f64)))
+            .collect(),
     )
 }
 
 /// Primary-sink strength per layer next to the number of secondary sinks per layer.
-pub fn primary_vs_secondary(stem: &Path, title: &str, m: &ClaimMeasures) -> Result<Vec<PathBuf>, PlotError> {
-    let prim: Vec<(f64, f64)> =
-        m.b4_primary_strength.as_ref().map_or(Vec::new(), |p| p.iter().enumerate().map(|(l, &v)| (l as f64, v)).collect());
-    let cnt: Vec<(f64, f64)> = m.b4_secondary_per_layer.iter().enumerate().map(|(l, &n)| (l as f64, n as f64)).collect();
+pub fn primary_vs_secondary(
+    stem: &Path,
+    title: &str,
+    m: &ClaimMeasures,
+) -> Result<Vec<PathBuf>, PlotError> {
+    let prim: Vec<(f64, f64)> = m.b4_primary_strength.as_ref().map_or(Vec::new(), |p| {
+        p.iter().enumerate().map(|(l, &v)| (l as f64, v)).collect()
+    });
+    let cnt: Vec<(f64, f64)> = m
+        .b4_secondary_per_layer
+        .iter()
+        .enumerate()
+        .map(|(l, &n)| (l as f64, n as f64))
+        .collect();
     render(
         stem,
         title,
@@ -91,7 +142,10 @@ pub fn primary_vs_secondary(stem: &Path, title: &str, m: &ClaimMeasures) -> Resu
                 ..Default::default()
             },
             Panel {
-                title: format!("secondary sinks per layer (Spearman vs α_BOS: {})", m.b4_spearman.map_or("n/a".into(), |v| format!("{v:.2}"))),
+                title: format!(
+                    "secondary sinks per layer (Spearman vs α_BOS: {})",
+                    m.b4_spearman.map_or("n/a".into(), |v| format!("{v:.2}"))
+                ),
                 x_label: "layer".into(),
                 y_label: "count".into(),
                 series: vec![Series::new("secondary", cnt, Style::LinePoints, 1)],

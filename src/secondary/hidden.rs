@@ -57,9 +57,19 @@ impl<S: Scalar> HiddenStates<S> {
             return Err(ShapeError::Empty(layers, tokens, dim));
         }
         if layers.checked_mul(tokens).and_then(|v| v.checked_mul(dim)) != Some(data.len()) {
-            return Err(ShapeError::Len { len: data.len(), layers, tokens, dim });
+            return Err(ShapeError::Len {
+                len: data.len(),
+                layers,
+                tokens,
+                dim,
+            });
         }
-        Ok(Self { layers, tokens, dim, data })
+        Ok(Self {
+            layers,
+            tokens,
+            dim,
+            data,
+        })
     }
 
     /// Builds from one `T × d` faer matrix per layer.
@@ -68,7 +78,13 @@ impl<S: Scalar> HiddenStates<S> {
         let mut data = Vec::with_capacity(mats.len() * t * d);
         for (l, m) in mats.iter().enumerate() {
             if m.nrows() != t || m.ncols() != d {
-                return Err(ShapeError::Ragged { layer: l, got_t: m.nrows(), got_d: m.ncols(), t, d });
+                return Err(ShapeError::Ragged {
+                    layer: l,
+                    got_t: m.nrows(),
+                    got_d: m.ncols(),
+                    t,
+                    d,
+                });
             }
             for i in 0..t {
                 for j in 0..d {
@@ -110,7 +126,11 @@ impl<S: Scalar> HiddenStates<S> {
 
     /// $\|h^l_t\|_2$ (accumulated in f64).
     pub fn norm(&self, layer: usize, pos: usize) -> f64 {
-        self.state(layer, pos).iter().map(|&v| v.into() * v.into()).sum::<f64>().sqrt()
+        self.state(layer, pos)
+            .iter()
+            .map(|&v| v.into() * v.into())
+            .sum::<f64>()
+            .sqrt()
     }
 }
 
@@ -146,11 +166,21 @@ mod tests {
 
     #[test]
     fn shapes_are_checked() {
-        assert!(matches!(HiddenStates::<f32>::new(2, 3, 4, vec![0.0; 23]), Err(ShapeError::Len { .. })));
-        assert!(matches!(HiddenStates::<f32>::new(0, 3, 4, vec![]), Err(ShapeError::Empty(..))));
+        assert!(matches!(
+            HiddenStates::<f32>::new(2, 3, 4, vec![0.0; 23]),
+            Err(ShapeError::Len { .. })
+        ));
+        assert!(matches!(
+            HiddenStates::<f32>::new(0, 3, 4, vec![]),
+            Err(ShapeError::Empty(..))
+        ));
         let m = [faer::Mat::<f64>::zeros(3, 4), faer::Mat::<f64>::zeros(3, 5)];
-        assert!(matches!(HiddenStates::from_mats(&m), Err(ShapeError::Ragged { layer: 1, .. })));
-        let m: [faer::Mat<f64>; 2] = std::array::from_fn(|_| faer::Mat::from_fn(3, 4, |i, j| (i * 4 + j) as f64));
+        assert!(matches!(
+            HiddenStates::from_mats(&m),
+            Err(ShapeError::Ragged { layer: 1, .. })
+        ));
+        let m: [faer::Mat<f64>; 2] =
+            std::array::from_fn(|_| faer::Mat::from_fn(3, 4, |i, j| (i * 4 + j) as f64));
         let h = HiddenStates::from_mats(&m).unwrap();
         assert_eq!(h.state(1, 2), &[8.0, 9.0, 10.0, 11.0]);
         assert!((h.norm(0, 0) - (1.0f64 + 4.0 + 9.0).sqrt()).abs() < 1e-15);

@@ -13,8 +13,7 @@ pub mod report;
 pub mod synthetic;
 
 pub use detector::{
-    DetectError, Detection, DetectorParams, Label, LabelRule, Level, LevelSummary, Sink, WindowMode, detect, level_summary,
-    levels,
+    DetectError, Detection, DetectorParams, Label, LabelRule, Level, LevelSummary, Sink,
+    WindowMode, detect, level_summary, levels,
 };
 pub use hidden::{HiddenStates, Scalar, ShapeError};
-

@@ -6,7 +6,9 @@
 //! primary-sink strength is the same quantity for the BOS.
 
 use super::activations::{Activations, HeadTensor};
-use super::detector::{DetectError, Detection, DetectorParams, Label, LevelSummary, detect, level_summary};
+use super::detector::{
+    DetectError, Detection, DetectorParams, Label, LevelSummary, detect, level_summary,
+};
 use super::hidden::{HiddenStates, dot_and_sq};
 use crate::stats::{Estimate, spearman_ci};
 use serde::Serialize;
@@ -51,7 +53,9 @@ pub struct SinkRecord {
 impl SinkRecord {
     /// Mean sink score over the flagged layers.
     pub fn mean_score(&self) -> Option<f64> {
-        self.sink_score.as_ref().map(|s| self.layers.iter().map(|&l| s[l]).sum::<f64>() / self.layers.len().max(1) as f64)
+        self.sink_score.as_ref().map(|s| {
+            self.layers.iter().map(|&l| s[l]).sum::<f64>() / self.layers.len().max(1) as f64
+        })
     }
 }
 
@@ -109,7 +113,11 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
     v.sort_by(f64::total_cmp);
     let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
 }
 
 /// Sink scores $\alpha^l_t$ averaged over heads, `[L][T]`.
@@ -129,13 +137,20 @@ pub fn sink_scores(attn: &[HeadTensor]) -> Vec<Vec<f64>> {
 }
 
 /// Runs the detector on one sequence and builds its records.
-pub fn analyse(act: &Activations, p: &DetectorParams, sequence: usize) -> Result<Analysis, DetectError> {
+pub fn analyse(
+    act: &Activations,
+    p: &DetectorParams,
+    sequence: usize,
+) -> Result<Analysis, DetectError> {
     let h: &HiddenStates<f32> = &act.hidden;
     let det = detect(h, p)?;
     let (nl, nt) = (h.layers(), h.tokens());
     let b = det.bos;
     let scores = act.attn.as_ref().map(|a| sink_scores(a));
-    let norms_of = |x: &Option<Vec<HeadTensor>>, t: usize| x.as_ref().map(|v| v.iter().map(|ht| ht.mean_norm(t)).collect::<Vec<f64>>());
+    let norms_of = |x: &Option<Vec<HeadTensor>>, t: usize| {
+        x.as_ref()
+            .map(|v| v.iter().map(|ht| ht.mean_norm(t)).collect::<Vec<f64>>())
+    };
     let records: Vec<SinkRecord> = det
         .sinks
         .iter()
@@ -143,7 +158,8 @@ pub fn analyse(act: &Activations, p: &DetectorParams, sequence: usize) -> Result
             let t = s.position;
             let lc = s.creation_layer;
             let mlp = act.mlp_out.as_ref().map(|m| m.state(lc, t));
-            let pre: Option<Vec<f32>> = mlp.map(|m| h.state(lc, t).iter().zip(m).map(|(a, b)| a - b).collect());
+            let pre: Option<Vec<f32>> =
+                mlp.map(|m| h.state(lc, t).iter().zip(m).map(|(a, b)| a - b).collect());
             SinkRecord {
                 sequence,
                 position: t,
@@ -154,20 +170,34 @@ pub fn analyse(act: &Activations, p: &DetectorParams, sequence: usize) -> Result
                 label: s.label,
                 layers: s.layers.clone(),
                 cos_bos: s.cosines.clone(),
-                sink_score: scores.as_ref().map(|sc| sc.iter().map(|row| row[t]).collect()),
+                sink_score: scores
+                    .as_ref()
+                    .map(|sc| sc.iter().map(|row| row[t]).collect()),
                 hidden_norm: (0..nl).map(|l| h.norm(l, t)).collect(),
                 key_norm: norms_of(&act.keys, t),
                 value_norm: norms_of(&act.values, t),
-                mlp_out_norm_at_creation: mlp.map(|m| m.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>().sqrt()),
+                mlp_out_norm_at_creation: mlp.map(|m| {
+                    m.iter()
+                        .map(|&v| (v as f64) * (v as f64))
+                        .sum::<f64>()
+                        .sqrt()
+                }),
                 mlp_cos_bos_at_creation: mlp.and_then(|m| cos(m, h.state(lc, b))),
                 pre_mlp_cos_bos_at_creation: pre.as_ref().and_then(|x| cos(x, h.state(lc, b))),
             }
         })
         .collect();
-    let flagged: Vec<bool> = (0..nt).map(|t| t == b || det.sinks.iter().any(|s| s.position == t)).collect();
+    let flagged: Vec<bool> = (0..nt)
+        .map(|t| t == b || det.sinks.iter().any(|s| s.position == t))
+        .collect();
     let ordinary: Vec<usize> = (0..nt).filter(|&t| !flagged[t]).collect();
-    let med = |f: &dyn Fn(usize, usize) -> f64| (0..nl).map(|l| median(ordinary.iter().map(|&t| f(l, t)).collect())).collect::<Vec<f64>>();
-    let med_heads = |x: &Option<Vec<HeadTensor>>| x.as_ref().map(|v| med(&|l, t| v[l].mean_norm(t)));
+    let med = |f: &dyn Fn(usize, usize) -> f64| {
+        (0..nl)
+            .map(|l| median(ordinary.iter().map(|&t| f(l, t)).collect()))
+            .collect::<Vec<f64>>()
+    };
+    let med_heads =
+        |x: &Option<Vec<HeadTensor>>| x.as_ref().map(|v| med(&|l, t| v[l].mean_norm(t)));
     let count = |lab| det.sinks.iter().filter(|s| s.label == lab).count();
     let summary = SequenceSummary {
         sequence,
@@ -180,11 +210,21 @@ pub fn analyse(act: &Activations, p: &DetectorParams, sequence: usize) -> Result
         median_hidden_norm: med(&|l, t| h.norm(l, t)),
         median_key_norm: med_heads(&act.keys),
         median_value_norm: med_heads(&act.values),
-        primary_strength: scores.as_ref().map(|sc| sc.iter().map(|row| row[b]).collect()),
+        primary_strength: scores
+            .as_ref()
+            .map(|sc| sc.iter().map(|row| row[b]).collect()),
         secondary_per_layer: det.count_per_layer(Label::Secondary),
-        label_counts: (count(Label::BosSink), count(Label::Secondary), count(Label::Noise)),
+        label_counts: (
+            count(Label::BosSink),
+            count(Label::Secondary),
+            count(Label::Noise),
+        ),
     };
-    Ok(Analysis { detection: det, records, summary })
+    Ok(Analysis {
+        detection: det,
+        records,
+        summary,
+    })
 }
 
 /// Claims B1–B6 measured over a set of analysed sequences.
@@ -229,33 +269,61 @@ pub struct ClaimMeasures {
 }
 
 /// Aggregates B1–B6 over analysed sequences (bootstrap with `boot` resamples, seeded).
-pub fn claim_measures(analyses: &[Analysis], layers: usize, boot: usize, seed: u64) -> ClaimMeasures {
+pub fn claim_measures(
+    analyses: &[Analysis],
+    layers: usize,
+    boot: usize,
+    seed: u64,
+) -> ClaimMeasures {
     let recs: Vec<&SinkRecord> = analyses.iter().flat_map(|a| &a.records).collect();
-    let sec: Vec<&SinkRecord> = recs.iter().copied().filter(|r| r.label == Label::Secondary).collect();
+    let sec: Vec<&SinkRecord> = recs
+        .iter()
+        .copied()
+        .filter(|r| r.label == Label::Secondary)
+        .collect();
     let count = |lab| recs.iter().filter(|r| r.label == lab).count();
     let mut hist = vec![0; layers];
     for r in &sec {
         hist[r.creation_layer] += 1;
     }
     let (m0, m1) = (layers / 3, layers - layers / 3);
-    let frac_mid = (!sec.is_empty())
-        .then(|| sec.iter().filter(|r| (m0..m1).contains(&r.creation_layer)).count() as f64 / sec.len() as f64);
+    let frac_mid = (!sec.is_empty()).then(|| {
+        sec.iter()
+            .filter(|r| (m0..m1).contains(&r.creation_layer))
+            .count() as f64
+            / sec.len() as f64
+    });
     let med_opt = |v: Vec<f64>| (!v.is_empty()).then(|| median(v));
     let (pop, pop_name): (Vec<&SinkRecord>, &str) = if sec.len() >= 5 {
         (sec.clone(), "secondary")
     } else {
-        (recs.iter().copied().filter(|r| r.label != Label::BosSink).collect(), "all non-BOS (fewer than 5 secondary)")
+        (
+            recs.iter()
+                .copied()
+                .filter(|r| r.label != Label::BosSink)
+                .collect(),
+            "all non-BOS (fewer than 5 secondary)",
+        )
     };
     let pairs = |f: &dyn Fn(&SinkRecord) -> Option<f64>| -> (Vec<f64>, Vec<f64>) {
-        pop.iter().filter_map(|r| Some((r.mlp_out_norm_at_creation?, f(r)?))).unzip()
+        pop.iter()
+            .filter_map(|r| Some((r.mlp_out_norm_at_creation?, f(r)?)))
+            .unzip()
     };
     let (xs, ys) = pairs(&|r| r.mean_score());
     let b3s = spearman_ci(&xs, &ys, boot, 0.95, seed).ok();
     let (xl, yl) = pairs(&|r| Some(r.lifetime as f64));
     let b3l = spearman_ci(&xl, &yl, boot, 0.95, seed.wrapping_add(1)).ok();
     let prim: Option<Vec<f64>> = {
-        let v: Vec<&Vec<f64>> = analyses.iter().filter_map(|a| a.summary.primary_strength.as_ref()).collect();
-        (!v.is_empty()).then(|| (0..layers).map(|l| v.iter().map(|p| p[l]).sum::<f64>() / v.len() as f64).collect())
+        let v: Vec<&Vec<f64>> = analyses
+            .iter()
+            .filter_map(|a| a.summary.primary_strength.as_ref())
+            .collect();
+        (!v.is_empty()).then(|| {
+            (0..layers)
+                .map(|l| v.iter().map(|p| p[l]).sum::<f64>() / v.len() as f64)
+                .collect()
+        })
     };
     let mut per_layer = vec![0; layers];
     for a in analyses {
@@ -267,7 +335,8 @@ pub fn claim_measures(analyses: &[Analysis], layers: usize, boot: usize, seed: u
         let c: Vec<f64> = per_layer.iter().map(|&n| n as f64).collect();
         crate::stats::spearman(p, &c).ok()
     });
-    let ratio = |num: &dyn Fn(&SinkRecord) -> Option<f64>, den: &dyn Fn(&Analysis, usize) -> Option<f64>| {
+    let ratio = |num: &dyn Fn(&SinkRecord) -> Option<f64>,
+                 den: &dyn Fn(&Analysis, usize) -> Option<f64>| {
         let v: Vec<f64> = analyses
             .iter()
             .flat_map(|a| {
@@ -282,16 +351,26 @@ pub fn claim_measures(analyses: &[Analysis], layers: usize, boot: usize, seed: u
         med_opt(v)
     };
     let lc_of = |r: &SinkRecord| r.creation_layer;
-    let b6h = ratio(&|r| Some(r.hidden_norm[lc_of(r)]), &|a, l| Some(a.summary.median_hidden_norm[l]));
-    let b6k = ratio(&|r| r.key_norm.as_ref().map(|k| k[lc_of(r)]), &|a, l| a.summary.median_key_norm.as_ref().map(|k| k[l]));
-    let b6v = ratio(&|r| r.value_norm.as_ref().map(|k| k[lc_of(r)]), &|a, l| a.summary.median_value_norm.as_ref().map(|k| k[l]));
-    let bos_ratio = |num: &dyn Fn(&SequenceSummary) -> Option<&Vec<f64>>, den: &dyn Fn(&SequenceSummary) -> Option<&Vec<f64>>| {
+    let b6h = ratio(&|r| Some(r.hidden_norm[lc_of(r)]), &|a, l| {
+        Some(a.summary.median_hidden_norm[l])
+    });
+    let b6k = ratio(&|r| r.key_norm.as_ref().map(|k| k[lc_of(r)]), &|a, l| {
+        a.summary.median_key_norm.as_ref().map(|k| k[l])
+    });
+    let b6v = ratio(&|r| r.value_norm.as_ref().map(|k| k[lc_of(r)]), &|a, l| {
+        a.summary.median_value_norm.as_ref().map(|k| k[l])
+    });
+    let bos_ratio = |num: &dyn Fn(&SequenceSummary) -> Option<&Vec<f64>>,
+                     den: &dyn Fn(&SequenceSummary) -> Option<&Vec<f64>>| {
         let v: Vec<f64> = analyses
             .iter()
             .flat_map(|a| {
                 let s = &a.summary;
                 match (num(s), den(s)) {
-                    (Some(n), Some(d)) => (s.window.0..s.window.1).map(|l| n[l] / d[l]).filter(|x| x.is_finite()).collect(),
+                    (Some(n), Some(d)) => (s.window.0..s.window.1)
+                        .map(|l| n[l] / d[l])
+                        .filter(|x| x.is_finite())
+                        .collect(),
                     _ => Vec::new(),
                 }
             })
@@ -301,11 +380,23 @@ pub fn claim_measures(analyses: &[Analysis], layers: usize, boot: usize, seed: u
     ClaimMeasures {
         layers,
         sequences: analyses.len(),
-        label_counts: (count(Label::BosSink), count(Label::Secondary), count(Label::Noise)),
+        label_counts: (
+            count(Label::BosSink),
+            count(Label::Secondary),
+            count(Label::Noise),
+        ),
         b1_creation_hist: hist,
         b1_frac_middle_third: frac_mid,
-        b2_median_abs_cos_mlp: med_opt(sec.iter().filter_map(|r| r.mlp_cos_bos_at_creation.map(f64::abs)).collect()),
-        b2_median_abs_cos_pre: med_opt(sec.iter().filter_map(|r| r.pre_mlp_cos_bos_at_creation.map(f64::abs)).collect()),
+        b2_median_abs_cos_mlp: med_opt(
+            sec.iter()
+                .filter_map(|r| r.mlp_cos_bos_at_creation.map(f64::abs))
+                .collect(),
+        ),
+        b2_median_abs_cos_pre: med_opt(
+            sec.iter()
+                .filter_map(|r| r.pre_mlp_cos_bos_at_creation.map(f64::abs))
+                .collect(),
+        ),
         b3_norm_vs_score: b3s,
         b3_norm_vs_lifetime: b3l,
         b3_population: pop_name.to_string(),
@@ -317,9 +408,15 @@ pub fn claim_measures(analyses: &[Analysis], layers: usize, boot: usize, seed: u
         b6_key_ratio: b6k,
         b6_value_ratio: b6v,
         b6_bos_ratios: (
-            bos_ratio(&|s| Some(&s.bos_hidden_norm), &|s| Some(&s.median_hidden_norm)),
-            bos_ratio(&|s| s.bos_key_norm.as_ref(), &|s| s.median_key_norm.as_ref()),
-            bos_ratio(&|s| s.bos_value_norm.as_ref(), &|s| s.median_value_norm.as_ref()),
+            bos_ratio(&|s| Some(&s.bos_hidden_norm), &|s| {
+                Some(&s.median_hidden_norm)
+            }),
+            bos_ratio(&|s| s.bos_key_norm.as_ref(), &|s| {
+                s.median_key_norm.as_ref()
+            }),
+            bos_ratio(&|s| s.bos_value_norm.as_ref(), &|s| {
+                s.median_value_norm.as_ref()
+            }),
         ),
     }
 }

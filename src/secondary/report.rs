@@ -8,8 +8,8 @@ use super::figures::{levels_heatmap, norm_points, norm_scatters, primary_vs_seco
 use super::records::{SinkRecord, analyse, claim_measures};
 use super::synthetic::{SyntheticConfig, SyntheticModel, monotone_sweep, r_grid};
 use crate::plot::{Panel, Series, Style, render};
-use crate::stats::spearman_ci;
 use crate::report::{ReportCtx, ReportSection, SectionError};
+use crate::stats::spearman_ci;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::fmt::Write as _;
@@ -26,12 +26,18 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
     let fig = ctx.fig_dir();
 
     // 1. Sweep of r on the default model.
-    let cfg = SyntheticConfig { seed: ctx.seed, ..Default::default() };
+    let cfg = SyntheticConfig {
+        seed: ctx.seed,
+        ..Default::default()
+    };
     let model = SyntheticModel::new(cfg.clone())?;
     let rs = r_grid(&cfg);
     let rep = monotone_sweep(&model, &rs, rs[rs.len() / 2], &DetectorParams::default())?;
     let curve = |sign: i8, f: &dyn Fn(&super::synthetic::SinkMeasure) -> f64| -> Vec<(f64, f64)> {
-        rs.iter().zip(&rep.measures).map(|(&r, ms)| (r, mean(ms.iter().filter(|m| m.sign == sign).map(f)))).collect()
+        rs.iter()
+            .zip(&rep.measures)
+            .map(|(&r, ms)| (r, mean(ms.iter().filter(|m| m.sign == sign).map(f))))
+            .collect()
     };
     let panels = [
         Panel {
@@ -39,8 +45,18 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             x_label: "r = ‖MLP output‖".into(),
             y_label: "ᾱ".into(),
             series: vec![
-                Series::new("aligned (+u)", curve(1, &|m| m.attention), Style::LinePoints, 0),
-                Series::new("anti-aligned (−u)", curve(-1, &|m| m.attention), Style::LinePoints, 1),
+                Series::new(
+                    "aligned (+u)",
+                    curve(1, &|m| m.attention),
+                    Style::LinePoints,
+                    0,
+                ),
+                Series::new(
+                    "anti-aligned (−u)",
+                    curve(-1, &|m| m.attention),
+                    Style::LinePoints,
+                    1,
+                ),
             ],
             ..Default::default()
         },
@@ -49,13 +65,27 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             x_label: "r = ‖MLP output‖".into(),
             y_label: "lifetime (layers)".into(),
             series: vec![
-                Series::new("aligned (+u)", curve(1, &|m| m.lifetime as f64), Style::LinePoints, 0),
-                Series::new("anti-aligned (−u)", curve(-1, &|m| m.lifetime as f64), Style::LinePoints, 1),
+                Series::new(
+                    "aligned (+u)",
+                    curve(1, &|m| m.lifetime as f64),
+                    Style::LinePoints,
+                    0,
+                ),
+                Series::new(
+                    "anti-aligned (−u)",
+                    curve(-1, &|m| m.lifetime as f64),
+                    Style::LinePoints,
+                    1,
+                ),
             ],
             ..Default::default()
         },
     ];
-    figures.extend(render(&fig.join("secondary_synthetic"), "synthetic secondary sinks: MLP norm r", &panels)?);
+    figures.extend(render(
+        &fig.join("secondary_synthetic"),
+        "synthetic secondary sinks: MLP norm r",
+        &panels,
+    )?);
     writeln!(
         md,
         "Synthetic analogue of B3 (model in `secondary::synthetic`, L = {}, T = {}, d = {}, creation layer {}, window [{}, {}), \
@@ -81,23 +111,51 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
 
     // 2. A population of sinks with random r, through the record/claim pipeline.
     let tokens = if ctx.quick { 96 } else { 256 };
-    let pcfg = SyntheticConfig { tokens, cone_tokens: tokens / 4, seed: ctx.seed.wrapping_add(1), ..Default::default() };
+    let pcfg = SyntheticConfig {
+        tokens,
+        cone_tokens: tokens / 4,
+        seed: ctx.seed.wrapping_add(1),
+        ..Default::default()
+    };
     let pmodel = SyntheticModel::new(pcfg.clone())?;
     let r_max = rs.last().copied().unwrap_or(1.0) * 0.6;
     let mut rng = StdRng::seed_from_u64(ctx.seed.wrapping_add(2));
     let rr: Vec<f64> = (0..tokens).map(|_| r_max * rng.random::<f64>()).collect();
     let act = pmodel.activations(&rr);
     // L = 16: the paper's L − 15 would call every sink bos_sink; scale the rule to the depth.
-    let labels = LabelRule { bos_margin: pcfg.layers / 2, noise_max: 1 };
-    let p = DetectorParams { labels, ..Default::default() };
+    let labels = LabelRule {
+        bos_margin: pcfg.layers / 2,
+        noise_max: 1,
+    };
+    let p = DetectorParams {
+        labels,
+        ..Default::default()
+    };
     let an = analyse(&act, &p, 0)?;
     let m = claim_measures(std::slice::from_ref(&an), pcfg.layers, 200, ctx.seed);
-    let cells: Vec<(usize, usize)> = an.records.iter().map(|r| (r.creation_layer, r.lifetime)).collect();
-    figures.extend(levels_heatmap(&fig.join("secondary_levels_synthetic"), "synthetic sinks", &cells, pcfg.layers)?);
+    let cells: Vec<(usize, usize)> = an
+        .records
+        .iter()
+        .map(|r| (r.creation_layer, r.lifetime))
+        .collect();
+    figures.extend(levels_heatmap(
+        &fig.join("secondary_levels_synthetic"),
+        "synthetic sinks",
+        &cells,
+        pcfg.layers,
+    )?);
     // Aligned sinks (cos with the BOS > 0 at creation) for the score; every sink for the lifetime.
     let all: Vec<&SinkRecord> = an.records.iter().collect();
-    let aligned: Vec<&SinkRecord> = all.iter().copied().filter(|r| r.cos_bos.first().is_some_and(|&c| c > 0.0)).collect();
-    let anti: Vec<&SinkRecord> = all.iter().copied().filter(|r| r.cos_bos.first().is_some_and(|&c| c < 0.0)).collect();
+    let aligned: Vec<&SinkRecord> = all
+        .iter()
+        .copied()
+        .filter(|r| r.cos_bos.first().is_some_and(|&c| c > 0.0))
+        .collect();
+    let anti: Vec<&SinkRecord> = all
+        .iter()
+        .copied()
+        .filter(|r| r.cos_bos.first().is_some_and(|&c| c < 0.0))
+        .collect();
     let boot = if ctx.quick { 300 } else { 2000 };
     let sp = |pts: &[(f64, f64)], k: u64| {
         let (x, y): (Vec<f64>, Vec<f64>) = pts.iter().copied().unzip();
@@ -113,9 +171,18 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         (score_al, &e_al),
         (life_all, &e_life),
     )?);
-    figures.extend(primary_vs_secondary(&fig.join("secondary_primary_synthetic"), "synthetic: primary vs secondary", &m)?);
+    figures.extend(primary_vs_secondary(
+        &fig.join("secondary_primary_synthetic"),
+        "synthetic: primary vs secondary",
+        &m,
+    )?);
     let est = |e: &Option<crate::stats::Estimate>| {
-        e.map_or("n/a".to_string(), |e| format!("{:.3} (95% CI [{:.3}, {:.3}], n = {})", e.value, e.lo, e.hi, e.n))
+        e.map_or("n/a".to_string(), |e| {
+            format!(
+                "{:.3} (95% CI [{:.3}, {:.3}], n = {})",
+                e.value, e.lo, e.hi, e.n
+            )
+        })
     };
     writeln!(
         md,
@@ -140,5 +207,9 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         "Real models: the B1–B6 measurements on SmolLM2-135M / Gemma-3-270M run through `sinklab secondary` on activation \
          files; they are not part of this section yet."
     )?;
-    Ok(ReportSection { title: "Secondary sinks (paper B)".into(), markdown: md, figures })
+    Ok(ReportSection {
+        title: "Secondary sinks (paper B)".into(),
+        markdown: md,
+        figures,
+    })
 }

@@ -122,7 +122,15 @@ pub struct SinkMeasure {
 fn unit_perp(rng: &mut StdRng, d: usize, avoid: usize) -> Vec<f64> {
     // Gaussian vector in span{e_avoid..e_{d-1}} (coordinates < avoid are zero), normalised.
     loop {
-        let mut w: Vec<f64> = (0..d).map(|i| if i < avoid { 0.0 } else { rng.sample(StandardNormal) }).collect();
+        let mut w: Vec<f64> = (0..d)
+            .map(|i| {
+                if i < avoid {
+                    0.0
+                } else {
+                    rng.sample(StandardNormal)
+                }
+            })
+            .collect();
         let n = crate::linalg::norm(&w);
         if n > 1e-8 {
             w.iter_mut().for_each(|v| *v /= n);
@@ -183,7 +191,17 @@ impl SyntheticModel {
         let writes = (0..c.layers)
             .map(|l| {
                 (0..c.tokens)
-                    .map(|t| (0..d).map(|i| if t == 0 || i < 2 || l < c.creation_layer { 0.0 } else { sd * rng.sample::<f64, _>(StandardNormal) }).collect())
+                    .map(|t| {
+                        (0..d)
+                            .map(|i| {
+                                if t == 0 || i < 2 || l < c.creation_layer {
+                                    0.0
+                                } else {
+                                    sd * rng.sample::<f64, _>(StandardNormal)
+                                }
+                            })
+                            .collect()
+                    })
                     .collect()
             })
             .collect();
@@ -230,7 +248,10 @@ impl SyntheticModel {
             let in_window = (c.window_start..c.window_end).contains(&l);
             data[l * tn * d] = if in_window { c.rho.1 } else { c.rho.0 };
         }
-        (HiddenStates::new(ln, tn, d, data).expect("shape is consistent by construction"), signs)
+        (
+            HiddenStates::new(ln, tn, d, data).expect("shape is consistent by construction"),
+            signs,
+        )
     }
 
     /// Attention of the probe head at layer `l`: $A_{ij} \propto \exp(\beta\cos(h^l_j, u))$, $j \le i$.
@@ -240,7 +261,11 @@ impl SyntheticModel {
             .map(|j| {
                 let s = h.state(l, j);
                 let n = crate::linalg::norm(s);
-                if n > 0.0 { self.cfg.beta * s[0] / n } else { 0.0 }
+                if n > 0.0 {
+                    self.cfg.beta * s[0] / n
+                } else {
+                    0.0
+                }
             })
             .collect();
         let mut a = Mat::<f64>::zeros(tn, tn);
@@ -264,7 +289,12 @@ impl SyntheticModel {
         let attn = (0..ln)
             .map(|l| {
                 let a = self.attention(&h, l);
-                HeadTensor { heads: 1, tokens: tn, width: tn, data: (0..tn * tn).map(|k| a[(k / tn, k % tn)] as f32).collect() }
+                HeadTensor {
+                    heads: 1,
+                    tokens: tn,
+                    width: tn,
+                    data: (0..tn * tn).map(|k| a[(k / tn, k % tn)] as f32).collect(),
+                }
             })
             .collect();
         let mut mlp = vec![0.0f32; ln * tn * d];
@@ -274,13 +304,18 @@ impl SyntheticModel {
             }
         }
         Activations {
-            hidden: HiddenStates::new(ln, tn, d, h.data().iter().map(|&v| v as f32).collect()).expect("same shape"),
+            hidden: HiddenStates::new(ln, tn, d, h.data().iter().map(|&v| v as f32).collect())
+                .expect("same shape"),
             attn: Some(attn),
             mlp_out: Some(HiddenStates::new(ln, tn, d, mlp).expect("same shape")),
             keys: None,
             values: None,
             tokens: Some((0..tn as i64).collect()),
-            metadata: [("model".to_string(), "sinklab synthetic secondary-sink model".to_string())].into(),
+            metadata: [(
+                "model".to_string(),
+                "sinklab synthetic secondary-sink model".to_string(),
+            )]
+            .into(),
         }
     }
 
@@ -291,12 +326,21 @@ impl SyntheticModel {
     }
 
     /// Measures every token with MLP norm `rs[t]` for token `t`.
-    pub fn measure_each(&self, rs: &[f64], p: &DetectorParams) -> Result<Vec<SinkMeasure>, SyntheticError> {
+    pub fn measure_each(
+        &self,
+        rs: &[f64],
+        p: &DetectorParams,
+    ) -> Result<Vec<SinkMeasure>, SyntheticError> {
         let (h, signs) = self.forward_each(rs);
-        let p = DetectorParams { bos_candidates: vec![0], ..p.clone() };
+        let p = DetectorParams {
+            bos_candidates: vec![0],
+            ..p.clone()
+        };
         let det = detect(&h, &p)?;
         let lc = self.cfg.creation_layer;
-        let alphas: Vec<Vec<f64>> = (lc..h.layers()).map(|l| gu_alpha(self.attention(&h, l).as_ref())).collect();
+        let alphas: Vec<Vec<f64>> = (lc..h.layers())
+            .map(|l| gu_alpha(self.attention(&h, l).as_ref()))
+            .collect();
         let n_l = alphas.len() as f64;
         Ok((1..h.tokens())
             .map(|t| {
@@ -346,7 +390,14 @@ pub fn monotone_sweep(
 ) -> Result<MonotoneReport, SyntheticError> {
     let tn = model.cfg.tokens;
     // Cone membership is decided before the creation layer, so it does not depend on r.
-    let cone: Vec<usize> = model.forward(0.0).1.iter().enumerate().filter(|(_, s)| **s != 0).map(|(t, _)| t).collect();
+    let cone: Vec<usize> = model
+        .forward(0.0)
+        .1
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| **s != 0)
+        .map(|(t, _)| t)
+        .collect();
     let mut measures: Vec<Vec<SinkMeasure>> = vec![Vec::with_capacity(cone.len()); rs.len()];
     let mut spurious = Vec::new();
     for &t in &cone {
@@ -354,7 +405,11 @@ pub fn monotone_sweep(
             let mut each = vec![others; tn];
             each[t] = r;
             let m = model.measure_each(&each, p)?;
-            spurious.extend(m.iter().filter(|s| s.sign == 0 && s.lifetime > 0).map(|s| s.position));
+            spurious.extend(
+                m.iter()
+                    .filter(|s| s.sign == 0 && s.lifetime > 0)
+                    .map(|s| s.position),
+            );
             measures[k].push(m[t - 1].clone());
         }
     }
@@ -374,7 +429,10 @@ pub fn monotone_sweep(
         }
     }
     let first = measures.first().map_or(&[][..], |v| &v[..]);
-    let counts = (first.iter().filter(|s| s.sign > 0).count(), first.iter().filter(|s| s.sign < 0).count());
+    let counts = (
+        first.iter().filter(|s| s.sign > 0).count(),
+        first.iter().filter(|s| s.sign < 0).count(),
+    );
     Ok(MonotoneReport {
         rs: rs.to_vec(),
         measures,
@@ -427,20 +485,36 @@ pub fn check_monotone(cases: usize, seed: u64) -> crate::check::CheckOutcome {
     // Softmax and averages in f64 over <= 64 terms: rounding <= 1e-14, so a
     // step below -1e-12 is a real decrease, not rounding.
     const TOL: f64 = 1e-12;
-    let mut out = crate::check::CheckOutcome::new("secondary_monotone", "smallest step of aligned-sink attention along r");
+    let mut out = crate::check::CheckOutcome::new(
+        "secondary_monotone",
+        "smallest step of aligned-sink attention along r",
+    );
     for k in 0..cases {
-        let cfg = random_config(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(k as u64));
+        let cfg = random_config(
+            seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .wrapping_add(k as u64),
+        );
         let rs = r_grid(&cfg);
         let others = rs[rs.len() / 2];
-        let res = SyntheticModel::new(cfg.clone()).and_then(|m| monotone_sweep(&m, &rs, others, &DetectorParams::default()));
+        let res = SyntheticModel::new(cfg.clone())
+            .and_then(|m| monotone_sweep(&m, &rs, others, &DetectorParams::default()));
         match res {
             Err(e) => out.record(false, f64::NAN, || format!("case {k}: {e}")),
             Ok(rep) => {
                 let first = rep.measures.first().cloned().unwrap_or_default();
                 let last = rep.measures.last().cloned().unwrap_or_default();
-                let vacuous = first.iter().any(|s| s.lifetime != 0) || last.iter().any(|s| s.lifetime == 0) || last.is_empty();
-                let ok = rep.min_step_attention_aligned >= -TOL && rep.min_step_lifetime >= 0 && rep.spurious.is_empty() && !vacuous;
-                let margin = if rep.min_step_lifetime < 0 { rep.min_step_lifetime as f64 } else { rep.min_step_attention_aligned };
+                let vacuous = first.iter().any(|s| s.lifetime != 0)
+                    || last.iter().any(|s| s.lifetime == 0)
+                    || last.is_empty();
+                let ok = rep.min_step_attention_aligned >= -TOL
+                    && rep.min_step_lifetime >= 0
+                    && rep.spurious.is_empty()
+                    && !vacuous;
+                let margin = if rep.min_step_lifetime < 0 {
+                    rep.min_step_lifetime as f64
+                } else {
+                    rep.min_step_attention_aligned
+                };
                 out.record(ok, margin, || {
                     format!(
                         "case {k} ({cfg:?}): attention step {:.3e}, lifetime step {}, spurious {:?}, vacuous {vacuous}",
