@@ -202,14 +202,79 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         est(&e_life),
         m.b4_spearman.map_or("n/a".into(), |v| format!("{v:.3}"))
     )?;
-    writeln!(
-        md,
-        "Real models: the B1–B6 measurements on SmolLM2-135M / Gemma-3-270M run through `sinklab secondary` on activation \
-         files; they are not part of this section yet."
-    )?;
+    real_models(ctx, &mut md, &mut figures)?;
     Ok(ReportSection {
         title: "Secondary sinks (paper B)".into(),
         markdown: md,
         figures,
     })
+}
+
+/// Summarises the real-model runs found under `out/secondary/<model>/claims.json`
+/// (written by `sinklab secondary --model M --prompts F --generate N --out out/secondary/M`).
+fn real_models(ctx: &ReportCtx, md: &mut String, figures: &mut Vec<std::path::PathBuf>) -> Result<(), SectionError> {
+    let root = ctx.out_dir.join("secondary");
+    let mut dirs: Vec<std::path::PathBuf> = match std::fs::read_dir(&root) {
+        Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("claims.json").exists()).collect(),
+        Err(_) => Vec::new(),
+    };
+    dirs.sort();
+    if dirs.is_empty() {
+        writeln!(
+            md,
+            "Real models: no run found under `{}`. Produce one with `sinklab secondary --model smollm2 --prompts \
+             sims/secondary_prompts.txt --generate 256 --out {}/smollm2` and re-run the report.",
+            root.display(),
+            root.display()
+        )?;
+        return Ok(());
+    }
+    writeln!(md, "Real models (B1–B6; one row per run directory under `{}`):\n", root.display())?;
+    writeln!(
+        md,
+        "| model | seqs | bos_sink / secondary / noise | B1 middle-third frac | B2 median abs cos (MLP, pre-MLP) | B3 ρ(norm, score) | B3 ρ(norm, lifetime) | B4 ρ(primary, #secondary) | B5 levels (frac in levels) | B6 hidden / key / value ratio | gen tok/s |"
+    )?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|")?;
+    for d in &dirs {
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("claims.json"))?)?;
+        let c = &v["claims"];
+        let f = |x: &serde_json::Value| x.as_f64().map_or("n/a".to_string(), |y| format!("{y:.3}"));
+        let e = |x: &serde_json::Value| {
+            if x.is_null() {
+                "n/a".to_string()
+            } else {
+                format!("{} [{}, {}] (n = {})", f(&x["value"]), f(&x["lo"]), f(&x["hi"]), x["n"])
+            }
+        };
+        let lc = &c["label_counts"];
+        writeln!(
+            md,
+            "| {} | {} | {} / {} / {} | {} | {}, {} | {} | {} | {} | {} ({}) | {} / {} / {} | {} |",
+            d.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned()),
+            c["sequences"],
+            lc[0],
+            lc[1],
+            lc[2],
+            f(&c["b1_frac_middle_third"]),
+            f(&c["b2_median_abs_cos_mlp"]),
+            f(&c["b2_median_abs_cos_pre"]),
+            e(&c["b3_norm_vs_score"]),
+            e(&c["b3_norm_vs_lifetime"]),
+            f(&c["b4_spearman"]),
+            c["b5_levels"]["levels"],
+            f(&c["b5_levels"]["frac_in_levels"]),
+            f(&c["b6_hidden_ratio"]),
+            f(&c["b6_key_ratio"]),
+            f(&c["b6_value_ratio"]),
+            f(&v["generation_tokens_per_s"]),
+        )?;
+        for fig in ["levels", "norm_scatter", "primary_vs_secondary"] {
+            let png = d.join(format!("{fig}.png"));
+            if png.exists() {
+                figures.push(png);
+            }
+        }
+    }
+    writeln!(md)?;
+    Ok(())
 }
