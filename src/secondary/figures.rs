@@ -8,6 +8,9 @@ use crate::plot::{Heatmap, Panel, PlotError, Series, Style, render, render_heatm
 use crate::stats::{Estimate, line_fit};
 use std::path::{Path, PathBuf};
 
+/// A set of (x, y) points.
+pub type Points = Vec<(f64, f64)>;
+
 /// Heat-map of (creation layer, lifetime) cells: $\log_{10}$ count, grey where empty.
 pub fn levels_heatmap(
     stem: &Path,
@@ -104,7 +107,7 @@ pub fn norm_scatters(
 }
 
 /// The (MLP norm, mean score) and (MLP norm, lifetime) points of a set of records.
-pub fn norm_points(recs: &[&SinkRecord]) -> (Vec<(f64, f64)>, Vec<(f64, f64)>) {
+pub fn norm_points(recs: &[&SinkRecord]) -> (Points, Points) {
     (
         recs.iter()
             .filter_map(|r| Some((r.mlp_out_norm_at_creation?, r.mean_score()?)))

@@ -212,10 +212,17 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
 
 /// Summarises the real-model runs found under `out/secondary/<model>/claims.json`
 /// (written by `sinklab secondary --model M --prompts F --generate N --out out/secondary/M`).
-fn real_models(ctx: &ReportCtx, md: &mut String, figures: &mut Vec<std::path::PathBuf>) -> Result<(), SectionError> {
+fn real_models(
+    ctx: &ReportCtx,
+    md: &mut String,
+    figures: &mut Vec<std::path::PathBuf>,
+) -> Result<(), SectionError> {
     let root = ctx.out_dir.join("secondary");
     let mut dirs: Vec<std::path::PathBuf> = match std::fs::read_dir(&root) {
-        Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("claims.json").exists()).collect(),
+        Ok(rd) => rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.join("claims.json").exists())
+            .collect(),
         Err(_) => Vec::new(),
     };
     dirs.sort();
@@ -229,28 +236,40 @@ fn real_models(ctx: &ReportCtx, md: &mut String, figures: &mut Vec<std::path::Pa
         )?;
         return Ok(());
     }
-    writeln!(md, "Real models (B1–B6; one row per run directory under `{}`):\n", root.display())?;
+    writeln!(
+        md,
+        "Real models (B1–B6; one row per run directory under `{}`):\n",
+        root.display()
+    )?;
     writeln!(
         md,
         "| model | seqs | bos_sink / secondary / noise | B1 middle-third frac | B2 median abs cos (MLP, pre-MLP) | B3 ρ(norm, score) | B3 ρ(norm, lifetime) | B4 ρ(primary, #secondary) | B5 levels (frac in levels) | B6 hidden / key / value ratio | gen tok/s |"
     )?;
     writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|")?;
     for d in &dirs {
-        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("claims.json"))?)?;
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join("claims.json"))?)?;
         let c = &v["claims"];
         let f = |x: &serde_json::Value| x.as_f64().map_or("n/a".to_string(), |y| format!("{y:.3}"));
         let e = |x: &serde_json::Value| {
             if x.is_null() {
                 "n/a".to_string()
             } else {
-                format!("{} [{}, {}] (n = {})", f(&x["value"]), f(&x["lo"]), f(&x["hi"]), x["n"])
+                format!(
+                    "{} [{}, {}] (n = {})",
+                    f(&x["value"]),
+                    f(&x["lo"]),
+                    f(&x["hi"]),
+                    x["n"]
+                )
             }
         };
         let lc = &c["label_counts"];
         writeln!(
             md,
             "| {} | {} | {} / {} / {} | {} | {}, {} | {} | {} | {} | {} ({}) | {} / {} / {} | {} |",
-            d.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned()),
+            d.file_name()
+                .map_or(String::new(), |n| n.to_string_lossy().into_owned()),
             c["sequences"],
             lc[0],
             lc[1],
