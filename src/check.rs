@@ -80,6 +80,7 @@ pub struct Theorem {
 }
 
 /// Every registered theorem check, in report order.
+#[allow(clippy::vec_init_then_push)] // modules push their entries one by one
 pub fn registry() -> Vec<Theorem> {
     use crate::switch::{self, Assumption};
     #[allow(unused_mut)]
@@ -124,6 +125,20 @@ pub fn registry() -> Vec<Theorem> {
         figure: "secondary_synthetic",
         default_cases: 64,
         run: crate::secondary::synthetic::check_monotone,
+        name: "oversmoothing_prediction",
+        claim: "A2",
+        statement: "one mixing step y_i = N(x_i + W(A_λX)_i), x_i iid N(μ,Σ): as n → ∞ the mean token cosine tends to ‖m‖²/(‖m‖²+tr BΣBᵀ) plus its delta-method correction, to O(ρ0/r²); finite-n error shrinks with n",
+        figure: "oversmoothing",
+        default_cases: 24,
+        run: crate::oversmoothing::checks::prediction_check,
+    });
+    v.push(Theorem {
+        name: "oversmoothing_sign",
+        claim: "A2",
+        statement: "dense smooths more than identity iff tr((I+W)Σ(I+W)ᵀ) > tr(Σ) (P-projected for LayerNorm), whenever the predicted gap is ≥ 0.02",
+        figure: "oversmoothing",
+        default_cases: 60,
+        run: crate::oversmoothing::checks::sign_check,
     });
     v
 }

@@ -9,6 +9,7 @@
 pub mod attention;
 pub mod check;
 pub mod linalg;
+pub mod oversmoothing;
 pub mod patterns;
 pub mod plot;
 pub mod report;

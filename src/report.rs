@@ -50,6 +50,7 @@ pub fn sections() -> Vec<(&'static str, SectionFn)> {
     let mut v: Vec<(&'static str, SectionFn)> = Vec::new();
     v.push(("switches", crate::switch::report_section));
     v.push(("secondary", crate::secondary::report::section));
+    v.push(("oversmoothing", crate::oversmoothing::section::section));
     v
 }
 
