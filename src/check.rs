@@ -125,6 +125,8 @@ pub fn registry() -> Vec<Theorem> {
         figure: "secondary_synthetic",
         default_cases: 64,
         run: crate::secondary::synthetic::check_monotone,
+    });
+    v.push(Theorem {
         name: "oversmoothing_prediction",
         claim: "A2",
         statement: "one mixing step y_i = N(x_i + W(A_λX)_i), x_i iid N(μ,Σ): as n → ∞ the mean token cosine tends to ‖m‖²/(‖m‖²+tr BΣBᵀ) plus its delta-method correction, to O(ρ0/r²); finite-n error shrinks with n",
