@@ -8,6 +8,7 @@
 
 pub mod attention;
 pub mod check;
+pub mod geometry;
 pub mod linalg;
 pub mod oversmoothing;
 pub mod patterns;
@@ -15,4 +16,9 @@ pub mod plot;
 pub mod report;
 pub mod secondary;
 pub mod stats;
+pub mod sweep;
+pub mod cost;
+pub mod fit;
+pub mod tasks;
+pub mod train;
 pub mod switch;

@@ -3,6 +3,9 @@
 use clap::{Parser, Subcommand};
 
 mod check;
+mod cost;
+mod sweep;
+mod train;
 mod report;
 mod secondary;
 
@@ -18,6 +21,14 @@ pub struct Cli {
 enum Command {
     /// Run the theorem checks (all, or one by name).
     Check(check::Args),
+    /// Minimal cost of a sink or diagonal pattern (THEORY §6).
+    Cost(cost::Args),
+    /// Run or resume a sweep spec (sims/<name>.toml): results.jsonl, fit.json, figures.
+    Sweep(sweep::Args),
+    /// Join sweep shards, then fit and plot.
+    Merge(sweep::MergeArgs),
+    /// Train one model on bigram-copy and report the pattern learned and its cost.
+    Train(train::Args),
     /// Run every check and default sim; write out/report.md and figures.
     Report(report::Args),
     /// Detect secondary attention sinks (paper B) in captured activations.
@@ -31,6 +42,10 @@ pub fn main() -> i32 {
         Command::Check(a) => check::run(a),
         Command::Report(a) => report::run(a),
         Command::Secondary(a) => secondary::run(a),
+        Command::Cost(a) => cost::run(a),
+        Command::Sweep(a) => sweep::run(a),
+        Command::Merge(a) => sweep::merge(a),
+        Command::Train(a) => train::run(a),
     };
     match r {
         Ok(code) => code,

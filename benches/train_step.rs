@@ -1,0 +1,76 @@
+//! Training-step benchmark, side by side with PyTorch (same model, same batch, f32, CPU):
+//! d = 64, T = 64, batch 32, one layer, factored attention (r = 64) + ReLU MLP (256), vocab 64.
+//! Runs our step, then `benches/train_step_torch.py` with the venv's Python
+//! (`SINKLAB_PYTHON`, default /work/venv/bin/python), and prints the ratio.
+//!
+//! `cargo bench --bench train_step`
+
+use rand::{RngExt, SeedableRng};
+use sinklab::train::adamw::AdamW;
+use sinklab::train::{AttnForm, Model, ModelConfig};
+use std::time::Instant;
+
+fn main() {
+    let (d, t, b, vocab) = (64, 64, 32, 64);
+    let cfg = ModelConfig {
+        vocab,
+        d,
+        max_len: t,
+        layers: 1,
+        attn: AttnForm::Factored { r: 64 },
+        mlp_hidden: 256,
+        mask_bos_key: false,
+        init_scale: 1.0,
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+    let mut model: Model<f32> = Model::new(cfg, &mut rng).expect("model");
+    let mut opt = AdamW::new(&model.params, 1e-3, 1e-2);
+    let toks: Vec<u32> = (0..b * t)
+        .map(|_| rng.random_range(0..vocab as u32))
+        .collect();
+    let w: Vec<f64> = (0..b * t)
+        .map(|r| if r % t + 1 < t { 1.0 } else { 0.0 })
+        .collect();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .expect("pool");
+    let mut step = || {
+        let cache = model.forward(&toks, b, t).expect("forward");
+        let g = model.backward(&cache, &w);
+        opt.step(&mut model.params, &g, &model.decay);
+    };
+    let (warm, n) = (5, 100);
+    let ours = pool.install(|| {
+        for _ in 0..warm {
+            step();
+        }
+        let t0 = Instant::now();
+        for _ in 0..n {
+            step();
+        }
+        n as f64 / t0.elapsed().as_secs_f64()
+    });
+    println!(
+        "{{\"impl\": \"sinklab\", \"threads\": 2, \"steps\": {n}, \"steps_per_s\": {ours:.3}}}"
+    );
+    let py = std::env::var("SINKLAB_PYTHON").unwrap_or_else(|_| "/work/venv/bin/python".into());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/train_step_torch.py");
+    match std::process::Command::new(&py)
+        .args([script, "--steps", "50"])
+        .output()
+    {
+        Ok(o) if o.status.success() => {
+            let line = String::from_utf8_lossy(&o.stdout);
+            println!("{}", line.trim());
+            let v: serde_json::Value = serde_json::from_str(line.trim()).expect("baseline JSON");
+            let theirs = v["steps_per_s"].as_f64().unwrap_or(f64::NAN);
+            println!(
+                "ratio sinklab / pytorch steps per second: {:.2}",
+                ours / theirs
+            );
+        }
+        Ok(o) => println!("baseline failed: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => println!("baseline not run ({py}: {e}); sinklab alone: {ours:.2} steps/s"),
+    }
+}

@@ -1,0 +1,118 @@
+//! `sinklab cost --pattern sink|diagonal --norm fro|nuclear --embedding orthonormal|gaussian
+//! --t T [--d D] [--delta X | --eps E] [--seed S] [--json]`: one minimal cost (THEORY §6).
+
+use anyhow::{Context, Result, bail};
+use sinklab::cost::{
+    CostQuery, EmbeddingKind, NormKind, Pattern, SolveOptions, delta_eps, fro_orthonormal,
+    nuclear_witness, solve_query,
+};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Pattern of the off-queries.
+    #[arg(long, value_enum)]
+    pattern: Pattern,
+    /// Cost definition.
+    #[arg(long, value_enum)]
+    norm: NormKind,
+    /// Embedding family.
+    #[arg(long, value_enum, default_value_t = EmbeddingKind::Orthonormal)]
+    embedding: EmbeddingKind,
+    /// Context length T (positions 0..T-1, position 0 is the sink).
+    #[arg(long)]
+    t: usize,
+    /// Embedding dimension (default: T).
+    #[arg(long)]
+    d: Option<usize>,
+    /// Required logit gap Δ.
+    #[arg(long, conflicts_with = "eps")]
+    delta: Option<f64>,
+    /// Leak ε: Δ = ln((T−1)(1−ε)/ε), so every row puts mass ≥ 1−ε on its target (default 0.01).
+    #[arg(long)]
+    eps: Option<f64>,
+    /// Seed of the embeddings.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Relative duality gap at which the solver stops.
+    #[arg(long, default_value_t = 1e-3)]
+    tol: f64,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> Result<i32> {
+    if a.t < 2 {
+        bail!("--t must be at least 2");
+    }
+    if !(a.tol > 0.0 && a.tol < 1.0) {
+        bail!("--tol must lie in (0, 1)");
+    }
+    let d = a.d.unwrap_or(a.t);
+    let delta = match (a.delta, a.eps) {
+        (Some(x), _) => x,
+        (None, e) => delta_eps(a.t - 1, e.unwrap_or(0.01))?,
+    };
+    let q = CostQuery {
+        pattern: a.pattern,
+        norm: a.norm,
+        embedding: a.embedding,
+        t: a.t,
+        d,
+        delta,
+        seed: a.seed,
+    };
+    let opts = SolveOptions {
+        rel_gap: a.tol,
+        ..SolveOptions::default()
+    };
+    let sol = solve_query(&q, opts).context("solving the gap program")?;
+    let reference = match (a.embedding, a.norm) {
+        (EmbeddingKind::Orthonormal, NormKind::Fro) => {
+            Some(("closed_form", fro_orthonormal(a.t, delta)))
+        }
+        (EmbeddingKind::Orthonormal, NormKind::Nuclear) => Some((
+            "witness_upper_bound",
+            nuclear_witness(a.pattern, a.t, delta),
+        )),
+        _ => None,
+    };
+    if a.json {
+        let mut v = serde_json::to_value(q)?;
+        let s = serde_json::to_value(&sol)?;
+        if let (Some(o), serde_json::Value::Object(so)) = (v.as_object_mut(), s) {
+            o.extend(so);
+            if let Some((k, r)) = reference {
+                o.insert(k.to_string(), serde_json::json!(r));
+            }
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else if sol.feasible {
+        println!(
+            "{} {} cost ({} embeddings, T = {}, d = {d}, Δ = {delta:.6}): {:.6}  (certified bracket [{:.6}, {:.6}], relative gap {:.2e}, {} iterations, rank {})",
+            a.pattern,
+            a.norm,
+            a.embedding,
+            a.t,
+            sol.value.unwrap_or(f64::NAN),
+            sol.lower.unwrap_or(f64::NAN),
+            sol.value.unwrap_or(f64::NAN),
+            sol.rel_gap.unwrap_or(f64::NAN),
+            sol.iterations,
+            sol.rank.unwrap_or(0),
+        );
+        if let Some((k, r)) = reference {
+            println!("{k}: {r:.6}");
+        }
+    } else {
+        let c = sol.certificate.as_ref();
+        println!(
+            "infeasible: the half-space conditions fail; certificate with {} convex weights, ‖Σλ A‖_F = {:.3e} (scale {:.3e}, verified {})",
+            c.map_or(0, |c| c.weights.len()),
+            c.map_or(f64::NAN, |c| c.residual),
+            c.map_or(f64::NAN, |c| c.scale),
+            c.is_some_and(|c| c.verified)
+        );
+    }
+    Ok(0)
+}

@@ -1,0 +1,98 @@
+//! `sinklab sweep sims/<name>.toml [--out DIR] [--shard i/N] [--threads K]` and
+//! `sinklab merge --out DIR SHARD_DIR...`.
+
+use anyhow::{Context, Result};
+use sinklab::sweep::{self, Shard, SweepSpec};
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Sweep spec (TOML).
+    spec: PathBuf,
+    /// Output directory (default: sweeps/<spec stem>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Run only shard i of N (0-based), e.g. `--shard $SLURM_ARRAY_TASK_ID/8`.
+    #[arg(long)]
+    shard: Option<Shard>,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Skip fit.json and figures (e.g. in shards; run `sinklab merge` afterwards).
+    #[arg(long)]
+    no_analysis: bool,
+    /// Seed of the bootstrap.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct MergeArgs {
+    /// Shard directories (or results.jsonl files) to join.
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+    /// Output directory: results.jsonl, fit.json, figures/.
+    #[arg(long)]
+    out: PathBuf,
+    /// Bootstrap resamples.
+    #[arg(long, default_value_t = 2000)]
+    bootstrap: usize,
+    /// Seed of the bootstrap.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+pub fn run(a: Args) -> Result<i32> {
+    let spec = SweepSpec::load(&a.spec)?;
+    let out = a.out.clone().unwrap_or_else(|| {
+        PathBuf::from("sweeps").join(
+            a.spec
+                .file_stem()
+                .map_or_else(|| spec.name.clone().into(), |s| s.to_os_string()),
+        )
+    });
+    let go = || sweep::run(&spec, &out, a.shard, true);
+    let summary = match a.threads {
+        Some(k) => rayon::ThreadPoolBuilder::new()
+            .num_threads(k.max(1))
+            .build()
+            .context("building the thread pool")?
+            .install(go)?,
+        None => go()?,
+    };
+    eprintln!(
+        "{}: {} points{}, {} already done, {} computed → {}",
+        spec.name,
+        summary.total,
+        a.shard.map_or(String::new(), |s| format!(
+            " in shard {}/{}",
+            s.index, s.count
+        )),
+        summary.skipped,
+        summary.computed,
+        out.join("results.jsonl").display()
+    );
+    if !a.no_analysis {
+        let (fits, figs) = sweep::analyze(&out, &out.join("figures"), spec.bootstrap, a.seed)?;
+        println!("{}", sweep::verdict_markdown(&fits));
+        for f in figs {
+            eprintln!("wrote {}", f.display());
+        }
+        eprintln!("wrote {}", out.join("fit.json").display());
+    }
+    Ok(0)
+}
+
+pub fn merge(a: MergeArgs) -> Result<i32> {
+    let n = sweep::merge(&a.inputs, &a.out)?;
+    eprintln!(
+        "merged {n} records into {}",
+        a.out.join("results.jsonl").display()
+    );
+    let (fits, figs) = sweep::analyze(&a.out, &a.out.join("figures"), a.bootstrap, a.seed)?;
+    println!("{}", sweep::verdict_markdown(&fits));
+    for f in figs {
+        eprintln!("wrote {}", f.display());
+    }
+    Ok(0)
+}

@@ -1,0 +1,374 @@
+//! Training small transformers on the §10 tasks with AdamW, and reading off
+//! which pattern the off-queries learn (sink or diagonal) and what it costs.
+//!
+//! - [`kernels`]: the matmul every product goes through (GPU backends swap it);
+//! - [`model`]: the 1–3 layer model, forward and hand-written backward;
+//! - [`adamw`]: the optimiser;
+//! - this module: the loop, the evaluation and the report of one run.
+//!
+//! Training runs in `f32` (the speed path, compared to PyTorch in f32);
+//! gradients are checked in `f64` against central finite differences.
+
+pub mod adamw;
+pub mod kernels;
+pub mod model;
+
+pub use kernels::Real;
+pub use model::{AttnForm, Model, ModelConfig, ModelError};
+
+use crate::linalg;
+use crate::tasks::{BigramCopy, CopyPaste, Sequence, SourceFamily, TaskError};
+use faer::Mat;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
+
+/// Errors of a training run.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// Bad configuration.
+    #[error("invalid training configuration: {0}")]
+    Invalid(String),
+    /// Task error.
+    #[error(transparent)]
+    Task(#[from] TaskError),
+    /// Model error.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The loss became NaN or infinite.
+    #[error("training diverged at step {0} (loss {1})")]
+    Diverged(usize, f64),
+}
+
+/// The task trained on.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TaskSpec {
+    /// Bigram-copy with `n` tokens, `k` triggers, Dirichlet(`alpha`) rows.
+    BigramCopy {
+        /// Vocabulary without BOS.
+        n: usize,
+        /// Triggers.
+        k: usize,
+        /// Dirichlet concentration.
+        alpha: f64,
+    },
+    /// Copy-paste with a source family.
+    CopyPaste {
+        /// Vocabulary without BOS.
+        n: usize,
+        /// Triggers.
+        k: usize,
+        /// Source family.
+        family: SourceFamily,
+    },
+}
+
+/// One training run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    /// Task.
+    pub task: TaskSpec,
+    /// Sequence length $T$ (BOS included).
+    pub t: usize,
+    /// Width $d$.
+    pub d: usize,
+    /// Layers (1–3).
+    pub layers: usize,
+    /// Attention form.
+    pub attn: AttnForm,
+    /// MLP hidden width (0: none).
+    pub mlp_hidden: usize,
+    /// Sequences start with BOS.
+    pub bos: bool,
+    /// Mask the BOS key for queries $i \ge 1$.
+    pub mask_bos_key: bool,
+    /// Sequences per step.
+    pub batch: usize,
+    /// Optimiser steps.
+    pub steps: usize,
+    /// Learning rate.
+    pub lr: f64,
+    /// Decoupled weight decay.
+    pub weight_decay: f64,
+    /// Seed of the task, the initialisation and the batches.
+    pub seed: u64,
+    /// Sequences in the evaluation set.
+    pub eval_batch: usize,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            task: TaskSpec::BigramCopy {
+                n: 16,
+                k: 2,
+                alpha: 0.3,
+            },
+            t: 32,
+            d: 32,
+            layers: 1,
+            attn: AttnForm::Factored { r: 32 },
+            mlp_hidden: 0,
+            bos: true,
+            mask_bos_key: false,
+            batch: 16,
+            steps: 400,
+            lr: 1e-2,
+            weight_decay: 1e-2,
+            seed: 0,
+            eval_batch: 64,
+        }
+    }
+}
+
+/// What the off-queries attend to, averaged over off-queries $i \ge 2$ of the eval set.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PatternScores {
+    /// Mean $A_{i0}$ (sink on position 0).
+    pub sink: f64,
+    /// Mean $A_{ii}$ (diagonal).
+    pub diagonal: f64,
+    /// Mean $A_{i,i-1}$ (previous token).
+    pub previous: f64,
+    /// Mean attention on the first key a query may see (position 1 when the BOS key is masked).
+    pub first_visible: f64,
+    /// `sink`, `diagonal`, `first_visible`, `previous` or `mixed` (largest score ≥ 0.5, else mixed).
+    pub learned: String,
+}
+
+/// Costs of one trained layer (§1 definitions).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct LayerCosts {
+    /// $\|W_{QK}\|_F$.
+    pub qk_fro: f64,
+    /// $\|W_{QK}\|_*$.
+    pub qk_nuclear: f64,
+    /// $\tfrac12(\|W_Q\|_F^2 + \|W_K\|_F^2)$ (factored form only).
+    pub qk_weight_decay: Option<f64>,
+    /// $\|W_{VO}\|_F$.
+    pub vo_fro: f64,
+    /// $\|W_{VO}\|_*$.
+    pub vo_nuclear: f64,
+}
+
+/// The report of one run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TrainReport {
+    /// The configuration.
+    pub config: TrainConfig,
+    /// (step, training loss) every few steps.
+    pub loss_curve: Vec<(usize, f64)>,
+    /// Final eval loss.
+    pub eval_loss: f64,
+    /// Argmax accuracy on on-queries (copy).
+    pub acc_on: f64,
+    /// Argmax accuracy on off-queries.
+    pub acc_off: f64,
+    /// Bayes-optimal accuracy on off-queries (argmax of the true next-token law), bigram-copy only.
+    pub acc_off_bayes: Option<f64>,
+    /// Pattern of the off-queries, per layer.
+    pub patterns: Vec<PatternScores>,
+    /// Pattern of the on-queries (should be `previous` on bigram-copy), per layer.
+    pub on_patterns: Vec<PatternScores>,
+    /// Costs per layer.
+    pub costs: Vec<LayerCosts>,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+}
+
+enum Task {
+    Bigram(BigramCopy),
+    Copy(CopyPaste),
+}
+
+impl Task {
+    fn sample(&self, t: usize, bos: bool, rng: &mut StdRng) -> Sequence {
+        match self {
+            Task::Bigram(b) => b.sample(t, bos, rng),
+            Task::Copy(c) => c.sample(t, bos, rng),
+        }
+    }
+    fn vocab(&self) -> usize {
+        match self {
+            Task::Bigram(b) => b.n + 1,
+            Task::Copy(c) => c.n + 1,
+        }
+    }
+}
+
+fn batch(task: &Task, cfg: &TrainConfig, n: usize, rng: &mut StdRng) -> (Vec<u32>, Vec<Sequence>) {
+    let seqs: Vec<Sequence> = (0..n).map(|_| task.sample(cfg.t, cfg.bos, rng)).collect();
+    let toks = seqs.iter().flat_map(|s| s.tokens.iter().copied()).collect();
+    (toks, seqs)
+}
+
+fn weights(t: usize, n: usize) -> Vec<f64> {
+    (0..n * t)
+        .map(|r| if r % t + 1 < t { 1.0 } else { 0.0 })
+        .collect()
+}
+
+fn scores(
+    cache: &model::Cache<f32>,
+    seqs: &[Sequence],
+    l: usize,
+    on: bool,
+    first_visible: usize,
+) -> PatternScores {
+    let (mut s, mut dg, mut pv, mut fv, mut n) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for (b, seq) in seqs.iter().enumerate() {
+        for i in 2..seq.queries() {
+            if seq.source[i].is_some() == on {
+                s += cache.attention(l, b, i, 0);
+                dg += cache.attention(l, b, i, i);
+                pv += cache.attention(l, b, i, i - 1);
+                fv += cache.attention(l, b, i, first_visible);
+                n += 1.0;
+            }
+        }
+    }
+    let n = f64::max(n, 1.0);
+    let (s, dg, pv, fv) = (s / n, dg / n, pv / n, fv / n);
+    let mut best = [
+        ("sink", s),
+        ("diagonal", dg),
+        ("previous", pv),
+        ("first_visible", fv),
+    ];
+    if first_visible == 0 {
+        best[3].1 = 0.0;
+    }
+    let (name, val) = best
+        .iter()
+        .copied()
+        .fold(("mixed", 0.0), |a, b| if b.1 > a.1 { b } else { a });
+    PatternScores {
+        sink: s,
+        diagonal: dg,
+        previous: pv,
+        first_visible: fv,
+        learned: if val >= 0.5 {
+            name.to_string()
+        } else {
+            "mixed".to_string()
+        },
+    }
+}
+
+fn to_f64(m: &Mat<f32>) -> Mat<f64> {
+    Mat::from_fn(m.nrows(), m.ncols(), |i, j| m[(i, j)] as f64)
+}
+
+/// Trains one model (f32) and evaluates it; `progress(step, loss)` is called every log step.
+pub fn train(
+    cfg: &TrainConfig,
+    mut progress: impl FnMut(usize, f64),
+) -> Result<TrainReport, TrainError> {
+    let start = std::time::Instant::now();
+    if cfg.t < 4 || cfg.batch == 0 || cfg.steps == 0 || cfg.eval_batch == 0 {
+        return Err(TrainError::Invalid(format!(
+            "need t >= 4, batch, steps, eval_batch >= 1: {cfg:?}"
+        )));
+    }
+    if !(cfg.lr > 0.0 && cfg.weight_decay >= 0.0) {
+        return Err(TrainError::Invalid(
+            "lr must be > 0 and weight_decay >= 0".into(),
+        ));
+    }
+    let mut rng = StdRng::seed_from_u64(cfg.seed);
+    let task = match cfg.task {
+        TaskSpec::BigramCopy { n, k, alpha } => {
+            Task::Bigram(BigramCopy::new(n, k, alpha, &mut rng)?)
+        }
+        TaskSpec::CopyPaste { n, k, family } => Task::Copy(CopyPaste::new(n, k, family)?),
+    };
+    let mcfg = ModelConfig {
+        vocab: task.vocab(),
+        d: cfg.d,
+        max_len: cfg.t,
+        layers: cfg.layers,
+        attn: cfg.attn,
+        mlp_hidden: cfg.mlp_hidden,
+        mask_bos_key: cfg.mask_bos_key,
+        init_scale: 1.0,
+    };
+    let mut model: Model<f32> = Model::new(mcfg, &mut rng)?;
+    let mut opt = adamw::AdamW::new(&model.params, cfg.lr, cfg.weight_decay);
+    let w = weights(cfg.t, cfg.batch);
+    let log_every = (cfg.steps / 50).max(1);
+    let mut curve = Vec::new();
+    for step in 0..cfg.steps {
+        let (toks, _) = batch(&task, cfg, cfg.batch, &mut rng);
+        let cache = model.forward(&toks, cfg.batch, cfg.t)?;
+        let grads = model.backward(&cache, &w);
+        if step % log_every == 0 || step + 1 == cfg.steps {
+            let loss = model.loss(&cache, &w);
+            if !loss.is_finite() {
+                return Err(TrainError::Diverged(step, loss));
+            }
+            curve.push((step, loss));
+            progress(step, loss);
+        }
+        opt.step(&mut model.params, &grads, &model.decay);
+    }
+    // Evaluation on a fresh set drawn from a derived seed.
+    let mut erng = StdRng::seed_from_u64(cfg.seed ^ 0x9E37_79B9_7F4A_7C15);
+    let (toks, seqs) = batch(&task, cfg, cfg.eval_batch, &mut erng);
+    let cache = model.forward(&toks, cfg.eval_batch, cfg.t)?;
+    let eval_loss = model.loss(&cache, &weights(cfg.t, cfg.eval_batch));
+    let (mut on_ok, mut on_n, mut off_ok, mut off_n, mut bayes_ok) =
+        (0.0f64, 0.0f64, 0.0f64, 0.0f64, 0.0f64);
+    for (b, s) in seqs.iter().enumerate() {
+        for i in 1..s.queries() {
+            let r = b * cfg.t + i;
+            let hit = f64::from(model.predict(&cache, r) == s.tokens[i + 1]);
+            if s.source[i].is_some() {
+                on_ok += hit;
+                on_n += 1.0;
+            } else {
+                off_ok += hit;
+                off_n += 1.0;
+                if let Task::Bigram(bg) = &task
+                    && s.tokens[i] != crate::tasks::BOS
+                {
+                    let row = &bg.p[s.tokens[i] as usize - 1];
+                    let arg = (0..row.len()).fold(0, |a, c| if row[c] > row[a] { c } else { a });
+                    bayes_ok += f64::from(arg as u32 + 1 == s.tokens[i + 1]);
+                }
+            }
+        }
+    }
+    let first_visible = usize::from(cfg.mask_bos_key);
+    let patterns = (0..cfg.layers)
+        .map(|l| scores(&cache, &seqs, l, false, first_visible))
+        .collect();
+    let on_patterns = (0..cfg.layers)
+        .map(|l| scores(&cache, &seqs, l, true, first_visible))
+        .collect();
+    let costs = (0..cfg.layers)
+        .map(|l| {
+            let qk = to_f64(&model.w_qk(l));
+            let vo = to_f64(&model.w_vo(l));
+            LayerCosts {
+                qk_fro: linalg::fro_norm(qk.as_ref()),
+                qk_nuclear: linalg::nuclear_norm(qk.as_ref()),
+                qk_weight_decay: model.qk_weight_decay(l),
+                vo_fro: linalg::fro_norm(vo.as_ref()),
+                vo_nuclear: linalg::nuclear_norm(vo.as_ref()),
+            }
+        })
+        .collect();
+    Ok(TrainReport {
+        config: cfg.clone(),
+        loss_curve: curve,
+        eval_loss,
+        acc_on: on_ok / on_n.max(1.0),
+        acc_off: off_ok / off_n.max(1.0),
+        acc_off_bayes: matches!(task, Task::Bigram(_)).then(|| bayes_ok / off_n.max(1.0)),
+        patterns,
+        on_patterns,
+        costs,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}

@@ -1,0 +1,278 @@
+//! The sweep engine end to end through the built binary: results, fit and
+//! figures; resume recomputes nothing; SIGKILL never corrupts the file and a
+//! rerun completes only the missing points; shards merge into the full set.
+
+use sinklab::sweep::{SweepSpec, read_results};
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SPEC: &str = r#"
+name = "tiny"
+bootstrap = 200
+[[exact]]
+patterns = ["sink", "diagonal"]
+norms = ["fro", "nuclear"]
+embeddings = ["orthonormal", "gaussian"]
+t = [4, 6, 8, 12, 16, 24]
+d_factor = 2
+seeds = [0, 1, 2]
+delta = 5.0
+"#;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sinklab"))
+}
+
+fn write_spec(dir: &Path) -> std::path::PathBuf {
+    let p = dir.join("tiny.toml");
+    std::fs::write(&p, SPEC).unwrap();
+    p
+}
+
+fn n_points() -> usize {
+    SweepSpec::from_toml(SPEC).unwrap().points().len()
+}
+
+#[test]
+fn sweep_then_resume_recomputes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write_spec(tmp.path());
+    let out = tmp.path().join("out");
+    let st = bin()
+        .args([
+            "sweep",
+            spec.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--threads",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let recs = read_results(&out.join("results.jsonl")).unwrap();
+    assert_eq!(recs.len(), n_points());
+    assert!(
+        recs.iter().all(|r| r.value.is_some_and(|v| v > 0.0)),
+        "every point feasible and solved"
+    );
+    for f in [
+        "fit.json",
+        "figures/cost_scaling.svg",
+        "figures/cost_scaling.png",
+        "figures/cost_ratio.png",
+    ] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let fits: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("fit.json")).unwrap()).unwrap();
+    assert_eq!(
+        fits.as_array().unwrap().len(),
+        8,
+        "2 embeddings × 2 norms × 2 patterns"
+    );
+    let before = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    let st = bin()
+        .args([
+            "sweep",
+            spec.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert!(
+        err.contains(&format!("{} already done, 0 computed", n_points())),
+        "{err}"
+    );
+    assert_eq!(
+        before,
+        std::fs::read_to_string(out.join("results.jsonl")).unwrap(),
+        "file unchanged"
+    );
+}
+
+#[test]
+fn sigkill_loses_at_most_points_in_flight() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write_spec(tmp.path());
+    let out = tmp.path().join("out");
+    let res = out.join("results.jsonl");
+    let mut child = bin()
+        .args([
+            "sweep",
+            spec.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--threads",
+            "1",
+            "--no-analysis",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    // Wait until a few points are finished, then SIGKILL (Child::kill sends SIGKILL on Unix).
+    loop {
+        let lines = std::fs::read_to_string(&res)
+            .map(|s| s.lines().count())
+            .unwrap_or(0);
+        if lines >= 3 || start.elapsed() > Duration::from_secs(120) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let text = std::fs::read_to_string(&res).unwrap();
+    // Every complete line parses; at most the last one may be partial.
+    let complete: Vec<&str> = text
+        .split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
+        .collect();
+    for l in &complete {
+        serde_json::from_str::<serde_json::Value>(l.trim_end()).expect("complete lines parse");
+    }
+    let killed_with = read_results(&res).unwrap();
+    assert!(killed_with.len() >= 3);
+    assert!(
+        killed_with.len() < n_points(),
+        "the run must have been interrupted (largest points run first)"
+    );
+    let seconds: HashMap<String, f64> = killed_with
+        .iter()
+        .map(|r| (r.id.clone(), r.seconds))
+        .collect();
+    // Rerun: completes, and the records finished before the kill are kept byte for byte.
+    let st = bin()
+        .args([
+            "sweep",
+            spec.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--no-analysis",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert!(
+        err.contains(&format!("{} already done", killed_with.len())),
+        "{err}"
+    );
+    let text2 = std::fs::read_to_string(&res).unwrap();
+    assert!(text2.ends_with('\n'));
+    assert_eq!(
+        text2.lines().count(),
+        n_points(),
+        "no duplicates, no partial line left"
+    );
+    let all = read_results(&res).unwrap();
+    assert_eq!(all.len(), n_points());
+    for r in &all {
+        if let Some(s) = seconds.get(&r.id) {
+            assert_eq!(*s, r.seconds, "{} was recomputed", r.id);
+        }
+    }
+}
+
+#[test]
+fn partial_last_line_is_tolerated_and_recomputed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write_spec(tmp.path());
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("results.jsonl"), "{\"id\":\"exact/sink/fro/orth").unwrap();
+    assert!(read_results(&out.join("results.jsonl")).unwrap().is_empty());
+    let st = bin()
+        .args([
+            "sweep",
+            spec.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--no-analysis",
+        ])
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    let text = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    assert_eq!(text.lines().count(), n_points());
+    assert!(
+        text.lines()
+            .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok())
+    );
+}
+
+#[test]
+fn shards_merge_into_the_full_sweep() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write_spec(tmp.path());
+    let mut dirs = Vec::new();
+    for i in 0..3 {
+        let d = tmp.path().join(format!("shard{i}"));
+        let st = bin()
+            .args([
+                "sweep",
+                spec.to_str().unwrap(),
+                "--out",
+                d.to_str().unwrap(),
+                "--shard",
+                &format!("{i}/3"),
+                "--no-analysis",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            st.status.success(),
+            "{}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+        let n = read_results(&d.join("results.jsonl")).unwrap().len();
+        assert!(n > 0 && n < n_points());
+        dirs.push(d);
+    }
+    let merged = tmp.path().join("merged");
+    let mut args = vec![
+        "merge".to_string(),
+        "--out".into(),
+        merged.display().to_string(),
+    ];
+    args.extend(dirs.iter().map(|d| d.display().to_string()));
+    let st = bin().args(&args).output().unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let recs = read_results(&merged.join("results.jsonl")).unwrap();
+    let mut ids: Vec<String> = recs.iter().map(|r| r.id.clone()).collect();
+    ids.sort();
+    let mut want: Vec<String> = SweepSpec::from_toml(SPEC)
+        .unwrap()
+        .points()
+        .iter()
+        .map(|p| p.id())
+        .collect();
+    want.sort();
+    assert_eq!(ids, want);
+    assert!(merged.join("fit.json").exists());
+    // Bad shard strings are rejected by the CLI.
+    let st = bin()
+        .args(["sweep", spec.to_str().unwrap(), "--shard", "3/3"])
+        .output()
+        .unwrap();
+    assert!(!st.status.success());
+}

@@ -1,0 +1,152 @@
+//! Hand-written gradients of the training model against central finite
+//! differences (f64), for every parameter tensor, in direct and factored
+//! form, 1–3 layers, with and without MLP and BOS-key mask; and AdamW.
+
+use faer::Mat;
+use rand::RngExt;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use sinklab::train::adamw::AdamW;
+use sinklab::train::{AttnForm, Model, ModelConfig};
+
+fn check(cfg: ModelConfig, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let model: Model<f64> = Model::new(cfg, &mut rng).unwrap();
+    let (b, t) = (2, 5);
+    let toks: Vec<u32> = (0..b * t)
+        .map(|r| {
+            if r % t == 0 {
+                0
+            } else {
+                rng.random_range(1..cfg.vocab as u32)
+            }
+        })
+        .collect();
+    let w: Vec<f64> = (0..b * t)
+        .map(|r| {
+            if r % t + 1 < t {
+                1.0 + (r % 3) as f64
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let cache = model.forward(&toks, b, t).unwrap();
+    let grads = model.backward(&cache, &w);
+    let h = 1e-5;
+    let mut worst: f64 = 0.0;
+    for (k, p) in model.params.iter().enumerate() {
+        for _ in 0..6 {
+            let (i, j) = (
+                rng.random_range(0..p.nrows()),
+                rng.random_range(0..p.ncols()),
+            );
+            let mut mp = model.clone();
+            mp.params[k][(i, j)] += h;
+            let lp = mp.loss(&mp.forward(&toks, b, t).unwrap(), &w);
+            mp.params[k][(i, j)] -= 2.0 * h;
+            let lm = mp.loss(&mp.forward(&toks, b, t).unwrap(), &w);
+            let fd = (lp - lm) / (2.0 * h);
+            let an = grads[k][(i, j)];
+            // Central differences: truncation O(h²·|L'''|) ≈ 1e-10 and rounding ≈ ε/h ≈ 1e-11;
+            // 1e-6 absolute + 1e-5 relative sits well above both and far below any real bug.
+            let err = (fd - an).abs();
+            worst = worst.max(err / (1e-6 + 1e-5 * an.abs().max(fd.abs())));
+            assert!(
+                err <= 1e-6 + 1e-5 * an.abs().max(fd.abs()),
+                "{} ({i},{j}): fd {fd} vs analytic {an} [{cfg:?}]",
+                model.names[k]
+            );
+        }
+    }
+    assert!(worst.is_finite());
+}
+
+fn cfg(layers: usize, attn: AttnForm, mlp: usize, mask: bool) -> ModelConfig {
+    ModelConfig {
+        vocab: 7,
+        d: 6,
+        max_len: 8,
+        layers,
+        attn,
+        mlp_hidden: mlp,
+        mask_bos_key: mask,
+        init_scale: 1.0,
+    }
+}
+
+#[test]
+fn gradients_match_finite_differences() {
+    check(cfg(1, AttnForm::Factored { r: 3 }, 0, false), 1);
+    check(cfg(1, AttnForm::Direct, 5, false), 2);
+    check(cfg(2, AttnForm::Factored { r: 4 }, 5, true), 3);
+    check(cfg(3, AttnForm::Direct, 0, true), 4);
+    check(cfg(3, AttnForm::Factored { r: 2 }, 4, false), 5);
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let mut rng = StdRng::seed_from_u64(0);
+    assert!(Model::<f64>::new(cfg(4, AttnForm::Direct, 0, false), &mut rng).is_err());
+    let m: Model<f64> = Model::new(cfg(1, AttnForm::Direct, 0, false), &mut rng).unwrap();
+    assert!(m.forward(&[0, 1, 99], 1, 3).is_err());
+    assert!(m.forward(&[0, 1, 2], 2, 3).is_err());
+}
+
+#[test]
+fn adamw_decays_and_descends() {
+    // On f(θ) = ½θ², Adam's first step moves by lr·sign(g); decay shrinks θ by lr·λ·θ.
+    let mut p = vec![Mat::from_fn(1, 1, |_, _| 2.0f64)];
+    let g = vec![Mat::from_fn(1, 1, |_, _| 2.0f64)];
+    let mut opt = AdamW::new(&p, 0.1, 0.5);
+    opt.step(&mut p, &g, &[true]);
+    let expect = 2.0 * (1.0 - 0.1 * 0.5) - 0.1 * 1.0 / (1.0 + 1e-8 / 2.0);
+    assert!((p[0][(0, 0)] - expect).abs() < 1e-9, "{}", p[0][(0, 0)]);
+    let mut q = vec![Mat::from_fn(1, 1, |_, _| 2.0f64)];
+    let mut opt2 = AdamW::new(&q, 0.1, 0.5);
+    opt2.step(&mut q, &g, &[false]);
+    assert!((q[0][(0, 0)] - 1.9).abs() < 1e-6);
+}
+
+/// Emergence (§10 bigram-copy): with the BOS key visible, the off-queries of a trained
+/// one-layer model route to the sink while the on-queries attend to the previous token.
+/// Measured with this seed: sink score 0.64, on-query accuracy 0.96 (Bayes-level off-accuracy).
+#[test]
+fn sink_emerges_with_bos() {
+    use sinklab::train::{TaskSpec, TrainConfig, train};
+    let cfg = TrainConfig {
+        task: TaskSpec::BigramCopy {
+            n: 8,
+            k: 2,
+            alpha: 0.3,
+        },
+        t: 24,
+        d: 24,
+        attn: AttnForm::Factored { r: 24 },
+        batch: 32,
+        steps: 800,
+        lr: 5e-3,
+        ..TrainConfig::default()
+    };
+    let r = train(&cfg, |_, _| {}).unwrap();
+    let p = &r.patterns[0];
+    assert!(r.acc_on > 0.9, "copy rule not learned: {}", r.acc_on);
+    assert!(p.sink > 0.5 && p.learned == "sink", "{p:?}");
+    assert!(r.on_patterns[0].previous > 0.5, "{:?}", r.on_patterns[0]);
+    assert!(
+        r.loss_curve.last().unwrap().1 < r.loss_curve[0].1,
+        "loss must decrease"
+    );
+    // With the BOS key masked, no query i ≥ 1 can put mass on position 0.
+    let masked = TrainConfig {
+        mask_bos_key: true,
+        steps: 50,
+        ..cfg
+    };
+    let m = train(&masked, |_, _| {}).unwrap();
+    assert!(
+        m.patterns[0].sink < 1e-6 && m.patterns[0].learned != "sink",
+        "{:?}",
+        m.patterns[0]
+    );
+}
