@@ -124,6 +124,8 @@ pub fn registry() -> Vec<Theorem> {
         figure: "secondary_synthetic",
         default_cases: 64,
         run: crate::secondary::synthetic::check_monotone,
+    });
+    v.push(Theorem {
         name: "cost_closed_form",
         claim: "A5",
         statement: "The minimal-norm gap programs of §6 match the Frobenius closed form Δ√(T−H_T) on orthonormal embeddings, lie between it and the nuclear witnesses, and agree with an independent solver",
