@@ -50,5 +50,10 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+criterion_group! {
+    name = benches;
+    // Criterion's plot backend panics on this machine (no font for its PDF/SVG plots).
+    config = Criterion::default().without_plots();
+    targets = bench
+}
 criterion_main!(benches);
