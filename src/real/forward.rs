@@ -1,0 +1,590 @@
+//! Native f32 forward pass with capture points.
+//!
+//! For every layer the block computes, on row-major `[T, ·]` buffers,
+//! `a = N₁(x)`, `q, k, v = a W_{Q,K,V}ᵀ (+ b)`, (q/k norms), RoPE, per head
+//! `A_h = softmax(q_h k_{g(h)}ᵀ · scale + mask)`, `o_h = A_h v_{g(h)}` (`g(h) = h / (H/H_kv)`,
+//! grouped-query attention), `attn = [o_0 … o_{H−1}] W_Oᵀ (+ b)`, `r = x + attn`,
+//! `m = MLP(N₂(r))`, `y = r + m` (with Gemma 3's sandwich norms, or BERT's post-norms).
+//! After each layer the observer sees every intermediate tensor of that layer
+//! ([`LayerTensors`]) while it still exists; nothing is kept unless the observer copies it, so
+//! memory stays O(model + T·d + H·T²) for one layer at a time.
+
+use super::RealError;
+use super::model::{Act, Linear, Model, Norm};
+use faer::{Accum, MatMut, MatRef, Par};
+use rayon::prelude::*;
+
+/// Replacement of one head's attention pattern (the A2 intervention).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Replace {
+    /// `A = I` (each query attends to itself only).
+    Identity,
+    /// `A = U`, uniform over the visible keys.
+    Uniform,
+}
+
+/// Replace head `head` of layer `layer` by `with`.
+#[derive(Debug, Clone, Copy)]
+pub struct Intervention {
+    /// Layer index.
+    pub layer: usize,
+    /// Query-head index.
+    pub head: usize,
+    /// Replacement pattern.
+    pub with: Replace,
+}
+
+/// Everything one layer computed, shown to the observer (row-major buffers).
+#[derive(Debug)]
+pub struct LayerTensors<'a> {
+    /// Layer index l.
+    pub layer: usize,
+    /// Number of new positions T_n (rows of the activations).
+    pub t: usize,
+    /// Number of keys T_k = past + T_n.
+    pub t_keys: usize,
+    /// Absolute position of the first new row.
+    pub pos0: usize,
+    /// Residual stream entering the layer `[T_n, d]`.
+    pub x_in: &'a [f32],
+    /// Input of the attention projections, `N₁(x)` (equal to `x_in` for post-norm BERT) `[T_n, d]`.
+    pub attn_in: &'a [f32],
+    /// Queries after norm and RoPE `[T_n, H·d_head]`.
+    pub q: &'a [f32],
+    /// Keys after norm and RoPE, all positions `[T_k, H_kv·d_head]`.
+    pub k: &'a [f32],
+    /// Values, all positions `[T_k, H_kv·d_head]`.
+    pub v: &'a [f32],
+    /// Attention probabilities `[H, T_n, T_k]`.
+    pub attn: &'a [f32],
+    /// Head outputs before W_O, `o_h = A_h v_{g(h)}`, `[T_n, H·d_head]`.
+    pub head_out: &'a [f32],
+    /// Attention-block output added to the residual `[T_n, d]` (after Gemma's post-attention norm).
+    pub attn_out: &'a [f32],
+    /// Residual stream between attention and MLP `[T_n, d]` (after BERT's first LayerNorm).
+    pub resid_mid: &'a [f32],
+    /// MLP output added to the residual `[T_n, d]` (after Gemma's post-FFN norm).
+    pub mlp_out: &'a [f32],
+    /// Residual stream after the layer `[T_n, d]`.
+    pub x_out: &'a [f32],
+}
+
+/// Receives each layer's tensors during the forward pass.
+pub trait LayerObserver {
+    /// Called once per layer, in order.
+    fn layer(&mut self, m: &Model, t: &LayerTensors<'_>);
+}
+
+impl LayerObserver for () {
+    fn layer(&mut self, _: &Model, _: &LayerTensors<'_>) {}
+}
+
+impl<A: LayerObserver, B: LayerObserver> LayerObserver for (A, B) {
+    fn layer(&mut self, m: &Model, t: &LayerTensors<'_>) {
+        self.0.layer(m, t);
+        self.1.layer(m, t);
+    }
+}
+
+/// Keys (after RoPE) and values of past positions, per layer, for incremental decoding.
+#[derive(Debug, Clone, Default)]
+pub struct KvCache {
+    /// Per layer: keys `[T_past, H_kv·d_head]`.
+    pub k: Vec<Vec<f32>>,
+    /// Per layer: values `[T_past, H_kv·d_head]`.
+    pub v: Vec<Vec<f32>>,
+    /// Number of cached positions.
+    pub len: usize,
+}
+
+/// Above this many multiply-adds a projection uses all threads; below, sequential is faster.
+const PAR_FLOPS: usize = 1 << 22;
+
+fn par_for(flops: usize) -> Par {
+    if flops >= PAR_FLOPS {
+        Par::rayon(0)
+    } else {
+        Par::Seq
+    }
+}
+
+/// `out[T, out] = x[T, in] · Wᵀ (+ b)`.
+pub fn linear(x: &[f32], t: usize, lin: &Linear) -> Vec<f32> {
+    let mut out = vec![0f32; t * lin.out];
+    {
+        let xm = MatRef::from_row_major_slice(x, t, lin.inp);
+        let wm = MatRef::from_row_major_slice(&lin.w, lin.out, lin.inp);
+        let om = MatMut::from_row_major_slice_mut(&mut out, t, lin.out);
+        faer::linalg::matmul::matmul(
+            om,
+            Accum::Replace,
+            xm,
+            wm.transpose(),
+            1.0f32,
+            par_for(t * lin.out * lin.inp),
+        );
+    }
+    if let Some(b) = &lin.b {
+        for row in out.chunks_mut(lin.out) {
+            for (v, c) in row.iter_mut().zip(b) {
+                *v += c;
+            }
+        }
+    }
+    out
+}
+
+/// GELU, tanh approximation (as `gelu_pytorch_tanh`).
+fn gelu_tanh(x: f32) -> f32 {
+    let c = (2.0f32 / std::f32::consts::PI).sqrt();
+    0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// erf in f64 (Numerical Recipes `erfc` Chebyshev fit, |error| < 1.2e-7).
+fn erf(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let r = t
+        * (-z * z - 1.26551223
+            + t * (1.00002368
+                + t * (0.37409196
+                    + t * (0.09678418
+                        + t * (-0.18628806
+                            + t * (0.27886807
+                                + t * (-1.13520398
+                                    + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+            .exp();
+    if x >= 0.0 { 1.0 - r } else { r - 1.0 }
+}
+
+fn act(a: Act, x: f32) -> f32 {
+    match a {
+        Act::Silu => x / (1.0 + (-x).exp()),
+        Act::GeluTanh => gelu_tanh(x),
+        Act::GeluErf => (0.5 * x as f64 * (1.0 + erf(x as f64 / std::f64::consts::SQRT_2))) as f32,
+    }
+}
+
+/// Applies half-split RoPE in place to `x` `[T, n_heads·dim]`, row r at position `pos0 + r`.
+fn rope(x: &mut [f32], n_heads: usize, head_dim: usize, pos0: usize, base: f32, dim: usize) {
+    let half = dim / 2;
+    let inv: Vec<f32> = (0..half)
+        .map(|j| 1.0 / base.powf((2 * j) as f32 / dim as f32))
+        .collect();
+    for (r, row) in x.chunks_mut(n_heads * head_dim).enumerate() {
+        let p = (pos0 + r) as f32;
+        for (j, f) in inv.iter().enumerate() {
+            let (s, c) = (p * f).sin_cos();
+            for h in 0..n_heads {
+                let o = h * head_dim;
+                let (a, b) = (row[o + j], row[o + j + half]);
+                row[o + j] = a * c - b * s;
+                row[o + j + half] = b * c + a * s;
+            }
+        }
+    }
+}
+
+/// Per-head norm on `[T, n_heads·dim]`.
+fn head_norm(x: &mut [f32], n: &Norm) {
+    n.apply(x); // rows of width `dim` are exactly the heads
+}
+
+/// Output of a forward pass.
+#[derive(Debug, Clone)]
+pub struct Output {
+    /// Residual stream after the last layer `[T, d]` (raw, before the final norm).
+    pub hidden: Vec<f32>,
+    /// After the final norm (decoders), else equal to `hidden`.
+    pub normed: Vec<f32>,
+}
+
+impl Model {
+    /// Embeds `tokens` at absolute positions `pos0..`.
+    pub fn embed(&self, tokens: &[u32], pos0: usize) -> Result<Vec<f32>, RealError> {
+        let d = self.cfg.d_model;
+        let mut x = Vec::with_capacity(tokens.len() * d);
+        for (i, &tok) in tokens.iter().enumerate() {
+            let t = tok as usize;
+            if t >= self.cfg.vocab {
+                return Err(RealError::Input(format!(
+                    "token id {tok} at position {i} is outside the vocabulary (size {})",
+                    self.cfg.vocab
+                )));
+            }
+            x.extend(
+                self.embed[t * d..(t + 1) * d]
+                    .iter()
+                    .map(|v| v * self.cfg.embed_scale),
+            );
+            if let Some(p) = &self.pos_embed {
+                let r = &p[(pos0 + i) * d..(pos0 + i + 1) * d];
+                let n = x.len();
+                for (a, b) in x[n - d..].iter_mut().zip(r) {
+                    *a += b;
+                }
+            }
+            if let Some(te) = &self.type_embed {
+                let n = x.len();
+                for (a, b) in x[n - d..].iter_mut().zip(te) {
+                    *a += b;
+                }
+            }
+        }
+        if let Some(n) = &self.embed_norm {
+            n.apply(&mut x);
+        }
+        Ok(x)
+    }
+
+    /// Runs the whole model on `tokens` (no cache), calling `obs` after each layer.
+    pub fn forward(
+        &self,
+        tokens: &[u32],
+        obs: &mut dyn LayerObserver,
+        iv: Option<Intervention>,
+    ) -> Result<Output, RealError> {
+        let mut cache = KvCache::default();
+        self.forward_cached(tokens, &mut cache, obs, iv, false)
+    }
+
+    /// Runs the new `tokens` after the `cache.len` cached positions; appends their keys/values
+    /// to the cache when `keep` is true.
+    pub fn forward_cached(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        obs: &mut dyn LayerObserver,
+        iv: Option<Intervention>,
+        keep: bool,
+    ) -> Result<Output, RealError> {
+        let c = &self.cfg;
+        if tokens.is_empty() {
+            return Err(RealError::Input("empty token sequence".into()));
+        }
+        let pos0 = cache.len;
+        if pos0 + tokens.len() > c.max_context {
+            return Err(RealError::Input(format!(
+                "input of {} tokens (+{pos0} cached) is longer than the model's context of {}",
+                tokens.len(),
+                c.max_context
+            )));
+        }
+        if let Some(iv) = iv
+            && (iv.layer >= c.n_layer || iv.head >= c.n_head)
+        {
+            return Err(RealError::Input(format!(
+                "intervention on layer {} head {} is out of range",
+                iv.layer, iv.head
+            )));
+        }
+        if cache.k.len() < c.n_layer {
+            cache.k.resize(c.n_layer, Vec::new());
+            cache.v.resize(c.n_layer, Vec::new());
+        }
+        let mut x = self.embed(tokens, pos0)?;
+        for l in 0..c.n_layer {
+            let ivl = iv.filter(|i| i.layer == l);
+            x = self.layer_forward(l, &x, pos0, cache, obs, ivl, keep)?;
+        }
+        if keep {
+            cache.len += tokens.len();
+        }
+        let mut normed = x.clone();
+        if let Some(n) = &self.final_norm {
+            n.apply(&mut normed);
+        }
+        Ok(Output { hidden: x, normed })
+    }
+
+    /// One block on `x` `[T_n, d]` (positions `pos0..`), past keys/values from `cache`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn layer_forward(
+        &self,
+        l: usize,
+        x: &[f32],
+        pos0: usize,
+        cache: &mut KvCache,
+        obs: &mut dyn LayerObserver,
+        iv: Option<Intervention>,
+        keep: bool,
+    ) -> Result<Vec<f32>, RealError> {
+        let c = &self.cfg;
+        let ly = &self.layers[l];
+        let d = c.d_model;
+        let t = x.len() / d;
+        let (h, hk, dh) = (c.n_head, c.n_kv_head, c.head_dim);
+        let group = h / hk;
+        let mut a = x.to_vec();
+        if let Some(n) = &ly.attn_norm {
+            n.apply(&mut a);
+        }
+        let mut q = linear(&a, t, &ly.wq);
+        let mut k_new = linear(&a, t, &ly.wk);
+        let v_new = linear(&a, t, &ly.wv);
+        if let Some(n) = &ly.q_norm {
+            head_norm(&mut q, n);
+        }
+        if let Some(n) = &ly.k_norm {
+            head_norm(&mut k_new, n);
+        }
+        if let Some(r) = ly.rope {
+            rope(&mut q, h, dh, pos0, r.base, r.dim);
+            rope(&mut k_new, hk, dh, pos0, r.base, r.dim);
+        }
+        let past = cache.k.get(l).map(|v| v.len() / (hk * dh)).unwrap_or(0);
+        debug_assert_eq!(past, pos0);
+        let (k, v): (Vec<f32>, Vec<f32>) = if past == 0 {
+            (k_new, v_new)
+        } else {
+            let mut k = cache.k[l].clone();
+            k.extend_from_slice(&k_new);
+            let mut v = cache.v[l].clone();
+            v.extend_from_slice(&v_new);
+            (k, v)
+        };
+        let tk = past + t;
+        // Per head: logits, mask, softmax, and o_h = A_h v_g.
+        let scale = c.attn_scale;
+        let causal = c.causal;
+        let window = ly.window;
+        let results: Vec<(Vec<f32>, Vec<f32>)> = (0..h)
+            .into_par_iter()
+            .map(|hh| {
+                let g = hh / group;
+                let qm = MatRef::from_row_major_slice_with_stride(&q[hh * dh..], t, dh, h * dh);
+                let km = MatRef::from_row_major_slice_with_stride(&k[g * dh..], tk, dh, hk * dh);
+                let vm = MatRef::from_row_major_slice_with_stride(&v[g * dh..], tk, dh, hk * dh);
+                let mut s = vec![0f32; t * tk];
+                faer::linalg::matmul::matmul(
+                    MatMut::from_row_major_slice_mut(&mut s, t, tk),
+                    Accum::Replace,
+                    qm,
+                    km.transpose(),
+                    scale,
+                    Par::Seq,
+                );
+                let rep = iv.filter(|i| i.head == hh).map(|i| i.with);
+                for (i, row) in s.chunks_mut(tk).enumerate() {
+                    let qi = pos0 + i;
+                    let lo = window.map(|w| (qi + 1).saturating_sub(w)).unwrap_or(0);
+                    let hi = if causal { qi + 1 } else { tk };
+                    match rep {
+                        Some(Replace::Identity) => {
+                            row.fill(0.0);
+                            row[qi] = 1.0;
+                        }
+                        Some(Replace::Uniform) => {
+                            row.fill(0.0);
+                            let u = 1.0 / (hi - lo) as f32;
+                            row[lo..hi].fill(u);
+                        }
+                        None => {
+                            let mx = row[lo..hi].iter().fold(f32::NEG_INFINITY, |m, &z| m.max(z));
+                            let mut sum = 0f32;
+                            for z in &mut row[lo..hi] {
+                                *z = (*z - mx).exp();
+                                sum += *z;
+                            }
+                            let inv = 1.0 / sum;
+                            for z in &mut row[lo..hi] {
+                                *z *= inv;
+                            }
+                            row[..lo].fill(0.0);
+                            row[hi..].fill(0.0);
+                        }
+                    }
+                }
+                let mut o = vec![0f32; t * dh];
+                faer::linalg::matmul::matmul(
+                    MatMut::from_row_major_slice_mut(&mut o, t, dh),
+                    Accum::Replace,
+                    MatRef::from_row_major_slice(&s, t, tk),
+                    vm,
+                    1.0f32,
+                    Par::Seq,
+                );
+                (s, o)
+            })
+            .collect();
+        let mut attn = Vec::with_capacity(h * t * tk);
+        let mut head_out = vec![0f32; t * h * dh];
+        for (hh, (s, o)) in results.into_iter().enumerate() {
+            attn.extend_from_slice(&s);
+            for i in 0..t {
+                head_out[i * h * dh + hh * dh..i * h * dh + (hh + 1) * dh]
+                    .copy_from_slice(&o[i * dh..(i + 1) * dh]);
+            }
+        }
+        let mut attn_out = linear(&head_out, t, &ly.wo);
+        let mut resid = x.to_vec();
+        if c.post_norm {
+            for (r, a) in resid.iter_mut().zip(&attn_out) {
+                *r += a;
+            }
+            if let Some(n) = &ly.post_attn_norm {
+                n.apply(&mut resid);
+            }
+        } else {
+            if let Some(n) = &ly.post_attn_norm {
+                n.apply(&mut attn_out);
+            }
+            for (r, a) in resid.iter_mut().zip(&attn_out) {
+                *r += a;
+            }
+        }
+        // MLP.
+        let mut m_in = resid.clone();
+        if let Some(n) = &ly.ffn_norm {
+            n.apply(&mut m_in);
+        }
+        let mut hid = linear(&m_in, t, &ly.up);
+        match &ly.gate {
+            Some(g) => {
+                let gv = linear(&m_in, t, g);
+                for (u, gg) in hid.iter_mut().zip(&gv) {
+                    *u *= act(c.act, *gg);
+                }
+            }
+            None => {
+                for u in hid.iter_mut() {
+                    *u = act(c.act, *u);
+                }
+            }
+        }
+        drop(m_in);
+        let mut mlp_out = linear(&hid, t, &ly.down);
+        drop(hid);
+        let mut y = resid.clone();
+        if c.post_norm {
+            for (r, a) in y.iter_mut().zip(&mlp_out) {
+                *r += a;
+            }
+            if let Some(n) = &ly.post_ffn_norm {
+                n.apply(&mut y);
+            }
+        } else {
+            if let Some(n) = &ly.post_ffn_norm {
+                n.apply(&mut mlp_out);
+            }
+            for (r, a) in y.iter_mut().zip(&mlp_out) {
+                *r += a;
+            }
+        }
+        if y.iter().any(|v| !v.is_finite()) {
+            return Err(RealError::Input(format!(
+                "layer {l}: the residual stream became non-finite"
+            )));
+        }
+        obs.layer(
+            self,
+            &LayerTensors {
+                layer: l,
+                t,
+                t_keys: tk,
+                pos0,
+                x_in: x,
+                attn_in: &a,
+                q: &q,
+                k: &k,
+                v: &v,
+                attn: &attn,
+                head_out: &head_out,
+                attn_out: &attn_out,
+                resid_mid: &resid,
+                mlp_out: &mlp_out,
+                x_out: &y,
+            },
+        );
+        if keep {
+            cache.k[l] = k;
+            cache.v[l] = v;
+        }
+        Ok(y)
+    }
+
+    /// Logits `[T, vocab]` of a normed hidden state `[T, d]` (decoders only).
+    pub fn logits(&self, normed: &[f32]) -> Result<Vec<f32>, RealError> {
+        let c = &self.cfg;
+        if !self.has_lm_head {
+            return Err(RealError::Input(
+                "this model has no language-model head".into(),
+            ));
+        }
+        let t = normed.len() / c.d_model;
+        Ok(match &self.lm_head {
+            Some(lin) => linear(normed, t, lin),
+            None => {
+                let tied = Linear {
+                    w: Vec::new(),
+                    out: c.vocab,
+                    inp: c.d_model,
+                    b: None,
+                };
+                let mut out = vec![0f32; t * c.vocab];
+                let xm = MatRef::from_row_major_slice(normed, t, c.d_model);
+                let wm = MatRef::from_row_major_slice(&self.embed, tied.out, tied.inp);
+                faer::linalg::matmul::matmul(
+                    MatMut::from_row_major_slice_mut(&mut out, t, c.vocab),
+                    Accum::Replace,
+                    xm,
+                    wm.transpose(),
+                    1.0f32,
+                    par_for(t * c.vocab * c.d_model),
+                );
+                out
+            }
+        })
+    }
+
+    /// Next-token loss in nats at each position i < T−1 (`−log p(tokens[i+1] | ≤ i)`),
+    /// computed in chunks of rows so the `[T, vocab]` logits never exist at once.
+    pub fn next_token_nll(&self, normed: &[f32], tokens: &[u32]) -> Result<Vec<f64>, RealError> {
+        let d = self.cfg.d_model;
+        let t = normed.len() / d;
+        let mut out = Vec::with_capacity(t.saturating_sub(1));
+        let chunk = 64;
+        let mut i0 = 0;
+        while i0 + 1 < t {
+            let i1 = (i0 + chunk).min(t - 1);
+            let lg = self.logits(&normed[i0 * d..i1 * d])?;
+            for (r, row) in lg.chunks(self.cfg.vocab).enumerate() {
+                let mx = row.iter().fold(f32::NEG_INFINITY, |m, &z| m.max(z)) as f64;
+                let lse = mx + row.iter().map(|&z| (z as f64 - mx).exp()).sum::<f64>().ln();
+                out.push(lse - row[tokens[i0 + r + 1] as usize] as f64);
+            }
+            i0 = i1;
+        }
+        Ok(out)
+    }
+
+    /// Greedy decoding with a KV cache: appends `n_new` argmax tokens to `prompt`.
+    pub fn generate_greedy(
+        &self,
+        prompt: &[u32],
+        n_new: usize,
+        obs: &mut dyn LayerObserver,
+    ) -> Result<Vec<u32>, RealError> {
+        let mut cache = KvCache::default();
+        let mut toks = prompt.to_vec();
+        let mut out = self.forward_cached(prompt, &mut cache, obs, None, true)?;
+        for _ in 0..n_new {
+            let d = self.cfg.d_model;
+            let last = &out.normed[out.normed.len() - d..];
+            let lg = self.logits(last)?;
+            let next = lg
+                .iter()
+                .enumerate()
+                .fold((0usize, f32::NEG_INFINITY), |(bi, bv), (i, &v)| {
+                    if v > bv { (i, v) } else { (bi, bv) }
+                })
+                .0 as u32;
+            toks.push(next);
+            if toks.len() >= self.cfg.max_context {
+                break;
+            }
+            out = self.forward_cached(&[next], &mut cache, obs, None, true)?;
+        }
+        Ok(toks)
+    }
+}

@@ -1,0 +1,303 @@
+//! The in-memory model: architecture description and f32 weights, independent of the file
+//! format it came from (GGUF or safetensors).
+//!
+//! Weight matrices are row-major `[out, in]` (PyTorch's `nn.Linear` layout), so a projection
+//! is `y = x Wᵀ + b` for a row-major activation `x ∈ R^{T×in}`. Q/K rows are stored in the
+//! Hugging Face order (rotary pairs `(j, j + d_head/2)`): loaders undo the GGUF interleaving.
+
+use super::RealError;
+use std::path::Path;
+
+/// Model family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Arch {
+    /// Llama family (also Qwen2-style q/k/v biases, Mistral): pre-RMSNorm, RoPE, SwiGLU, GQA.
+    Llama,
+    /// Gemma 3: q/k RMSNorm, sandwich norms, GELU(tanh) gated MLP, local/global RoPE, scaled embeddings.
+    Gemma3,
+    /// GPT-2: pre-LayerNorm, learned positions, GELU(tanh) MLP, biases everywhere.
+    Gpt2,
+    /// BERT encoder: post-LayerNorm, bidirectional attention, learned positions, GELU(erf).
+    Bert,
+}
+
+/// Normalisation layer.
+#[derive(Debug, Clone)]
+pub enum Norm {
+    /// `x · w / sqrt(mean(x²) + eps)`.
+    Rms {
+        /// Gain (for Gemma it already includes the `+1`).
+        w: Vec<f32>,
+        /// ε.
+        eps: f32,
+    },
+    /// `(x − mean) / sqrt(var + eps) · w + b`.
+    Layer {
+        /// Gain.
+        w: Vec<f32>,
+        /// Bias.
+        b: Vec<f32>,
+        /// ε.
+        eps: f32,
+    },
+}
+
+impl Norm {
+    /// Normalises each row of a row-major `[rows, w.len()]` buffer in place.
+    pub fn apply(&self, x: &mut [f32]) {
+        match self {
+            Norm::Rms { w, eps } => {
+                for row in x.chunks_mut(w.len()) {
+                    let ms = row.iter().map(|v| v * v).sum::<f32>() / w.len() as f32;
+                    let r = 1.0 / (ms + eps).sqrt();
+                    for (v, g) in row.iter_mut().zip(w) {
+                        *v = *v * r * g;
+                    }
+                }
+            }
+            Norm::Layer { w, b, eps } => {
+                let n = w.len() as f32;
+                for row in x.chunks_mut(w.len()) {
+                    let mean = row.iter().sum::<f32>() / n;
+                    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+                    let r = 1.0 / (var + eps).sqrt();
+                    for ((v, g), c) in row.iter_mut().zip(w).zip(b) {
+                        *v = (*v - mean) * r * g + c;
+                    }
+                }
+            }
+        }
+    }
+    /// Width.
+    pub fn dim(&self) -> usize {
+        match self {
+            Norm::Rms { w, .. } | Norm::Layer { w, .. } => w.len(),
+        }
+    }
+}
+
+/// A dense projection `y = x Wᵀ + b`, `W` row-major `[out, in]`.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    /// Weight, row-major `[out, in]`.
+    pub w: Vec<f32>,
+    /// Output width.
+    pub out: usize,
+    /// Input width.
+    pub inp: usize,
+    /// Optional bias of length `out`.
+    pub b: Option<Vec<f32>>,
+}
+
+/// MLP nonlinearity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Act {
+    /// `x σ(x)`.
+    Silu,
+    /// GELU, tanh approximation.
+    GeluTanh,
+    /// GELU, exact (erf).
+    GeluErf,
+}
+
+/// Rotary position embedding of one layer (Hugging Face "half-split" convention).
+#[derive(Debug, Clone, Copy)]
+pub struct Rope {
+    /// Base θ.
+    pub base: f32,
+    /// Number of rotated dimensions (the head dimension for every model here).
+    pub dim: usize,
+}
+
+/// One transformer block.
+#[derive(Debug, Clone)]
+pub struct Layer {
+    /// Pre-attention norm (None for post-norm BERT).
+    pub attn_norm: Option<Norm>,
+    /// Query projection `[H·d_head, d]`.
+    pub wq: Linear,
+    /// Key projection `[H_kv·d_head, d]`.
+    pub wk: Linear,
+    /// Value projection `[H_kv·d_head, d]`.
+    pub wv: Linear,
+    /// Output projection `[d, H·d_head]`.
+    pub wo: Linear,
+    /// Per-head RMSNorm on queries (Gemma 3).
+    pub q_norm: Option<Norm>,
+    /// Per-head RMSNorm on keys (Gemma 3).
+    pub k_norm: Option<Norm>,
+    /// Norm applied to the attention output before the residual add (Gemma 3), or after the add (BERT).
+    pub post_attn_norm: Option<Norm>,
+    /// Pre-MLP norm.
+    pub ffn_norm: Option<Norm>,
+    /// Norm on the MLP output before the residual add (Gemma 3), or after the add (BERT).
+    pub post_ffn_norm: Option<Norm>,
+    /// Gate projection of a gated MLP.
+    pub gate: Option<Linear>,
+    /// Up projection.
+    pub up: Linear,
+    /// Down projection.
+    pub down: Linear,
+    /// Rotary embedding, if any.
+    pub rope: Option<Rope>,
+    /// Sliding window: key j visible from query i iff i − j < window.
+    pub window: Option<usize>,
+}
+
+/// Architecture hyper-parameters.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Config {
+    /// Family.
+    pub arch: Arch,
+    /// Number of layers L.
+    pub n_layer: usize,
+    /// Residual width d.
+    pub d_model: usize,
+    /// Query heads H.
+    pub n_head: usize,
+    /// Key/value heads H_kv (grouped-query attention when < H).
+    pub n_kv_head: usize,
+    /// Head dimension.
+    pub head_dim: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// Maximum context length.
+    pub max_context: usize,
+    /// Causal (decoder) or bidirectional (encoder).
+    pub causal: bool,
+    /// MLP activation.
+    pub act: Act,
+    /// Logit scale `1/sqrt(d_head)` (Gemma: `query_pre_attn_scalar^{-1/2}`).
+    pub attn_scale: f32,
+    /// Multiplier of the token embeddings (Gemma: √d).
+    pub embed_scale: f32,
+    /// BOS token id.
+    pub bos_id: Option<u32>,
+    /// Whether the tokenizer adds BOS by default.
+    pub add_bos: bool,
+    /// Post-norm block (BERT): norms after the residual adds.
+    pub post_norm: bool,
+}
+
+/// A loaded model.
+#[derive(Debug, Clone)]
+pub struct Model {
+    /// Hyper-parameters.
+    pub cfg: Config,
+    /// Token embeddings, row-major `[vocab, d]`.
+    pub embed: Vec<f32>,
+    /// Learned absolute positions, row-major `[max_context, d]`.
+    pub pos_embed: Option<Vec<f32>>,
+    /// Token-type-0 embedding (BERT), length d.
+    pub type_embed: Option<Vec<f32>>,
+    /// Norm right after the embeddings (BERT).
+    pub embed_norm: Option<Norm>,
+    /// Blocks.
+    pub layers: Vec<Layer>,
+    /// Final norm before the LM head (decoders).
+    pub final_norm: Option<Norm>,
+    /// LM head `[vocab, d]`; None with a decoder means tied to `embed`.
+    pub lm_head: Option<Linear>,
+    /// Has a language-model head (decoders).
+    pub has_lm_head: bool,
+}
+
+impl Model {
+    /// Checks shapes and finiteness; `path` names the file in the error.
+    pub fn validate(&self, path: &Path) -> Result<(), RealError> {
+        let c = &self.cfg;
+        let bad = |m: String| Err(RealError::file(path, m));
+        if c.n_layer == 0 || c.d_model == 0 || c.n_head == 0 || c.n_kv_head == 0 || c.head_dim == 0
+        {
+            return bad(format!("degenerate configuration {c:?}"));
+        }
+        if !c.n_head.is_multiple_of(c.n_kv_head) {
+            return bad(format!(
+                "{} query heads not a multiple of {} kv heads",
+                c.n_head, c.n_kv_head
+            ));
+        }
+        if self.embed.len() != c.vocab * c.d_model {
+            return bad(format!(
+                "token embedding has {} values, expected vocab {} × d {}",
+                self.embed.len(),
+                c.vocab,
+                c.d_model
+            ));
+        }
+        if self.layers.len() != c.n_layer {
+            return bad(format!(
+                "{} layers loaded, configuration says {}",
+                self.layers.len(),
+                c.n_layer
+            ));
+        }
+        let (d, hq, hk) = (c.d_model, c.n_head * c.head_dim, c.n_kv_head * c.head_dim);
+        for (l, ly) in self.layers.iter().enumerate() {
+            let checks: [(&str, &Linear, usize, usize); 6] = [
+                ("q", &ly.wq, hq, d),
+                ("k", &ly.wk, hk, d),
+                ("v", &ly.wv, hk, d),
+                ("o", &ly.wo, d, hq),
+                ("up", &ly.up, ly.up.out, d),
+                ("down", &ly.down, d, ly.up.out),
+            ];
+            for (name, lin, o, i) in checks {
+                if lin.out != o
+                    || lin.inp != i
+                    || lin.w.len() != o * i
+                    || lin.b.as_ref().is_some_and(|b| b.len() != o)
+                {
+                    return bad(format!(
+                        "layer {l}: {name} projection is [{}, {}], expected [{o}, {i}]",
+                        lin.out, lin.inp
+                    ));
+                }
+                if let Some(k) = lin.w.iter().position(|v| !v.is_finite()) {
+                    return bad(format!(
+                        "layer {l}: {name} projection has a non-finite weight at index {k}"
+                    ));
+                }
+            }
+            if let Some(g) = &ly.gate
+                && (g.out != ly.up.out || g.inp != d || g.w.len() != g.out * g.inp)
+            {
+                return bad(format!(
+                    "layer {l}: gate projection is [{}, {}], expected [{}, {d}]",
+                    g.out, g.inp, ly.up.out
+                ));
+            }
+            for (name, n, w) in [
+                ("attn_norm", &ly.attn_norm, d),
+                ("ffn_norm", &ly.ffn_norm, d),
+                ("post_attn_norm", &ly.post_attn_norm, d),
+                ("post_ffn_norm", &ly.post_ffn_norm, d),
+                ("q_norm", &ly.q_norm, c.head_dim),
+                ("k_norm", &ly.k_norm, c.head_dim),
+            ] {
+                if let Some(n) = n
+                    && n.dim() != w
+                {
+                    return bad(format!(
+                        "layer {l}: {name} has width {}, expected {w}",
+                        n.dim()
+                    ));
+                }
+            }
+        }
+        if let Some(k) = self.embed.iter().position(|v| !v.is_finite()) {
+            return bad(format!(
+                "token embedding has a non-finite value at index {k}"
+            ));
+        }
+        if let Some(p) = &self.pos_embed
+            && p.len() < c.max_context * d
+        {
+            return bad(format!(
+                "position embedding too short for context {}",
+                c.max_context
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,284 @@
+//! Tokenizers through the `tokenizers` crate: built from a GGUF file's vocabulary
+//! (`tokenizer.ggml.model = gpt2`: byte-level BPE with the file's merges; `llama` for Gemma:
+//! SentencePiece-style BPE with byte fallback, merges recovered from the vocabulary in file
+//! order), or read from a `tokenizer.json`.
+//!
+//! BOS is handled here, not by a post-processor: [`Tok::encode`] takes a [`Bos`] policy.
+
+use super::RealError;
+use super::gguf::GgufFile;
+use candle_core::quantized::gguf_file::Value;
+use std::path::Path;
+use tokenizers::decoders::byte_fallback::ByteFallback;
+use tokenizers::decoders::byte_level::ByteLevel;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecSeq;
+use tokenizers::models::bpe::{BPE, Vocab};
+use tokenizers::normalizers::replace::Replace;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence as PreSeq;
+use tokenizers::pre_tokenizers::split::Split;
+use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
+
+/// Whether to put a BOS token first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum Bos {
+    /// The model's own default (GGUF `add_bos_token`, BERT's [CLS] … [SEP] template).
+    Auto,
+    /// Always prepend BOS (if not already first).
+    Yes,
+    /// Never.
+    No,
+}
+
+/// A tokenizer plus its BOS conventions.
+pub struct Tok {
+    /// The underlying tokenizer.
+    pub inner: Tokenizer,
+    /// BOS id (decoders).
+    pub bos_id: Option<u32>,
+    /// Whether BOS is added by default.
+    pub add_bos: bool,
+    /// Special tokens come from a post-processor template (BERT's [CLS] … [SEP]).
+    pub template: bool,
+}
+
+fn strings(g: &GgufFile, key: &str, path: &Path) -> Result<Vec<String>, RealError> {
+    match g.meta(key) {
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s.clone()),
+                _ => Err(RealError::file(path, format!("`{key}` holds a non-string"))),
+            })
+            .collect(),
+        _ => Err(RealError::file(
+            path,
+            format!("missing tokenizer metadata `{key}`"),
+        )),
+    }
+}
+
+fn int_of(v: &Value) -> Option<u32> {
+    match v {
+        Value::U8(x) => Some(*x as u32),
+        Value::I8(x) => Some(*x as u32),
+        Value::U16(x) => Some(*x as u32),
+        Value::I16(x) => Some(*x as u32),
+        Value::U32(x) => Some(*x),
+        Value::I32(x) => Some(*x as u32),
+        Value::U64(x) => Some(*x as u32),
+        Value::I64(x) => Some(*x as u32),
+        _ => None,
+    }
+}
+
+/// Builds the tokenizer of an open GGUF file.
+pub fn from_gguf(g: &GgufFile, path: &Path) -> Result<Tok, RealError> {
+    let terr = |e: tokenizers::Error| RealError::file(path, format!("tokenizer: {e}"));
+    let kind = g
+        .meta_str("tokenizer.ggml.model")
+        .ok_or_else(|| RealError::file(path, "missing `tokenizer.ggml.model`"))?
+        .to_string();
+    let tokens = strings(g, "tokenizer.ggml.tokens", path)?;
+    let types: Vec<u32> = match g.meta("tokenizer.ggml.token_type") {
+        Some(Value::Array(a)) => a.iter().map(|v| int_of(v).unwrap_or(1)).collect(),
+        _ => vec![1; tokens.len()],
+    };
+    let bos_id = g.meta("tokenizer.ggml.bos_token_id").and_then(int_of);
+    let add_bos = match g.meta("tokenizer.ggml.add_bos_token") {
+        Some(Value::Bool(b)) => *b,
+        _ => false,
+    };
+    let mut tk = match kind.as_str() {
+        "gpt2" => {
+            let merges: Vec<(String, String)> = strings(g, "tokenizer.ggml.merges", path)?
+                .into_iter()
+                .map(|m| {
+                    m.split_once(' ')
+                        .map(|(a, b)| (a.to_string(), b.to_string()))
+                        .ok_or_else(|| RealError::file(path, format!("bad merge `{m}`")))
+                })
+                .collect::<Result<_, _>>()?;
+            let vocab: Vocab = tokens
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.clone(), i as u32))
+                .collect();
+            let bpe = BPE::builder()
+                .vocab_and_merges(vocab, merges)
+                .build()
+                .map_err(terr)?;
+            let mut tk = Tokenizer::new(bpe);
+            let byte_level = ByteLevel::new(false, true, true);
+            let pre = g.meta_str("tokenizer.ggml.pre").unwrap_or("gpt2");
+            if pre == "smollm" {
+                // SmolLM's tokenizer.json: digits split one by one, then GPT-2 byte-level splitting.
+                tk.with_pre_tokenizer(Some(PreSeq::new(vec![
+                    Digits::new(true).into(),
+                    byte_level.into(),
+                ])));
+            } else {
+                tk.with_pre_tokenizer(Some(byte_level));
+            }
+            tk.with_decoder(Some(byte_level));
+            tk
+        }
+        "llama" => {
+            // SentencePiece BPE (Gemma): tokens of only spaces are spelled with ▁; merges are every
+            // split of a token into two vocabulary pieces, ordered by the token's position in the
+            // file, then longer left piece, then longer right piece.
+            let spelled: Vec<String> = tokens
+                .iter()
+                .map(|t| {
+                    if t.contains(' ') && t.trim().is_empty() {
+                        "\u{2581}".repeat(t.chars().count())
+                    } else {
+                        t.clone()
+                    }
+                })
+                .collect();
+            let mut vocab: Vocab = Vocab::with_capacity(spelled.len());
+            for (i, t) in spelled.iter().enumerate() {
+                vocab.insert(t.clone(), i as u32);
+            }
+            let mut merges: Vec<(usize, usize, usize, String, String)> = Vec::new();
+            for (i, t) in spelled.iter().enumerate() {
+                let idx: Vec<usize> = t.char_indices().map(|(b, _)| b).skip(1).collect();
+                let nchar = t.chars().count();
+                let mut local = Vec::new();
+                for (k, &b) in idx.iter().enumerate() {
+                    let (l, r) = (&t[..b], &t[b..]);
+                    if let (Some(&il), Some(&ir)) = (vocab.get(l), vocab.get(r)) {
+                        local.push((il, ir, k + 1, nchar - k - 1, l.to_string(), r.to_string()));
+                    }
+                }
+                local.sort_by_key(|x| (x.0, x.1));
+                merges.extend(
+                    local
+                        .into_iter()
+                        .map(|(_, _, ll, lr, l, r)| (i, ll, lr, l, r)),
+                );
+            }
+            merges.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2)));
+            let merges: Vec<(String, String)> = merges.into_iter().map(|m| (m.3, m.4)).collect();
+            let unk = g
+                .meta("tokenizer.ggml.unknown_token_id")
+                .and_then(int_of)
+                .and_then(|i| spelled.get(i as usize).cloned());
+            let mut b = BPE::builder()
+                .vocab_and_merges(vocab, merges)
+                .byte_fallback(true)
+                .fuse_unk(true);
+            if let Some(u) = unk {
+                b = b.unk_token(u);
+            }
+            let mut tk = Tokenizer::new(b.build().map_err(terr)?);
+            tk.with_normalizer(Some(Replace::new(" ", "\u{2581}").map_err(terr)?));
+            tk.with_pre_tokenizer(Some(
+                Split::new(" ", SplitDelimiterBehavior::MergedWithPrevious, false).map_err(terr)?,
+            ));
+            tk.with_decoder(Some(DecSeq::new(vec![
+                Replace::new("\u{2581}", " ").map_err(terr)?.into(),
+                ByteFallback::new().into(),
+                Fuse::new().into(),
+            ])));
+            tk
+        }
+        other => {
+            return Err(RealError::file(
+                path,
+                format!("unsupported tokenizer model `{other}` (supported: gpt2, llama)"),
+            ));
+        }
+    };
+    // Control tokens (type 3) stay whole.
+    let specials: Vec<AddedToken> = tokens
+        .iter()
+        .zip(&types)
+        .filter(|(_, ty)| **ty == 3)
+        .map(|(t, _)| AddedToken::from(t.clone(), true))
+        .collect();
+    tk.add_special_tokens(&specials);
+    // User-defined tokens (type 4) are matched whole, as llama.cpp and transformers do.
+    let user: Vec<AddedToken> = tokens
+        .iter()
+        .zip(&types)
+        .filter(|(t, ty)| **ty == 4 && tk.token_to_id(t).is_some())
+        .map(|(t, _)| AddedToken::from(t.clone(), false).normalized(false))
+        .collect();
+    tk.add_tokens(&user);
+    Ok(Tok {
+        inner: tk,
+        bos_id,
+        add_bos,
+        template: false,
+    })
+}
+
+/// Reads a `tokenizer.json` (padding and truncation switched off).
+pub fn from_json(path: &Path) -> Result<Tok, RealError> {
+    let mut tk =
+        Tokenizer::from_file(path).map_err(|e| RealError::file(path, format!("tokenizer: {e}")))?;
+    tk.with_padding(None);
+    tk.with_truncation(None)
+        .map_err(|e| RealError::file(path, format!("tokenizer: {e}")))?;
+    let template = tk.get_post_processor().is_some();
+    let bos_id = tk
+        .token_to_id("[CLS]")
+        .or_else(|| tk.token_to_id("<s>"))
+        .or_else(|| tk.token_to_id("<|endoftext|>"));
+    Ok(Tok {
+        inner: tk,
+        bos_id,
+        add_bos: template,
+        template,
+    })
+}
+
+impl Tok {
+    /// Token ids of `text` under the BOS policy.
+    pub fn encode(&self, text: &str, bos: Bos) -> Result<Vec<u32>, RealError> {
+        let with_template = self.template && bos != Bos::No;
+        let enc = self
+            .inner
+            .encode(text, with_template)
+            .map_err(|e| RealError::Input(format!("tokenizer: {e}")))?;
+        let mut ids = enc.get_ids().to_vec();
+        if !self.template {
+            apply_bos(&mut ids, bos, self.bos_id, self.add_bos)?;
+        }
+        if ids.is_empty() {
+            return Err(RealError::Input("the text tokenizes to no tokens".into()));
+        }
+        Ok(ids)
+    }
+    /// Decodes ids to text.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        self.inner.decode(ids, false).unwrap_or_default()
+    }
+}
+
+/// Applies a BOS policy to a token sequence (used for `--tokens` too).
+pub fn apply_bos(
+    ids: &mut Vec<u32>,
+    bos: Bos,
+    bos_id: Option<u32>,
+    add_bos: bool,
+) -> Result<(), RealError> {
+    let want = match bos {
+        Bos::Auto => add_bos,
+        Bos::Yes => true,
+        Bos::No => false,
+    };
+    match (want, bos_id) {
+        (true, Some(b)) if ids.first() != Some(&b) => ids.insert(0, b),
+        (true, None) if bos == Bos::Yes => {
+            return Err(RealError::Input(
+                "--bos yes: this model has no BOS token".into(),
+            ));
+        }
+        _ => {}
+    }
+    Ok(())
+}

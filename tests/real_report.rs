@@ -1,0 +1,45 @@
+//! The `real_models` report section on the cached SmolLM2 (quick mode): tables, A1/A2 verdict
+//! lines and both figures are written. Skips with a reason when the model is not fetched
+//! (fails instead under `SINKLAB_REQUIRE_MODELS=1`).
+
+use sinklab::real::{fetch, report_section};
+use sinklab::report::ReportCtx;
+
+#[test]
+fn real_models_section_writes_tables_verdicts_and_figures() {
+    if fetch::cached("smollm2").is_none() {
+        assert!(
+            std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
+            "smollm2 not fetched"
+        );
+        eprintln!("SKIP: smollm2 not fetched (sinklab fetch smollm2)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ReportCtx {
+        out_dir: dir.path().to_path_buf(),
+        seed: 0,
+        quick: true,
+    };
+    std::fs::create_dir_all(ctx.fig_dir()).unwrap();
+    let s = report_section::section(&ctx).unwrap();
+    assert!(s.markdown.contains("### smollm2"), "{}", s.markdown);
+    assert!(
+        s.markdown.contains("A1 verdict") && s.markdown.contains("A2 over 270 heads"),
+        "{}",
+        s.markdown
+    );
+    // 24 tokens, 30 layers: one table row per layer.
+    assert_eq!(
+        s.markdown
+            .lines()
+            .filter(|l| l.starts_with("| ") && !l.starts_with("| layer"))
+            .count(),
+        30
+    );
+    assert!(
+        s.figures.len() >= 2 && s.figures.iter().all(|f| f.exists()),
+        "{:?}",
+        s.figures
+    );
+}

@@ -1,0 +1,262 @@
+//! Bad model files and bad activations files give a typed error that names the file and the
+//! problem, never a panic: truncations at every cut point, flipped bytes, unknown architecture,
+//! mismatched shapes, non-finite weights, malformed activations.
+
+use candle_core::quantized::gguf_file::{Value, write};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use sinklab::real::synth::{SynthSpec, write_gguf};
+use sinklab::real::{activations, load};
+use std::path::Path;
+
+fn expect_err(p: &Path, needle: &str) -> String {
+    let r = std::panic::catch_unwind(|| load(p).err().map(|e| e.to_string()));
+    let msg = r
+        .unwrap_or_else(|_| panic!("loader panicked on {}", p.display()))
+        .unwrap_or_else(|| panic!("{} loaded without error", p.display()));
+    assert!(
+        msg.contains(&p.display().to_string()),
+        "error does not name the file: {msg}"
+    );
+    assert!(
+        msg.contains(needle),
+        "error `{msg}` does not say `{needle}`"
+    );
+    msg
+}
+
+#[test]
+fn truncated_gguf_at_every_cut_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("tiny.gguf");
+    write_gguf(&p, &SynthSpec::default(), 1).unwrap();
+    let bytes = std::fs::read(&p).unwrap();
+    let cut = dir.path().join("cut.gguf");
+    // Every cut in the header region, then a stride through the tensor data.
+    let cuts: Vec<usize> = (0..2048.min(bytes.len()))
+        .chain((2048..bytes.len()).step_by(997))
+        .collect();
+    for n in cuts {
+        std::fs::write(&cut, &bytes[..n]).unwrap();
+        expect_err(&cut, "");
+    }
+}
+
+#[test]
+fn corrupted_gguf_bytes_never_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("tiny.gguf");
+    write_gguf(&p, &SynthSpec::default(), 2).unwrap();
+    let bytes = std::fs::read(&p).unwrap();
+    let bad = dir.path().join("bad.gguf");
+    // Flip one byte at positions across the header (seeded stride), load, accept Ok or Err.
+    for k in (0..bytes.len().min(4096)).step_by(7) {
+        let mut b = bytes.clone();
+        b[k] ^= 0xA5;
+        std::fs::write(&bad, &b).unwrap();
+        let r = std::panic::catch_unwind(|| load(&bad).map(|_| ()));
+        assert!(r.is_ok(), "panic with byte {k} flipped");
+        if let Ok(Err(e)) = r {
+            assert!(e.to_string().contains(&bad.display().to_string()), "{e}");
+        }
+    }
+    let mut b = bytes.clone();
+    b[0] = b'X';
+    std::fs::write(&bad, &b).unwrap();
+    expect_err(&bad, "neither a GGUF file");
+}
+
+fn write_custom(
+    p: &Path,
+    arch: &str,
+    tweak: impl Fn(&str, Vec<f32>, (usize, usize)) -> (Vec<f32>, (usize, usize)),
+) {
+    // A well-formed tiny llama written by hand so that single tensors can be altered.
+    let s = SynthSpec::default();
+    let mut t: Vec<(String, QTensor)> = Vec::new();
+    let mut add = |name: String, out: usize, inp: usize| {
+        let v: Vec<f32> = (0..out * inp)
+            .map(|i| ((i * 37 % 101) as f32 / 101.0 - 0.5) * 0.3)
+            .collect();
+        let (v, (o, i)) = tweak(&name, v, (out, inp));
+        let ten = if i == 1 {
+            Tensor::from_vec(v, o, &Device::Cpu)
+        } else {
+            Tensor::from_vec(v, (o, i), &Device::Cpu)
+        }
+        .unwrap();
+        t.push((name, QTensor::quantize(&ten, GgmlDType::F32).unwrap()));
+    };
+    add("token_embd.weight".into(), s.vocab, s.d);
+    for l in 0..s.n_layer {
+        add(format!("blk.{l}.attn_q.weight"), s.n_head * s.head_dim, s.d);
+        add(
+            format!("blk.{l}.attn_k.weight"),
+            s.n_kv_head * s.head_dim,
+            s.d,
+        );
+        add(
+            format!("blk.{l}.attn_v.weight"),
+            s.n_kv_head * s.head_dim,
+            s.d,
+        );
+        add(
+            format!("blk.{l}.attn_output.weight"),
+            s.d,
+            s.n_head * s.head_dim,
+        );
+        add(format!("blk.{l}.ffn_gate.weight"), s.d_ff, s.d);
+        add(format!("blk.{l}.ffn_up.weight"), s.d_ff, s.d);
+        add(format!("blk.{l}.ffn_down.weight"), s.d, s.d_ff);
+        add(format!("blk.{l}.attn_norm.weight"), s.d, 1);
+        add(format!("blk.{l}.ffn_norm.weight"), s.d, 1);
+    }
+    add("output_norm.weight".into(), s.d, 1);
+    let k = |x: &str| format!("{arch}.{x}");
+    let meta: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), Value::String(arch.into())),
+        (k("block_count"), Value::U32(s.n_layer as u32)),
+        (k("context_length"), Value::U32(64)),
+        (k("embedding_length"), Value::U32(s.d as u32)),
+        (k("attention.head_count"), Value::U32(s.n_head as u32)),
+        (k("attention.head_count_kv"), Value::U32(s.n_kv_head as u32)),
+        ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
+        (
+            "tokenizer.ggml.tokens".into(),
+            Value::Array(
+                (0..s.vocab)
+                    .map(|i| Value::String(format!("t{i}")))
+                    .collect(),
+            ),
+        ),
+        ("tokenizer.ggml.merges".into(), Value::Array(vec![])),
+    ];
+    let mr: Vec<(&str, &Value)> = meta.iter().map(|(a, b)| (a.as_str(), b)).collect();
+    let tr: Vec<(&str, &QTensor)> = t.iter().map(|(a, b)| (a.as_str(), b)).collect();
+    let mut f = std::fs::File::create(p).unwrap();
+    write(&mut f, &mr, &tr).unwrap();
+}
+
+#[test]
+fn hand_written_gguf_loads_and_each_defect_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("m.gguf");
+    write_custom(&p, "llama", |_, v, s| (v, s));
+    load(&p).expect("the unaltered file loads");
+    write_custom(&p, "mamba", |_, v, s| (v, s));
+    expect_err(&p, "unknown architecture `mamba`");
+    write_custom(&p, "llama", |n, mut v, s| {
+        if n == "blk.1.attn_q.weight" {
+            v[17] = f32::NAN;
+        }
+        (v, s)
+    });
+    expect_err(&p, "non-finite");
+    write_custom(&p, "llama", |n, v, (o, i)| {
+        if n == "blk.0.ffn_down.weight" {
+            (v[..o * (i - 16)].to_vec(), (o, i - 16))
+        } else {
+            (v, (o, i))
+        }
+    });
+    expect_err(&p, "blk.0.ffn_down.weight");
+    write_custom(&p, "llama", |n, v, (o, i)| {
+        if n == "blk.1.attn_k.weight" {
+            (v[..(o - 8) * i].to_vec(), (o - 8, i))
+        } else {
+            (v, (o, i))
+        }
+    });
+    expect_err(&p, "blk.1.attn_k.weight");
+}
+
+#[test]
+fn corrupt_safetensors_and_config_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("config.json"),
+        r#"{"model_type": "bert", "hidden_size": 8}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("model.safetensors"),
+        b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all}",
+    )
+    .unwrap();
+    let e = load(d).err().unwrap().to_string();
+    assert!(
+        e.contains("model.safetensors") && e.contains("not a valid safetensors"),
+        "{e}"
+    );
+    std::fs::write(d.join("config.json"), "{").unwrap();
+    let e = load(d).err().unwrap().to_string();
+    assert!(
+        e.contains("config.json") && e.contains("invalid JSON"),
+        "{e}"
+    );
+    let data: Vec<u8> = vec![0; 16];
+    let st = safetensors::serialize(
+        [(
+            "x",
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4], &data).unwrap(),
+        )],
+        None,
+    )
+    .unwrap();
+    std::fs::write(d.join("model.safetensors"), st).unwrap();
+    std::fs::write(d.join("config.json"), r#"{"model_type": "t5"}"#).unwrap();
+    let e = load(d).err().unwrap().to_string();
+    assert!(
+        e.contains("unknown architecture") && e.contains("t5"),
+        "{e}"
+    );
+    std::fs::write(d.join("config.json"), r#"{"model_type": "bert", "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 16, "vocab_size": 10, "max_position_embeddings": 4}"#).unwrap();
+    let e = load(d).err().unwrap().to_string();
+    assert!(
+        e.contains("missing tensor") && e.contains("word_embeddings"),
+        "{e}"
+    );
+}
+
+#[test]
+fn malformed_activations_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.safetensors");
+    let f = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let h0 = f(&[1.0; 12]);
+    let att = f(&[0.25; 2 * 3 * 4]);
+    let st = safetensors::serialize(
+        [
+            (
+                "hidden.0",
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![3, 4], &h0)
+                    .unwrap(),
+            ),
+            (
+                "attn.0",
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2, 3, 4], &att)
+                    .unwrap(),
+            ),
+        ],
+        None,
+    )
+    .unwrap();
+    std::fs::write(&p, st).unwrap();
+    let e = activations::analyze_file(&p).err().unwrap().to_string();
+    assert!(
+        e.contains("attn.0") && e.contains("expected [H, 3, 3]"),
+        "{e}"
+    );
+    let st = safetensors::serialize(
+        [(
+            "hiddenX",
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![3, 4], &h0).unwrap(),
+        )],
+        None,
+    )
+    .unwrap();
+    std::fs::write(&p, st).unwrap();
+    let e = activations::analyze_file(&p).err().unwrap().to_string();
+    assert!(e.contains("no `hidden.0`"), "{e}");
+}
