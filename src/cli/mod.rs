@@ -9,7 +9,6 @@ mod real;
 mod report;
 mod sweep;
 mod train;
-mod report;
 mod secondary;
 
 /// sinklab: attention sinks, checked.
@@ -34,7 +33,7 @@ enum Command {
     Train(train::Args),
     /// Run every check and default sim; write out/report.md and figures.
     Report(report::Args),
-    /// Detect secondary attention sinks (paper B) in captured activations.
+    /// Detect secondary attention sinks (paper B): native forward pass of a real model, or captured activations.
     Secondary(secondary::Args),
     /// Download and verify a registry-installable model (smollm2, gemma3-270m, minilm).
     Fetch(fetch::Args),

@@ -8,6 +8,7 @@ pub mod activations;
 pub mod detector;
 pub mod figures;
 pub mod hidden;
+pub mod native;
 pub mod records;
 pub mod report;
 pub mod synthetic;
