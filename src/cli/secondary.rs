@@ -11,7 +11,9 @@ use sinklab::real::tokenizer::Bos;
 use sinklab::real::{fetch, load};
 use sinklab::secondary::activations::Activations;
 use sinklab::secondary::detector::Label;
-use sinklab::secondary::figures::{levels_heatmap, norm_points, norm_scatters, primary_vs_secondary};
+use sinklab::secondary::figures::{
+    levels_heatmap, norm_points, norm_scatters, primary_vs_secondary,
+};
 use sinklab::secondary::native::{capture, generate, patch_sinks};
 use sinklab::secondary::records::{Analysis, SinkRecord, analyse, claim_measures};
 use sinklab::secondary::{DetectorParams, LabelRule, WindowMode};
@@ -78,8 +80,15 @@ fn params(a: &Args) -> Result<DetectorParams> {
     Ok(DetectorParams {
         tau: a.tau,
         bos_candidates: a.bos_candidates.clone(),
-        window: if a.no_window { WindowMode::AllLayers } else { WindowMode::BosNormJumps },
-        labels: LabelRule { bos_margin: a.bos_margin, noise_max: a.noise_max },
+        window: if a.no_window {
+            WindowMode::AllLayers
+        } else {
+            WindowMode::BosNormJumps
+        },
+        labels: LabelRule {
+            bos_margin: a.bos_margin,
+            noise_max: a.noise_max,
+        },
     })
 }
 
@@ -97,7 +106,12 @@ fn print_records(records: &[SinkRecord], json: bool) -> Result<()> {
         )?;
         for r in records {
             let f = |v: Option<f64>| v.map_or("—".to_string(), |x| format!("{x:.3}"));
-            let tok = r.token_text.clone().map(|s| format!("{s:?}")).or(r.token.map(|t| t.to_string())).unwrap_or("—".into());
+            let tok = r
+                .token_text
+                .clone()
+                .map(|s| format!("{s:?}"))
+                .or(r.token.map(|t| t.to_string()))
+                .unwrap_or("—".into());
             writeln!(
                 out,
                 "{:>4} {:>6} {:>14} {:>8} {:>6} {:<10} {:>10.2} {:>10} {:>8}",
@@ -128,7 +142,8 @@ fn note_labels(p: &DetectorParams, l: usize) {
 pub fn run(a: Args) -> Result<i32> {
     let p = params(&a)?;
     if let Some(path) = &a.activations {
-        let act = Activations::read(path).with_context(|| format!("reading activations {}", path.display()))?;
+        let act = Activations::read(path)
+            .with_context(|| format!("reading activations {}", path.display()))?;
         let an = analyse(&act, &p, 0).context("running the detector")?;
         note_labels(&p, act.hidden.layers());
         let s = &an.summary;
@@ -151,10 +166,15 @@ pub fn run(a: Args) -> Result<i32> {
     };
     let path = fetch::resolve(name)?;
     let lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
-    let tok = lm.tok.as_ref().with_context(|| format!("{}: no tokenizer in the model files", path.display()))?;
+    let tok = lm
+        .tok
+        .as_ref()
+        .with_context(|| format!("{}: no tokenizer in the model files", path.display()))?;
     let texts: Vec<String> = match (&a.prompt, &a.file, &a.prompts) {
         (Some(t), _, _) => vec![t.clone()],
-        (None, Some(f), _) => vec![std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?],
+        (None, Some(f), _) => {
+            vec![std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?]
+        }
         (None, None, Some(f)) => std::fs::read_to_string(f)
             .with_context(|| format!("reading {}", f.display()))?
             .lines()
@@ -170,7 +190,10 @@ pub fn run(a: Args) -> Result<i32> {
     let nl = lm.model.cfg.n_layer;
     note_labels(&p, nl);
     let pb = ProgressBar::new(texts.len() as u64);
-    pb.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} sequences {elapsed} {msg}").expect("static template"));
+    pb.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} sequences {elapsed} {msg}")
+            .expect("static template"),
+    );
     let mut analyses: Vec<Analysis> = Vec::new();
     let mut patches = Vec::new();
     let mut gen_secs = 0.0;
@@ -181,7 +204,11 @@ pub fn run(a: Args) -> Result<i32> {
             bail!("prompt {k} encodes to no tokens");
         }
         let t0 = std::time::Instant::now();
-        let ids = if a.generate > 0 { generate(&lm, &prompt, a.generate)? } else { prompt.clone() };
+        let ids = if a.generate > 0 {
+            generate(&lm, &prompt, a.generate)?
+        } else {
+            prompt.clone()
+        };
         gen_secs += t0.elapsed().as_secs_f64();
         gen_tokens += ids.len() - prompt.len();
         pb.set_message(format!("seq {k}: {} tokens", ids.len()));
@@ -194,7 +221,15 @@ pub fn run(a: Args) -> Result<i32> {
             // Secondary sinks first; where there are none, the other non-BOS sinks.
             let mut v = patch_sinks(&lm, &ids, &act, &p, &[Label::Secondary], k, a.patch)?;
             if v.is_empty() {
-                v = patch_sinks(&lm, &ids, &act, &p, &[Label::Noise, Label::BosSink], k, a.patch)?;
+                v = patch_sinks(
+                    &lm,
+                    &ids,
+                    &act,
+                    &p,
+                    &[Label::Noise, Label::BosSink],
+                    k,
+                    a.patch,
+                )?;
             }
             patches.extend(v);
         }
@@ -226,22 +261,44 @@ pub fn run(a: Args) -> Result<i32> {
                 "claims": m, "sequences": summaries,
             }))?,
         )?;
-        std::fs::write(dir.join("patching.json"), serde_json::to_string_pretty(&patches)?)?;
-        let cells: Vec<(usize, usize)> = records.iter().filter(|r| r.label == Label::Secondary).map(|r| (r.creation_layer, r.lifetime)).collect();
+        std::fs::write(
+            dir.join("patching.json"),
+            serde_json::to_string_pretty(&patches)?,
+        )?;
+        let cells: Vec<(usize, usize)> = records
+            .iter()
+            .filter(|r| r.label == Label::Secondary)
+            .map(|r| (r.creation_layer, r.lifetime))
+            .collect();
         let stem = |s: &str| dir.join(s);
         if !cells.is_empty() {
             levels_heatmap(&stem("levels"), "secondary sinks", &cells, nl)?;
         }
         let pop: Vec<&SinkRecord> = records
             .iter()
-            .filter(|r| if m.b3_population == "secondary" { r.label == Label::Secondary } else { r.label != Label::BosSink })
+            .filter(|r| {
+                if m.b3_population == "secondary" {
+                    r.label == Label::Secondary
+                } else {
+                    r.label != Label::BosSink
+                }
+            })
             .collect();
         let (sc, li) = norm_points(&pop);
         if sc.len() >= 2 || li.len() >= 2 {
-            norm_scatters(&stem("norm_scatter"), "MLP-output norm at creation", (sc, &m.b3_norm_vs_score), (li, &m.b3_norm_vs_lifetime))?;
+            norm_scatters(
+                &stem("norm_scatter"),
+                "MLP-output norm at creation",
+                (sc, &m.b3_norm_vs_score),
+                (li, &m.b3_norm_vs_lifetime),
+            )?;
         }
         if m.b4_primary_strength.is_some() {
-            primary_vs_secondary(&stem("primary_vs_secondary"), "primary strength vs secondary count", &m)?;
+            primary_vs_secondary(
+                &stem("primary_vs_secondary"),
+                "primary strength vs secondary count",
+                &m,
+            )?;
         }
         eprintln!("wrote {}", dir.display());
         eprintln!("{}", serde_json::to_string_pretty(&m)?);

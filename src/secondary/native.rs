@@ -41,7 +41,12 @@ fn rows_to_heads(x: &[f32], heads: usize, t: usize, width: usize) -> HeadTensor 
             data[(h * t + i) * width..(h * t + i + 1) * width].copy_from_slice(src);
         }
     }
-    HeadTensor { heads, tokens: t, width, data }
+    HeadTensor {
+        heads,
+        tokens: t,
+        width,
+        data,
+    }
 }
 
 /// One forward pass over `tokens`, capturing hidden states, MLP outputs, keys,
@@ -49,7 +54,13 @@ fn rows_to_heads(x: &[f32], heads: usize, t: usize, width: usize) -> HeadTensor 
 pub fn capture(lm: &LoadedModel, tokens: &[u32], attn: bool) -> Result<Activations, NativeError> {
     let m = &lm.model;
     let c = &m.cfg;
-    let what = Capture { hidden: true, mlp_out: true, attn, qkv: true, ..Capture::default() };
+    let what = Capture {
+        hidden: true,
+        mlp_out: true,
+        attn,
+        qkv: true,
+        ..Capture::default()
+    };
     let mut cap = Captured::new(what);
     m.forward(tokens, &mut cap, None)?;
     let (nl, t, d) = (c.n_layer, tokens.len(), c.d_model);
@@ -65,10 +76,25 @@ pub fn capture(lm: &LoadedModel, tokens: &[u32], attn: bool) -> Result<Activatio
         mlp.extend_from_slice(lc.mlp_out.as_deref().ok_or_else(|| miss("mlp_out", l))?);
         if attn {
             let a = lc.attn.clone().ok_or_else(|| miss("attn", l))?;
-            att.push(HeadTensor { heads: c.n_head, tokens: t, width: t, data: a });
+            att.push(HeadTensor {
+                heads: c.n_head,
+                tokens: t,
+                width: t,
+                data: a,
+            });
         }
-        keys.push(rows_to_heads(lc.k.as_deref().ok_or_else(|| miss("keys", l))?, c.n_kv_head, t, c.head_dim));
-        values.push(rows_to_heads(lc.v.as_deref().ok_or_else(|| miss("values", l))?, c.n_kv_head, t, c.head_dim));
+        keys.push(rows_to_heads(
+            lc.k.as_deref().ok_or_else(|| miss("keys", l))?,
+            c.n_kv_head,
+            t,
+            c.head_dim,
+        ));
+        values.push(rows_to_heads(
+            lc.v.as_deref().ok_or_else(|| miss("values", l))?,
+            c.n_kv_head,
+            t,
+            c.head_dim,
+        ));
     }
     let shape = |e: super::hidden::ShapeError| NativeError::Capture(e.to_string());
     Ok(Activations {
@@ -117,8 +143,15 @@ pub fn patched_hidden(
 ) -> Result<HiddenStates<f32>, NativeError> {
     let m = &lm.model;
     let (nl, d, t) = (m.cfg.n_layer, m.cfg.d_model, tokens.len());
-    let mlp = act.mlp_out.as_ref().ok_or_else(|| NativeError::Capture("no mlp_out".into()))?;
-    let mut cache = KvCache { k: vec![Vec::new(); nl], v: vec![Vec::new(); nl], len: 0 };
+    let mlp = act
+        .mlp_out
+        .as_ref()
+        .ok_or_else(|| NativeError::Capture("no mlp_out".into()))?;
+    let mut cache = KvCache {
+        k: vec![Vec::new(); nl],
+        v: vec![Vec::new(); nl],
+        len: 0,
+    };
     let mut x = m.embed(tokens, 0)?;
     let mut hidden = Vec::with_capacity(nl * t * d);
     for l in 0..nl {
@@ -146,10 +179,20 @@ pub fn patch_sinks(
     max_sinks: usize,
 ) -> Result<Vec<PatchOutcome>, NativeError> {
     let det = detect(&act.hidden, p)?;
-    let flagged: Vec<bool> = (0..tokens.len()).map(|t| t == det.bos || det.sinks.iter().any(|s| s.position == t)).collect();
-    let mlp = act.mlp_out.as_ref().ok_or_else(|| NativeError::Capture("no mlp_out".into()))?;
+    let flagged: Vec<bool> = (0..tokens.len())
+        .map(|t| t == det.bos || det.sinks.iter().any(|s| s.position == t))
+        .collect();
+    let mlp = act
+        .mlp_out
+        .as_ref()
+        .ok_or_else(|| NativeError::Capture("no mlp_out".into()))?;
     let mut out = Vec::new();
-    for s in det.sinks.iter().filter(|s| labels.contains(&s.label)).take(max_sinks) {
+    for s in det
+        .sinks
+        .iter()
+        .filter(|s| labels.contains(&s.label))
+        .take(max_sinks)
+    {
         let donor = (1..tokens.len())
             .flat_map(|k| [s.position.checked_sub(k), Some(s.position + k)])
             .flatten()
@@ -157,8 +200,17 @@ pub fn patch_sinks(
         let Some(donor) = donor else { continue };
         let h = patched_hidden(lm, tokens, act, s.position, donor, s.creation_layer)?;
         let after = detect(&h, p)?;
-        let life = after.sinks.iter().find(|x| x.position == s.position).map_or(0, |x| x.lifetime);
-        let nrm = |v: &[f32]| v.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>().sqrt();
+        let life = after
+            .sinks
+            .iter()
+            .find(|x| x.position == s.position)
+            .map_or(0, |x| x.lifetime);
+        let nrm = |v: &[f32]| {
+            v.iter()
+                .map(|&x| (x as f64) * (x as f64))
+                .sum::<f64>()
+                .sqrt()
+        };
         out.push(PatchOutcome {
             sequence,
             position: s.position,
@@ -166,7 +218,10 @@ pub fn patch_sinks(
             creation_layer: s.creation_layer,
             lifetime_before: s.lifetime,
             lifetime_after: life,
-            mlp_norms: (nrm(mlp.state(s.creation_layer, s.position)), nrm(mlp.state(s.creation_layer, donor))),
+            mlp_norms: (
+                nrm(mlp.state(s.creation_layer, s.position)),
+                nrm(mlp.state(s.creation_layer, donor)),
+            ),
         });
     }
     Ok(out)
