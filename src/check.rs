@@ -118,6 +118,14 @@ pub fn registry() -> Vec<Theorem> {
         },
     ];
     v.push(Theorem {
+        name: "secondary_monotone",
+        claim: "B3",
+        statement: "synthetic model: a planted MLP writing ±r·u on a cone makes sinks whose lifetime (and, aligned, received attention) is non-decreasing in r",
+        figure: "secondary_synthetic",
+        default_cases: 64,
+        run: crate::secondary::synthetic::check_monotone,
+    });
+    v.push(Theorem {
         name: "cost_closed_form",
         claim: "A5",
         statement: "The minimal-norm gap programs of §6 match the Frobenius closed form Δ√(T−H_T) on orthonormal embeddings, lie between it and the nuclear witnesses, and agree with an independent solver",

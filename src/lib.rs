@@ -18,6 +18,8 @@ pub mod patterns;
 pub mod plot;
 pub mod real;
 pub mod report;
+pub mod secondary;
+pub mod stats;
 pub mod sweep;
 pub mod switch;
 pub mod tasks;

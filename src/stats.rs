@@ -1,0 +1,279 @@
+//! Small statistics shared by the measurements: ranks, Spearman and Pearson
+//! correlation, ordinary least squares, and seeded percentile-bootstrap
+//! confidence intervals.
+//!
+//! Pure functions on slices; every random draw takes an explicit seed.
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+/// Errors of the statistics routines.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum StatsError {
+    /// The two samples have different lengths.
+    #[error("samples of different lengths ({0} and {1})")]
+    Length(usize, usize),
+    /// Too few points for the statistic.
+    #[error("need at least {need} points, got {got}")]
+    TooFew {
+        /// Points required.
+        need: usize,
+        /// Points given.
+        got: usize,
+    },
+    /// A value is NaN or infinite.
+    #[error("non-finite value in the sample")]
+    NonFinite,
+    /// A sample is constant, so the correlation is undefined.
+    #[error("a sample is constant: correlation undefined")]
+    Constant,
+    /// A bad parameter (level outside (0, 1), zero resamples, ...).
+    #[error("bad parameter: {0}")]
+    Param(String),
+}
+
+fn check_pair(x: &[f64], y: &[f64], need: usize) -> Result<(), StatsError> {
+    if x.len() != y.len() {
+        return Err(StatsError::Length(x.len(), y.len()));
+    }
+    if x.len() < need {
+        return Err(StatsError::TooFew { need, got: x.len() });
+    }
+    if x.iter().chain(y).any(|v| !v.is_finite()) {
+        return Err(StatsError::NonFinite);
+    }
+    Ok(())
+}
+
+/// Fractional ranks (1-based; ties get the mean of the ranks they span).
+pub fn ranks(x: &[f64]) -> Vec<f64> {
+    let mut idx: Vec<usize> = (0..x.len()).collect();
+    idx.sort_by(|&a, &b| x[a].total_cmp(&x[b]));
+    let mut r = vec![0.0; x.len()];
+    let mut i = 0;
+    while i < idx.len() {
+        let mut j = i;
+        while j + 1 < idx.len() && x[idx[j + 1]] == x[idx[i]] {
+            j += 1;
+        }
+        // Positions i..=j (0-based) hold equal values: mean rank (i+j)/2 + 1.
+        let avg = (i + j) as f64 / 2.0 + 1.0;
+        for &k in &idx[i..=j] {
+            r[k] = avg;
+        }
+        i = j + 1;
+    }
+    r
+}
+
+/// Pearson correlation $r = \frac{\sum (x_i-\bar x)(y_i-\bar y)}{\sqrt{\sum (x_i-\bar x)^2 \sum (y_i-\bar y)^2}}$.
+pub fn pearson(x: &[f64], y: &[f64]) -> Result<f64, StatsError> {
+    check_pair(x, y, 2)?;
+    let n = x.len() as f64;
+    let mx = x.iter().sum::<f64>() / n;
+    let my = y.iter().sum::<f64>() / n;
+    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+    for (a, b) in x.iter().zip(y) {
+        sxy += (a - mx) * (b - my);
+        sxx += (a - mx) * (a - mx);
+        syy += (b - my) * (b - my);
+    }
+    if sxx == 0.0 || syy == 0.0 {
+        return Err(StatsError::Constant);
+    }
+    Ok((sxy / (sxx * syy).sqrt()).clamp(-1.0, 1.0))
+}
+
+/// Spearman rank correlation $\rho$: the Pearson correlation of the
+/// fractional ranks (exact with ties).
+pub fn spearman(x: &[f64], y: &[f64]) -> Result<f64, StatsError> {
+    check_pair(x, y, 2)?;
+    pearson(&ranks(x), &ranks(y))
+}
+
+/// A least-squares line $y \approx a + b x$ with its coefficient of determination.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct LineFit {
+    /// Intercept $a$.
+    pub intercept: f64,
+    /// Slope $b$.
+    pub slope: f64,
+    /// $R^2 = 1 - \mathrm{SS}_{res}/\mathrm{SS}_{tot}$.
+    pub r2: f64,
+}
+
+/// Ordinary least squares of `y` on `x`.
+pub fn line_fit(x: &[f64], y: &[f64]) -> Result<LineFit, StatsError> {
+    check_pair(x, y, 2)?;
+    let n = x.len() as f64;
+    let mx = x.iter().sum::<f64>() / n;
+    let my = y.iter().sum::<f64>() / n;
+    let sxx: f64 = x.iter().map(|a| (a - mx) * (a - mx)).sum();
+    if sxx == 0.0 {
+        return Err(StatsError::Constant);
+    }
+    let sxy: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let slope = sxy / sxx;
+    let intercept = my - slope * mx;
+    let ss_tot: f64 = y.iter().map(|b| (b - my) * (b - my)).sum();
+    let ss_res: f64 = x
+        .iter()
+        .zip(y)
+        .map(|(a, b)| (b - intercept - slope * a).powi(2))
+        .sum();
+    let r2 = if ss_tot == 0.0 {
+        1.0
+    } else {
+        1.0 - ss_res / ss_tot
+    };
+    Ok(LineFit {
+        intercept,
+        slope,
+        r2,
+    })
+}
+
+/// A point estimate with a bootstrap confidence interval.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Estimate {
+    /// The statistic on the full sample.
+    pub value: f64,
+    /// Lower end of the interval.
+    pub lo: f64,
+    /// Upper end of the interval.
+    pub hi: f64,
+    /// Confidence level (e.g. 0.95).
+    pub level: f64,
+    /// Resamples on which the statistic was defined (others are skipped).
+    pub resamples: usize,
+    /// Sample size.
+    pub n: usize,
+}
+
+/// Percentile bootstrap of a paired statistic: resample the pairs with
+/// replacement `b` times (seeded), compute `stat` on each, and return the
+/// $(1-\text{level})/2$ and $(1+\text{level})/2$ empirical quantiles.
+/// Resamples on which `stat` fails (e.g. a constant resample) are skipped;
+/// if fewer than half succeed the interval is reported as an error.
+pub fn bootstrap_paired(
+    x: &[f64],
+    y: &[f64],
+    stat: impl Fn(&[f64], &[f64]) -> Result<f64, StatsError>,
+    b: usize,
+    level: f64,
+    seed: u64,
+) -> Result<Estimate, StatsError> {
+    check_pair(x, y, 3)?;
+    if !(level > 0.0 && level < 1.0) {
+        return Err(StatsError::Param(format!("level {level} not in (0, 1)")));
+    }
+    if b == 0 {
+        return Err(StatsError::Param("zero resamples".into()));
+    }
+    let value = stat(x, y)?;
+    let n = x.len();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut xs = vec![0.0; n];
+    let mut ys = vec![0.0; n];
+    let mut vals = Vec::with_capacity(b);
+    for _ in 0..b {
+        for k in 0..n {
+            let i = rng.random_range(0..n);
+            xs[k] = x[i];
+            ys[k] = y[i];
+        }
+        if let Ok(v) = stat(&xs, &ys) {
+            vals.push(v);
+        }
+    }
+    if vals.len() * 2 < b {
+        return Err(StatsError::Param(format!(
+            "statistic undefined on {} of {b} resamples",
+            b - vals.len()
+        )));
+    }
+    vals.sort_by(f64::total_cmp);
+    let q = |p: f64| {
+        // Linear interpolation between order statistics (type 7).
+        let h = p * (vals.len() - 1) as f64;
+        let lo = h.floor() as usize;
+        let hi = h.ceil() as usize;
+        vals[lo] + (h - lo as f64) * (vals[hi] - vals[lo])
+    };
+    Ok(Estimate {
+        value,
+        lo: q((1.0 - level) / 2.0),
+        hi: q((1.0 + level) / 2.0),
+        level,
+        resamples: vals.len(),
+        n,
+    })
+}
+
+/// Spearman correlation with a seeded percentile-bootstrap interval.
+pub fn spearman_ci(
+    x: &[f64],
+    y: &[f64],
+    b: usize,
+    level: f64,
+    seed: u64,
+) -> Result<Estimate, StatsError> {
+    bootstrap_paired(x, y, spearman, b, level, seed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_with_ties() {
+        assert_eq!(ranks(&[10.0, 20.0, 10.0, 30.0]), vec![1.5, 3.0, 1.5, 4.0]);
+    }
+
+    #[test]
+    fn spearman_known_values() {
+        // Monotone but non-linear: rho = 1 exactly, Pearson < 1.
+        let x: Vec<f64> = (1..=10).map(f64::from).collect();
+        let y: Vec<f64> = x.iter().map(|v| v.powi(3)).collect();
+        assert_eq!(spearman(&x, &y).unwrap(), 1.0);
+        assert!(pearson(&x, &y).unwrap() < 0.99);
+        let yr: Vec<f64> = y.iter().rev().copied().collect();
+        assert_eq!(spearman(&x, &yr).unwrap(), -1.0);
+        // Textbook case without ties: d = (0, -2, 1, 1, 0), sum d^2 = 6,
+        // rho = 1 - 6*6/(5*24) = 0.7.
+        let a = [1.0, 2.0, 3.0, 4.0, 5.0];
+        let b = [1.0, 4.0, 2.0, 3.0, 5.0];
+        assert!((spearman(&a, &b).unwrap() - 0.7).abs() < 1e-12);
+        assert_eq!(spearman(&a, &[1.0; 5]), Err(StatsError::Constant));
+        assert_eq!(spearman(&a, &b[..4]), Err(StatsError::Length(5, 4)));
+    }
+
+    #[test]
+    fn line_fit_recovers_line() {
+        let x: Vec<f64> = (0..20).map(f64::from).collect();
+        let y: Vec<f64> = x.iter().map(|v| 2.0 - 0.5 * v).collect();
+        let f = line_fit(&x, &y).unwrap();
+        // Exact data: only rounding error, O(1e-15) relative.
+        assert!(
+            (f.slope + 0.5).abs() < 1e-12
+                && (f.intercept - 2.0).abs() < 1e-12
+                && (f.r2 - 1.0).abs() < 1e-12
+        );
+    }
+
+    #[test]
+    fn bootstrap_is_seeded_and_brackets() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let x: Vec<f64> = (0..200).map(|_| rng.random::<f64>()).collect();
+        let y: Vec<f64> = x.iter().map(|v| v + 0.3 * rng.random::<f64>()).collect();
+        let e1 = spearman_ci(&x, &y, 500, 0.95, 1).unwrap();
+        let e2 = spearman_ci(&x, &y, 500, 0.95, 1).unwrap();
+        assert_eq!(e1, e2);
+        assert!(e1.lo <= e1.value && e1.value <= e1.hi, "{e1:?}");
+        assert!(e1.lo > 0.8, "strongly dependent sample, {e1:?}");
+        // Independent sample: the interval must contain 0.
+        let z: Vec<f64> = (0..200).map(|_| rng.random::<f64>()).collect();
+        let e3 = spearman_ci(&x, &z, 500, 0.95, 2).unwrap();
+        assert!(e3.lo < 0.0 && e3.hi > 0.0, "{e3:?}");
+    }
+}
