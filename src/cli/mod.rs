@@ -8,9 +8,9 @@ mod cost;
 mod fetch;
 mod real;
 mod report;
+mod secondary;
 mod sweep;
 mod train;
-mod secondary;
 
 /// sinklab: attention sinks, checked.
 #[derive(Parser, Debug)]
