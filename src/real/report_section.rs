@@ -57,12 +57,29 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         if ctx.quick && name != "smollm2" {
             continue;
         }
-        let Some(path) = fetch::cached(name) else {
-            writeln!(
-                md,
-                "### {name}\n\nNot in the cache: `sinklab fetch {name}`.\n"
-            )?;
-            continue;
+        // The full report fetches what it needs (the project's own install step, so that
+        // `cargo run --release -- report` works on a fresh machine); `--quick` never downloads.
+        let path = match fetch::cached(name) {
+            Some(p) => p,
+            None if !ctx.quick => {
+                match fetch::fetch(name, None, &mut |line: &str| eprintln!("fetch: {line}")) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        writeln!(
+                            md,
+                            "### {name}\n\nNot in the cache and the fetch failed: {e}. Run `sinklab fetch {name}`.\n"
+                        )?;
+                        continue;
+                    }
+                }
+            }
+            None => {
+                writeln!(
+                    md,
+                    "### {name}\n\nNot in the cache: `sinklab fetch {name}`.\n"
+                )?;
+                continue;
+            }
         };
         let lm = load(&path)?;
         let mut toks = lm
