@@ -61,6 +61,11 @@ fn rel(out: &Path, p: &Path) -> String {
     p.strip_prefix(out).unwrap_or(p).display().to_string()
 }
 
+/// Escapes a markdown table cell (a `|` would split the cell).
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
 /// Formats a margin for tables.
 pub fn fmt_margin(m: f64) -> String {
     if m.is_infinite() {
@@ -109,17 +114,17 @@ pub fn write_report(
         writeln!(
             md,
             "| {} | `{}` | {} | {} | {} | {} ({}) | {} |",
-            t.claim,
+            cell(t.claim),
             t.name,
-            t.statement,
+            cell(t.statement),
             o.cases,
             if o.ok() {
                 "holds".to_string()
             } else {
-                format!("**FAILS** on {} ({})", o.failed, o.detail)
+                format!("**FAILS** on {} ({})", o.failed, cell(&o.detail))
             },
             fmt_margin(o.worst_margin),
-            o.margin_unit,
+            cell(&o.margin_unit),
             fig
         )?;
         outcomes.push(o);

@@ -94,5 +94,14 @@ fn report_quick_writes_markdown_with_the_claims_table() {
         "| claim | theorem | statement | cases tried | result | worst margin | figure |"
     ));
     assert!(md.contains("`hard_switch`"));
+    // Every claims-table row has exactly 7 cells: an unescaped `|` in a statement or
+    // a margin unit would split a cell and shift the columns.
+    for line in md
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.contains("| `"))
+    {
+        let bars = line.len() - line.replace('|', "").len() - line.matches("\\|").count();
+        assert_eq!(bars, 8, "malformed claims row: {line}");
+    }
     assert!(!md.contains("FAILS"), "{md}");
 }
