@@ -65,6 +65,29 @@ fn excluding_first(x: &[f32], t: usize, d: usize) -> Vec<Vec<f64>> {
         .collect()
 }
 
+/// $\operatorname{tr}((I+W)\Sigma(I+W)^\top)$ for a low-rank head $W = F_o F_v^\top$
+/// ($F_o, F_v \in \mathbb R^{d\times d_h}$) in $O(d^2 d_h)$ instead of $O(d^3)$:
+/// $\operatorname{tr}\Sigma + 2\operatorname{tr}(W\Sigma) + \operatorname{tr}((F_o^\top F_o)(F_v^\top\Sigma F_v))$.
+/// The identity-attention noise of `oversmoothing::predict::sign_condition` with $L = I$
+/// (checked equal in the tests below).
+pub fn noise_trace_identity(fo: &Mat<f64>, fv: &Mat<f64>, sigma: &Mat<f64>) -> f64 {
+    let (d, dh) = (fo.nrows(), fo.ncols());
+    let tr_sigma: f64 = (0..d).map(|p| sigma[(p, p)]).sum();
+    let sfv = sigma * fv; // Σ Fv
+    // tr(WΣ) = tr(Fo Fvᵀ Σ) = Σ_{i,r} Fo_ir (Σ Fv)_ir.
+    let tr_ws: f64 = (0..d)
+        .flat_map(|i| (0..dh).map(move |r| (i, r)))
+        .map(|(i, r)| fo[(i, r)] * sfv[(i, r)])
+        .sum();
+    let gram_o = fo.transpose() * fo;
+    let core = fv.transpose() * &sfv;
+    let tr_wsw: f64 = (0..dh)
+        .flat_map(|i| (0..dh).map(move |r| (i, r)))
+        .map(|(i, r)| gram_o[(i, r)] * core[(r, i)])
+        .sum();
+    tr_sigma + 2.0 * tr_ws + tr_wsw
+}
+
 /// Runs the per-head A2 analysis on `tokens` (decoders and encoders alike).
 pub fn analyze(m: &Model, tokens: &[u32]) -> Result<(Vec<HeadA2>, A2Summary), RealError> {
     let c = &m.cfg;
@@ -105,19 +128,7 @@ pub fn analyze(m: &Model, tokens: &[u32]) -> Result<(Vec<HeadA2>, A2Summary), Re
             // W = Fo Fvᵀ with Fo = W_O[:, h] (d × dh), Fv = W_Vᵀ rows of group g (d × dh).
             let fo = Mat::<f64>::from_fn(d, dh, |i, r| ly.wo.w[i * ly.wo.inp + hh * dh + r] as f64);
             let fv = Mat::<f64>::from_fn(d, dh, |i, r| ly.wv.w[(g * dh + r) * d + i] as f64);
-            let sfv = &sigma * &fv; // Σ Fv
-            // tr(WΣ) = tr(Fo Fvᵀ Σ) = Σ_{i,r} Fo_ir (Σ Fv)_ir ; tr(WΣWᵀ) = tr((FoᵀFo)(FvᵀΣFv)).
-            let tr_ws: f64 = (0..d)
-                .flat_map(|i| (0..dh).map(move |r| (i, r)))
-                .map(|(i, r)| fo[(i, r)] * sfv[(i, r)])
-                .sum();
-            let gram_o = fo.transpose() * &fo;
-            let core = fv.transpose() * &sfv;
-            let tr_wsw: f64 = (0..dh)
-                .flat_map(|i| (0..dh).map(move |r| (i, r)))
-                .map(|(i, r)| gram_o[(i, r)] * core[(r, i)])
-                .sum();
-            let tr_b = tr_sigma + 2.0 * tr_ws + tr_wsw;
+            let tr_b = noise_trace_identity(&fo, &fv, &sigma);
             let mut cosv = [0.0; 2];
             for (k, with) in [Replace::Identity, Replace::Uniform]
                 .into_iter()
@@ -176,4 +187,34 @@ pub fn analyze(m: &Model, tokens: &[u32]) -> Result<(Vec<HeadA2>, A2Summary), Re
             / nh,
     };
     Ok((out, s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oversmoothing::predict::sign_condition;
+
+    #[test]
+    fn low_rank_trace_is_the_shared_sign_condition() {
+        // Deterministic pseudo-random factors and a PSD Σ = G Gᵀ / d.
+        let (d, dh) = (7, 3);
+        let f = |a: usize, b: usize, s: f64| ((a * 31 + b * 17) as f64 * s).sin();
+        let fo = Mat::<f64>::from_fn(d, dh, |i, r| f(i, r, 0.37));
+        let fv = Mat::<f64>::from_fn(d, dh, |i, r| f(i, r, 0.91));
+        let g = Mat::<f64>::from_fn(d, d, |i, j| f(i, j, 1.3));
+        let sigma = (&g * g.transpose()) * (1.0 / d as f64);
+        let w = &fo * fv.transpose();
+        let mu = vec![0.5; d];
+        let id = Mat::<f64>::identity(d, d);
+        let v = sign_condition(w.as_ref(), &mu, sigma.as_ref(), id.as_ref()).unwrap();
+        let ours = noise_trace_identity(&fo, &fv, &sigma);
+        // Same quantity by two summation orders: agreement to f64 rounding of O(d²) terms.
+        assert!(
+            (ours - v.tr_identity).abs() <= 1e-12 * v.tr_identity.abs().max(1.0),
+            "{ours} vs {}",
+            v.tr_identity
+        );
+        let tr_sigma: f64 = (0..d).map(|p| sigma[(p, p)]).sum();
+        assert!((tr_sigma - v.tr_dense).abs() <= 1e-12 * tr_sigma.max(1.0));
+    }
 }
