@@ -22,6 +22,11 @@ fn expect_err(p: &Path, needle: &str) -> String {
         msg.contains(needle),
         "error `{msg}` does not say `{needle}`"
     );
+    // A user-facing message, not a stack trace (candle may attach one to its errors).
+    assert!(
+        !msg.contains("candle_core::") && msg.lines().count() <= 3,
+        "error carries a backtrace: {msg}"
+    );
     msg
 }
 

@@ -21,13 +21,25 @@ pub struct GgufFile {
     reader: BufReader<File>,
 }
 
+/// A candle error's message without the backtrace candle may attach to it.
+fn candle_msg(e: &candle_core::Error) -> String {
+    match e {
+        candle_core::Error::WithBacktrace { inner, .. } => candle_msg(inner),
+        other => other.to_string(),
+    }
+}
+
 impl GgufFile {
     /// Opens and parses the header of a GGUF file.
     pub fn open(path: &Path) -> Result<Self, RealError> {
         let f = File::open(path).map_err(|e| RealError::io(path, e))?;
         let mut reader = BufReader::new(f);
-        let content = Content::read(&mut reader)
-            .map_err(|e| RealError::file(path, format!("not a readable GGUF file: {e}")))?;
+        let content = Content::read(&mut reader).map_err(|e| {
+            RealError::file(
+                path,
+                format!("not a readable GGUF file: {}", candle_msg(&e)),
+            )
+        })?;
         // Check every tensor's extent before candle reads it (its element count is an unchecked
         // product: a corrupt dimension would overflow).
         let file_len = std::fs::metadata(path)
@@ -130,7 +142,9 @@ impl GgufFile {
         let qt = self
             .content
             .tensor(&mut self.reader, name, &candle_core::Device::Cpu)
-            .map_err(|e| RealError::file(&self.path, format!("tensor `{name}`: {e}")))?;
+            .map_err(|e| {
+                RealError::file(&self.path, format!("tensor `{name}`: {}", candle_msg(&e)))
+            })?;
         let dims = qt.shape().dims().to_vec();
         let t = qt
             .dequantize(&candle_core::Device::Cpu)
@@ -140,7 +154,7 @@ impl GgufFile {
             .map_err(|e| {
                 RealError::file(
                     &self.path,
-                    format!("tensor `{name}`: dequantization failed: {e}"),
+                    format!("tensor `{name}`: dequantization failed: {}", candle_msg(&e)),
                 )
             })?;
         if let Some(k) = t.iter().position(|v| !v.is_finite()) {
