@@ -134,6 +134,14 @@ pub fn registry() -> Vec<Theorem> {
         run: crate::cost::check_closed_form,
     });
     v.push(Theorem {
+        name: "cost_head_closed_form",
+        claim: "A5",
+        statement: "Whole head on copy-paste: the W_QK and W_VO programs match the Frobenius closed forms Δ√(T−H_T) and Δ√(n_src(T−1)/T) on orthonormal embeddings, lie between them and the nuclear witnesses, and the two-sided VO program agrees with an independent solver",
+        figure: "cost_scaling",
+        default_cases: 8,
+        run: crate::cost::head::check_closed_form,
+    });
+    v.push(Theorem {
         name: "half_space",
         claim: "A1",
         statement: "a sink is representable iff 0 ∉ conv(Q) and s ∉ conv(K); verdict with a verified witness or convex weights",

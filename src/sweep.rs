@@ -11,7 +11,7 @@
 //! **Shards.** Points are numbered in spec order; shard `i/N` (0-based `i`)
 //! takes the points with index ≡ i (mod N). [`merge`] joins shard directories.
 
-use crate::cost::{self, CostQuery, EmbeddingKind, NormKind, Pattern, SolveOptions};
+use crate::cost::{self, CostQuery, EmbeddingKind, NormKind, Pattern, Scope, SolveOptions};
 use crate::fit::{PowerFit, fit_power_law};
 use crate::plot::{self, Panel, Series, Style};
 use crate::train::{self, AttnForm, TaskSpec, TrainConfig};
@@ -69,6 +69,9 @@ pub struct ExactSpec {
     /// $d = $ `d_factor`·T (at least 1; orthonormal embeddings need ≥ 1).
     #[serde(default = "one")]
     pub d_factor: usize,
+    /// A fixed width $d$ for every T (overrides `d_factor`).
+    #[serde(default)]
+    pub d: Option<usize>,
     /// Seeds (orthonormal embeddings use only the first: the costs are rotation invariant).
     pub seeds: Vec<u64>,
     /// Fixed gap Δ (default 10). Ignored when `eps` is set.
@@ -80,6 +83,23 @@ pub struct ExactSpec {
     /// Relative duality gap at which the solver stops.
     #[serde(default = "default_tol")]
     pub tol: f64,
+    /// Iteration budget of the primal–dual solver (default 20 000).
+    #[serde(default)]
+    pub max_iter: Option<usize>,
+    /// What is priced: `qk` ($W_{QK}$ alone, default) and/or `head` (the whole head on
+    /// copy-paste, recorded as cost `head_fro` / `head_nuclear`).
+    #[serde(default = "default_scopes")]
+    pub scopes: Vec<Scope>,
+    /// Fraction of on-queries of the whole-head programs.
+    #[serde(default = "default_on_rate")]
+    pub on_rate: f64,
+}
+
+fn default_scopes() -> Vec<Scope> {
+    vec![Scope::Qk]
+}
+fn default_on_rate() -> f64 {
+    cost::head::DEFAULT_ON_RATE
 }
 
 fn one() -> usize {
@@ -123,6 +143,11 @@ pub struct TrainedSpec {
     pub k: usize,
     /// Dirichlet concentration of the bigram rows.
     pub alpha: f64,
+    /// Convergence criterion: stop a run once its on-query accuracy on a probe set reaches
+    /// this value (`steps` is the budget); runs that never reach it are recorded with
+    /// `converged = false` and left out of the fits.
+    #[serde(default)]
+    pub target_acc_on: Option<f64>,
 }
 
 /// A sweep spec (`sims/<name>.toml`).
@@ -183,32 +208,38 @@ impl SweepSpec {
         let mut v = Vec::new();
         for e in &self.exact {
             for &emb in &e.embeddings {
-                let seeds: &[u64] = if emb == EmbeddingKind::Orthonormal {
-                    &e.seeds[..1]
-                } else {
-                    &e.seeds
-                };
-                for &t in &e.t {
-                    for &norm in &e.norms {
-                        if norm == NormKind::Nuclear && e.max_t_nuclear.is_some_and(|m| t > m) {
-                            continue;
-                        }
-                        for &pattern in &e.patterns {
-                            for &seed in seeds {
-                                v.push(Point::Exact(CostQuery {
-                                    pattern,
-                                    norm,
-                                    embedding: emb,
-                                    t,
-                                    d: e.d_factor * t,
-                                    delta: match e.eps {
-                                        Some(eps) => {
-                                            cost::delta_eps(t - 1, eps).unwrap_or(f64::NAN)
-                                        }
-                                        None => e.delta.unwrap_or(10.0),
-                                    },
-                                    seed,
-                                }));
+                for &scope in &e.scopes {
+                    // Orthonormal W_QK costs are rotation invariant: one seed. The whole head
+                    // also draws its copy-paste sources from the seed, so it keeps them all.
+                    let seeds: &[u64] = if emb == EmbeddingKind::Orthonormal && scope == Scope::Qk {
+                        &e.seeds[..1]
+                    } else {
+                        &e.seeds
+                    };
+                    for &t in &e.t {
+                        for &norm in &e.norms {
+                            if norm == NormKind::Nuclear && e.max_t_nuclear.is_some_and(|m| t > m) {
+                                continue;
+                            }
+                            for &pattern in &e.patterns {
+                                for &seed in seeds {
+                                    v.push(Point::Exact(CostQuery {
+                                        scope,
+                                        on_rate: e.on_rate,
+                                        pattern,
+                                        norm,
+                                        embedding: emb,
+                                        t,
+                                        d: e.d.unwrap_or(e.d_factor * t),
+                                        delta: match e.eps {
+                                            Some(eps) => {
+                                                cost::delta_eps(t - 1, eps).unwrap_or(f64::NAN)
+                                            }
+                                            None => e.delta.unwrap_or(10.0),
+                                        },
+                                        seed,
+                                    }));
+                                }
                             }
                         }
                     }
@@ -238,6 +269,7 @@ impl SweepSpec {
                             weight_decay: tr.weight_decay,
                             seed,
                             eval_batch: 32,
+                            target_acc_on: tr.target_acc_on,
                         }));
                     }
                 }
@@ -246,12 +278,23 @@ impl SweepSpec {
         v
     }
 
-    fn tol(&self) -> f64 {
-        self.exact
-            .iter()
-            .map(|e| e.tol)
-            .fold(f64::INFINITY, f64::min)
-            .min(1e-3)
+    /// Solver options of the exact points: the smallest `tol` (at most 1e-3) and the
+    /// largest `max_iter` of the exact blocks.
+    pub fn solve_options(&self) -> SolveOptions {
+        SolveOptions {
+            rel_gap: self
+                .exact
+                .iter()
+                .map(|e| e.tol)
+                .fold(f64::INFINITY, f64::min)
+                .min(1e-3),
+            max_iter: self
+                .exact
+                .iter()
+                .filter_map(|e| e.max_iter)
+                .fold(SolveOptions::default().max_iter, usize::max),
+            ..SolveOptions::default()
+        }
     }
 }
 
@@ -272,17 +315,31 @@ impl Point {
     pub fn id(&self) -> String {
         match self {
             Point::Exact(q) => format!(
-                "exact/{}/{}/{}/t{}/d{}/s{}/delta{}",
-                q.pattern, q.norm, q.embedding, q.t, q.d, q.seed, q.delta
+                "exact/{}/{}/{}/t{}/d{}/s{}/delta{}{}",
+                q.pattern,
+                q.norm,
+                q.embedding,
+                q.t,
+                q.d,
+                q.seed,
+                q.delta,
+                match q.scope {
+                    Scope::Qk => String::new(),
+                    Scope::Head => format!("/head{}", q.on_rate),
+                }
             ),
             Point::Trained(c) => format!(
-                "trained/{}/t{}/d{}/s{}/steps{}/wd{}",
+                "trained/{}/t{}/d{}/s{}/steps{}/wd{}/lr{}/b{}{}",
                 if c.mask_bos_key { "masked" } else { "bos" },
                 c.t,
                 c.d,
                 c.seed,
                 c.steps,
-                c.weight_decay
+                c.weight_decay,
+                c.lr,
+                c.batch,
+                c.target_acc_on
+                    .map_or(String::new(), |a| format!("/acc{a}"))
             ),
         }
     }
@@ -358,6 +415,12 @@ pub struct Record {
     /// Off-query accuracy (trained).
     #[serde(default)]
     pub acc_off: Option<f64>,
+    /// Whether the run met its convergence criterion (trained, with a criterion).
+    #[serde(default)]
+    pub converged: Option<bool>,
+    /// Optimiser steps run (trained).
+    #[serde(default)]
+    pub steps_run: Option<usize>,
     /// Error message when the point failed.
     #[serde(default)]
     pub error: Option<String>,
@@ -366,14 +429,10 @@ pub struct Record {
 }
 
 /// Computes the records of one point.
-pub fn compute(p: &Point, tol: f64) -> Vec<Record> {
+pub fn compute(p: &Point, opts: SolveOptions) -> Vec<Record> {
     let start = std::time::Instant::now();
     match p {
         Point::Exact(q) => {
-            let opts = SolveOptions {
-                rel_gap: tol,
-                ..SolveOptions::default()
-            };
             let (sol, err) = match cost::solve_query(q, opts) {
                 Ok(s) => (Some(s), None),
                 Err(e) => (None, Some(e.to_string())),
@@ -381,7 +440,10 @@ pub fn compute(p: &Point, tol: f64) -> Vec<Record> {
             vec![Record {
                 id: p.id(),
                 pattern: q.pattern.to_string(),
-                norm: q.norm.to_string(),
+                norm: match q.scope {
+                    Scope::Qk => q.norm.to_string(),
+                    Scope::Head => format!("head_{}", q.norm),
+                },
                 source: "exact".into(),
                 embedding: q.embedding.to_string(),
                 t: q.t,
@@ -397,6 +459,8 @@ pub fn compute(p: &Point, tol: f64) -> Vec<Record> {
                 diagonal_score: None,
                 acc_on: None,
                 acc_off: None,
+                converged: None,
+                steps_run: None,
                 error: err,
                 seconds: start.elapsed().as_secs_f64(),
             }]
@@ -447,6 +511,8 @@ pub fn compute(p: &Point, tol: f64) -> Vec<Record> {
                         diagonal_score: ds,
                         acc_on: aon,
                         acc_off: aoff,
+                        converged: rep.as_ref().ok().and_then(|r| r.converged),
+                        steps_run: rep.as_ref().ok().map(|r| r.steps_run),
                         error: err,
                         seconds: start.elapsed().as_secs_f64(),
                     }
@@ -601,7 +667,7 @@ pub fn run(
         )
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    let tol = spec.tol();
+    let opts = spec.solve_options();
     // The trained points' products run on the chosen backend (one shared device).
     let gpu = if todo.iter().any(|p| matches!(p, Point::Trained(_))) {
         let sel = crate::backend::select(spec.backend, &crate::backend::GpuOptions::default())?;
@@ -615,7 +681,7 @@ pub fn run(
     let errors: Mutex<Vec<SweepError>> = Mutex::new(Vec::new());
     todo.par_iter().with_max_len(1).for_each(|p| {
         let _route = gpu.clone().map(crate::backend::route::install);
-        let recs = compute(p, tol);
+        let recs = compute(p, opts);
         let mut text = String::new();
         for r in &recs {
             match serde_json::to_string(r) {
@@ -717,7 +783,8 @@ pub struct GroupFit {
     pub t_min: usize,
     /// T range.
     pub t_max: usize,
-    /// Points that were infeasible or failed (excluded).
+    /// Points that were infeasible, failed, did not converge (trained) or whose certified
+    /// bracket is wider than [`MAX_FIT_GAP`] (exact): excluded from the fit.
     pub excluded: usize,
 }
 
@@ -744,6 +811,7 @@ pub fn fit_all(records: &[Record], n_boot: usize, seed: u64) -> Vec<GroupFit> {
     for ((source, embedding, norm, pattern), rs) in groups(records) {
         let pts: Vec<(f64, f64)> = rs
             .iter()
+            .filter(|r| usable(r))
             .filter_map(|r| {
                 r.value
                     .filter(|v| *v > 0.0 && v.is_finite())
@@ -752,8 +820,9 @@ pub fn fit_all(records: &[Record], n_boot: usize, seed: u64) -> Vec<GroupFit> {
             .collect();
         let excluded = rs.len() - pts.len();
         if let Ok(fit) = fit_power_law(&pts, n_boot, 0.95, seed) {
-            let t_min = rs.iter().map(|r| r.t).min().unwrap_or(0);
-            let t_max = rs.iter().map(|r| r.t).max().unwrap_or(0);
+            // The T range the fit actually covers (excluded points do not count).
+            let t_min = pts.iter().map(|p| p.0 as usize).min().unwrap_or(0);
+            let t_max = pts.iter().map(|p| p.0 as usize).max().unwrap_or(0);
             out.push(GroupFit {
                 source,
                 pattern,
@@ -769,9 +838,19 @@ pub fn fit_all(records: &[Record], n_boot: usize, seed: u64) -> Vec<GroupFit> {
     out
 }
 
+/// Widest certified bracket, (upper − lower)/upper, of an exact point that enters a fit:
+/// beyond it the solver has not located the optimum (the value is only an upper bound).
+pub const MAX_FIT_GAP: f64 = 0.05;
+
+/// Whether a record enters fits and figures: a trained run that met its convergence
+/// criterion (or had none), an exact point whose bracket is at most [`MAX_FIT_GAP`] wide.
+pub fn usable(r: &Record) -> bool {
+    r.converged != Some(false) && r.rel_gap.is_none_or(|g| g <= MAX_FIT_GAP)
+}
+
 fn mean_by_t(rs: &[&Record]) -> Vec<(f64, f64)> {
     let mut m: BTreeMap<usize, (f64, f64)> = BTreeMap::new();
-    for r in rs {
+    for r in rs.iter().filter(|r| usable(r)) {
         if let Some(v) = r.value.filter(|v| *v > 0.0 && v.is_finite()) {
             let e = m.entry(r.t).or_default();
             e.0 += v.ln();
@@ -993,6 +1072,14 @@ t = [8, 16, 32]
 d_factor = 2
 seeds = [0]
 delta = 10.0
+[[exact]]
+scopes = ["head"]
+patterns = ["sink", "diagonal"]
+norms = ["fro"]
+embeddings = ["orthonormal"]
+t = [8, 16, 32]
+seeds = [0]
+delta = 10.0
 [trained]
 t = [8, 16]
 seeds = [0]
@@ -1031,10 +1118,26 @@ pub fn report_section(
         summary.computed,
         dir.strip_prefix(&ctx.out_dir).unwrap_or(&dir).display()
     );
-    let worst_gap = records.iter().filter_map(|r| r.rel_gap).fold(0.0, f64::max);
+    let worst_gap = records
+        .iter()
+        .filter(|r| usable(r))
+        .filter_map(|r| r.rel_gap)
+        .fold(0.0, f64::max);
     let infeasible = records.iter().filter(|r| r.feasible == Some(false)).count();
+    let unresolved = records
+        .iter()
+        .filter(|r| r.rel_gap.is_some_and(|g| g > MAX_FIT_GAP))
+        .count();
+    let unconverged = records
+        .iter()
+        .filter(|r| r.converged == Some(false) && r.norm == "fro")
+        .count();
     md.push_str(&format!(
-        "Exact points: largest relative duality gap {worst_gap:.2e}; infeasible points (half-space conditions fail): {infeasible}.\n\n"
+        "Exact points: largest relative duality gap among fitted points {worst_gap:.2e}; \
+         infeasible points (half-space conditions fail): {infeasible}; points left out because \
+         the solver's certified bracket stayed wider than {:.0}% within its budget: {unresolved}. \
+         Trained runs that missed their convergence criterion (left out): {unconverged}.\n\n",
+        MAX_FIT_GAP * 100.0
     ));
     let learned: Vec<String> = records
         .iter()

@@ -112,3 +112,118 @@ fn report_quick_writes_markdown_with_the_claims_table() {
     }
     assert!(!md.contains("FAILS"), "{md}");
 }
+
+fn cost_json(args: &[&str]) -> serde_json::Value {
+    let out = sinklab()
+        .arg("cost")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `sinklab cost` for W_QK alone: the documented keys, and the Frobenius closed form inside
+/// the certified bracket.
+#[test]
+fn cost_json_qk_has_value_feasible_and_gap() {
+    let v = cost_json(&[
+        "--pattern",
+        "diagonal",
+        "--norm",
+        "fro",
+        "--t",
+        "10",
+        "--delta",
+        "4",
+    ]);
+    assert_eq!(v["feasible"], true);
+    let (val, lo, gap) = (
+        v["value"].as_f64().unwrap(),
+        v["lower"].as_f64().unwrap(),
+        v["rel_gap"].as_f64().unwrap(),
+    );
+    let cf = v["closed_form"].as_f64().unwrap();
+    assert!(
+        lo <= cf * (1.0 + 1e-9) && cf <= val * (1.0 + 1e-9),
+        "[{lo}, {val}] vs {cf}"
+    );
+    assert!((0.0..=1e-3).contains(&gap.max(0.0)), "gap {gap}");
+}
+
+/// `--scope head`: the head's value is the sum of its W_QK and W_VO parts, and on orthonormal
+/// embeddings each part's certified bracket holds its closed form.
+#[test]
+fn cost_json_whole_head_sums_its_parts() {
+    let v = cost_json(&[
+        "--pattern",
+        "sink",
+        "--norm",
+        "fro",
+        "--t",
+        "12",
+        "--delta",
+        "5",
+        "--scope",
+        "head",
+        "--on-rate",
+        "0.5",
+        "--seed",
+        "2",
+    ]);
+    assert_eq!(v["feasible"], true);
+    let part = |p: &str, k: &str| v[p][k].as_f64().unwrap();
+    let total = v["value"].as_f64().unwrap();
+    assert!((total - part("qk", "value") - part("vo", "value")).abs() <= 1e-12 * total);
+    for p in ["qk", "vo"] {
+        let cf = v["closed_form"][p].as_f64().unwrap();
+        assert!(
+            part(p, "lower") <= cf * (1.0 + 1e-9) && cf <= part(p, "value") * (1.0 + 1e-9),
+            "{p}: [{}, {}] vs {cf}",
+            part(p, "lower"),
+            part(p, "value")
+        );
+    }
+    let on = v["sources_map"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| !s.is_null())
+        .count();
+    assert_eq!(on as u64, v["on_queries"].as_u64().unwrap());
+    assert!(on >= 1);
+}
+
+/// `--embedding trained` trains the recipe's model and solves on its attention inputs: the
+/// answer is either a certified bracket or a verified infeasibility certificate, and it is
+/// reproducible.
+#[test]
+fn cost_on_trained_embeddings_is_certified_and_reproducible() {
+    let args = [
+        "--pattern",
+        "sink",
+        "--norm",
+        "fro",
+        "--t",
+        "8",
+        "--d",
+        "8",
+        "--delta",
+        "3",
+        "--embedding",
+        "trained",
+    ];
+    let v = cost_json(&args);
+    if v["feasible"] == true {
+        assert!(v["value"].as_f64().unwrap() > 0.0);
+        assert!(v["rel_gap"].as_f64().unwrap() <= 1e-3);
+    } else {
+        assert_eq!(v["certificate"]["verified"], true, "{v}");
+    }
+    assert_eq!(v, cost_json(&args));
+}

@@ -150,3 +150,47 @@ fn sink_emerges_with_bos() {
         m.patterns[0]
     );
 }
+
+/// The convergence criterion stops a run at the first probe where the on-query accuracy
+/// reaches the target (a multiple of the probe interval), and reports a run that never
+/// reaches it as not converged after its full budget.
+#[test]
+fn convergence_criterion_stops_early_or_reports_failure() {
+    use sinklab::train::{PROBE_EVERY, TaskSpec, TrainConfig, train};
+    let cfg = TrainConfig {
+        task: TaskSpec::BigramCopy {
+            n: 8,
+            k: 2,
+            alpha: 0.3,
+        },
+        t: 12,
+        d: 16,
+        attn: AttnForm::Factored { r: 16 },
+        batch: 16,
+        steps: 3000,
+        target_acc_on: Some(0.8),
+        ..TrainConfig::default()
+    };
+    let r = train(&cfg, |_, _| {}).unwrap();
+    assert_eq!(r.converged, Some(true), "steps run {}", r.steps_run);
+    assert!(
+        r.steps_run < cfg.steps && r.steps_run % PROBE_EVERY == 0,
+        "{}",
+        r.steps_run
+    );
+    // The probe set is held out: the evaluation set must confirm most of the skill.
+    assert!(r.acc_on > 0.6, "eval on-accuracy {}", r.acc_on);
+    // 20 steps cannot reach perfect accuracy: full budget, not converged.
+    let short = TrainConfig {
+        steps: 20,
+        target_acc_on: Some(1.0),
+        ..cfg.clone()
+    };
+    let s = train(&short, |_, _| {}).unwrap();
+    assert_eq!((s.converged, s.steps_run), (Some(false), 20));
+    let bad = TrainConfig {
+        target_acc_on: Some(1.5),
+        ..cfg
+    };
+    assert!(train(&bad, |_, _| {}).is_err());
+}

@@ -140,3 +140,50 @@ fn fitter_recovers_known_exponents_within_its_ci() {
         );
     }
 }
+
+/// Whole head on copy-paste (W_QK and W_VO): the registered check on a few instances.
+#[test]
+fn whole_head_check_holds() {
+    let o = cost::head::check_closed_form(4, 5);
+    assert!(o.ok(), "{}: {}", o.theorem, o.detail);
+    assert!(o.worst_margin >= 0.0);
+}
+
+/// The VO program of a sink head prices the hard switch $W_{VO}x_0 = 0$: with Gaussian rows
+/// ($x_0$ not orthogonal to the sources) it is never cheaper than the diagonal's, which has
+/// no such constraint, and on orthonormal rows the constraint is free (equal costs).
+#[test]
+fn sink_head_pays_for_the_hard_switch_only_off_orthogonality() {
+    use cost::head::{solve_head, sources};
+    let opts = SolveOptions {
+        rel_gap: 1e-5,
+        ..SolveOptions::default()
+    };
+    let pi = sources(10, 0.5, 7).unwrap();
+    for (emb, d) in [
+        (EmbeddingKind::Orthonormal, 10),
+        (EmbeddingKind::Gaussian, 14),
+    ] {
+        let x = embeddings(emb, 10, d, 7).unwrap();
+        let s = solve_head(x.as_ref(), Pattern::Sink, &pi, NormKind::Fro, 4.0, opts).unwrap();
+        let g = solve_head(x.as_ref(), Pattern::Diagonal, &pi, NormKind::Fro, 4.0, opts).unwrap();
+        let (sl, su) = (s.vo.lower.unwrap(), s.vo.value.unwrap());
+        let (gl, gu) = (g.vo.lower.unwrap(), g.vo.value.unwrap());
+        // The sink's feasible set is a subset of the diagonal's: its optimum is ≥.
+        assert!(
+            su >= gl * (1.0 - 1e-9),
+            "{emb}: sink VO {su} < diagonal lower {gl}"
+        );
+        if emb == EmbeddingKind::Orthonormal {
+            assert!(
+                (sl - gu) <= 1e-4 * gu && (gl - su) <= 1e-4 * gu,
+                "{emb}: [{sl}, {su}] vs [{gl}, {gu}]"
+            );
+        } else {
+            assert!(
+                sl > gu,
+                "{emb}: the constraint W x0 = 0 should bind: [{sl}, {su}] vs [{gl}, {gu}]"
+            );
+        }
+    }
+}

@@ -1,10 +1,11 @@
-//! `sinklab cost --pattern sink|diagonal --norm fro|nuclear --embedding orthonormal|gaussian
-//! --t T [--d D] [--delta X | --eps E] [--seed S] [--json]`: one minimal cost (THEORY §6).
+//! `sinklab cost --pattern sink|diagonal --norm fro|nuclear --embedding orthonormal|gaussian|trained
+//! --t T [--d D] [--delta X | --eps E] [--seed S] [--scope qk|head [--on-rate R]] [--json]`:
+//! one minimal cost (THEORY §6), of W_QK alone or of the whole head on copy-paste.
 
 use anyhow::{Context, Result, bail};
 use sinklab::cost::{
-    CostQuery, EmbeddingKind, NormKind, Pattern, SolveOptions, delta_eps, fro_orthonormal,
-    nuclear_witness, solve_query,
+    CostQuery, EmbeddingKind, NormKind, Pattern, Scope, SolveOptions, delta_eps, fro_orthonormal,
+    head, nuclear_witness, solve_head_query, solve_query,
 };
 
 #[derive(clap::Args, Debug)]
@@ -33,9 +34,19 @@ pub struct Args {
     /// Seed of the embeddings.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// What is priced: W_QK alone (every query an off-query) or the whole head
+    /// (W_QK + W_VO) on copy-paste.
+    #[arg(long, value_enum, default_value_t = Scope::Qk)]
+    scope: Scope,
+    /// Fraction of on-queries of the copy-paste context (whole head only).
+    #[arg(long, default_value_t = head::DEFAULT_ON_RATE)]
+    on_rate: f64,
     /// Relative duality gap at which the solver stops.
     #[arg(long, default_value_t = 1e-3)]
     tol: f64,
+    /// Iteration budget of the primal–dual solver.
+    #[arg(long, default_value_t = SolveOptions::default().max_iter)]
+    max_iter: usize,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -61,11 +72,28 @@ pub fn run(a: Args) -> Result<i32> {
         d,
         delta,
         seed: a.seed,
+        scope: a.scope,
+        on_rate: a.on_rate,
     };
+    if a.max_iter == 0 {
+        bail!("--max-iter must be at least 1");
+    }
     let opts = SolveOptions {
         rel_gap: a.tol,
+        max_iter: a.max_iter,
         ..SolveOptions::default()
     };
+    if a.embedding == EmbeddingKind::Trained {
+        eprintln!(
+            "training the embedding model (bigram-copy, T = {}, d = {d}, seed {}, {} steps)…",
+            a.t,
+            a.seed,
+            sinklab::cost::trained::STEPS
+        );
+    }
+    if a.scope == Scope::Head {
+        return run_head(&a, &q, opts);
+    }
     let sol = solve_query(&q, opts).context("solving the gap program")?;
     let reference = match (a.embedding, a.norm) {
         (EmbeddingKind::Orthonormal, NormKind::Fro) => {
@@ -113,6 +141,75 @@ pub fn run(a: Args) -> Result<i32> {
             c.map_or(f64::NAN, |c| c.scale),
             c.is_some_and(|c| c.verified)
         );
+    }
+    Ok(0)
+}
+
+fn run_head(a: &Args, q: &CostQuery, opts: SolveOptions) -> Result<i32> {
+    let h = solve_head_query(q, opts).context("solving the whole-head programs")?;
+    let pi = head::sources(q.t, q.on_rate, q.seed)?;
+    let reference = match (a.embedding, a.norm) {
+        (EmbeddingKind::Orthonormal, NormKind::Fro) => {
+            let (cq, cv) = head::fro_orthonormal(q.t, h.sources, q.delta);
+            Some(("closed_form", cq, cv))
+        }
+        (EmbeddingKind::Orthonormal, NormKind::Nuclear) => Some((
+            "witness_upper_bound",
+            head::nuclear_witness(&head::qk_targets(q.pattern, &pi), q.delta),
+            q.delta * h.sources as f64,
+        )),
+        _ => None,
+    };
+    if a.json {
+        let mut v = serde_json::to_value(q)?;
+        if let (Some(o), serde_json::Value::Object(ho)) =
+            (v.as_object_mut(), serde_json::to_value(&h)?)
+        {
+            o.extend(ho);
+            o.insert("sources_map".into(), serde_json::json!(pi));
+            if let Some((k, rq, rv)) = reference {
+                o.insert(
+                    k.to_string(),
+                    serde_json::json!({"qk": rq, "vo": rv, "total": rq + rv}),
+                );
+            }
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(0);
+    }
+    let part = |name: &str, s: &sinklab::cost::CostSolution| {
+        if s.feasible {
+            format!(
+                "{name} {:.6} (bracket [{:.6}, {:.6}], gap {:.1e})",
+                s.value.unwrap_or(f64::NAN),
+                s.lower.unwrap_or(f64::NAN),
+                s.value.unwrap_or(f64::NAN),
+                s.rel_gap.unwrap_or(f64::NAN)
+            )
+        } else {
+            format!(
+                "{name} infeasible (certificate verified: {})",
+                s.certificate.as_ref().is_some_and(|c| c.verified)
+            )
+        }
+    };
+    println!(
+        "whole head, {} {} on copy-paste ({} embeddings, T = {}, d = {}, Δ = {:.6}, {} on-queries, {} sources): {}",
+        q.pattern,
+        q.norm,
+        q.embedding,
+        q.t,
+        q.d,
+        q.delta,
+        h.on_queries,
+        h.sources,
+        h.value
+            .map_or("infeasible".to_string(), |v| format!("{v:.6}"))
+    );
+    println!("  {}", part("W_QK", &h.qk));
+    println!("  {}", part("W_VO", &h.vo));
+    if let Some((k, rq, rv)) = reference {
+        println!("{k}: W_QK {rq:.6}, W_VO {rv:.6}, total {:.6}", rq + rv);
     }
     Ok(0)
 }

@@ -39,6 +39,10 @@ pub struct Args {
     /// Steps.
     #[arg(long, default_value_t = 400)]
     steps: usize,
+    /// Stop as soon as the on-query accuracy on a held-out probe set reaches this value
+    /// (checked every 50 steps); --steps is then the budget.
+    #[arg(long)]
+    target_acc: Option<f64>,
     /// Batch.
     #[arg(long, default_value_t = 16)]
     batch: usize,
@@ -83,6 +87,7 @@ pub fn run(a: Args) -> Result<i32> {
         weight_decay: a.wd,
         seed: a.seed,
         eval_batch: 64,
+        target_acc_on: a.target_acc,
     };
     let bar = indicatif::ProgressBar::new(a.steps as u64);
     let sel = sinklab::backend::select(a.backend, &sinklab::backend::GpuOptions::default())?;

@@ -98,7 +98,17 @@ pub struct TrainConfig {
     pub seed: u64,
     /// Sequences in the evaluation set.
     pub eval_batch: usize,
+    /// Convergence criterion: stop as soon as the on-query accuracy on a held-out probe
+    /// set reaches this value (checked every [`PROBE_EVERY`] steps); `steps` is then the
+    /// budget. `None`: run exactly `steps`.
+    #[serde(default)]
+    pub target_acc_on: Option<f64>,
 }
+
+/// Steps between two probes of the convergence criterion.
+pub const PROBE_EVERY: usize = 50;
+/// Sequences in the probe set of the convergence criterion.
+pub const PROBE_BATCH: usize = 16;
 
 impl Default for TrainConfig {
     fn default() -> Self {
@@ -121,6 +131,7 @@ impl Default for TrainConfig {
             weight_decay: 1e-2,
             seed: 0,
             eval_batch: 64,
+            target_acc_on: None,
         }
     }
 }
@@ -176,6 +187,12 @@ pub struct TrainReport {
     pub on_patterns: Vec<PatternScores>,
     /// Costs per layer.
     pub costs: Vec<LayerCosts>,
+    /// Optimiser steps actually run.
+    #[serde(default)]
+    pub steps_run: usize,
+    /// Whether the convergence criterion was met (`None` without a criterion).
+    #[serde(default)]
+    pub converged: Option<bool>,
     /// Wall-clock seconds.
     pub seconds: f64,
 }
@@ -259,6 +276,20 @@ fn scores(
     }
 }
 
+/// Argmax accuracy on the on-queries of `seqs` (forward pass `cache`).
+fn on_accuracy(model: &Model<f32>, cache: &model::Cache<f32>, seqs: &[Sequence], t: usize) -> f64 {
+    let (mut ok, mut n) = (0.0f64, 0.0f64);
+    for (b, s) in seqs.iter().enumerate() {
+        for i in 1..s.queries() {
+            if s.source[i].is_some() {
+                ok += f64::from(model.predict(cache, b * t + i) == s.tokens[i + 1]);
+                n += 1.0;
+            }
+        }
+    }
+    ok / n.max(1.0)
+}
+
 fn to_f64(m: &Mat<f32>) -> Mat<f64> {
     Mat::from_fn(m.nrows(), m.ncols(), |i, j| m[(i, j)] as f64)
 }
@@ -266,8 +297,16 @@ fn to_f64(m: &Mat<f32>) -> Mat<f64> {
 /// Trains one model (f32) and evaluates it; `progress(step, loss)` is called every log step.
 pub fn train(
     cfg: &TrainConfig,
-    mut progress: impl FnMut(usize, f64),
+    progress: impl FnMut(usize, f64),
 ) -> Result<TrainReport, TrainError> {
+    train_model(cfg, progress).map(|(r, _)| r)
+}
+
+/// [`train`], also returning the trained model.
+pub fn train_model(
+    cfg: &TrainConfig,
+    mut progress: impl FnMut(usize, f64),
+) -> Result<(TrainReport, Model<f32>), TrainError> {
     let start = std::time::Instant::now();
     if cfg.t < 4 || cfg.batch == 0 || cfg.steps == 0 || cfg.eval_batch == 0 {
         return Err(TrainError::Invalid(format!(
@@ -301,7 +340,33 @@ pub fn train(
     let w = weights(cfg.t, cfg.batch);
     let log_every = (cfg.steps / 50).max(1);
     let mut curve = Vec::new();
+    if let Some(a) = cfg.target_acc_on
+        && !(0.0..=1.0).contains(&a)
+    {
+        return Err(TrainError::Invalid(format!(
+            "target on-query accuracy must lie in [0, 1], got {a}"
+        )));
+    }
+    // The probe set of the convergence criterion: its own seed, disjoint from the
+    // batches and from the evaluation set.
+    let probe = cfg.target_acc_on.map(|_| {
+        let mut prng = StdRng::seed_from_u64(cfg.seed ^ 0x5EED_F09E_0BE5_E7A1);
+        batch(&task, cfg, PROBE_BATCH, &mut prng)
+    });
+    let mut steps_run = 0;
+    let mut converged = cfg.target_acc_on.map(|_| false);
     for step in 0..cfg.steps {
+        if let (Some(target), Some((ptoks, pseqs))) = (cfg.target_acc_on, &probe)
+            && step > 0
+            && step % PROBE_EVERY == 0
+        {
+            let pc = model.forward(ptoks, PROBE_BATCH, cfg.t)?;
+            if on_accuracy(&model, &pc, pseqs, cfg.t) >= target {
+                converged = Some(true);
+                break;
+            }
+        }
+        steps_run = step + 1;
         let (toks, _) = batch(&task, cfg, cfg.batch, &mut rng);
         let cache = model.forward(&toks, cfg.batch, cfg.t)?;
         let grads = model.backward(&cache, &w);
@@ -317,6 +382,12 @@ pub fn train(
         if let Some(e) = crate::backend::route::take_error() {
             return Err(TrainError::Backend(e));
         }
+    }
+    if converged == Some(false)
+        && let (Some(target), Some((ptoks, pseqs))) = (cfg.target_acc_on, &probe)
+    {
+        let pc = model.forward(ptoks, PROBE_BATCH, cfg.t)?;
+        converged = Some(on_accuracy(&model, &pc, pseqs, cfg.t) >= target);
     }
     // Evaluation on a fresh set drawn from a derived seed.
     let mut erng = StdRng::seed_from_u64(cfg.seed ^ 0x9E37_79B9_7F4A_7C15);
@@ -365,7 +436,7 @@ pub fn train(
             }
         })
         .collect();
-    Ok(TrainReport {
+    let report = TrainReport {
         config: cfg.clone(),
         loss_curve: curve,
         eval_loss,
@@ -375,6 +446,9 @@ pub fn train(
         patterns,
         on_patterns,
         costs,
+        steps_run,
+        converged,
         seconds: start.elapsed().as_secs_f64(),
-    })
+    };
+    Ok((report, model))
 }

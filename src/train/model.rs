@@ -279,6 +279,28 @@ impl<F: Real> Model<F> {
         }
     }
 
+    /// The rows the first attention layer reads, $h_i = E_{\rm tok}[w_i] + E_{\rm pos}[i]$,
+    /// for one sequence ($T \times d$).
+    pub fn layer_input(&self, tokens: &[u32]) -> Result<Mat<F>, ModelError> {
+        let t = tokens.len();
+        if t == 0 || t > self.cfg.max_len {
+            return Err(ModelError::Invalid(format!(
+                "{t} tokens for max_len {}",
+                self.cfg.max_len
+            )));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&x| x as usize >= self.cfg.vocab) {
+            return Err(ModelError::Invalid(format!(
+                "token {bad} outside the vocabulary of {}",
+                self.cfg.vocab
+            )));
+        }
+        let (emb, pos) = (&self.params[0], &self.params[1]);
+        Ok(Mat::from_fn(t, self.cfg.d, |i, c| {
+            emb[(tokens[i] as usize, c)] + pos[(i, c)]
+        }))
+    }
+
     /// Forward pass on `b` sequences of equal length `t` (`tokens.len() == b·t`).
     pub fn forward(&self, tokens: &[u32], b: usize, t: usize) -> Result<Cache<F>, ModelError> {
         let cfg = &self.cfg;

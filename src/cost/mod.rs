@@ -33,6 +33,9 @@
 //! $r = \mathrm{rank}\, X$). For orthonormal embeddings the logits matrix
 //! $M = X W X^\top$ itself is the variable.
 
+pub mod head;
+pub mod trained;
+
 use crate::linalg::{self, Mat};
 use faer::linalg::matmul::matmul;
 use faer::{Accum, MatRef, Par};
@@ -47,6 +50,9 @@ pub enum CostError {
     /// A parameter is out of its domain.
     #[error("invalid cost parameter: {0}")]
     Invalid(String),
+    /// Training the model of trained embeddings failed.
+    #[error("trained embeddings: {0}")]
+    Training(String),
     /// An SVD did not converge.
     #[error("SVD failed to converge")]
     Svd,
@@ -83,6 +89,22 @@ pub enum EmbeddingKind {
     Orthonormal,
     /// i.i.d. $\mathcal N(0, 1/d)$ entries.
     Gaussian,
+    /// The attention input $x_i = E_{\rm tok}[w_i] + E_{\rm pos}[i]$ of a one-layer model
+    /// trained on bigram-copy at this $T$ and $d$ (see [`trained`]).
+    Trained,
+}
+
+/// What the program prices.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// $W_{QK}$ alone, every query $i \ge 1$ an off-query (§6).
+    #[default]
+    Qk,
+    /// The whole head on copy-paste, $\|W_{QK}\| + \|W_{VO}\|$ (see [`head`]).
+    Head,
 }
 
 impl std::fmt::Display for Pattern {
@@ -106,6 +128,7 @@ impl std::fmt::Display for EmbeddingKind {
         f.write_str(match self {
             EmbeddingKind::Orthonormal => "orthonormal",
             EmbeddingKind::Gaussian => "gaussian",
+            EmbeddingKind::Trained => "trained",
         })
     }
 }
@@ -121,7 +144,8 @@ pub fn delta_eps(m: usize, eps: f64) -> Result<f64, CostError> {
     Ok((m as f64 * (1.0 - eps) / eps).ln())
 }
 
-/// Seeded embeddings, one row per position ($T \times d$).
+/// Seeded embeddings, one row per position ($T \times d$). `Trained` trains a model
+/// first (seconds; cached per process, see [`trained::embeddings`]).
 pub fn embeddings(
     kind: EmbeddingKind,
     t: usize,
@@ -133,13 +157,18 @@ pub fn embeddings(
             "need T >= 2 and d >= 1 (T = {t}, d = {d})"
         )));
     }
+    if kind == EmbeddingKind::Trained {
+        return trained::embeddings(t, d, seed).map(|x| x.as_ref().clone());
+    }
     let mut rng = StdRng::seed_from_u64(seed);
     let g = Mat::from_fn(t, d, |_, _| {
         let v: f64 = StandardNormal.sample(&mut rng);
         v
     });
     match kind {
-        EmbeddingKind::Gaussian => Ok(g * faer::Scale(1.0 / (d as f64).sqrt())),
+        EmbeddingKind::Gaussian | EmbeddingKind::Trained => {
+            Ok(g * faer::Scale(1.0 / (d as f64).sqrt()))
+        }
         EmbeddingKind::Orthonormal => {
             if d < t {
                 return Err(CostError::Invalid(format!(
@@ -191,12 +220,25 @@ fn mm(a: MatRef<'_, f64>, b: MatRef<'_, f64>) -> Mat<f64> {
     c
 }
 
+/// Which keys a constrained query row competes against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Visibility {
+    /// Row $i$ sees keys $0..=i$ (causal attention, itself included).
+    Causal,
+    /// Row $i$ sees every key $0..T$ (a read-out over the whole vocabulary).
+    All,
+}
+
 /// The linear gap program $\mathcal A(W) \ge \Delta$ on reduced embeddings.
+///
+/// In general the query side and the key side have their own embeddings,
+/// $x^q_i{}^\top W (x^k_{t(i)} - x^k_j) \ge \Delta$; the attention programs of §6
+/// use the same rows on both sides.
 #[derive(Clone, Debug)]
 pub struct GapProgram {
-    /// Reduced embeddings $E$ ($T \times r$); `None` when the embeddings are orthonormal
-    /// and the variable is the logits matrix itself.
-    e: Option<Mat<f64>>,
+    /// Reduced embeddings $(E_q, E_k)$ ($T \times r_q$, $T \times r_k$); `None` when
+    /// both sides are the same orthonormal rows and the variable is the logits matrix itself.
+    e: Option<(Mat<f64>, Mat<f64>)>,
     t: usize,
     targets: Vec<Option<usize>>,
     /// Constraints $(i, j)$: row $i$ prefers its target over key $j$.
@@ -204,6 +246,31 @@ pub struct GapProgram {
     /// Required gap $\Delta$.
     pub delta: f64,
     op_norm: f64,
+}
+
+/// Reduced basis $E = U S$ of the thin SVD $X = U S V^\top$ (rank-truncated at $10^{-10}\sigma_{\max}$),
+/// and $\sigma_{\max}$.
+fn reduce(x: MatRef<'_, f64>) -> Result<(Mat<f64>, f64), CostError> {
+    let svd = x.thin_svd().map_err(|_| CostError::Svd)?;
+    let s = svd.S().column_vector();
+    let smax = s[0];
+    let r = (0..s.nrows())
+        .filter(|&k| s[k] > 1e-10 * smax)
+        .count()
+        .max(1);
+    Ok((
+        Mat::from_fn(x.nrows(), r, |i, k| svd.U()[(i, k)] * s[k]),
+        smax,
+    ))
+}
+
+fn check_finite(x: MatRef<'_, f64>) -> Result<(), CostError> {
+    if x.ncols() == 0 || (0..x.nrows()).any(|i| (0..x.ncols()).any(|j| !x[(i, j)].is_finite())) {
+        return Err(CostError::Invalid(
+            "embeddings must be finite and non-empty".into(),
+        ));
+    }
+    Ok(())
 }
 
 impl GapProgram {
@@ -214,7 +281,29 @@ impl GapProgram {
         targets: &[Option<usize>],
         delta: f64,
     ) -> Result<Self, CostError> {
-        let t = x.nrows();
+        Self::general(x, x, targets, delta, Visibility::Causal)
+    }
+
+    /// Builds the program with query-side rows `xq` and key-side rows `xk`
+    /// (both $T \times d$): constraints $x^q_i{}^\top W (x^k_{t(i)} - x^k_j) \ge \Delta$ for every
+    /// row $i$ with a target and every visible key $j \ne t(i)$.
+    pub fn general(
+        xq: MatRef<'_, f64>,
+        xk: MatRef<'_, f64>,
+        targets: &[Option<usize>],
+        delta: f64,
+        visibility: Visibility,
+    ) -> Result<Self, CostError> {
+        let t = xk.nrows();
+        if xq.nrows() != t || xq.ncols() != xk.ncols() {
+            return Err(CostError::Invalid(format!(
+                "query embeddings {}×{} and key embeddings {}×{} differ in shape",
+                xq.nrows(),
+                xq.ncols(),
+                xk.nrows(),
+                xk.ncols()
+            )));
+        }
         if targets.len() != t {
             return Err(CostError::Invalid(format!(
                 "{} targets for {t} rows",
@@ -226,26 +315,27 @@ impl GapProgram {
                 "gap must be positive and finite, got {delta}"
             )));
         }
-        if x.ncols() == 0 || (0..t).any(|i| (0..x.ncols()).any(|j| !x[(i, j)].is_finite())) {
-            return Err(CostError::Invalid(
-                "embeddings must be finite and non-empty".into(),
-            ));
-        }
+        check_finite(xq)?;
+        check_finite(xk)?;
         let mut cons = Vec::new();
         let mut max_row = 0;
         for (i, tg) in targets.iter().enumerate() {
             if let Some(ti) = *tg {
-                if ti > i {
+                let keys = match visibility {
+                    Visibility::Causal => i + 1,
+                    Visibility::All => t,
+                };
+                if ti >= keys {
                     return Err(CostError::Invalid(format!(
                         "target {ti} of row {i} is not visible"
                     )));
                 }
-                for j in 0..=i {
+                for j in 0..keys {
                     if j != ti {
                         cons.push((i as u32, j as u32));
                     }
                 }
-                max_row = max_row.max(i + 1);
+                max_row = max_row.max(keys);
             }
         }
         if cons.is_empty() {
@@ -253,24 +343,23 @@ impl GapProgram {
                 "no constraint: every row is unconstrained".into(),
             ));
         }
-        let gram = mm(x, x.transpose());
-        let orthonormal = x.ncols() >= t
+        let same = (0..t).all(|i| (0..xk.ncols()).all(|j| xq[(i, j)] == xk[(i, j)]));
+        let gram = mm(xk, xk.transpose());
+        let orthonormal = same
+            && xk.ncols() >= t
             && (0..t).all(|i| {
                 (0..t).all(|j| (gram[(i, j)] - if i == j { 1.0 } else { 0.0 }).abs() < 1e-10)
             });
-        let (e, s_max) = if orthonormal {
-            (None, 1.0)
+        let (e, s_q, s_k) = if orthonormal {
+            (None, 1.0, 1.0)
         } else {
-            let svd = x.thin_svd().map_err(|_| CostError::Svd)?;
-            let s = svd.S().column_vector();
-            let smax = s[0];
-            let r = (0..s.nrows()).filter(|&k| s[k] > 1e-10 * smax).count();
-            let e = Mat::from_fn(t, r, |i, k| svd.U()[(i, k)] * s[k]);
-            (Some(e), smax)
+            let (ek, sk) = reduce(xk)?;
+            let (eq, sq) = if same { (ek.clone(), sk) } else { reduce(xq)? };
+            (Some((eq, ek)), sq, sk)
         };
-        // ‖𝒜‖ ≤ ‖E‖₂² · √(max_i (n_i + 1)): the per-row map λ ↦ (Σλ) e_t − Σ λ_j e_j has
-        // Gram matrix I + 11ᵀ, of norm n_i + 1.
-        let op_norm = s_max * s_max * (max_row as f64).sqrt();
+        // ‖𝒜‖ ≤ ‖E_q‖₂‖E_k‖₂ · √(max_i (n_i + 1)): ‖E_qᵀ L E_k‖_F ≤ ‖E_q‖₂‖E_k‖₂‖L‖_F, and the
+        // per-row map λ ↦ (Σλ) e_t − Σ λ_j e_j has Gram matrix I + 11ᵀ, of norm n_i + 1.
+        let op_norm = s_q * s_k * (max_row as f64).sqrt();
         Ok(Self {
             e,
             t,
@@ -295,15 +384,17 @@ impl GapProgram {
         self.cons.len()
     }
 
-    /// Dimension $r$ of the variable ($r \times r$).
-    pub fn dim(&self) -> usize {
-        self.e.as_ref().map_or(self.t, |e| e.ncols())
+    /// Shape $(r_q, r_k)$ of the reduced variable.
+    pub fn dim(&self) -> (usize, usize) {
+        self.e
+            .as_ref()
+            .map_or((self.t, self.t), |(q, k)| (q.ncols(), k.ncols()))
     }
 
     fn logits(&self, w: MatRef<'_, f64>) -> Mat<f64> {
         match &self.e {
             None => w.to_owned(),
-            Some(e) => mm(mm(e.as_ref(), w).as_ref(), e.transpose()),
+            Some((q, k)) => mm(mm(q.as_ref(), w).as_ref(), k.transpose()),
         }
     }
 
@@ -320,7 +411,7 @@ impl GapProgram {
             .collect()
     }
 
-    /// $\mathcal A^*\lambda = E^\top L E$ with $L_{i,t(i)} = \sum_j \lambda_{ij}$, $L_{ij} = -\lambda_{ij}$.
+    /// $\mathcal A^*\lambda = E_q^\top L E_k$ with $L_{i,t(i)} = \sum_j \lambda_{ij}$, $L_{ij} = -\lambda_{ij}$.
     pub fn adjoint(&self, lam: &[f64]) -> Mat<f64> {
         let mut l = Mat::<f64>::zeros(self.t, self.t);
         for (&(i, j), &v) in self.cons.iter().zip(lam) {
@@ -331,23 +422,28 @@ impl GapProgram {
         }
         match &self.e {
             None => l,
-            Some(e) => mm(mm(e.transpose(), l.as_ref()).as_ref(), e.as_ref()),
+            Some((q, k)) => mm(mm(q.transpose(), l.as_ref()).as_ref(), k.as_ref()),
         }
     }
 
-    /// The constraint matrix $A_c$ has Frobenius norm $\|e_i\|\,\|e_{t(i)} - e_j\|$; its maximum.
+    /// The constraint matrix $A_c$ has Frobenius norm $\|e^q_i\|\,\|e^k_{t(i)} - e^k_j\|$; its maximum.
     fn max_constraint_norm(&self) -> f64 {
-        let gram = self.e.as_ref().map(|e| mm(e.as_ref(), e.transpose()));
+        let grams = self
+            .e
+            .as_ref()
+            .map(|(q, k)| (mm(q.as_ref(), q.transpose()), mm(k.as_ref(), k.transpose())));
+        let gq = |a: usize| grams.as_ref().map_or(1.0, |(g, _)| g[(a, a)]);
         let k = |a: usize, b: usize| {
-            gram.as_ref()
-                .map_or(if a == b { 1.0 } else { 0.0 }, |g| g[(a, b)])
+            grams
+                .as_ref()
+                .map_or(if a == b { 1.0 } else { 0.0 }, |(_, g)| g[(a, b)])
         };
         self.cons
             .iter()
             .map(|&(i, j)| {
                 let (i, j) = (i as usize, j as usize);
                 let ti = self.targets[i].unwrap_or(i);
-                (k(i, i) * (k(ti, ti) + k(j, j) - 2.0 * k(ti, j)).max(0.0)).sqrt()
+                (gq(i) * (k(ti, ti) + k(j, j) - 2.0 * k(ti, j)).max(0.0)).sqrt()
             })
             .fold(0.0, f64::max)
     }
@@ -541,11 +637,24 @@ fn prox_nuclear(w: MatRef<'_, f64>, tau: f64) -> Result<Mat<f64>, CostError> {
 }
 
 /// Solves $\min \|W\|$ subject to the gap constraints, with a certified bracket.
+///
+/// The nuclear program is warm-started from the Frobenius optimum $(W_F, \lambda_F)$:
+/// $W_F$ is feasible, so $\|W_F\|_*$ is an upper bound; $\|W\|_* \ge \|W\|_F$ makes the
+/// Frobenius lower end a nuclear lower end; and $\lambda_F/\|\mathcal A^*\lambda_F\|_2$ is
+/// dual-feasible for the nuclear program.
 pub fn solve(
     p: &GapProgram,
     kind: NormKind,
     opts: SolveOptions,
 ) -> Result<CostSolution, CostError> {
+    solve_with_dual(p, kind, opts).map(|(s, _)| s)
+}
+
+fn solve_with_dual(
+    p: &GapProgram,
+    kind: NormKind,
+    opts: SolveOptions,
+) -> Result<(CostSolution, Vec<f64>), CostError> {
     let base = CostSolution {
         value: None,
         lower: None,
@@ -558,16 +667,19 @@ pub fn solve(
         rank: None,
         w: None,
     };
+    let n = p.n_constraints();
     let witness = match feasibility(p, opts.feas_iter)? {
         Feasibility::Infeasible(c) => {
-            return Ok(CostSolution {
-                certificate: Some(c),
-                ..base
-            });
+            return Ok((
+                CostSolution {
+                    certificate: Some(c),
+                    ..base
+                },
+                vec![0.0; n],
+            ));
         }
         Feasibility::Feasible { witness, min_gap } => witness * faer::Scale(p.delta / min_gap),
     };
-    let n = p.n_constraints();
     let la = p.op_norm;
     // Start from the scaled witness: a feasible point, so the upper bound is finite at once.
     let mut w = witness.clone();
@@ -575,13 +687,32 @@ pub fn solve(
     let mut upper = norm_of(kind, witness.as_ref());
     let mut lower = 0.0f64;
     let mut lam = vec![0.0; n];
+    let mut warm_iters = 0;
+    if kind == NormKind::Nuclear {
+        let (f, lam_f) = solve_with_dual(p, NormKind::Fro, opts)?;
+        warm_iters = f.iterations;
+        lower = f.lower.unwrap_or(0.0);
+        if let Some(wf) = &f.w {
+            let nf = linalg::nuclear_norm(wf.as_ref());
+            if nf < upper {
+                upper = nf;
+                best_w = wf.clone();
+                w = wf.clone();
+            }
+            let z = p.adjoint(&lam_f);
+            let s2 = linalg::spectral_norm(z.as_ref());
+            if s2 > 0.0 {
+                lam = lam_f.iter().map(|l| l / s2).collect();
+            }
+        }
+    }
     let mut w_bar = w.clone();
     // Step balance: the primal scale is ~upper, the dual scale ~upper/(Δ·n)·(something);
     // start balanced on the operator norm and adapt by residual balancing (nuclear)
     // or by the strong-convexity acceleration (Frobenius).
     // Primal scale ‖W₀‖_F; dual scale: at the optimum Δ·Σλ = C, spread over n constraints,
     // so ‖λ‖ ≈ C/(Δ√n). PDHG converges fastest with τ/σ ≈ (primal scale / dual scale)².
-    let beta = (linalg::fro_norm(witness.as_ref()) * p.delta * (n as f64).sqrt() / upper).max(1e-6);
+    let beta = (linalg::fro_norm(w.as_ref()) * p.delta * (n as f64).sqrt() / upper).max(1e-6);
     let mut tau = 0.99 * beta / la;
     let mut sigma = 0.99 / (beta * la);
     let mut it = 0;
@@ -656,16 +787,19 @@ pub fn solve(
     }
     let sv = linalg::singular_values(best_w.as_ref());
     let rank = sv.iter().filter(|&&s| s > 1e-6 * sv[0]).count();
-    Ok(CostSolution {
-        value: Some(upper),
-        lower: Some(lower),
-        rel_gap: Some((upper - lower) / upper),
-        feasible: true,
-        iterations: it,
-        rank: Some(rank),
-        w: Some(best_w),
-        ..base
-    })
+    Ok((
+        CostSolution {
+            value: Some(upper),
+            lower: Some(lower),
+            rel_gap: Some((upper - lower) / upper),
+            feasible: true,
+            iterations: it + warm_iters,
+            rank: Some(rank),
+            w: Some(best_w),
+            ..base
+        },
+        lam,
+    ))
 }
 
 /// §6 closed form, orthonormal embeddings, Frobenius, sink or diagonal alike:
@@ -699,15 +833,37 @@ pub struct CostQuery {
     pub d: usize,
     /// Gap Δ.
     pub delta: f64,
-    /// Embedding seed.
+    /// Embedding seed (also the seed of the copy-paste sources).
     pub seed: u64,
+    /// $W_{QK}$ alone or the whole head on copy-paste.
+    #[serde(default)]
+    pub scope: Scope,
+    /// Fraction of on-queries (whole head only).
+    #[serde(default = "default_on_rate")]
+    pub on_rate: f64,
 }
 
-/// Solves a [`CostQuery`].
+fn default_on_rate() -> f64 {
+    head::DEFAULT_ON_RATE
+}
+
+/// Solves a [`CostQuery`] (for the whole head: the sum of both parts, see [`head::HeadCost::total`]).
 pub fn solve_query(q: &CostQuery, opts: SolveOptions) -> Result<CostSolution, CostError> {
+    match q.scope {
+        Scope::Qk => {
+            let x = embeddings(q.embedding, q.t, q.d, q.seed)?;
+            let p = GapProgram::for_pattern(x.as_ref(), q.pattern, q.delta)?;
+            solve(&p, q.norm, opts)
+        }
+        Scope::Head => Ok(solve_head_query(q, opts)?.total()),
+    }
+}
+
+/// Solves the whole-head program of a [`CostQuery`] (its `scope` is ignored).
+pub fn solve_head_query(q: &CostQuery, opts: SolveOptions) -> Result<head::HeadCost, CostError> {
     let x = embeddings(q.embedding, q.t, q.d, q.seed)?;
-    let p = GapProgram::for_pattern(x.as_ref(), q.pattern, q.delta)?;
-    solve(&p, q.norm, opts)
+    let pi = head::sources(q.t, q.on_rate, q.seed)?;
+    head::solve_head(x.as_ref(), q.pattern, &pi, q.norm, q.delta, opts)
 }
 
 /// Frobenius program by dual coordinate ascent (Hildreth's method), an
@@ -715,18 +871,19 @@ pub fn solve_query(q: &CostQuery, opts: SolveOptions) -> Result<CostSolution, Co
 /// $\lambda_c \leftarrow \max(0, \lambda_c + (\Delta - \langle A_c, W\rangle)/\|A_c\|_F^2)$,
 /// $W = \sum_c \lambda_c A_c$. Returns (‖W‖_F, smallest gap / Δ) after `sweeps` sweeps.
 pub fn fro_by_coordinate_ascent(p: &GapProgram, sweeps: usize) -> (f64, f64) {
-    let r = p.dim();
-    let e =
-        p.e.clone()
-            .unwrap_or_else(|| Mat::from_fn(p.t, p.t, |i, j| if i == j { 1.0 } else { 0.0 }));
-    let mut w = Mat::<f64>::zeros(r, r);
+    let (rq, rk) = p.dim();
+    let (eq, ek) = p.e.clone().unwrap_or_else(|| {
+        let id = Mat::from_fn(p.t, p.t, |i, j| if i == j { 1.0 } else { 0.0 });
+        (id.clone(), id)
+    });
+    let mut w = Mat::<f64>::zeros(rq, rk);
     let mut lam = vec![0.0; p.n_constraints()];
     for _ in 0..sweeps {
         for (c, &(i, j)) in p.cons.iter().enumerate() {
             let (i, j) = (i as usize, j as usize);
             let ti = p.targets[i].unwrap_or(i);
-            let a: Vec<f64> = (0..r).map(|k| e[(i, k)]).collect();
-            let bvec: Vec<f64> = (0..r).map(|k| e[(ti, k)] - e[(j, k)]).collect();
+            let a: Vec<f64> = (0..rq).map(|k| eq[(i, k)]).collect();
+            let bvec: Vec<f64> = (0..rk).map(|k| ek[(ti, k)] - ek[(j, k)]).collect();
             let na = linalg::dot(&a, &a) * linalg::dot(&bvec, &bvec);
             if na <= 0.0 {
                 continue;
@@ -736,8 +893,8 @@ pub fn fro_by_coordinate_ascent(p: &GapProgram, sweeps: usize) -> (f64, f64) {
             let step = new - lam[c];
             lam[c] = new;
             if step != 0.0 {
-                for x in 0..r {
-                    for y in 0..r {
+                for x in 0..rq {
+                    for y in 0..rk {
                         w[(x, y)] += step * a[x] * bvec[y];
                     }
                 }
