@@ -1,15 +1,24 @@
 //! Training small transformers on the §10 tasks with AdamW, and reading off
 //! which pattern the off-queries learn (sink or diagonal) and what it costs.
 //!
-//! - [`kernels`]: the matmul every product goes through (GPU backends swap it);
+//! - [`kernels`]: the matmul every host product goes through (routable to a GPU);
 //! - [`model`]: the 1–3 layer model, forward and hand-written backward;
 //! - [`adamw`]: the optimiser;
+//! - [`device`]: the same model and optimiser resident on any
+//!   [`crate::backend::Backend`] (parameters, moments, activations and
+//!   gradients allocated once; per step only token ids go up and, on log
+//!   steps, the loss comes back);
 //! - this module: the loop, the evaluation and the report of one run.
 //!
 //! Training runs in `f32` (the speed path, compared to PyTorch in f32);
-//! gradients are checked in `f64` against central finite differences.
+//! gradients are checked in `f64` against central finite differences. When
+//! a GPU is routed to the thread (`--backend gpu`, [`crate::backend::route`]),
+//! [`train`] runs its steps with [`device`] on that GPU and reads the
+//! parameters back once at the end; the evaluation then runs on the host
+//! model (its products still routed).
 
 pub mod adamw;
+pub mod device;
 pub mod kernels;
 pub mod model;
 
@@ -301,8 +310,20 @@ pub fn train(
     let w = weights(cfg.t, cfg.batch);
     let log_every = (cfg.steps / 50).max(1);
     let mut curve = Vec::new();
+    // A GPU routed to this thread runs the whole step device-resident (device.rs).
+    let mut resident = device::Routed::new(&model, &opt, cfg.batch, cfg.t, &w)?;
     for step in 0..cfg.steps {
         let (toks, _) = batch(&task, cfg, cfg.batch, &mut rng);
+        if let Some(dev) = resident.as_mut() {
+            if let Some(loss) = dev.step(&toks, step % log_every == 0 || step + 1 == cfg.steps)? {
+                if !loss.is_finite() {
+                    return Err(TrainError::Diverged(step, loss));
+                }
+                curve.push((step, loss));
+                progress(step, loss);
+            }
+            continue;
+        }
         let cache = model.forward(&toks, cfg.batch, cfg.t)?;
         let grads = model.backward(&cache, &w);
         if step % log_every == 0 || step + 1 == cfg.steps {
@@ -317,6 +338,9 @@ pub fn train(
         if let Some(e) = crate::backend::route::take_error() {
             return Err(TrainError::Backend(e));
         }
+    }
+    if let Some(dev) = resident {
+        dev.store(&mut model)?;
     }
     // Evaluation on a fresh set drawn from a derived seed.
     let mut erng = StdRng::seed_from_u64(cfg.seed ^ 0x9E37_79B9_7F4A_7C15);
