@@ -1,6 +1,7 @@
 //! Matmul throughput, CPU (faer) against GPU (wgpu), side by side in one run.
 //!
-//! `cargo bench --bench backend` (add `-- matmul/1024` to filter). Throughput
+//! `cargo bench --bench backend` (add `-- matmul/1024` to filter; groups:
+//! `matmul`, `train_step`, `train_module_step`, `faer_seq_vs_par`). Throughput
 //! is reported in elements/s with one element = one flop, so criterion's
 //! `Gelem/s` reads as GFLOP/s (2n³ flops per n×n·n×n product). The GPU timing
 //! includes the wait for completion (`sync`) but no transfer: operands stay on
@@ -137,6 +138,91 @@ fn train_step(c: &mut Criterion) {
     g.finish();
 }
 
+/// One step (forward, backward, AdamW) of the *train module's* model at the
+/// trained sizes of `sims/cost_scaling.toml` (one layer, factored attention
+/// d = r = 16, no MLP, vocabulary n + 1 = 9, batch 8; T = 32, 64, 128):
+/// `host-cpu-f32` is `train()`'s host path (model.rs + adamw.rs on faer),
+/// `routed-wgpu` the same with every product routed to the GPU
+/// (`backend::route`: upload and read-back per product), `device-cpu-f32` and
+/// `device-wgpu` the device-resident `train::device::DeviceModel` (no
+/// read-back; the GPU step ends with `sync`).
+fn train_module_step(c: &mut Criterion) {
+    use sinklab::train::adamw::AdamW;
+    use sinklab::train::device::DeviceModel;
+    use sinklab::train::{AttnForm, Model, ModelConfig};
+    let gpu = Wgpu::new(&GpuOptions::default())
+        .ok()
+        .map(std::sync::Arc::new);
+    if gpu.is_none() {
+        eprintln!("SKIP: GPU rows of train_module_step: no adapter");
+    }
+    let mut g = c.benchmark_group("train_module_step");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+    let (batch, vocab) = (8usize, 9usize);
+    for t in [32usize, 64, 128] {
+        let cfg = ModelConfig {
+            vocab,
+            d: 16,
+            max_len: t,
+            layers: 1,
+            attn: AttnForm::Factored { r: 16 },
+            mlp_hidden: 0,
+            mask_bos_key: false,
+            init_scale: 1.0,
+        };
+        let mut rng = StdRng::seed_from_u64(2);
+        let model: Model<f32> = Model::new(cfg, &mut rng).expect("model");
+        let toks: Vec<u32> = (0..batch * t)
+            .map(|r| {
+                if r % t == 0 {
+                    0
+                } else {
+                    rng.random_range(1..vocab as u32)
+                }
+            })
+            .collect();
+        let w: Vec<f64> = (0..batch * t)
+            .map(|r| if r % t + 1 < t { 1.0 } else { 0.0 })
+            .collect();
+        let host_step = |m: &mut Model<f32>, opt: &mut AdamW<f32>| {
+            let cache = m.forward(&toks, batch, t).expect("forward");
+            let gr = m.backward(&cache, &w);
+            opt.step(&mut m.params, &gr, &m.decay);
+        };
+        let mut m = model.clone();
+        let mut opt = AdamW::new(&m.params, 1e-2, 1e-2);
+        g.bench_with_input(BenchmarkId::new("host-cpu-f32", t), &t, |b, _| {
+            b.iter(|| host_step(&mut m, &mut opt))
+        });
+        let cpu = Cpu::<f32>::new();
+        let opt0 = AdamW::new(&model.params, 1e-2, 1e-2);
+        let mut dev = DeviceModel::new(&cpu, &model, &opt0, batch, t, &w).expect("device");
+        g.bench_with_input(BenchmarkId::new("device-cpu-f32", t), &t, |b, _| {
+            b.iter(|| dev.step(&cpu, &toks, false).expect("step"))
+        });
+        if let Some(gpu) = &gpu {
+            let mut m = model.clone();
+            let mut opt = AdamW::new(&m.params, 1e-2, 1e-2);
+            let route = sinklab::backend::route::install(gpu.clone());
+            g.bench_with_input(BenchmarkId::new("routed-wgpu", t), &t, |b, _| {
+                b.iter(|| host_step(&mut m, &mut opt))
+            });
+            drop(route);
+            let be: &Wgpu = gpu;
+            let mut dev = DeviceModel::new(be, &model, &opt0, batch, t, &w).expect("device");
+            g.bench_with_input(BenchmarkId::new("device-wgpu", t), &t, |b, _| {
+                b.iter(|| {
+                    dev.step(be, &toks, false).expect("step");
+                    be.sync().expect("sync")
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
 /// The measurement behind `cpu::PAR_MIN_MNK`: faer sequential against faer on
 /// all cores, f64, square n (`SINKLAB_PAR_SIZES` overrides the sizes).
 fn faer_seq_vs_par(c: &mut Criterion) {
@@ -176,6 +262,6 @@ criterion_group! {
     name = benches;
     // No plots: criterion's plotters backend panics without a system font.
     config = Criterion::default().without_plots();
-    targets = matmul, train_step, faer_seq_vs_par
+    targets = matmul, train_step, train_module_step, faer_seq_vs_par
 }
 criterion_main!(benches);

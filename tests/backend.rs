@@ -98,16 +98,18 @@ fn softmax_ref(x: &[f64], s: Shape, scale: f64, mask: Mask) -> Vec<f64> {
         .zip(y.chunks_exact_mut(s.cols))
         .enumerate()
     {
-        let vis = match mask {
-            Mask::None => s.cols,
-            Mask::Causal => ((r % s.rows) + 1).min(s.cols),
+        let i = r % s.rows;
+        let (lo, vis) = match mask {
+            Mask::None => (0, s.cols),
+            Mask::Causal => (0, (i + 1).min(s.cols)),
+            Mask::CausalNoFirstKey => (usize::from(i >= 1), (i + 1).min(s.cols)),
         };
-        let mx = xr[..vis]
+        let mx = xr[lo..vis]
             .iter()
             .map(|v| scale * v)
             .fold(f64::NEG_INFINITY, f64::max);
-        let z: f64 = xr[..vis].iter().map(|v| (scale * v - mx).exp()).sum();
-        for j in 0..vis {
+        let z: f64 = xr[lo..vis].iter().map(|v| (scale * v - mx).exp()).sum();
+        for j in lo..vis {
             yr[j] = (scale * xr[j] - mx).exp() / z;
         }
     }
@@ -303,6 +305,7 @@ fn softmax_forward_backward<B: Backend>(be: &B) {
         (Shape::new(1, 9, 130), 2.0, Mask::None),
         (Shape::new(4, 70, 70), 0.125, Mask::Causal),
         (Shape::new(2, 3, 1), 1.0, Mask::None),
+        (Shape::new(3, 9, 9), 0.5, Mask::CausalNoFirstKey),
     ] {
         // Logits of size up to 8: a realistic, non-trivial dynamic range.
         let x: Vec<f64> = randn(&mut rng, s.len()).iter().map(|v| 8.0 * v).collect();
@@ -317,7 +320,7 @@ fn softmax_forward_backward<B: Backend>(be: &B) {
         check_close(&what, &got, &want, |i| {
             tol_softmax(eps::<B>(), s.cols, kappa, want[i])
         });
-        if mask == Mask::Causal {
+        if mask != Mask::None {
             // Masked entries are exactly zero, and every row sums to 1.
             for (r, row) in got.chunks_exact(s.cols).enumerate() {
                 let i = r % s.rows;
@@ -325,6 +328,9 @@ fn softmax_forward_backward<B: Backend>(be: &B) {
                     row[i + 1..].iter().all(|&v| v == 0.0),
                     "{what}: row {r} leaks past the mask"
                 );
+                if mask == Mask::CausalNoFirstKey && i >= 1 {
+                    assert_eq!(row[0], 0.0, "{what}: row {r} sees key 0");
+                }
             }
         }
         for row in got.chunks_exact(s.cols) {

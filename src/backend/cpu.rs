@@ -11,7 +11,10 @@ use std::marker::PhantomData;
 
 use faer::{Accum, MatMut, MatRef, Par};
 
-use super::{AdamW, Backend, Mask, Op, Real, Result, Shape, check_len, check_same, matmul_dims};
+use super::{
+    AdamW, Backend, BackendError, Mask, Op, Real, Result, Shape, check_embed, check_len,
+    check_same, check_xent, matmul_dims,
+};
 
 /// Smallest $m n k$ for which a matmul uses faer's rayon parallelism.
 ///
@@ -178,29 +181,28 @@ impl<T: Real> Backend for Cpu<T> {
             .zip(y.data.chunks_exact_mut(cols))
             .enumerate()
         {
-            let i = r % rows;
-            let vis = match mask {
-                Mask::None => cols,
-                Mask::Causal => (i + 1).min(cols),
-            };
-            let mut mx = s * xr[0];
-            for &v in &xr[1..vis] {
+            let (lo, vis) = mask.visible(r % rows, cols);
+            if lo >= vis {
+                yr.fill(zero);
+                continue;
+            }
+            let mut mx = s * xr[lo];
+            for &v in &xr[lo + 1..vis] {
                 let z = s * v;
                 if z > mx {
                     mx = z;
                 }
             }
             let mut sum = zero;
-            for (o, &v) in yr[..vis].iter_mut().zip(&xr[..vis]) {
+            for (o, &v) in yr[lo..vis].iter_mut().zip(&xr[lo..vis]) {
                 *o = (s * v - mx).exp();
                 sum += *o;
             }
-            for o in &mut yr[..vis] {
+            for o in &mut yr[lo..vis] {
                 *o /= sum;
             }
-            for o in &mut yr[vis..] {
-                *o = zero;
-            }
+            yr[..lo].fill(zero);
+            yr[vis..].fill(zero);
         }
         Ok(())
     }
@@ -281,6 +283,133 @@ impl<T: Real> Backend for Cpu<T> {
         Ok(())
     }
 
+    fn embed(
+        &self,
+        emb: &CpuTensor<T>,
+        pos: &CpuTensor<T>,
+        ids: &CpuTensor<T>,
+        out: &mut CpuTensor<T>,
+    ) -> Result<()> {
+        check_embed("embed", emb.shape, pos.shape, ids.shape, out.shape)?;
+        let (t, d) = (ids.shape.rows, out.shape.cols);
+        for (r, &id) in ids.data.iter().enumerate() {
+            let v = token_id(id, emb.shape.rows)?;
+            let (e, p) = (&emb.data[v * d..(v + 1) * d], &pos.data[(r % t) * d..][..d]);
+            for ((o, &a), &b) in out.data[r * d..(r + 1) * d].iter_mut().zip(e).zip(p) {
+                *o = a + b;
+            }
+        }
+        Ok(())
+    }
+
+    fn embed_backward(
+        &self,
+        dh: &CpuTensor<T>,
+        ids: &CpuTensor<T>,
+        d_emb: &mut CpuTensor<T>,
+        d_pos: &mut CpuTensor<T>,
+    ) -> Result<()> {
+        check_embed(
+            "embed_backward",
+            d_emb.shape,
+            d_pos.shape,
+            ids.shape,
+            dh.shape,
+        )?;
+        let (t, d) = (ids.shape.rows, dh.shape.cols);
+        let zero = T::from_f64(0.0);
+        d_emb.data.fill(zero);
+        d_pos.data.fill(zero);
+        for (r, &id) in ids.data.iter().enumerate() {
+            let v = token_id(id, d_emb.shape.rows)?;
+            let g = &dh.data[r * d..(r + 1) * d];
+            for (o, &x) in d_emb.data[v * d..(v + 1) * d].iter_mut().zip(g) {
+                *o += x;
+            }
+            for (o, &x) in d_pos.data[(r % t) * d..][..d].iter_mut().zip(g) {
+                *o += x;
+            }
+        }
+        Ok(())
+    }
+
+    fn relu(&self, x: &CpuTensor<T>, y: &mut CpuTensor<T>) -> Result<()> {
+        check_same("relu", x.shape, y.shape)?;
+        let zero = T::from_f64(0.0);
+        for (o, &v) in y.data.iter_mut().zip(&x.data) {
+            *o = if v > zero { v } else { zero };
+        }
+        Ok(())
+    }
+
+    fn relu_backward(
+        &self,
+        x: &CpuTensor<T>,
+        dy: &CpuTensor<T>,
+        dx: &mut CpuTensor<T>,
+    ) -> Result<()> {
+        check_same("relu_backward", x.shape, dy.shape)?;
+        check_same("relu_backward", x.shape, dx.shape)?;
+        let zero = T::from_f64(0.0);
+        for ((o, &v), &g) in dx.data.iter_mut().zip(&x.data).zip(&dy.data) {
+            *o = if v > zero { g } else { zero };
+        }
+        Ok(())
+    }
+
+    fn softmax_xent(
+        &self,
+        logits: &CpuTensor<T>,
+        targets: &CpuTensor<T>,
+        coef: &CpuTensor<T>,
+        dlogits: &mut CpuTensor<T>,
+        loss: &mut CpuTensor<T>,
+    ) -> Result<()> {
+        check_xent(
+            logits.shape,
+            targets.shape,
+            coef.shape,
+            dlogits.shape,
+            loss.shape,
+        )?;
+        let cols = logits.shape.cols;
+        let zero = T::from_f64(0.0);
+        for r in 0..loss.data.len() {
+            let (z, dz) = (
+                &logits.data[r * cols..(r + 1) * cols],
+                &mut dlogits.data[r * cols..(r + 1) * cols],
+            );
+            let c = coef.data[r];
+            if c == zero || cols == 0 {
+                dz.fill(zero);
+                loss.data[r] = zero;
+                continue;
+            }
+            let y = token_id(targets.data[r], cols)?;
+            let mut mx = z[0];
+            for &v in &z[1..] {
+                if v > mx {
+                    mx = v;
+                }
+            }
+            let mut sum = zero;
+            for (o, &v) in dz.iter_mut().zip(z) {
+                *o = (v - mx).exp();
+                sum += *o;
+            }
+            for o in dz.iter_mut() {
+                *o /= sum;
+            }
+            dz[y] -= T::from_f64(1.0);
+            for o in dz.iter_mut() {
+                *o *= c;
+            }
+            let lse = mx.to_f64() + sum.to_f64().ln();
+            loss.data[r] = c * T::from_f64(lse - z[y].to_f64());
+        }
+        Ok(())
+    }
+
     fn sync(&self) -> Result<()> {
         Ok(())
     }
@@ -289,6 +418,19 @@ impl<T: Real> Backend for Cpu<T> {
         check_len(t.shape, shape.len())?;
         t.shape = shape;
         Ok(())
+    }
+}
+
+/// An id stored as a tensor value, checked to be an integer in `0..n`.
+fn token_id<T: Real>(x: T, n: usize) -> Result<usize> {
+    let v = x.to_f64();
+    if v >= 0.0 && v.fract() == 0.0 && (v as usize) < n {
+        Ok(v as usize)
+    } else {
+        Err(BackendError::Shape {
+            op: "token id",
+            detail: format!("{v} is not an integer in 0..{n}"),
+        })
     }
 }
 

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use super::cpu::AdamWCoeffs;
 use super::{
-    AdamW, Backend, BackendError, Mask, Op, Result, Shape, check_len, check_same, matmul_dims,
+    AdamW, Backend, BackendError, Mask, Op, Result, Shape, check_embed, check_len, check_same,
+    check_xent, matmul_dims, total_rows,
 };
 
 /// Where and how to open a GPU device.
@@ -123,6 +124,11 @@ struct Kernels {
     softmax_backward: wgpu::ComputePipeline,
     axpby: wgpu::ComputePipeline,
     adamw: wgpu::ComputePipeline,
+    embed: wgpu::ComputePipeline,
+    embed_backward: wgpu::ComputePipeline,
+    relu: wgpu::ComputePipeline,
+    relu_backward: wgpu::ComputePipeline,
+    xent: wgpu::ComputePipeline,
 }
 
 /// The wgpu backend (f32).
@@ -247,6 +253,11 @@ impl Wgpu {
             softmax_backward: pipeline("softmax_backward", include_str!("softmax_backward.wgsl")),
             axpby: pipeline("axpby", include_str!("axpby.wgsl")),
             adamw: pipeline("adamw", include_str!("adamw.wgsl")),
+            embed: pipeline("embed", include_str!("embed.wgsl")),
+            embed_backward: pipeline("embed_backward", include_str!("embed_backward.wgsl")),
+            relu: pipeline("relu", include_str!("relu.wgsl")),
+            relu_backward: pipeline("relu_backward", include_str!("relu_backward.wgsl")),
+            xent: pipeline("xent", include_str!("xent.wgsl")),
         };
         scope.pop("compiling the WGSL kernels")?;
         Ok(Self {
@@ -511,6 +522,68 @@ struct AdamWParams {
     pad: [u32; 2],
 }
 
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct EmbedParams {
+    total: u32,
+    d: u32,
+    t: u32,
+    vocab: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct EmbedBackwardParams {
+    rows: u32,
+    d: u32,
+    t: u32,
+    vocab: u32,
+    pos_rows: u32,
+    pad: [u32; 3],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct LenParams {
+    len: u32,
+    pad: [u32; 3],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct XentParams {
+    cols: u32,
+    total_rows: u32,
+    pad: [u32; 2],
+}
+
+impl Wgpu {
+    /// One elementwise dispatch (256 invocations per workgroup) over `len` elements.
+    fn elementwise(
+        &self,
+        what: &str,
+        pipeline: &wgpu::ComputePipeline,
+        bufs: &[&wgpu::Buffer],
+        len: usize,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let (gx, gy) = self.grid(what, len.div_ceil(ELEM_WG))?;
+        let params = LenParams {
+            len: len as u32,
+            pad: [0; 3],
+        };
+        self.dispatch(
+            what,
+            pipeline,
+            bufs,
+            bytemuck::bytes_of(&params),
+            (gx, gy, 1),
+        )
+    }
+}
+
 impl Backend for Wgpu {
     type Elem = f32;
     type Tensor = GpuTensor;
@@ -705,7 +778,11 @@ impl Backend for Wgpu {
             rows: s.rows as u32,
             cols: s.cols as u32,
             total_rows: total as u32,
-            causal: (mask == Mask::Causal) as u32,
+            causal: match mask {
+                Mask::None => 0,
+                Mask::Causal => 1,
+                Mask::CausalNoFirstKey => 2,
+            },
             scale: scale as f32,
             pad: [0; 3],
         };
@@ -805,6 +882,126 @@ impl Backend for Wgpu {
             "adamw",
             &self.kernels.adamw,
             &[&p.buf, &g.buf, &m.buf, &v.buf],
+            bytemuck::bytes_of(&params),
+            (gx, gy, 1),
+        )
+    }
+
+    fn embed(
+        &self,
+        emb: &GpuTensor,
+        pos: &GpuTensor,
+        ids: &GpuTensor,
+        out: &mut GpuTensor,
+    ) -> Result<()> {
+        check_embed("embed", emb.shape, pos.shape, ids.shape, out.shape)?;
+        let len = out.shape.len();
+        if len == 0 {
+            return Ok(());
+        }
+        let (gx, gy) = self.grid("embed", len.div_ceil(ELEM_WG))?;
+        let params = EmbedParams {
+            total: len as u32,
+            d: out.shape.cols as u32,
+            t: ids.shape.rows as u32,
+            vocab: emb.shape.rows as u32,
+        };
+        self.dispatch(
+            "embed",
+            &self.kernels.embed,
+            &[&emb.buf, &pos.buf, &ids.buf, &out.buf],
+            bytemuck::bytes_of(&params),
+            (gx, gy, 1),
+        )
+    }
+
+    fn embed_backward(
+        &self,
+        dh: &GpuTensor,
+        ids: &GpuTensor,
+        d_emb: &mut GpuTensor,
+        d_pos: &mut GpuTensor,
+    ) -> Result<()> {
+        check_embed(
+            "embed_backward",
+            d_emb.shape,
+            d_pos.shape,
+            ids.shape,
+            dh.shape,
+        )?;
+        let len = d_emb.shape.len() + d_pos.shape.len();
+        if len == 0 {
+            return Ok(());
+        }
+        let (gx, gy) = self.grid("embed_backward", len.div_ceil(ELEM_WG))?;
+        let params = EmbedBackwardParams {
+            rows: total_rows(ids.shape) as u32,
+            d: dh.shape.cols as u32,
+            t: ids.shape.rows as u32,
+            vocab: d_emb.shape.rows as u32,
+            pos_rows: d_pos.shape.rows as u32,
+            pad: [0; 3],
+        };
+        self.dispatch(
+            "embed_backward",
+            &self.kernels.embed_backward,
+            &[&dh.buf, &ids.buf, &d_emb.buf, &d_pos.buf],
+            bytemuck::bytes_of(&params),
+            (gx, gy, 1),
+        )
+    }
+
+    fn relu(&self, x: &GpuTensor, y: &mut GpuTensor) -> Result<()> {
+        check_same("relu", x.shape, y.shape)?;
+        self.elementwise("relu", &self.kernels.relu, &[&x.buf, &y.buf], x.shape.len())
+    }
+
+    fn relu_backward(&self, x: &GpuTensor, dy: &GpuTensor, dx: &mut GpuTensor) -> Result<()> {
+        check_same("relu_backward", x.shape, dy.shape)?;
+        check_same("relu_backward", x.shape, dx.shape)?;
+        self.elementwise(
+            "relu_backward",
+            &self.kernels.relu_backward,
+            &[&x.buf, &dy.buf, &dx.buf],
+            x.shape.len(),
+        )
+    }
+
+    fn softmax_xent(
+        &self,
+        logits: &GpuTensor,
+        targets: &GpuTensor,
+        coef: &GpuTensor,
+        dlogits: &mut GpuTensor,
+        loss: &mut GpuTensor,
+    ) -> Result<()> {
+        check_xent(
+            logits.shape,
+            targets.shape,
+            coef.shape,
+            dlogits.shape,
+            loss.shape,
+        )?;
+        let total = total_rows(logits.shape);
+        if total == 0 || logits.shape.cols == 0 {
+            return Ok(());
+        }
+        let (gx, gy) = self.grid("softmax_xent", total)?;
+        let params = XentParams {
+            cols: logits.shape.cols as u32,
+            total_rows: total as u32,
+            pad: [0; 2],
+        };
+        self.dispatch(
+            "softmax_xent",
+            &self.kernels.xent,
+            &[
+                &logits.buf,
+                &targets.buf,
+                &coef.buf,
+                &dlogits.buf,
+                &loss.buf,
+            ],
             bytemuck::bytes_of(&params),
             (gx, gy, 1),
         )

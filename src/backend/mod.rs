@@ -14,7 +14,14 @@
 //!   are exactly 0), and its backward
 //!   $\partial X = s\,Y \odot (\partial Y - \mathrm{rowsum}(Y \odot \partial Y))$;
 //! - `axpby` ($y \leftarrow a x + b y$) and the fused AdamW update, so weights,
-//!   gradients and optimiser moments can stay on the device across steps.
+//!   gradients and optimiser moments can stay on the device across steps;
+//! - what a token model needs besides: embedding gather (+ positional rows)
+//!   and its scatter-add backward, ReLU and its backward, and softmax
+//!   cross-entropy with its gradient, so the training model of
+//!   [`crate::train`] runs a whole step on the device (`train::device`).
+//!
+//! Token ids travel as tensors of [`Backend::Elem`] holding integers (exact
+//! below $2^{24}$ in f32; callers check ids against the vocabulary).
 //!
 //! Tensors live where the backend computes ([`Backend::Tensor`]): the GPU
 //! backend's [`gpu::GpuTensor`] is a device buffer, created once and
@@ -215,6 +222,20 @@ pub enum Mask {
     None,
     /// Key $j$ visible to query $i$ iff $j \le i$ (row index inside its matrix).
     Causal,
+    /// Causal, and key 0 hidden from every query $i \ge 1$: key $j$ visible iff
+    /// $j \le i$ and ($j \ge 1$ or $i = 0$) (a model whose BOS key is unavailable as a sink).
+    CausalNoFirstKey,
+}
+
+impl Mask {
+    /// The visible keys `lo..hi` of query row `i` among `cols` keys.
+    pub fn visible(self, i: usize, cols: usize) -> (usize, usize) {
+        match self {
+            Mask::None => (0, cols),
+            Mask::Causal => (0, (i + 1).min(cols)),
+            Mask::CausalNoFirstKey => (usize::from(i >= 1), (i + 1).min(cols)),
+        }
+    }
 }
 
 /// Hyper-parameters of decoupled-weight-decay Adam (AdamW, Loshchilov &
@@ -350,6 +371,59 @@ pub trait Backend {
         v: &mut Self::Tensor,
     ) -> Result<()>;
 
+    /// Embedding gather with positional rows: for ids `B×T×1`, table `emb`
+    /// (`V×d`) and positions `pos` (`P×d`, $P \ge T$), writes `out` (`B×T×d`)
+    /// $H_{b,i,:} = E_{\mathrm{id}_{b,i},:} + P_{i,:}$. Ids must be integers in
+    /// `0..V` (the CPU checks; the GPU writes a zero embedding row for an id
+    /// outside the table, so callers check first).
+    fn embed(
+        &self,
+        emb: &Self::Tensor,
+        pos: &Self::Tensor,
+        ids: &Self::Tensor,
+        out: &mut Self::Tensor,
+    ) -> Result<()>;
+
+    /// Backward of [`Backend::embed`] (scatter-add, written as a gather so it
+    /// needs no atomics): $\partial E_{v,:} = \sum_{(b,i):\,\mathrm{id}_{b,i} = v} \partial H_{b,i,:}$,
+    /// $\partial P_{i,:} = \sum_b \partial H_{b,i,:}$ for $i < T$ and $0$ for
+    /// $i \ge T$; both outputs are overwritten, sums run in row order.
+    fn embed_backward(
+        &self,
+        dh: &Self::Tensor,
+        ids: &Self::Tensor,
+        d_emb: &mut Self::Tensor,
+        d_pos: &mut Self::Tensor,
+    ) -> Result<()>;
+
+    /// $y = \max(x, 0)$ elementwise (equal shapes).
+    fn relu(&self, x: &Self::Tensor, y: &mut Self::Tensor) -> Result<()>;
+
+    /// Backward of [`Backend::relu`] at its input $x$:
+    /// $\partial x = \partial y \cdot [x > 0]$ elementwise.
+    fn relu_backward(
+        &self,
+        x: &Self::Tensor,
+        dy: &Self::Tensor,
+        dx: &mut Self::Tensor,
+    ) -> Result<()>;
+
+    /// Weighted softmax cross-entropy of each row $r$ of `logits` (rows
+    /// stacked over the batch, `cols` = classes) against target class
+    /// $y_r$ (`targets`, one integer per row) with weight $c_r$ (`coef`):
+    /// $\ell_r = c_r\,(\log\sum_j e^{z_{rj}} - z_{r y_r})$ into `loss` and
+    /// $\partial z_{rj} = c_r\,(\mathrm{softmax}(z_r)_j - [j = y_r])$ into
+    /// `dlogits`. Rows with $c_r = 0$ give exactly 0 (their target is not read).
+    /// `targets`, `coef` and `loss` hold one value per row.
+    fn softmax_xent(
+        &self,
+        logits: &Self::Tensor,
+        targets: &Self::Tensor,
+        coef: &Self::Tensor,
+        dlogits: &mut Self::Tensor,
+        loss: &mut Self::Tensor,
+    ) -> Result<()>;
+
     /// Waits until every submitted kernel has finished (a no-op on the CPU).
     fn sync(&self) -> Result<()>;
 
@@ -381,6 +455,57 @@ pub(crate) fn check_len(shape: Shape, got: usize) -> Result<()> {
             expected: shape.len(),
             got,
         });
+    }
+    Ok(())
+}
+
+/// Rows of a tensor stacked over its batch.
+pub(crate) fn total_rows(s: Shape) -> usize {
+    s.batch * s.rows
+}
+
+/// Checks the shapes of [`Backend::embed`] / [`Backend::embed_backward`]:
+/// ids `B×T×1`, activations `B×T×d`, `emb` `V×d`, `pos` `P×d` with `P ≥ T`.
+pub(crate) fn check_embed(
+    op: &'static str,
+    emb: Shape,
+    pos: Shape,
+    ids: Shape,
+    h: Shape,
+) -> Result<()> {
+    let ok = ids.cols == 1
+        && (h.batch, h.rows) == (ids.batch, ids.rows)
+        && emb.batch == 1
+        && pos.batch == 1
+        && emb.cols == h.cols
+        && pos.cols == h.cols
+        && pos.rows >= ids.rows;
+    if !ok {
+        return Err(BackendError::Shape {
+            op,
+            detail: format!("emb {emb}, pos {pos}, ids {ids}, activations {h}"),
+        });
+    }
+    Ok(())
+}
+
+/// Checks the shapes of [`Backend::softmax_xent`]: one value per row of `logits`.
+pub(crate) fn check_xent(
+    logits: Shape,
+    targets: Shape,
+    coef: Shape,
+    dlogits: Shape,
+    loss: Shape,
+) -> Result<()> {
+    check_same("softmax_xent", logits, dlogits)?;
+    let rows = total_rows(logits);
+    for s in [targets, coef, loss] {
+        if s.len() != rows {
+            return Err(BackendError::Shape {
+                op: "softmax_xent",
+                detail: format!("{s} for {rows} rows of logits {logits}"),
+            });
+        }
     }
     Ok(())
 }

@@ -63,6 +63,12 @@ pub fn active() -> bool {
     ROUTE.with(|r| r.borrow().is_some())
 }
 
+/// The GPU routed on this thread, if any: code that can keep its whole loop
+/// on the device (`train::device`) asks for it instead of routing products.
+pub fn current() -> Option<Arc<Wgpu>> {
+    ROUTE.with(|r| r.borrow().as_ref().map(|s| s.gpu.clone()))
+}
+
 /// The first device error since the last call, if any.
 pub fn take_error() -> Option<BackendError> {
     ROUTE.with(|r| r.borrow_mut().as_mut().and_then(|s| s.error.take()))

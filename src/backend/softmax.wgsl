@@ -1,6 +1,7 @@
 // Row softmax Y = softmax(scale * X) with an optional causal mask (key j
-// visible to query i iff j <= i, i = row inside its matrix); masked entries
-// are written as 0. One 64-wide workgroup per row: a strided pass for the
+// visible to query i iff j <= i, i = row inside its matrix; with causal = 2
+// key 0 is also hidden from every query i >= 1); masked entries are written
+// as 0. One 64-wide workgroup per row: a strided pass for the
 // row maximum, one for the sum of exponentials, one to normalise, each
 // followed by a tree reduction in workgroup memory.
 
@@ -8,7 +9,7 @@ struct Params {
     rows: u32,       // rows per matrix
     cols: u32,
     total_rows: u32, // batch * rows
-    causal: u32,
+    causal: u32,     // 0 none, 1 causal, 2 causal without key 0 for i >= 1
     scale: f32,
     pad0: u32,
     pad1: u32,
@@ -34,12 +35,17 @@ fn main(
     }
     let base = row * p.cols;
     var vis = p.cols;
+    var lo = 0u;
     if (p.causal != 0u) {
-        vis = min(row % p.rows + 1u, p.cols);
+        let i = row % p.rows;
+        vis = min(i + 1u, p.cols);
+        if (p.causal == 2u && i >= 1u) {
+            lo = 1u;
+        }
     }
 
     var mx = -3.4e38;
-    for (var j = t; j < vis; j += WG) {
+    for (var j = lo + t; j < vis; j += WG) {
         mx = max(mx, p.scale * x[base + j]);
     }
     red[t] = mx;
@@ -54,7 +60,7 @@ fn main(
     workgroupBarrier();
 
     var sum = 0.0;
-    for (var j = t; j < vis; j += WG) {
+    for (var j = lo + t; j < vis; j += WG) {
         let e = exp(p.scale * x[base + j] - mx);
         y[base + j] = e;
         sum += e;
@@ -69,7 +75,7 @@ fn main(
     }
     let inv = 1.0 / red[0];
     for (var j = t; j < p.cols; j += WG) {
-        if (j < vis) {
+        if (j >= lo && j < vis) {
             y[base + j] *= inv;
         } else {
             y[base + j] = 0.0;

@@ -1,15 +1,24 @@
 //! Training small transformers on the §10 tasks with AdamW, and reading off
 //! which pattern the off-queries learn (sink or diagonal) and what it costs.
 //!
-//! - [`kernels`]: the matmul every product goes through (GPU backends swap it);
+//! - [`kernels`]: the matmul every host product goes through (routable to a GPU);
 //! - [`model`]: the 1–3 layer model, forward and hand-written backward;
 //! - [`adamw`]: the optimiser;
+//! - [`device`]: the same model and optimiser resident on any
+//!   [`crate::backend::Backend`] (parameters, moments, activations and
+//!   gradients allocated once; per step only token ids go up and, on log
+//!   steps, the loss comes back);
 //! - this module: the loop, the evaluation and the report of one run.
 //!
 //! Training runs in `f32` (the speed path, compared to PyTorch in f32);
-//! gradients are checked in `f64` against central finite differences.
+//! gradients are checked in `f64` against central finite differences. When
+//! a GPU is routed to the thread (`--backend gpu`, [`crate::backend::route`]),
+//! [`train`] runs its steps with [`device`] on that GPU and reads the
+//! parameters back once at the end; the evaluation then runs on the host
+//! model (its products still routed).
 
 pub mod adamw;
+pub mod device;
 pub mod kernels;
 pub mod model;
 
@@ -355,11 +364,18 @@ pub fn train_model(
     });
     let mut steps_run = 0;
     let mut converged = cfg.target_acc_on.map(|_| false);
+    // A GPU routed to this thread runs the whole step device-resident (device.rs).
+    let mut resident = device::Routed::new(&model, &opt, cfg.batch, cfg.t, &w)?;
     for step in 0..cfg.steps {
         if let (Some(target), Some((ptoks, pseqs))) = (cfg.target_acc_on, &probe)
             && step > 0
             && step % PROBE_EVERY == 0
         {
+            // On a device-resident run the probe needs the current parameters on the host:
+            // the one read-back the criterion truly needs, every PROBE_EVERY steps.
+            if let Some(dev) = resident.as_ref() {
+                dev.store(&mut model)?;
+            }
             let pc = model.forward(ptoks, PROBE_BATCH, cfg.t)?;
             if on_accuracy(&model, &pc, pseqs, cfg.t) >= target {
                 converged = Some(true);
@@ -368,6 +384,16 @@ pub fn train_model(
         }
         steps_run = step + 1;
         let (toks, _) = batch(&task, cfg, cfg.batch, &mut rng);
+        if let Some(dev) = resident.as_mut() {
+            if let Some(loss) = dev.step(&toks, step % log_every == 0 || step + 1 == cfg.steps)? {
+                if !loss.is_finite() {
+                    return Err(TrainError::Diverged(step, loss));
+                }
+                curve.push((step, loss));
+                progress(step, loss);
+            }
+            continue;
+        }
         let cache = model.forward(&toks, cfg.batch, cfg.t)?;
         let grads = model.backward(&cache, &w);
         if step % log_every == 0 || step + 1 == cfg.steps {
@@ -382,6 +408,9 @@ pub fn train_model(
         if let Some(e) = crate::backend::route::take_error() {
             return Err(TrainError::Backend(e));
         }
+    }
+    if let Some(dev) = resident {
+        dev.store(&mut model)?;
     }
     if converged == Some(false)
         && let (Some(target), Some((ptoks, pseqs))) = (cfg.target_acc_on, &probe)

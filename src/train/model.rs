@@ -49,14 +49,16 @@ pub struct ModelConfig {
     pub init_scale: f64,
 }
 
-/// Named parameter slots (indices into [`Model::params`]).
+/// Named parameter slots (indices into [`Model::params`]): direct form
+/// `a` = $W_{QK}$, `b` = $W_{VO}$; factored `a..d` = $W_Q, W_K, W_V, W_O$;
+/// `mlp` = ($W_1$, $b_1$, $W_2$).
 #[derive(Clone, Copy, Debug)]
-struct LayerIdx {
-    a: usize,
-    b: usize,
-    c: usize,
-    d: usize,
-    mlp: Option<(usize, usize, usize)>,
+pub(super) struct LayerIdx {
+    pub(super) a: usize,
+    pub(super) b: usize,
+    pub(super) c: usize,
+    pub(super) d: usize,
+    pub(super) mlp: Option<(usize, usize, usize)>,
 }
 
 /// The model: parameter tensors and their layout.
@@ -237,6 +239,11 @@ impl<F: Real> Model<F> {
             layers: self.layers.clone(),
             unemb: self.unemb,
         }
+    }
+
+    /// Parameter slots of every layer and of the unembedding (for `train::device`).
+    pub(super) fn layout(&self) -> (&[LayerIdx], usize) {
+        (&self.layers, self.unemb)
     }
 
     /// $W_{QK}$ of layer `l` ($d\times d$).

@@ -1,0 +1,551 @@
+//! The model of [`super::model`] trained *device-resident* on any
+//! [`Backend`]: parameters, AdamW moments, activations and gradients are
+//! backend tensors allocated once in [`DeviceModel::new`] and overwritten
+//! every step.
+//!
+//! Same model, same maths as `model.rs` (no normalisation; no $1/\sqrt d$):
+//! $h^0 = E[x] + P$; per layer, with the causal mask (and key 0 hidden from
+//! queries $i \ge 1$ under `mask_bos_key`),
+//! $A = \mathrm{softmax}(Q K^\top)$, $h_2 = h + A V\,[W_O^\top]$ where
+//! $(Q, K, V) = (h W_{QK}, h, h W_{VO}^\top)$ (direct) or $(hW_Q, hW_K, hW_V)$
+//! (factored); optionally $u = h_2 W_1 + \mathbf 1 b_1^\top$,
+//! $h_3 = h_2 + \mathrm{relu}(u) W_2$; logits $h^L U$. Loss
+//! $L = \sum_r c_r(\log\sum_j e^{z_{rj}} - z_{r,x_{r+1}})$ with
+//! $c_r = w_r / \sum_{r'} w_{r'}$ on rows that have a next token (0 on the
+//! last row of each sequence), exactly the weights of [`Model::loss`].
+//! The backward pass is the one of [`Model::backward`], product by product:
+//! $\partial U = (h^L)^\top \partial Z$, $\partial h = \partial Z\,U^\top$; MLP
+//! $\partial W_2 = \mathrm{relu}(u)^\top \partial h$,
+//! $\partial u = (\partial h\,W_2^\top)\odot[u>0]$, $\partial b_1 = \mathbf 1^\top\partial u$,
+//! $\partial W_1 = h_2^\top \partial u$, $\partial h \mathrel{+}= \partial u\,W_1^\top$;
+//! attention $\partial A = \partial O\,V^\top$, $\partial V = A^\top\partial O$,
+//! $\partial S = A\odot(\partial A - \mathrm{rowsum}(A\odot\partial A))$,
+//! $\partial Q = \partial S\,K$, $\partial K = \partial S^\top Q$; embeddings by
+//! scatter-add. Weight gradients $\sum_b X_b^\top G_b$ are one product over
+//! the batch reshaped to `(B·T) × ·`; the bias is added and summed with
+//! products against a ones column.
+//!
+//! Per step the host sends the token ids and the targets (the ids shifted by
+//! one), `2·B·T` numbers, and reads back one number, the loss, only when asked
+//! (log steps). The parameters come back once, with [`DeviceModel::store`],
+//! into a [`Model`] that the host-side evaluation then uses unchanged.
+//! `train()` runs this loop when a GPU is routed to its thread
+//! ([`crate::backend::route`]).
+
+use std::sync::Arc;
+
+use faer::Mat;
+
+use super::TrainError;
+use super::adamw;
+use super::kernels::Real;
+use super::model::{AttnForm, LayerIdx, Model, ModelConfig, ModelError};
+use crate::backend::{self, AdamW, Backend, Mask, Op, Shape, Wgpu};
+
+/// Largest id a tensor value carries exactly in f32 ($2^{24}$).
+const MAX_EXACT_ID: usize = 1 << 24;
+
+/// Activations of one layer kept for the backward pass.
+struct LayerActs<T> {
+    q: T,
+    /// `None` in direct form, where $K = h$.
+    k: Option<T>,
+    v: T,
+    o: T,
+    a: T,
+    h_mid: T,
+    /// MLP pre-activation $u$ and $\mathrm{relu}(u)$.
+    mlp: Option<(T, T)>,
+}
+
+/// The model and its optimiser state, resident on a backend.
+pub struct DeviceModel<B: Backend> {
+    cfg: ModelConfig,
+    b: usize,
+    t: usize,
+    layers: Vec<LayerIdx>,
+    unemb: usize,
+    shapes: Vec<(usize, usize)>,
+    /// AdamW per parameter (weight decay 0 where the model does not decay).
+    hyper: Vec<AdamW>,
+    steps: u64,
+    params: Vec<B::Tensor>,
+    grads: Vec<B::Tensor>,
+    m: Vec<B::Tensor>,
+    v: Vec<B::Tensor>,
+    /// Ids, targets, loss coefficients, ones: `B×T×1`.
+    ids: B::Tensor,
+    targets: B::Tensor,
+    coef: B::Tensor,
+    ones: B::Tensor,
+    /// Residual stream entering each layer, and the final one.
+    h: Vec<B::Tensor>,
+    acts: Vec<LayerActs<B::Tensor>>,
+    /// Attention scores; reused for $\partial A$ in the backward pass.
+    z: B::Tensor,
+    dz: B::Tensor,
+    logits: B::Tensor,
+    dlogits: B::Tensor,
+    loss_rows: B::Tensor,
+    loss: B::Tensor,
+    dh: B::Tensor,
+    /// $\partial\,\mathrm{relu}(u)$ and $\partial u$ (MLP only).
+    dmlp: Option<(B::Tensor, B::Tensor)>,
+    /// $\partial O$ (factored form; direct form uses $\partial h$).
+    d_o: B::Tensor,
+    dq: B::Tensor,
+    dk: B::Tensor,
+    dv: B::Tensor,
+    host_ids: Vec<B::Elem>,
+    host_targets: Vec<B::Elem>,
+}
+
+fn elem<B: Backend>(x: f64) -> B::Elem {
+    <B::Elem as backend::Real>::from_f64(x)
+}
+
+/// $G \leftarrow \sum_b X_b^\top Z_b$: one product over the batch stacked as rows.
+fn xt_z<B: Backend>(
+    be: &B,
+    x: &mut B::Tensor,
+    z: &mut B::Tensor,
+    g: &mut B::Tensor,
+) -> backend::Result<()> {
+    let (sx, sz) = (be.shape(x), be.shape(z));
+    be.reshape(x, Shape::mat(sx.batch * sx.rows, sx.cols))?;
+    be.reshape(z, Shape::mat(sz.batch * sz.rows, sz.cols))?;
+    let r = be.matmul(1.0, x, Op::T, z, Op::N, 0.0, g);
+    be.reshape(x, sx)?;
+    be.reshape(z, sz)?;
+    r
+}
+
+impl<B: Backend> DeviceModel<B> {
+    /// Uploads `model`'s parameters and allocates every buffer of a step on
+    /// `batch` sequences of length `t`, with loss weights `weight` (one per
+    /// row, as for [`Model::loss`]) and the hyper-parameters of `opt`. The
+    /// moments start at zero: `opt` is expected fresh (no step taken), as in
+    /// `train()`.
+    pub fn new<F: Real>(
+        be: &B,
+        model: &Model<F>,
+        opt: &adamw::AdamW<F>,
+        batch: usize,
+        t: usize,
+        weight: &[f64],
+    ) -> Result<Self, TrainError> {
+        let cfg = model.cfg;
+        let invalid = |m: String| TrainError::Model(ModelError::Invalid(m));
+        if batch == 0 || t < 2 || t > cfg.max_len || weight.len() != batch * t {
+            return Err(invalid(format!(
+                "device model: batch {batch}, t {t} (max_len {}), {} weights",
+                cfg.max_len,
+                weight.len()
+            )));
+        }
+        if cfg.vocab > MAX_EXACT_ID {
+            return Err(invalid(format!(
+                "vocabulary {} over {MAX_EXACT_ID}: ids would not be exact in f32",
+                cfg.vocab
+            )));
+        }
+        if weight.iter().any(|w| !(*w >= 0.0 && w.is_finite())) {
+            return Err(invalid("loss weights must be finite and >= 0".into()));
+        }
+        let (layers, unemb) = model.layout();
+        let (d, bt) = (cfg.d, batch * t);
+        let hd = match cfg.attn {
+            AttnForm::Direct => d,
+            AttnForm::Factored { r } => r,
+        };
+        let act = |cols: usize| Shape::new(batch, t, cols);
+        let z = |s: Shape| be.zeros(s);
+        let mut params = Vec::new();
+        let mut shapes = Vec::new();
+        for p in &model.params {
+            let s = Shape::mat(p.nrows(), p.ncols());
+            let data: Vec<f64> = (0..s.len())
+                .map(|i| p[(i / s.cols, i % s.cols)].to_f64())
+                .collect();
+            params.push(be.upload_f64(s, &data)?);
+            shapes.push((s.rows, s.cols));
+        }
+        let zeros_like = |n: usize| -> backend::Result<Vec<B::Tensor>> {
+            shapes
+                .iter()
+                .take(n)
+                .map(|&(r, c)| be.zeros(Shape::mat(r, c)))
+                .collect()
+        };
+        let n = shapes.len();
+        let hyper = model
+            .decay
+            .iter()
+            .map(|&dec| AdamW {
+                lr: opt.lr,
+                beta1: opt.beta1,
+                beta2: opt.beta2,
+                eps: opt.eps,
+                weight_decay: if dec { opt.weight_decay } else { 0.0 },
+            })
+            .collect();
+        // c_r = w_r / Σw over rows with a next token, 0 elsewhere (Model::backward).
+        let wsum: f64 = (0..bt).filter(|r| r % t + 1 < t).map(|r| weight[r]).sum();
+        let coef: Vec<f64> = (0..bt)
+            .map(|r| {
+                if r % t + 1 < t && wsum > 0.0 {
+                    weight[r] / wsum
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let col = act(1);
+        let mut acts = Vec::new();
+        for li in layers {
+            acts.push(LayerActs {
+                q: z(act(hd))?,
+                k: match cfg.attn {
+                    AttnForm::Direct => None,
+                    AttnForm::Factored { .. } => Some(z(act(hd))?),
+                },
+                v: z(act(hd))?,
+                o: z(act(hd))?,
+                a: z(Shape::new(batch, t, t))?,
+                h_mid: z(act(d))?,
+                mlp: match li.mlp {
+                    Some(_) => Some((z(act(cfg.mlp_hidden))?, z(act(cfg.mlp_hidden))?)),
+                    None => None,
+                },
+            });
+        }
+        Ok(Self {
+            cfg,
+            b: batch,
+            t,
+            layers: layers.to_vec(),
+            unemb,
+            hyper,
+            steps: 0,
+            grads: zeros_like(n)?,
+            m: zeros_like(n)?,
+            v: zeros_like(n)?,
+            params,
+            shapes,
+            ids: z(col)?,
+            targets: z(col)?,
+            coef: be.upload_f64(col, &coef)?,
+            ones: be.upload_f64(col, &vec![1.0; bt])?,
+            h: (0..=layers.len())
+                .map(|_| z(act(d)))
+                .collect::<backend::Result<_>>()?,
+            acts,
+            z: z(Shape::new(batch, t, t))?,
+            dz: z(Shape::new(batch, t, t))?,
+            logits: z(act(cfg.vocab))?,
+            dlogits: z(act(cfg.vocab))?,
+            loss_rows: z(col)?,
+            loss: z(Shape::mat(1, 1))?,
+            dh: z(act(d))?,
+            dmlp: if cfg.mlp_hidden > 0 {
+                Some((z(act(cfg.mlp_hidden))?, z(act(cfg.mlp_hidden))?))
+            } else {
+                None
+            },
+            d_o: z(act(hd))?,
+            dq: z(act(hd))?,
+            dk: z(act(hd))?,
+            dv: z(act(hd))?,
+            host_ids: vec![elem::<B>(0.0); bt],
+            host_targets: vec![elem::<B>(0.0); bt],
+        })
+    }
+
+    /// Optimiser steps taken.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Sends a batch of `B·T` token ids (and their next-token targets) to the device.
+    fn load(&mut self, be: &B, tokens: &[u32]) -> Result<(), TrainError> {
+        let (bt, t) = (self.b * self.t, self.t);
+        if tokens.len() != bt {
+            return Err(TrainError::Model(ModelError::Invalid(format!(
+                "{} tokens for b = {}, t = {t}",
+                tokens.len(),
+                self.b
+            ))));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&x| x as usize >= self.cfg.vocab) {
+            return Err(TrainError::Model(ModelError::Invalid(format!(
+                "token {bad} outside the vocabulary of {}",
+                self.cfg.vocab
+            ))));
+        }
+        for r in 0..bt {
+            self.host_ids[r] = elem::<B>(tokens[r] as f64);
+            let y = if r % t + 1 < t { tokens[r + 1] } else { 0 };
+            self.host_targets[r] = elem::<B>(y as f64);
+        }
+        be.write(&mut self.ids, &self.host_ids)?;
+        be.write(&mut self.targets, &self.host_targets)?;
+        Ok(())
+    }
+
+    fn forward(&mut self, be: &B) -> backend::Result<()> {
+        let mask = if self.cfg.mask_bos_key {
+            Mask::CausalNoFirstKey
+        } else {
+            Mask::Causal
+        };
+        let p = &self.params;
+        be.embed(&p[0], &p[1], &self.ids, &mut self.h[0])?;
+        for (l, li) in self.layers.iter().enumerate() {
+            let (done, rest) = self.h.split_at_mut(l + 1);
+            let (h, h_next) = (&done[l], &mut rest[0]);
+            let act = &mut self.acts[l];
+            match self.cfg.attn {
+                AttnForm::Direct => {
+                    be.matmul(1.0, h, Op::N, &p[li.a], Op::N, 0.0, &mut act.q)?;
+                    be.matmul(1.0, h, Op::N, &p[li.b], Op::T, 0.0, &mut act.v)?;
+                }
+                AttnForm::Factored { .. } => {
+                    let k = act.k.as_mut().expect("factored keys");
+                    be.matmul(1.0, h, Op::N, &p[li.a], Op::N, 0.0, &mut act.q)?;
+                    be.matmul(1.0, h, Op::N, &p[li.b], Op::N, 0.0, k)?;
+                    be.matmul(1.0, h, Op::N, &p[li.c], Op::N, 0.0, &mut act.v)?;
+                }
+            }
+            let k = act.k.as_ref().unwrap_or(h);
+            be.matmul(1.0, &act.q, Op::N, k, Op::T, 0.0, &mut self.z)?;
+            be.softmax_rows(&self.z, 1.0, mask, &mut act.a)?;
+            be.matmul(1.0, &act.a, Op::N, &act.v, Op::N, 0.0, &mut act.o)?;
+            be.axpby(1.0, h, 0.0, &mut act.h_mid)?;
+            match self.cfg.attn {
+                AttnForm::Direct => be.axpby(1.0, &act.o, 1.0, &mut act.h_mid)?,
+                AttnForm::Factored { .. } => {
+                    be.matmul(1.0, &act.o, Op::N, &p[li.d], Op::T, 1.0, &mut act.h_mid)?
+                }
+            }
+            be.axpby(1.0, &act.h_mid, 0.0, h_next)?;
+            if let (Some((w1, b1, w2)), Some((u, g))) = (li.mlp, act.mlp.as_mut()) {
+                be.matmul(1.0, &act.h_mid, Op::N, &p[w1], Op::N, 0.0, u)?;
+                be.matmul(1.0, &self.ones, Op::N, &p[b1], Op::N, 1.0, u)?;
+                be.relu(u, g)?;
+                be.matmul(1.0, g, Op::N, &p[w2], Op::N, 1.0, h_next)?;
+            }
+        }
+        let last = self.layers.len();
+        be.matmul(
+            1.0,
+            &self.h[last],
+            Op::N,
+            &p[self.unemb],
+            Op::N,
+            0.0,
+            &mut self.logits,
+        )?;
+        be.softmax_xent(
+            &self.logits,
+            &self.targets,
+            &self.coef,
+            &mut self.dlogits,
+            &mut self.loss_rows,
+        )
+    }
+
+    fn backward(&mut self, be: &B) -> backend::Result<()> {
+        let last = self.layers.len();
+        let (p, g) = (&self.params, &mut self.grads);
+        xt_z(be, &mut self.h[last], &mut self.dlogits, &mut g[self.unemb])?;
+        be.matmul(
+            1.0,
+            &self.dlogits,
+            Op::N,
+            &p[self.unemb],
+            Op::T,
+            0.0,
+            &mut self.dh,
+        )?;
+        for (l, li) in self.layers.iter().enumerate().rev() {
+            let act = &mut self.acts[l];
+            if let (Some((w1, b1, w2)), Some((u, relu_u)), Some((d_relu, du))) =
+                (li.mlp, act.mlp.as_mut(), self.dmlp.as_mut())
+            {
+                xt_z(be, relu_u, &mut self.dh, &mut g[w2])?;
+                be.matmul(1.0, &self.dh, Op::N, &p[w2], Op::T, 0.0, d_relu)?;
+                be.relu_backward(u, d_relu, du)?;
+                xt_z(be, &mut self.ones, du, &mut g[b1])?;
+                xt_z(be, &mut act.h_mid, du, &mut g[w1])?;
+                be.matmul(1.0, du, Op::N, &p[w1], Op::T, 1.0, &mut self.dh)?;
+            }
+            if let AttnForm::Factored { .. } = self.cfg.attn {
+                xt_z(be, &mut self.dh, &mut act.o, &mut g[li.d])?;
+                be.matmul(1.0, &self.dh, Op::N, &p[li.d], Op::N, 0.0, &mut self.d_o)?;
+            }
+            let d_o = match self.cfg.attn {
+                AttnForm::Direct => &self.dh,
+                AttnForm::Factored { .. } => &self.d_o,
+            };
+            // ∂A (into the score buffer) and ∂V; ∂S; ∂Q = ∂S K, ∂K = ∂Sᵀ Q.
+            be.matmul(1.0, d_o, Op::N, &act.v, Op::T, 0.0, &mut self.z)?;
+            be.matmul(1.0, &act.a, Op::T, d_o, Op::N, 0.0, &mut self.dv)?;
+            be.softmax_rows_backward(&act.a, &self.z, 1.0, &mut self.dz)?;
+            let k = act.k.as_ref().unwrap_or(&self.h[l]);
+            be.matmul(1.0, &self.dz, Op::N, k, Op::N, 0.0, &mut self.dq)?;
+            be.matmul(1.0, &self.dz, Op::T, &act.q, Op::N, 0.0, &mut self.dk)?;
+            let h = &mut self.h[l];
+            match self.cfg.attn {
+                AttnForm::Direct => {
+                    // q = h W_QK, k = h, v = h W_VOᵀ.
+                    xt_z(be, h, &mut self.dq, &mut g[li.a])?;
+                    xt_z(be, &mut self.dv, h, &mut g[li.b])?;
+                    be.matmul(1.0, &self.dq, Op::N, &p[li.a], Op::T, 1.0, &mut self.dh)?;
+                    be.axpby(1.0, &self.dk, 1.0, &mut self.dh)?;
+                    be.matmul(1.0, &self.dv, Op::N, &p[li.b], Op::N, 1.0, &mut self.dh)?;
+                }
+                AttnForm::Factored { .. } => {
+                    xt_z(be, h, &mut self.dq, &mut g[li.a])?;
+                    xt_z(be, h, &mut self.dk, &mut g[li.b])?;
+                    xt_z(be, h, &mut self.dv, &mut g[li.c])?;
+                    be.matmul(1.0, &self.dq, Op::N, &p[li.a], Op::T, 1.0, &mut self.dh)?;
+                    be.matmul(1.0, &self.dk, Op::N, &p[li.b], Op::T, 1.0, &mut self.dh)?;
+                    be.matmul(1.0, &self.dv, Op::N, &p[li.c], Op::T, 1.0, &mut self.dh)?;
+                }
+            }
+        }
+        let (g_emb, g_rest) = g.split_at_mut(1);
+        be.embed_backward(&self.dh, &self.ids, &mut g_emb[0], &mut g_rest[0])
+    }
+
+    /// Forward and backward on `tokens` (`B·T` ids): afterwards the device
+    /// holds the gradient of the loss (read with [`DeviceModel::grads`]) and
+    /// the per-row loss terms (summed by [`DeviceModel::loss`]).
+    pub fn forward_backward(&mut self, be: &B, tokens: &[u32]) -> Result<(), TrainError> {
+        self.load(be, tokens)?;
+        self.forward(be)?;
+        self.backward(be)?;
+        Ok(())
+    }
+
+    /// The loss of the last forward pass: $\sum_r \ell_r$ reduced on the
+    /// device ($\mathbf 1^\top \ell$), one number read back.
+    pub fn loss(&mut self, be: &B) -> Result<f64, TrainError> {
+        xt_z(be, &mut self.ones, &mut self.loss_rows, &mut self.loss)?;
+        Ok(be.read_f64(&self.loss)?[0])
+    }
+
+    /// One AdamW update of every parameter from the current gradients.
+    pub fn update(&mut self, be: &B) -> Result<(), TrainError> {
+        self.steps += 1;
+        for k in 0..self.params.len() {
+            be.adamw(
+                &self.hyper[k],
+                self.steps,
+                &mut self.params[k],
+                &self.grads[k],
+                &mut self.m[k],
+                &mut self.v[k],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// One training step: forward, backward, AdamW. Returns the loss (before
+    /// the update, as `train()` logs it) when `want_loss`; otherwise nothing
+    /// is read back.
+    pub fn step(
+        &mut self,
+        be: &B,
+        tokens: &[u32],
+        want_loss: bool,
+    ) -> Result<Option<f64>, TrainError> {
+        self.forward_backward(be, tokens)?;
+        let loss = if want_loss {
+            Some(self.loss(be)?)
+        } else {
+            None
+        };
+        self.update(be)?;
+        Ok(loss)
+    }
+
+    fn read_mats(&self, be: &B, ts: &[B::Tensor]) -> Result<Vec<Mat<f64>>, TrainError> {
+        ts.iter()
+            .zip(&self.shapes)
+            .map(|(t, &(r, c))| {
+                let x = be.read_f64(t)?;
+                Ok(Mat::from_fn(r, c, |i, j| x[i * c + j]))
+            })
+            .collect()
+    }
+
+    /// The gradients of the last [`DeviceModel::forward_backward`], in the
+    /// order of [`Model::params`], widened to f64.
+    pub fn grads(&self, be: &B) -> Result<Vec<Mat<f64>>, TrainError> {
+        self.read_mats(be, &self.grads)
+    }
+
+    /// Reads the parameters back into `model` (the one this was built from, or
+    /// one of the same configuration).
+    pub fn store<F: Real>(&self, be: &B, model: &mut Model<F>) -> Result<(), TrainError> {
+        let same = model.cfg == self.cfg
+            && model.params.len() == self.shapes.len()
+            && model
+                .params
+                .iter()
+                .zip(&self.shapes)
+                .all(|(p, &s)| (p.nrows(), p.ncols()) == s);
+        if !same {
+            return Err(TrainError::Invalid(
+                "device model stored into a model of another shape".into(),
+            ));
+        }
+        for (dst, src) in model
+            .params
+            .iter_mut()
+            .zip(self.read_mats(be, &self.params)?)
+        {
+            *dst = Mat::from_fn(src.nrows(), src.ncols(), |i, j| F::from_f64(src[(i, j)]));
+        }
+        Ok(())
+    }
+}
+
+/// The device-resident loop on the GPU that [`crate::backend::route`] has
+/// installed on this thread (what `train()` runs instead of routing products).
+pub(crate) struct Routed {
+    gpu: Arc<Wgpu>,
+    dev: DeviceModel<Wgpu>,
+}
+
+impl Routed {
+    /// `None` when no GPU is routed on this thread.
+    pub(crate) fn new(
+        model: &Model<f32>,
+        opt: &adamw::AdamW<f32>,
+        batch: usize,
+        t: usize,
+        weight: &[f64],
+    ) -> Result<Option<Self>, TrainError> {
+        let Some(gpu) = backend::route::current() else {
+            return Ok(None);
+        };
+        let dev = DeviceModel::new(&*gpu, model, opt, batch, t, weight)?;
+        Ok(Some(Self { gpu, dev }))
+    }
+
+    /// [`DeviceModel::step`] on the routed GPU.
+    pub(crate) fn step(
+        &mut self,
+        tokens: &[u32],
+        want_loss: bool,
+    ) -> Result<Option<f64>, TrainError> {
+        self.dev.step(&*self.gpu, tokens, want_loss)
+    }
+
+    /// [`DeviceModel::store`] from the routed GPU.
+    pub(crate) fn store(&self, model: &mut Model<f32>) -> Result<(), TrainError> {
+        self.dev.store(&*self.gpu, model)
+    }
+}
