@@ -265,3 +265,74 @@ fn malformed_activations_are_named() {
     let e = activations::analyze_file(&p).err().unwrap().to_string();
     assert!(e.contains("no `hidden.0`"), "{e}");
 }
+
+/// One schema reader: the checks the real-model analysis used to make on its own (contiguous
+/// layers, finite hidden states, integral token ids) now hold for both consumers, the
+/// per-layer statistics and the secondary-sink detector.
+#[test]
+fn one_activation_reader_for_both_consumers() {
+    use safetensors::Dtype;
+    use safetensors::tensor::TensorView;
+    use sinklab::secondary::activations::Activations;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.safetensors");
+    let f = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let h = f(&[0.5; 12]);
+    let mut bad = [0.5f32; 12];
+    bad[7] = f32::NAN;
+    let hbad = f(&bad);
+    let tok_ok = f(&[1.0, 2.0, 3.0]);
+    let tok_bad = f(&[1.0, 2.5, 3.0]);
+    let write = |items: Vec<(&str, Vec<usize>, &Vec<u8>)>| {
+        let views: Vec<(&str, TensorView<'_>)> = items
+            .iter()
+            .map(|(n, s, b)| (*n, TensorView::new(Dtype::F32, s.clone(), b).unwrap()))
+            .collect();
+        std::fs::write(&p, safetensors::serialize(views, None).unwrap()).unwrap();
+    };
+    let errs = || {
+        (
+            activations::analyze_file(&p).err().map(|e| e.to_string()),
+            Activations::read(&p).err().map(|e| e.to_string()),
+        )
+    };
+    // Layers 0 and 2 without 1.
+    write(vec![
+        ("hidden.0", vec![3, 4], &h),
+        ("hidden.2", vec![3, 4], &h),
+    ]);
+    let (a, b) = errs();
+    for e in [a.unwrap(), b.unwrap()] {
+        assert!(
+            e.contains("hidden.2") && e.contains("not contiguous"),
+            "{e}"
+        );
+    }
+    // A NaN in layer 1.
+    write(vec![
+        ("hidden.0", vec![3, 4], &h),
+        ("hidden.1", vec![3, 4], &hbad),
+    ]);
+    let (a, b) = errs();
+    for e in [a.unwrap(), b.unwrap()] {
+        assert!(e.contains("hidden.1") && e.contains("non-finite"), "{e}");
+    }
+    // Float token ids: integral ones are read, a fractional one is an error.
+    write(vec![
+        ("hidden.0", vec![3, 4], &h),
+        ("tokens", vec![3], &tok_ok),
+    ]);
+    assert_eq!(
+        activations::analyze_file(&p).unwrap().tokens,
+        Some(vec![1, 2, 3])
+    );
+    assert_eq!(Activations::read(&p).unwrap().tokens, Some(vec![1, 2, 3]));
+    write(vec![
+        ("hidden.0", vec![3, 4], &h),
+        ("tokens", vec![3], &tok_bad),
+    ]);
+    let (a, b) = errs();
+    for e in [a.unwrap(), b.unwrap()] {
+        assert!(e.contains("tokens") && e.contains("2.5"), "{e}");
+    }
+}

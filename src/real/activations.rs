@@ -10,7 +10,6 @@
 //! A missing optional tensor only removes the statistics that need it (they become `null`).
 
 use super::RealError;
-use super::safetensors::StFile;
 use super::stats::{Dims, LayerStats, layer_stats};
 use std::path::Path;
 
@@ -37,119 +36,43 @@ fn heads_to_rows(x: &[f32], hk: usize, t: usize, dh: usize) -> Vec<f32> {
     o
 }
 
-/// Reads and analyses an activations file.
+/// Reads and analyses an activations file (parsed by the crate's one schema reader,
+/// [`crate::secondary::activations::Activations`]).
 pub fn analyze_file(path: &Path) -> Result<ActivationsReport, RealError> {
-    let st = StFile::open(path)?;
-    let names = st.names();
-    let n_layer = (0..)
-        .take_while(|l| names.iter().any(|n| *n == format!("hidden.{l}")))
-        .count();
-    if n_layer == 0 {
-        return Err(RealError::file(
+    use crate::secondary::activations::{ActivationError, Activations, HeadTensor};
+    let a = Activations::read(path).map_err(|e| match e {
+        ActivationError::Missing(n) if n == "hidden.0" => RealError::file(
             path,
             "no `hidden.0` tensor: not an activations file (schema: hidden.{l} [T, d], ...)",
-        ));
-    }
-    if let Some(extra) = names.iter().find(|n| {
-        n.strip_prefix("hidden.")
-            .and_then(|s| s.parse::<usize>().ok())
-            .is_some_and(|l| l >= n_layer)
-    }) {
-        return Err(RealError::file(
-            path,
-            format!("`{extra}` present but layers are not contiguous from 0 (only 0..{n_layer})"),
-        ));
-    }
-    let tokens = if names.iter().any(|n| n == "tokens") {
-        let (v, s) = st.tensor("tokens")?;
-        if s.len() != 1 {
-            return Err(RealError::file(
-                path,
-                format!("`tokens` has shape {s:?}, expected [T]"),
-            ));
-        }
-        Some(v.iter().map(|&x| x as u32).collect::<Vec<_>>())
-    } else {
-        None
+        ),
+        e => RealError::file(path, e.to_string()),
+    })?;
+    let (n_layer, t, d) = (a.hidden.layers(), a.hidden.tokens(), a.hidden.dim());
+    let tokens = a
+        .tokens
+        .as_ref()
+        .map(|v| v.iter().map(|&x| x as u32).collect::<Vec<_>>());
+    let kv = |x: &Option<Vec<HeadTensor>>, l: usize| {
+        x.as_ref().map(|v| {
+            let h = &v[l];
+            (
+                heads_to_rows(&h.data, h.heads, t, h.width),
+                h.heads,
+                h.width,
+            )
+        })
     };
     let mut layers = Vec::with_capacity(n_layer);
     for l in 0..n_layer {
-        let (hid, hs) = st.tensor(&format!("hidden.{l}"))?;
-        if hs.len() != 2 || hs[0] == 0 {
-            return Err(RealError::file(
-                path,
-                format!("`hidden.{l}` has shape {hs:?}, expected [T, d]"),
-            ));
-        }
-        if let Some(k) = hid.iter().position(|v| !v.is_finite()) {
-            return Err(RealError::file(
-                path,
-                format!("`hidden.{l}` has a non-finite value at index {k}"),
-            ));
-        }
-        let (t, d) = (hs[0], hs[1]);
-        if let Some(tok) = &tokens
-            && tok.len() != t
-        {
-            return Err(RealError::file(
-                path,
-                format!(
-                    "`tokens` has {} entries but `hidden.{l}` has T = {t}",
-                    tok.len()
-                ),
-            ));
-        }
-        let an = format!("attn.{l}");
-        let attn = if names.contains(&an) {
-            let (a, s) = st.tensor(&an)?;
-            if s.len() != 3 || s[1] != t || s[2] != t || s[0] == 0 {
-                return Err(RealError::file(
-                    path,
-                    format!("`{an}` has shape {s:?}, expected [H, {t}, {t}]"),
-                ));
-            }
-            Some((a, s[0]))
-        } else {
-            None
-        };
-        let kv = |name: String| -> Result<Option<(Vec<f32>, usize, usize)>, RealError> {
-            if !names.contains(&name) {
-                return Ok(None);
-            }
-            let (x, s) = st.tensor(&name)?;
-            if s.len() != 3 || s[1] != t || s[0] == 0 || s[2] == 0 {
-                return Err(RealError::file(
-                    path,
-                    format!("`{name}` has shape {s:?}, expected [H_kv, {t}, d_head]"),
-                ));
-            }
-            Ok(Some((heads_to_rows(&x, s[0], t, s[2]), s[0], s[2])))
-        };
-        let keys = kv(format!("keys.{l}"))?;
-        let values = kv(format!("values.{l}"))?;
+        let hid = &a.hidden.data()[l * t * d..(l + 1) * t * d];
+        let attn = a.attn.as_ref().map(|v| (&v[l].data, v[l].heads));
+        let (keys, values) = (kv(&a.keys, l), kv(&a.values, l));
         let (hk, dh) = keys
             .as_ref()
             .or(values.as_ref())
             .map(|x| (x.1, x.2))
             .unwrap_or((1, 1));
-        if let (Some(k), Some(v)) = (&keys, &values)
-            && (k.1 != v.1 || k.2 != v.2)
-        {
-            return Err(RealError::file(
-                path,
-                format!(
-                    "layer {l}: keys [{}, T, {}] and values [{}, T, {}] disagree",
-                    k.1, k.2, v.1, v.2
-                ),
-            ));
-        }
         let h = attn.as_ref().map(|a| a.1).unwrap_or(hk);
-        if h % hk != 0 {
-            return Err(RealError::file(
-                path,
-                format!("layer {l}: {h} attention heads not a multiple of {hk} kv heads"),
-            ));
-        }
         let dm = Dims {
             t,
             t_keys: t,
@@ -164,8 +87,8 @@ pub fn analyze_file(path: &Path) -> Result<ActivationsReport, RealError> {
         layers.push(layer_stats(
             l,
             dm,
-            &hid,
-            attn.as_ref().map(|a| a.0.as_slice()),
+            hid,
+            attn.map(|a| a.0.as_slice()),
             keys.as_ref().map(|k| k.0.as_slice()),
             values.as_ref().map(|v| v.0.as_slice()),
         ));

@@ -7,6 +7,49 @@ use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
+/// Decodes a tensor's little-endian data to f32 (row-major): floats F32, F16, BF16, F64 and
+/// integers I64, I32, U32, U64; any other dtype is returned as the error. The crate's one
+/// dtype decoder (model weights, activation files).
+pub fn decode(t: &safetensors::tensor::TensorView<'_>) -> Result<Vec<f32>, Dtype> {
+    let data = t.data();
+    let c8 = |c: &[u8]| -> [u8; 8] { c.try_into().unwrap_or([0; 8]) };
+    Ok(match t.dtype() {
+        Dtype::F32 => data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        Dtype::F16 => data
+            .chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        Dtype::BF16 => data
+            .chunks_exact(2)
+            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        Dtype::F64 => data
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c8(c)) as f32)
+            .collect(),
+        Dtype::I64 => data
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c8(c)) as f32)
+            .collect(),
+        Dtype::U64 => data
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c8(c)) as f32)
+            .collect(),
+        Dtype::I32 => data
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32)
+            .collect(),
+        Dtype::U32 => data
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32)
+            .collect(),
+        other => return Err(other),
+    })
+}
+
 /// A parsed safetensors file held in memory.
 pub struct StFile {
     path: PathBuf,
@@ -50,39 +93,12 @@ impl StFile {
         let t = st
             .tensor(name)
             .map_err(|_| RealError::file(&self.path, format!("missing tensor `{name}`")))?;
-        let data = t.data();
-        let v: Vec<f32> = match t.dtype() {
-            Dtype::F32 => data
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-            Dtype::F16 => data
-                .chunks_exact(2)
-                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-            Dtype::BF16 => data
-                .chunks_exact(2)
-                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-            Dtype::F64 => data
-                .chunks_exact(8)
-                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32)
-                .collect(),
-            Dtype::I64 => data
-                .chunks_exact(8)
-                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32)
-                .collect(),
-            Dtype::I32 => data
-                .chunks_exact(4)
-                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32)
-                .collect(),
-            other => {
-                return Err(RealError::file(
-                    &self.path,
-                    format!("tensor `{name}` has unsupported dtype {other:?}"),
-                ));
-            }
-        };
+        let v = decode(&t).map_err(|other| {
+            RealError::file(
+                &self.path,
+                format!("tensor `{name}` has unsupported dtype {other:?}"),
+            )
+        })?;
         let shape = t.shape().to_vec();
         if v.len() != shape.iter().product::<usize>() {
             return Err(RealError::file(

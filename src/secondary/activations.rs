@@ -5,7 +5,11 @@
 //! `tokens` `[T]` (integer ids). Floats may be F32, F16, BF16 or F64; they are
 //! held as f32.
 //!
-//! The reader used until the real-model module ships its own (one loader).
+//! This is the crate's one reader of the activation schema: `sinklab secondary
+//! --activations` uses it directly and [`crate::real::activations::analyze_file`]
+//! computes its per-layer statistics from it; tensors are decoded by
+//! [`crate::real::safetensors::decode`], the decoder of the model weights.
+//! Layers must be contiguous from 0 and hidden states finite.
 
 use super::hidden::{HiddenStates, ShapeError};
 use safetensors::{Dtype, SafeTensors, tensor::TensorView};
@@ -112,30 +116,16 @@ pub struct Activations {
 }
 
 fn floats(name: &str, v: &TensorView<'_>) -> Result<Vec<f32>, ActivationError> {
-    let b = v.data();
-    Ok(match v.dtype() {
-        Dtype::F32 => b
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        Dtype::F64 => b
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes(c.try_into().expect("chunk of 8")) as f32)
-            .collect(),
-        Dtype::F16 => b
-            .chunks_exact(2)
-            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        Dtype::BF16 => b
-            .chunks_exact(2)
-            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        dtype => {
-            return Err(ActivationError::Dtype {
-                name: name.into(),
-                dtype,
-            });
-        }
+    let dtype = v.dtype();
+    if !matches!(dtype, Dtype::F32 | Dtype::F64 | Dtype::F16 | Dtype::BF16) {
+        return Err(ActivationError::Dtype {
+            name: name.into(),
+            dtype,
+        });
+    }
+    crate::real::safetensors::decode(v).map_err(|dtype| ActivationError::Dtype {
+        name: name.into(),
+        dtype,
     })
 }
 
@@ -158,6 +148,16 @@ fn ints(name: &str, v: &TensorView<'_>) -> Result<Vec<i64>, ActivationError> {
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
             .collect(),
+        Dtype::F32 | Dtype::F64 | Dtype::F16 | Dtype::BF16 => {
+            // Float-typed ids (some dumps store them so) must be exact integers.
+            let f = floats(name, v)?;
+            if let Some(bad) = f.iter().find(|x| x.fract() != 0.0 || !x.is_finite()) {
+                return Err(ActivationError::Format(format!(
+                    "`{name}` holds {bad}, not an integer token id"
+                )));
+            }
+            f.into_iter().map(|x| x as i64).collect()
+        }
         dtype => {
             return Err(ActivationError::Dtype {
                 name: name.into(),
@@ -189,6 +189,15 @@ impl Activations {
         }
         if layers == 0 {
             return Err(ActivationError::Missing("hidden.0".into()));
+        }
+        if let Some(extra) = st.names().into_iter().find(|n| {
+            n.strip_prefix("hidden.")
+                .and_then(|s| s.parse::<usize>().ok())
+                .is_some_and(|l| l >= layers)
+        }) {
+            return Err(ActivationError::Format(format!(
+                "`{extra}` present but layers are not contiguous from 0 (only 0..{layers})"
+            )));
         }
         let h0 = get("hidden.0").expect("checked above");
         let [t, d] = h0.shape() else {
@@ -249,6 +258,34 @@ impl Activations {
                 Ok(Some(out))
             };
         let hidden = stack("hidden")?.expect("hidden.0 exists");
+        if let Some(k) = hidden.data().iter().position(|v| !v.is_finite()) {
+            let (l, r) = (k / (t * d), k % (t * d));
+            return Err(ActivationError::Format(format!(
+                "`hidden.{l}` has a non-finite value at index {r}"
+            )));
+        }
+        let (attn, keys, values) = (
+            heads("attn", true)?,
+            heads("keys", false)?,
+            heads("values", false)?,
+        );
+        if let (Some(k), Some(v)) = (&keys, &values)
+            && (k[0].heads != v[0].heads || k[0].width != v[0].width)
+        {
+            return Err(ActivationError::Format(format!(
+                "keys [{}, T, {}] and values [{}, T, {}] disagree",
+                k[0].heads, k[0].width, v[0].heads, v[0].width
+            )));
+        }
+        let hk = keys.as_ref().or(values.as_ref()).map(|k| k[0].heads);
+        if let (Some(a), Some(hk)) = (&attn, hk)
+            && a[0].heads % hk != 0
+        {
+            return Err(ActivationError::Format(format!(
+                "{} attention heads not a multiple of {hk} kv heads",
+                a[0].heads
+            )));
+        }
         let tokens = match get("tokens") {
             None => None,
             Some(v) => {
@@ -260,10 +297,10 @@ impl Activations {
         };
         Ok(Self {
             hidden,
-            attn: heads("attn", true)?,
+            attn,
             mlp_out: stack("mlp_out")?,
-            keys: heads("keys", false)?,
-            values: heads("values", false)?,
+            keys,
+            values,
             tokens,
             metadata: meta.metadata().clone().unwrap_or_default(),
         })
