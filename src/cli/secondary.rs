@@ -7,15 +7,10 @@
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use sinklab::real::tokenizer::Bos;
 use sinklab::real::{fetch, load};
 use sinklab::secondary::activations::Activations;
-use sinklab::secondary::detector::Label;
-use sinklab::secondary::figures::{
-    levels_heatmap, norm_points, norm_scatters, primary_vs_secondary,
-};
-use sinklab::secondary::native::{capture, generate, patch_sinks};
-use sinklab::secondary::records::{Analysis, SinkRecord, analyse, claim_measures};
+use sinklab::secondary::records::{SinkRecord, analyse};
+use sinklab::secondary::run::{StudyOptions, study, write_outputs};
 use sinklab::secondary::{DetectorParams, LabelRule, WindowMode};
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -166,10 +161,6 @@ pub fn run(a: Args) -> Result<i32> {
     };
     let path = fetch::resolve(name)?;
     let lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
-    let tok = lm
-        .tok
-        .as_ref()
-        .with_context(|| format!("{}: no tokenizer in the model files", path.display()))?;
     let texts: Vec<String> = match (&a.prompt, &a.file, &a.prompts) {
         (Some(t), _, _) => vec![t.clone()],
         (None, Some(f), _) => {
@@ -194,114 +185,29 @@ pub fn run(a: Args) -> Result<i32> {
         ProgressStyle::with_template("{bar:30} {pos}/{len} sequences {elapsed} {msg}")
             .expect("static template"),
     );
-    let mut analyses: Vec<Analysis> = Vec::new();
-    let mut patches = Vec::new();
-    let mut gen_secs = 0.0;
-    let mut gen_tokens = 0usize;
-    for (k, text) in texts.iter().enumerate() {
-        let prompt = tok.encode(text, Bos::Auto)?;
-        if prompt.is_empty() {
-            bail!("prompt {k} encodes to no tokens");
-        }
-        let t0 = std::time::Instant::now();
-        let ids = if a.generate > 0 {
-            generate(&lm, &prompt, a.generate)?
-        } else {
-            prompt.clone()
-        };
-        gen_secs += t0.elapsed().as_secs_f64();
-        gen_tokens += ids.len() - prompt.len();
-        pb.set_message(format!("seq {k}: {} tokens", ids.len()));
-        let act = capture(&lm, &ids, true)?;
-        let mut an = analyse(&act, &p, k)?;
-        for r in &mut an.records {
-            r.token_text = r.token.map(|t| tok.decode(&[t as u32]));
-        }
-        if a.patch > 0 && a.out.is_some() {
-            // Secondary sinks first; where there are none, the other non-BOS sinks.
-            let mut v = patch_sinks(&lm, &ids, &act, &p, &[Label::Secondary], k, a.patch)?;
-            if v.is_empty() {
-                v = patch_sinks(
-                    &lm,
-                    &ids,
-                    &act,
-                    &p,
-                    &[Label::Noise, Label::BosSink],
-                    k,
-                    a.patch,
-                )?;
-            }
-            patches.extend(v);
-        }
-        analyses.push(an);
+    let opts = StudyOptions {
+        generate: a.generate,
+        // Patching needs the output directory to report into.
+        patch: if a.out.is_some() { a.patch } else { 0 },
+        boot: a.boot,
+        seed: a.seed,
+    };
+    let st = study(&lm, &texts, &p, &opts, &mut |k, n| {
+        pb.set_message(format!("seq {k}: {n} tokens"));
         pb.inc(1);
-    }
+    })?;
     pb.finish_and_clear();
-    if a.generate > 0 {
+    if let Some(tps) = st.tokens_per_s() {
         eprintln!(
-            "generated {gen_tokens} tokens in {gen_secs:.2} s ({:.1} tokens/s, greedy, KV cache)",
-            gen_tokens as f64 / gen_secs.max(1e-9)
+            "generated {} tokens in {:.2} s ({tps:.1} tokens/s, greedy, KV cache)",
+            st.generated.0, st.generated.1
         );
     }
-    let records: Vec<SinkRecord> = analyses.iter().flat_map(|an| an.records.clone()).collect();
-    print_records(&records, a.json)?;
+    print_records(&st.records, a.json)?;
     if let Some(dir) = &a.out {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let mut f = std::fs::File::create(dir.join("records.jsonl"))?;
-        for r in &records {
-            writeln!(f, "{}", serde_json::to_string(r)?)?;
-        }
-        let m = claim_measures(&analyses, nl, a.boot, a.seed);
-        let summaries: Vec<_> = analyses.iter().map(|an| &an.summary).collect();
-        std::fs::write(
-            dir.join("claims.json"),
-            serde_json::to_string_pretty(&serde_json::json!({
-                "model": path.display().to_string(), "params": p, "generate": a.generate,
-                "generation_tokens_per_s": if gen_secs > 0.0 { Some(gen_tokens as f64 / gen_secs) } else { None },
-                "claims": m, "sequences": summaries,
-            }))?,
-        )?;
-        std::fs::write(
-            dir.join("patching.json"),
-            serde_json::to_string_pretty(&patches)?,
-        )?;
-        let cells: Vec<(usize, usize)> = records
-            .iter()
-            .filter(|r| r.label == Label::Secondary)
-            .map(|r| (r.creation_layer, r.lifetime))
-            .collect();
-        let stem = |s: &str| dir.join(s);
-        if !cells.is_empty() {
-            levels_heatmap(&stem("levels"), "secondary sinks", &cells, nl)?;
-        }
-        let pop: Vec<&SinkRecord> = records
-            .iter()
-            .filter(|r| {
-                if m.b3_population == "secondary" {
-                    r.label == Label::Secondary
-                } else {
-                    r.label != Label::BosSink
-                }
-            })
-            .collect();
-        let (sc, li) = norm_points(&pop);
-        if sc.len() >= 2 || li.len() >= 2 {
-            norm_scatters(
-                &stem("norm_scatter"),
-                "MLP-output norm at creation",
-                (sc, &m.b3_norm_vs_score),
-                (li, &m.b3_norm_vs_lifetime),
-            )?;
-        }
-        if m.b4_primary_strength.is_some() {
-            primary_vs_secondary(
-                &stem("primary_vs_secondary"),
-                "primary strength vs secondary count",
-                &m,
-            )?;
-        }
+        write_outputs(dir, &path.display().to_string(), &p, &opts, &st)?;
         eprintln!("wrote {}", dir.display());
-        eprintln!("{}", serde_json::to_string_pretty(&m)?);
+        eprintln!("{}", serde_json::to_string_pretty(&st.measures)?);
     }
     Ok(0)
 }

@@ -11,6 +11,7 @@ pub mod hidden;
 pub mod native;
 pub mod records;
 pub mod report;
+pub mod run;
 pub mod synthetic;
 
 pub use detector::{
