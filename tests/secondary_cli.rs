@@ -120,3 +120,60 @@ fn bad_input_is_an_error() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("tau"));
 }
+
+/// The model study behind `sinklab secondary --model … --out` and the full report, on
+/// SmolLM2 (skipped with a message when the model is not cached, a failure under
+/// `SINKLAB_REQUIRE_MODELS=1`): it generates exactly the tokens asked for, and what it writes
+/// agrees with what it returns (records, label counts, patching, figures).
+#[test]
+fn model_study_outputs_agree_with_its_records() {
+    use sinklab::real::{fetch, load};
+    use sinklab::secondary::run::{StudyOptions, study, write_outputs};
+    use sinklab::secondary::{DetectorParams, WindowMode};
+    let Some(path) = fetch::cached("smollm2") else {
+        let msg = "model `smollm2` not in the cache (run `sinklab fetch smollm2`)";
+        assert!(
+            std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
+            "{msg}"
+        );
+        eprintln!("SKIP: {msg}");
+        return;
+    };
+    let lm = load(&path).unwrap();
+    let p = DetectorParams {
+        window: WindowMode::AllLayers,
+        ..DetectorParams::default()
+    };
+    let o = StudyOptions {
+        generate: 12,
+        patch: 2,
+        boot: 200,
+        seed: 0,
+    };
+    let texts = vec!["Compute 17 times 23 step by step.".to_string()];
+    let mut calls = 0;
+    let st = study(&lm, &texts, &p, &o, &mut |_, _| calls += 1).unwrap();
+    assert_eq!(calls, 1);
+    assert_eq!(st.generated.0, 12);
+    assert_eq!(st.measures.sequences, 1);
+    let (b, s, n) = st.measures.label_counts;
+    assert_eq!(b + s + n, st.records.len());
+    for r in &st.records {
+        assert!(r.creation_layer < st.layers && r.lifetime >= 1, "{r:?}");
+    }
+    for x in &st.patches {
+        assert!(x.lifetime_after <= st.layers && x.creation_layer < st.layers);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let figs = write_outputs(dir.path(), "smollm2", &p, &o, &st).unwrap();
+    let lines = std::fs::read_to_string(dir.path().join("records.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), st.records.len());
+    let claims: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("claims.json")).unwrap()).unwrap();
+    assert_eq!(claims["claims"]["sequences"], 1);
+    assert_eq!(claims["generate"], 12);
+    let patches: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("patching.json")).unwrap()).unwrap();
+    assert_eq!(patches.as_array().unwrap().len(), st.patches.len());
+    assert!(figs.iter().all(|f| f.exists()), "{figs:?}");
+}

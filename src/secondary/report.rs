@@ -287,13 +287,21 @@ fn run_report_models(ctx: &ReportCtx, md: &mut String) -> Result<(), SectionErro
             md,
             "Ran {name} now: {} prompts of `sims/secondary_prompts.txt`, {generate} tokens generated greedily \
              after each ({:.1} tokens/s), window {:?}, τ = {}, bos_margin {bos_margin}, noise_max {noise_max}; \
-             patching: {} of {} patched sinks disappear.\n",
+             patching: {}.\n",
             texts.len(),
             st.tokens_per_s().unwrap_or(f64::NAN),
             window,
             p.tau,
-            st.patches.iter().filter(|x| x.lifetime_after == 0).count(),
-            st.patches.len()
+            if st.patches.is_empty() {
+                "no sink could be patched (no ordinary, unflagged token to donate an MLP output)"
+                    .to_string()
+            } else {
+                format!(
+                    "{} of {} patched sinks disappear",
+                    st.patches.iter().filter(|x| x.lifetime_after == 0).count(),
+                    st.patches.len()
+                )
+            }
         )?;
     }
     Ok(())
