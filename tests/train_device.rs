@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 use faer::Mat;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use sinklab::backend::{Backend, BackendError, Cpu, GpuOptions, Real, Wgpu};
+use sinklab::backend::{Backend, BackendError, Cpu, GpuOptions, MatmulKernel, Real, Wgpu};
 use sinklab::train::adamw::AdamW;
 use sinklab::train::device::DeviceModel;
 use sinklab::train::{AttnForm, Model, ModelConfig};
@@ -333,10 +333,29 @@ fn cpu32() -> Option<&'static Cpu<f32>> {
     Some(&CPU32)
 }
 
-/// The shared Vulkan device, or `None` with a printed reason.
+/// The shared Vulkan device (default kernels: on llvmpipe the direct matmul
+/// and the row-wise softmax / cross-entropy), or `None` with a printed reason.
 fn gpu() -> Option<&'static Wgpu> {
     static GPU: OnceLock<Result<Wgpu, String>> = OnceLock::new();
-    let r = GPU.get_or_init(|| match Wgpu::new(&GpuOptions::vulkan()) {
+    gpu_with(&GPU, MatmulKernel::Auto)
+}
+
+/// A second device with the kernels hardware adapters get (tiled matmul,
+/// workgroup-reduction row kernels), so both sets are tested on any adapter.
+fn gpu_tiled() -> Option<&'static Wgpu> {
+    static GPU: OnceLock<Result<Wgpu, String>> = OnceLock::new();
+    gpu_with(&GPU, MatmulKernel::Tiled)
+}
+
+fn gpu_with(
+    cell: &'static OnceLock<Result<Wgpu, String>>,
+    matmul: MatmulKernel,
+) -> Option<&'static Wgpu> {
+    let opts = GpuOptions {
+        matmul,
+        ..GpuOptions::vulkan()
+    };
+    let r = cell.get_or_init(|| match Wgpu::new(&opts) {
         Ok(g) => Ok(g),
         Err(BackendError::NoAdapter(why)) => Err(why),
         Err(e) => panic!("a Vulkan adapter exists but the device failed: {e}"),
@@ -364,6 +383,7 @@ fn gpu() -> Option<&'static Wgpu> {
 device_suite!(cpu_f64, cpu64());
 device_suite!(cpu_f32, cpu32());
 device_suite!(wgpu_f32, gpu());
+device_suite!(wgpu_f32_tiled, gpu_tiled());
 
 /// The steady-state training step on wgpu reuses its wgpu objects: after a
 /// warm-up step no bind group is created, each step is one submit (two when the

@@ -62,7 +62,10 @@ pub enum MatmulKernel {
     /// `matmul.wgsl`: 64×64 tiles staged in workgroup memory, 4×4 register blocks.
     Tiled,
     /// `matmul_direct.wgsl`: 4×4 register blocks read straight from storage
-    /// (no workgroup memory or barriers; faster on llvmpipe).
+    /// (no workgroup memory or barriers; faster on llvmpipe). Also selects
+    /// the `*_rowwise.wgsl` row kernels (softmax, its backward, cross-entropy:
+    /// one invocation per row instead of one 64-wide workgroup per row with
+    /// barrier reductions), for the same reason.
     Direct,
 }
 
@@ -171,6 +174,9 @@ struct Kernels {
     relu: Kernel,
     relu_backward: Kernel,
     xent: Kernel,
+    /// Rows one workgroup of the row kernels (softmax, its backward,
+    /// cross-entropy) covers: 1 (workgroup reductions) or 64 (row-wise).
+    rows_per_group: usize,
 }
 
 /// The wgpu backend (f32).
@@ -246,6 +252,8 @@ impl std::fmt::Debug for Wgpu {
 
 const MATMUL_TILE: usize = 64;
 const ELEM_WG: usize = 256;
+/// Rows per workgroup of the `*_rowwise.wgsl` kernels (their workgroup size).
+const ROWWISE_ROWS: usize = 64;
 
 impl Wgpu {
     /// Opens the best adapter allowed by `opts` (see [`adapters`] for the order).
@@ -392,12 +400,28 @@ impl Wgpu {
             matmul,
             matmul_tile,
             matmul_name: if direct { "direct" } else { "tiled" },
-            softmax: kernel("softmax", include_str!("softmax.wgsl"), &[R, W]),
-            softmax_backward: kernel(
-                "softmax_backward",
-                include_str!("softmax_backward.wgsl"),
-                &[R, R, W],
-            ),
+            softmax: if direct {
+                kernel(
+                    "softmax_rowwise",
+                    include_str!("softmax_rowwise.wgsl"),
+                    &[R, W],
+                )
+            } else {
+                kernel("softmax", include_str!("softmax.wgsl"), &[R, W])
+            },
+            softmax_backward: if direct {
+                kernel(
+                    "softmax_backward_rowwise",
+                    include_str!("softmax_backward_rowwise.wgsl"),
+                    &[R, R, W],
+                )
+            } else {
+                kernel(
+                    "softmax_backward",
+                    include_str!("softmax_backward.wgsl"),
+                    &[R, R, W],
+                )
+            },
             axpby: kernel("axpby", include_str!("axpby.wgsl"), &[R, W]),
             adamw: kernel("adamw", include_str!("adamw.wgsl"), &[W, R, W, W]),
             embed: kernel("embed", include_str!("embed.wgsl"), &[R, R, R, W]),
@@ -412,7 +436,16 @@ impl Wgpu {
                 include_str!("relu_backward.wgsl"),
                 &[R, R, W],
             ),
-            xent: kernel("xent", include_str!("xent.wgsl"), &[R, R, R, W, W]),
+            xent: if direct {
+                kernel(
+                    "xent_rowwise",
+                    include_str!("xent_rowwise.wgsl"),
+                    &[R, R, R, W, W],
+                )
+            } else {
+                kernel("xent", include_str!("xent.wgsl"), &[R, R, R, W, W])
+            },
+            rows_per_group: if direct { ROWWISE_ROWS } else { 1 },
         };
         let align = (limits.min_uniform_buffer_offset_alignment as usize).max(1);
         let slot_stride = PARAM_BYTES.div_ceil(align) * align;
@@ -663,6 +696,11 @@ impl Wgpu {
     fn submit(&self) -> Result<()> {
         let mut guard = self.lock_batch()?;
         self.submit_locked(&mut guard)
+    }
+
+    /// The grid of a row kernel over `rows` rows.
+    fn row_grid(&self, what: &str, rows: usize) -> Result<(u32, u32)> {
+        self.grid(what, rows.div_ceil(self.kernels.rows_per_group))
     }
 
     /// Blocks until the queue is idle, or [`BackendError::Timeout`].
@@ -1083,7 +1121,7 @@ impl Backend for Wgpu {
             return Ok(());
         }
         let total = s.batch * s.rows;
-        let (gx, gy) = self.grid("softmax_rows", total)?;
+        let (gx, gy) = self.row_grid("softmax_rows", total)?;
         let params = SoftmaxParams {
             rows: s.rows as u32,
             cols: s.cols as u32,
@@ -1119,7 +1157,7 @@ impl Backend for Wgpu {
             return Ok(());
         }
         let total = s.batch * s.rows;
-        let (gx, gy) = self.grid("softmax_rows_backward", total)?;
+        let (gx, gy) = self.row_grid("softmax_rows_backward", total)?;
         let params = SoftmaxBackwardParams {
             cols: s.cols as u32,
             total_rows: total as u32,
@@ -1296,7 +1334,7 @@ impl Backend for Wgpu {
         if total == 0 || logits.shape.cols == 0 {
             return Ok(());
         }
-        let (gx, gy) = self.grid("softmax_xent", total)?;
+        let (gx, gy) = self.row_grid("softmax_xent", total)?;
         let params = XentParams {
             cols: logits.shape.cols as u32,
             total_rows: total as u32,
