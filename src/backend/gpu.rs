@@ -224,6 +224,10 @@ struct Batch {
     labels: Vec<&'static str>,
     /// Kernel of the last `set_pipeline` in the open pass.
     bound_kernel: Option<u8>,
+    /// Bind groups by (kernel, tensors). A bind group keeps its buffers
+    /// alive, so entries of dropped tensors are swept whenever the cache has
+    /// doubled since the last sweep: at most about as many dead entries as
+    /// live ones are held.
     cache: HashMap<BindKey, CachedBind>,
     /// Cache size that triggers the next sweep of dead entries.
     sweep_at: usize,
