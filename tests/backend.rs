@@ -17,6 +17,7 @@ use std::sync::OnceLock;
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
+use sinklab::backend::gpu::PARAM_RING_SLOTS;
 use sinklab::backend::{
     AdamW, Backend, BackendError, BackendKind, Cpu, GpuOptions, Mask, MatmulKernel, Op, Real,
     Shape, Wgpu, select,
@@ -622,6 +623,136 @@ fn gpu_destroyed_device_gives_an_error_not_a_panic() {
     });
     eprintln!("after destroy, zeros+axpby+read: {later:?}");
     assert!(later.is_err());
+}
+
+/// Kernels are recorded into one command buffer and submitted together: a
+/// chain of dependent ops longer than two parameter rings (so the batch is
+/// submitted twice mid-chain), never synced in between, gives exactly the
+/// sequential result. All values are small integers, exact in f32, so any
+/// reordering, a dispatch reading another's ring slot (coefficients differ
+/// from op to op) or a stale operand shows as an exact mismatch.
+#[test]
+fn gpu_recorded_chain_keeps_program_order() {
+    if gpu().is_none() {
+        return;
+    }
+    // A private device: the counters must see this test's kernels only.
+    let g = &Wgpu::new(&GpuOptions::vulkan()).unwrap();
+    let s = Shape::mat(3, 4);
+    let x: Vec<f32> = (0..12).map(|i| (i % 5) as f32 + 1.0).collect();
+    // C = Y·(2I) then Y = ½C: exact, and wrong if either op saw a stale buffer.
+    let two_i: Vec<f32> = (0..16)
+        .map(|i| if i % 5 == 0 { 2.0 } else { 0.0 })
+        .collect();
+    let tx = g.upload(s, &x).unwrap();
+    let te = g.upload(Shape::mat(4, 4), &two_i).unwrap();
+    let mut ty = g.zeros(s).unwrap();
+    let mut tc = g.zeros(s).unwrap();
+    let mut want = vec![0.0f64; 12];
+    let before = g.stats();
+    let n = 2 * PARAM_RING_SLOTS + 7;
+    let mut dispatches = 0u64;
+    for i in 0..n {
+        let a = (i % 3) as f64;
+        g.axpby(a, &tx, 1.0, &mut ty).unwrap();
+        dispatches += 1;
+        for (w, &xi) in want.iter_mut().zip(&x) {
+            *w += a * xi as f64;
+        }
+        if i % 50 == 0 {
+            g.matmul(1.0, &ty, Op::N, &te, Op::N, 0.0, &mut tc).unwrap();
+            g.axpby(0.5, &tc, 0.0, &mut ty).unwrap();
+            dispatches += 2;
+        }
+    }
+    let recorded = g.stats();
+    let got = g.read_f64(&ty).unwrap();
+    assert_eq!(got, want, "recorded chain of {n} steps");
+    assert!(want.iter().all(|&w| w < (1u64 << 24) as f64));
+    // The ring wrapped (two submits while recording), the read submitted the rest.
+    let d = |a: u64, b: u64| a - b;
+    assert_eq!(d(recorded.dispatches, before.dispatches), dispatches);
+    let mid = d(recorded.submits, before.submits);
+    assert!(
+        mid >= 2 && mid as usize <= dispatches as usize / PARAM_RING_SLOTS,
+        "{mid} submits while recording {dispatches} dispatches"
+    );
+    assert_eq!(d(g.stats().submits, recorded.submits), 1);
+}
+
+/// `write` lands after every kernel called before it (wgpu applies
+/// `write_buffer` before the *next* submit, so the recorded batch goes first),
+/// and `read` sees every kernel called before it.
+#[test]
+fn gpu_write_after_recorded_kernel_keeps_order() {
+    let Some(g) = gpu() else { return };
+    let s = Shape::mat(1, 5);
+    let old = [1.0f32, 2.0, 3.0, 4.0, 5.0];
+    let new = [10.0f32, 20.0, 30.0, 40.0, 50.0];
+    let mut x = g.upload(s, &old).unwrap();
+    let mut y = g.zeros(s).unwrap();
+    g.axpby(1.0, &x, 0.0, &mut y).unwrap(); // y = x (old), recorded only
+    g.write(&mut x, &new).unwrap();
+    g.axpby(1.0, &x, 1.0, &mut y).unwrap(); // y = old + new
+    assert_eq!(g.read(&y).unwrap(), vec![11.0, 22.0, 33.0, 44.0, 55.0]);
+    assert_eq!(g.read(&x).unwrap(), new.to_vec());
+}
+
+/// Bind groups are cached per (kernel, tensors): tensors created and dropped
+/// in a loop (more than the cache holds before it sweeps dead entries) each
+/// get their own binding, never a stale one of a dropped buffer; a repeated
+/// op on the same tensors creates no new bind group.
+#[test]
+fn gpu_bind_group_cache_follows_tensor_lifetimes() {
+    let Some(g) = gpu() else { return };
+    let s = Shape::mat(1, 3);
+    let mut y = g.zeros(s).unwrap();
+    for i in 0..600u32 {
+        let v = [i as f32, i as f32 + 0.5, -(i as f32)];
+        let t = g.upload(s, &v).unwrap();
+        g.axpby(1.0, &t, 0.0, &mut y).unwrap();
+        assert_eq!(g.read(&y).unwrap(), v.to_vec(), "iteration {i}");
+    }
+    let x = g.upload(s, &[1.0, 2.0, 3.0]).unwrap();
+    g.axpby(1.0, &x, 0.0, &mut y).unwrap();
+    let warm = g.stats();
+    for _ in 0..10 {
+        g.axpby(1.0, &x, 1.0, &mut y).unwrap();
+    }
+    g.sync().unwrap();
+    assert_eq!(g.stats().bind_groups, warm.bind_groups);
+    assert_eq!(g.read(&y).unwrap(), vec![11.0, 22.0, 33.0]);
+}
+
+/// A device destroyed while kernels are recorded but not submitted: the
+/// submit (`flush`, `sync`, `read`) gives a typed error, no panic or hang.
+#[test]
+fn gpu_destroyed_with_kernels_recorded_gives_an_error() {
+    if gpu().is_none() {
+        return;
+    }
+    let g = Wgpu::new(&GpuOptions::vulkan()).unwrap();
+    let x = g.upload(Shape::mat(2, 2), &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    let mut y = g.zeros(Shape::mat(2, 2)).unwrap();
+    g.sync().unwrap();
+    for _ in 0..5 {
+        g.axpby(1.0, &x, 1.0, &mut y).unwrap();
+    }
+    g.destroy();
+    for (what, r) in [
+        ("flush", g.flush()),
+        ("sync", g.sync()),
+        ("read", g.read(&y).map(|_| ())),
+    ] {
+        eprintln!("after destroy with a recorded batch, {what}: {r:?}");
+        assert!(
+            matches!(
+                r,
+                Err(BackendError::DeviceLost(_)) | Err(BackendError::Gpu { .. })
+            ),
+            "{what}: expected a typed error, got {r:?}"
+        );
+    }
 }
 
 #[test]

@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 use faer::Mat;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use sinklab::backend::{Backend, BackendError, Cpu, GpuOptions, Real, Wgpu};
+use sinklab::backend::{Backend, BackendError, Cpu, GpuOptions, MatmulKernel, Real, Wgpu};
 use sinklab::train::adamw::AdamW;
 use sinklab::train::device::DeviceModel;
 use sinklab::train::{AttnForm, Model, ModelConfig};
@@ -333,10 +333,29 @@ fn cpu32() -> Option<&'static Cpu<f32>> {
     Some(&CPU32)
 }
 
-/// The shared Vulkan device, or `None` with a printed reason.
+/// The shared Vulkan device (default kernels: on llvmpipe the direct matmul
+/// and the row-wise softmax / cross-entropy), or `None` with a printed reason.
 fn gpu() -> Option<&'static Wgpu> {
     static GPU: OnceLock<Result<Wgpu, String>> = OnceLock::new();
-    let r = GPU.get_or_init(|| match Wgpu::new(&GpuOptions::vulkan()) {
+    gpu_with(&GPU, MatmulKernel::Auto)
+}
+
+/// A second device with the kernels hardware adapters get (tiled matmul,
+/// workgroup-reduction row kernels), so both sets are tested on any adapter.
+fn gpu_tiled() -> Option<&'static Wgpu> {
+    static GPU: OnceLock<Result<Wgpu, String>> = OnceLock::new();
+    gpu_with(&GPU, MatmulKernel::Tiled)
+}
+
+fn gpu_with(
+    cell: &'static OnceLock<Result<Wgpu, String>>,
+    matmul: MatmulKernel,
+) -> Option<&'static Wgpu> {
+    let opts = GpuOptions {
+        matmul,
+        ..GpuOptions::vulkan()
+    };
+    let r = cell.get_or_init(|| match Wgpu::new(&opts) {
         Ok(g) => Ok(g),
         Err(BackendError::NoAdapter(why)) => Err(why),
         Err(e) => panic!("a Vulkan adapter exists but the device failed: {e}"),
@@ -364,6 +383,49 @@ fn gpu() -> Option<&'static Wgpu> {
 device_suite!(cpu_f64, cpu64());
 device_suite!(cpu_f32, cpu32());
 device_suite!(wgpu_f32, gpu());
+device_suite!(wgpu_f32_tiled, gpu_tiled());
+
+/// The steady-state training step on wgpu reuses its wgpu objects: after a
+/// warm-up step no bind group is created, each step is one submit (two when the
+/// loss is read back: the read submits the forward/backward, the update goes
+/// in the step's own submit), and every step records the same dispatches.
+/// Its losses equal those of the same steps on the shared device (same
+/// kernels, same order), so the batching changed nothing but the submits.
+#[test]
+fn wgpu_training_step_is_one_submit_without_new_bind_groups() {
+    let Some(shared) = gpu() else { return };
+    // A private device: other tests use the shared one concurrently, and the
+    // counters must see this model's steps only.
+    let g = Wgpu::new(&GpuOptions::vulkan()).unwrap();
+    let c = cfg(2, AttnForm::Factored { r: 4 }, 5, true);
+    let m = model_for::<Wgpu>(c, 11);
+    let mut rng = StdRng::seed_from_u64(12);
+    let batches: Vec<Vec<u32>> = (0..8).map(|_| tokens(&mut rng, c.vocab, B, T)).collect();
+    let w = weights(B, T);
+    let opt = AdamW::<f64>::new(&m.params, 1e-2, 1e-2);
+    let mut dev = DeviceModel::new(&g, &m, &opt, B, T, &w).unwrap();
+    let mut twin = DeviceModel::new(shared, &m, &opt, B, T, &w).unwrap();
+    // Warm-up step, with the loss read so its reduction is bound too.
+    dev.step(&g, &batches[0], true).unwrap();
+    twin.step(shared, &batches[0], true).unwrap();
+    let mut last = g.stats();
+    let mut per_step = None;
+    for (i, toks) in batches[1..].iter().enumerate() {
+        let want_loss = i % 3 == 2;
+        let loss = dev.step(&g, toks, want_loss).unwrap();
+        let twin_loss = twin.step(shared, toks, want_loss).unwrap();
+        assert_eq!(loss, twin_loss, "step {}", i + 2);
+        let now = g.stats();
+        assert_eq!(now.bind_groups, last.bind_groups, "step {}", i + 2);
+        let submits = now.submits - last.submits;
+        assert_eq!(submits, 1 + u64::from(want_loss), "step {}", i + 2);
+        // The loss read adds its reduction (one product) to the step.
+        let d = now.dispatches - last.dispatches - u64::from(want_loss);
+        assert_eq!(*per_step.get_or_insert(d), d, "step {}", i + 2);
+        last = now;
+    }
+    assert!(per_step.unwrap() > 20, "{per_step:?} dispatches per step");
+}
 
 /// `train()` with a GPU routed to its thread (as `--backend gpu` installs it)
 /// runs the device-resident loop: its loss curve is bit for bit the one of a

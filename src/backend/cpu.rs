@@ -410,6 +410,11 @@ impl<T: Real> Backend for Cpu<T> {
         Ok(())
     }
 
+    /// A no-op: each CPU op has finished when it returns.
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+
     fn sync(&self) -> Result<()> {
         Ok(())
     }

@@ -1,14 +1,36 @@
 //! GPU backend: wgpu compute shaders in f32 (WGSL sources beside this file).
 //!
 //! Tensors are device buffers ([`GpuTensor`]) created once and overwritten by
-//! the kernels; kernels are queued without waiting, and the host waits only
-//! in [`Backend::read`] and [`Backend::sync`]. Every wait has a timeout, and
-//! every submission runs inside wgpu error scopes, so a lost device, an
+//! the kernels. Kernels are *recorded*, not submitted one by one: every
+//! dispatch goes into one open compute pass of one command encoder, and the
+//! batch is submitted (one `queue.submit`) when the host needs a result or
+//! hands data over ([`Backend::read`], [`Backend::write`], [`Backend::sync`]),
+//! on [`Backend::flush`] (once per training step in `train::device`), or when
+//! the parameter ring below is full. Order is kept: wgpu makes every dispatch
+//! of a compute pass its own usage scope and inserts the barriers between a
+//! dispatch that writes a buffer and a later one that reads it, and
+//! `queue.write_buffer` data lands before the commands of the *next* submit,
+//! which is why `write` submits the recorded batch first.
+//!
+//! The steady state of a training loop creates no wgpu object but one command
+//! encoder per submit: each kernel's per-op parameters go into a slot of one
+//! uniform *ring* buffer bound with a dynamic offset (uploaded with one
+//! `write_buffer` per submit), and bind groups are cached by the kernel and
+//! the tensors they bind (a loop repeats the same ops on the same buffers).
+//!
+//! The host waits only in `read` and `sync`; every wait has a timeout. Error
+//! scopes (out-of-memory, validation, internal) are checked once per submit
+//! (and around allocations and cache misses), so a lost device, an
 //! out-of-memory or a validation failure becomes a [`BackendError`] rather
-//! than a panic or a hang. Buffer sizes are checked against the device's
-//! `max_buffer_size` and `max_storage_buffer_binding_size` before allocation.
+//! than a panic or a hang — reported by the call that submits the batch, not
+//! necessarily by the op that caused it. Buffer sizes are checked against
+//! the device's `max_buffer_size` and `max_storage_buffer_binding_size`
+//! before allocation.
 
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use super::cpu::AdamWCoeffs;
@@ -40,7 +62,10 @@ pub enum MatmulKernel {
     /// `matmul.wgsl`: 64×64 tiles staged in workgroup memory, 4×4 register blocks.
     Tiled,
     /// `matmul_direct.wgsl`: 4×4 register blocks read straight from storage
-    /// (no workgroup memory or barriers; faster on llvmpipe).
+    /// (no workgroup memory or barriers; faster on llvmpipe). Also selects
+    /// the `*_rowwise.wgsl` row kernels (softmax, its backward, cross-entropy:
+    /// one invocation per row instead of one 64-wide workgroup per row with
+    /// barrier reductions), for the same reason.
     Direct,
 }
 
@@ -106,7 +131,15 @@ pub fn describe_adapter(i: &wgpu::AdapterInfo) -> String {
 pub struct GpuTensor {
     buf: wgpu::Buffer,
     shape: Shape,
+    /// Unique for the life of the process: the bind-group cache key.
+    id: u64,
+    /// Liveness token: cache entries hold a `Weak` of it, so the bind groups
+    /// of dropped tensors (which keep their buffers alive) can be swept.
+    alive: Arc<()>,
 }
+
+/// Source of [`GpuTensor::id`].
+static NEXT_TENSOR_ID: AtomicU64 = AtomicU64::new(0);
 
 impl GpuTensor {
     /// Shape of the batch.
@@ -115,20 +148,35 @@ impl GpuTensor {
     }
 }
 
+/// One compute pipeline with its explicit bind-group layout: storage
+/// buffers at bindings `0..n`, then the uniform parameter block at binding
+/// `n` with a dynamic offset into the parameter ring.
+struct Kernel {
+    /// Index into the bind-group cache key.
+    index: u8,
+    pipeline: wgpu::ComputePipeline,
+    layout: wgpu::BindGroupLayout,
+    /// Storage bindings, `true` where read-only (must match the WGSL).
+    storage: &'static [bool],
+}
+
 struct Kernels {
-    matmul: wgpu::ComputePipeline,
+    matmul: Kernel,
     /// Block size (rows = cols of C) one workgroup of `matmul` covers.
     matmul_tile: usize,
     matmul_name: &'static str,
-    softmax: wgpu::ComputePipeline,
-    softmax_backward: wgpu::ComputePipeline,
-    axpby: wgpu::ComputePipeline,
-    adamw: wgpu::ComputePipeline,
-    embed: wgpu::ComputePipeline,
-    embed_backward: wgpu::ComputePipeline,
-    relu: wgpu::ComputePipeline,
-    relu_backward: wgpu::ComputePipeline,
-    xent: wgpu::ComputePipeline,
+    softmax: Kernel,
+    softmax_backward: Kernel,
+    axpby: Kernel,
+    adamw: Kernel,
+    embed: Kernel,
+    embed_backward: Kernel,
+    relu: Kernel,
+    relu_backward: Kernel,
+    xent: Kernel,
+    /// Rows one workgroup of the row kernels (softmax, its backward,
+    /// cross-entropy) covers: 1 (workgroup reductions) or 64 (row-wise).
+    rows_per_group: usize,
 }
 
 /// The wgpu backend (f32).
@@ -140,6 +188,62 @@ pub struct Wgpu {
     kernels: Kernels,
     lost: Arc<Mutex<Option<String>>>,
     timeout: Duration,
+    /// Uniform ring: one slot of [`PARAM_BYTES`] per recorded dispatch.
+    ring: wgpu::Buffer,
+    /// Bytes between ring slots (`PARAM_BYTES` rounded up to the device's
+    /// `min_uniform_buffer_offset_alignment`).
+    slot_stride: usize,
+    batch: Mutex<Batch>,
+}
+
+/// Bytes of a kernel's uniform parameter block as bound (every `*Params`
+/// struct below fits; checked at compile time).
+const PARAM_BYTES: usize = 64;
+
+/// Dispatches recorded into one submit at most (slots of the parameter ring).
+pub const PARAM_RING_SLOTS: usize = 512;
+
+/// Bind-group cache key: kernel and the ids of the tensors bound, in order.
+type BindKey = (u8, [u64; 6]);
+
+/// A cached bind group and liveness tokens of the tensors it binds.
+struct CachedBind {
+    group: wgpu::BindGroup,
+    tensors: Vec<Weak<()>>,
+}
+
+/// Kernels recorded but not yet submitted, and the bind-group cache.
+#[derive(Default)]
+struct Batch {
+    /// The open compute pass; it must end before `encoder` is finished.
+    pass: Option<wgpu::ComputePass<'static>>,
+    encoder: Option<wgpu::CommandEncoder>,
+    /// Host image of the ring slots used by this batch.
+    params: Vec<u8>,
+    /// Labels of the recorded kernels (for error messages).
+    labels: Vec<&'static str>,
+    /// Kernel of the last `set_pipeline` in the open pass.
+    bound_kernel: Option<u8>,
+    /// Bind groups by (kernel, tensors). A bind group keeps its buffers
+    /// alive, so entries of dropped tensors are swept whenever the cache has
+    /// doubled since the last sweep: at most about as many dead entries as
+    /// live ones are held.
+    cache: HashMap<BindKey, CachedBind>,
+    /// Cache size that triggers the next sweep of dead entries.
+    sweep_at: usize,
+    stats: GpuStats,
+}
+
+/// Counters of the work a [`Wgpu`] has recorded and submitted since it was
+/// opened (to check that a training loop reuses its wgpu objects).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuStats {
+    /// Kernel dispatches recorded.
+    pub dispatches: u64,
+    /// `queue.submit` calls carrying recorded kernels.
+    pub submits: u64,
+    /// Bind groups created (cache misses).
+    pub bind_groups: u64,
 }
 
 impl std::fmt::Debug for Wgpu {
@@ -152,6 +256,8 @@ impl std::fmt::Debug for Wgpu {
 
 const MATMUL_TILE: usize = 64;
 const ELEM_WG: usize = 256;
+/// Rows per workgroup of the `*_rowwise.wgsl` kernels (their workgroup size).
+const ROWWISE_ROWS: usize = 64;
 
 impl Wgpu {
     /// Opens the best adapter allowed by `opts` (see [`adapters`] for the order).
@@ -213,23 +319,65 @@ impl Wgpu {
             }
         }));
         let scope = ErrorScopes::push(&device);
-        let module = |label: &str, src: &str| {
-            device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        let mut next_index = 0u8;
+        let mut kernel = |label: &str, src: &str, storage: &'static [bool]| {
+            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(label),
                 source: wgpu::ShaderSource::Wgsl(src.into()),
-            })
-        };
-        let pipeline = |label: &str, src: &str| {
-            let m = module(label, src);
-            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            });
+            let buffer = |binding: usize, ty: wgpu::BufferBindingType, dynamic: bool| {
+                wgpu::BindGroupLayoutEntry {
+                    binding: binding as u32,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: wgpu::BindingType::Buffer {
+                        ty,
+                        has_dynamic_offset: dynamic,
+                        min_binding_size: None,
+                    },
+                    count: None,
+                }
+            };
+            let mut entries: Vec<_> = storage
+                .iter()
+                .enumerate()
+                .map(|(i, &read_only)| {
+                    buffer(i, wgpu::BufferBindingType::Storage { read_only }, false)
+                })
+                .collect();
+            entries.push(buffer(
+                storage.len(),
+                wgpu::BufferBindingType::Uniform,
+                true,
+            ));
+            let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
                 label: Some(label),
-                layout: None,
-                module: &m,
+                entries: &entries,
+            });
+            let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some(label),
+                bind_group_layouts: &[Some(&layout)],
+                immediate_size: 0,
+            });
+            let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(label),
+                layout: Some(&pipeline_layout),
+                module: &module,
                 entry_point: Some("main"),
                 compilation_options: Default::default(),
                 cache: None,
-            })
+            });
+            next_index += 1;
+            Kernel {
+                index: next_index,
+                pipeline,
+                layout,
+                storage,
+            }
         };
+        // Storage bindings, read-only (`R`) or read-write (`W`), as declared
+        // in each WGSL file.
+        const R: bool = true;
+        const W: bool = false;
         // Software adapters (llvmpipe) run the workgroup-memory-free kernel:
         // there the CPU caches tile, and barriers cost more than they save.
         let direct = match opts.matmul {
@@ -239,26 +387,78 @@ impl Wgpu {
         };
         let (matmul, matmul_tile) = if direct {
             (
-                pipeline("matmul_direct", include_str!("matmul_direct.wgsl")),
+                kernel(
+                    "matmul_direct",
+                    include_str!("matmul_direct.wgsl"),
+                    &[R, R, W],
+                ),
                 32,
             )
         } else {
-            (pipeline("matmul", include_str!("matmul.wgsl")), MATMUL_TILE)
+            (
+                kernel("matmul", include_str!("matmul.wgsl"), &[R, R, W]),
+                MATMUL_TILE,
+            )
         };
         let kernels = Kernels {
             matmul,
             matmul_tile,
             matmul_name: if direct { "direct" } else { "tiled" },
-            softmax: pipeline("softmax", include_str!("softmax.wgsl")),
-            softmax_backward: pipeline("softmax_backward", include_str!("softmax_backward.wgsl")),
-            axpby: pipeline("axpby", include_str!("axpby.wgsl")),
-            adamw: pipeline("adamw", include_str!("adamw.wgsl")),
-            embed: pipeline("embed", include_str!("embed.wgsl")),
-            embed_backward: pipeline("embed_backward", include_str!("embed_backward.wgsl")),
-            relu: pipeline("relu", include_str!("relu.wgsl")),
-            relu_backward: pipeline("relu_backward", include_str!("relu_backward.wgsl")),
-            xent: pipeline("xent", include_str!("xent.wgsl")),
+            softmax: if direct {
+                kernel(
+                    "softmax_rowwise",
+                    include_str!("softmax_rowwise.wgsl"),
+                    &[R, W],
+                )
+            } else {
+                kernel("softmax", include_str!("softmax.wgsl"), &[R, W])
+            },
+            softmax_backward: if direct {
+                kernel(
+                    "softmax_backward_rowwise",
+                    include_str!("softmax_backward_rowwise.wgsl"),
+                    &[R, R, W],
+                )
+            } else {
+                kernel(
+                    "softmax_backward",
+                    include_str!("softmax_backward.wgsl"),
+                    &[R, R, W],
+                )
+            },
+            axpby: kernel("axpby", include_str!("axpby.wgsl"), &[R, W]),
+            adamw: kernel("adamw", include_str!("adamw.wgsl"), &[W, R, W, W]),
+            embed: kernel("embed", include_str!("embed.wgsl"), &[R, R, R, W]),
+            embed_backward: kernel(
+                "embed_backward",
+                include_str!("embed_backward.wgsl"),
+                &[R, R, W, W],
+            ),
+            relu: kernel("relu", include_str!("relu.wgsl"), &[R, W]),
+            relu_backward: kernel(
+                "relu_backward",
+                include_str!("relu_backward.wgsl"),
+                &[R, R, W],
+            ),
+            xent: if direct {
+                kernel(
+                    "xent_rowwise",
+                    include_str!("xent_rowwise.wgsl"),
+                    &[R, R, R, W, W],
+                )
+            } else {
+                kernel("xent", include_str!("xent.wgsl"), &[R, R, R, W, W])
+            },
+            rows_per_group: if direct { ROWWISE_ROWS } else { 1 },
         };
+        let align = (limits.min_uniform_buffer_offset_alignment as usize).max(1);
+        let slot_stride = PARAM_BYTES.div_ceil(align) * align;
+        let ring = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("parameter ring"),
+            size: (slot_stride * PARAM_RING_SLOTS) as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
         scope.pop("compiling the WGSL kernels")?;
         Ok(Self {
             device,
@@ -268,6 +468,12 @@ impl Wgpu {
             kernels,
             lost,
             timeout,
+            ring,
+            slot_stride,
+            batch: Mutex::new(Batch {
+                sweep_at: MIN_SWEEP,
+                ..Batch::default()
+            }),
         })
     }
 
@@ -346,58 +552,159 @@ impl Wgpu {
         Ok((lim as u32, y as u32))
     }
 
-    /// Records one dispatch of `pipeline` over `bufs` (bindings 0..) plus a
-    /// uniform block `params` (last binding) and submits it without waiting.
+    /// Counters of recorded and submitted work since the device was opened.
+    pub fn stats(&self) -> GpuStats {
+        self.batch.lock().map(|b| b.stats).unwrap_or_default()
+    }
+
+    fn lock_batch(&self) -> Result<MutexGuard<'_, Batch>> {
+        self.batch.lock().map_err(|_| BackendError::Gpu {
+            what: "recording kernels".into(),
+            msg: "batch state poisoned by a panic on another thread".into(),
+        })
+    }
+
+    /// Records one dispatch of `kernel` over `tensors` (bindings `0..`) with
+    /// the uniform block `params` (last binding, a slot of the ring) into the
+    /// open batch. Nothing is submitted unless the ring is full.
     fn dispatch(
         &self,
-        what: &str,
-        pipeline: &wgpu::ComputePipeline,
-        bufs: &[&wgpu::Buffer],
+        what: &'static str,
+        kernel: &Kernel,
+        tensors: &[&GpuTensor],
         params: &[u8],
         groups: (u32, u32, u32),
     ) -> Result<()> {
+        debug_assert_eq!(tensors.len(), kernel.storage.len(), "{what}: bindings");
+        debug_assert!(params.len() <= PARAM_BYTES, "{what}: parameter block");
         self.check_alive()?;
+        let mut guard = self.lock_batch()?;
+        let b = &mut *guard;
+        if b.labels.len() == PARAM_RING_SLOTS {
+            self.submit_locked(b)?;
+        }
+        let mut ids = [u64::MAX; 6];
+        for (slot, t) in ids.iter_mut().zip(tensors) {
+            *slot = t.id;
+        }
+        let key = (kernel.index, ids);
+        if !b.cache.contains_key(&key) {
+            let group = self.bind_group(what, kernel, tensors)?;
+            if b.cache.len() >= b.sweep_at {
+                b.cache
+                    .retain(|_, e| e.tensors.iter().all(|w| w.strong_count() > 0));
+                b.sweep_at = (2 * b.cache.len()).max(MIN_SWEEP);
+            }
+            b.cache.insert(
+                key,
+                CachedBind {
+                    group,
+                    tensors: tensors.iter().map(|t| Arc::downgrade(&t.alive)).collect(),
+                },
+            );
+            b.stats.bind_groups += 1;
+        }
+        let offset = b.labels.len() * self.slot_stride;
+        b.params.resize(offset + self.slot_stride, 0);
+        b.params[offset..offset + params.len()].copy_from_slice(params);
+        b.labels.push(what);
+        b.stats.dispatches += 1;
+        if b.pass.is_none() {
+            let mut enc = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("kernels"),
+                });
+            let pass = enc
+                .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("kernels"),
+                    timestamp_writes: None,
+                })
+                .forget_lifetime();
+            b.encoder = Some(enc);
+            b.pass = Some(pass);
+            b.bound_kernel = None;
+        }
+        let pass = b.pass.as_mut().expect("pass opened above");
+        if b.bound_kernel != Some(kernel.index) {
+            pass.set_pipeline(&kernel.pipeline);
+            b.bound_kernel = Some(kernel.index);
+        }
+        let group = &b.cache[&key].group;
+        pass.set_bind_group(0, group, &[offset as u32]);
+        pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+        Ok(())
+    }
+
+    /// A bind group of `kernel` over `tensors` and the parameter ring,
+    /// inside error scopes (a cache miss, not the steady state).
+    fn bind_group(
+        &self,
+        what: &str,
+        kernel: &Kernel,
+        tensors: &[&GpuTensor],
+    ) -> Result<wgpu::BindGroup> {
         let scope = ErrorScopes::push(&self.device);
-        // Not `create_buffer_init`: it panics when the device is gone.
-        let ubuf = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("params"),
-            size: params.len() as u64,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        self.queue.write_buffer(&ubuf, 0, params);
-        let mut entries: Vec<wgpu::BindGroupEntry> = bufs
+        let mut entries: Vec<wgpu::BindGroupEntry> = tensors
             .iter()
             .enumerate()
-            .map(|(i, b)| wgpu::BindGroupEntry {
+            .map(|(i, t)| wgpu::BindGroupEntry {
                 binding: i as u32,
-                resource: b.as_entire_binding(),
+                resource: t.buf.as_entire_binding(),
             })
             .collect();
         entries.push(wgpu::BindGroupEntry {
-            binding: bufs.len() as u32,
-            resource: ubuf.as_entire_binding(),
+            binding: tensors.len() as u32,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &self.ring,
+                offset: 0,
+                size: NonZeroU64::new(PARAM_BYTES as u64),
+            }),
         });
-        let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(what),
-            layout: &pipeline.get_bind_group_layout(0),
+            layout: &kernel.layout,
             entries: &entries,
         });
-        let mut enc = self
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(what) });
-        {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(what),
-                timestamp_writes: None,
-            });
-            pass.set_pipeline(pipeline);
-            pass.set_bind_group(0, &bind, &[]);
-            pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+        scope.pop(&format!("binding the buffers of {what}"))?;
+        Ok(group)
+    }
+
+    /// Submits the recorded batch (if any) without waiting: one upload of
+    /// the ring slots it uses, one command buffer, error scopes checked once.
+    fn submit_locked(&self, b: &mut Batch) -> Result<()> {
+        // The pass borrows the encoder's recording: end it first.
+        drop(b.pass.take());
+        b.bound_kernel = None;
+        let Some(enc) = b.encoder.take() else {
+            return Ok(());
+        };
+        let scope = ErrorScopes::push(&self.device);
+        if !b.params.is_empty() {
+            self.queue.write_buffer(&self.ring, 0, &b.params);
         }
         self.queue.submit([enc.finish()]);
-        scope.pop(what)?;
+        b.stats.submits += 1;
+        let what = batch_label(&b.labels);
+        b.params.clear();
+        b.labels.clear();
+        scope.pop(&what)?;
+        // A submit to a lost device is dropped and reported only through the
+        // device-lost callback, which runs when the device is polled: poll
+        // once (non-blocking) so that such a batch is an error here.
+        let _ = self.device.poll(wgpu::PollType::Poll);
         self.check_alive()
+    }
+
+    /// Submits the recorded batch (see [`Backend::flush`]).
+    fn submit(&self) -> Result<()> {
+        let mut guard = self.lock_batch()?;
+        self.submit_locked(&mut guard)
+    }
+
+    /// The grid of a row kernel over `rows` rows.
+    fn row_grid(&self, what: &str, rows: usize) -> Result<(u32, u32)> {
+        self.grid(what, rows.div_ceil(self.kernels.rows_per_group))
     }
 
     /// Blocks until the queue is idle, or [`BackendError::Timeout`].
@@ -458,6 +765,21 @@ impl ErrorScopes {
         }
         Ok(())
     }
+}
+
+/// Cache size below which dead bind groups are not swept.
+const MIN_SWEEP: usize = 256;
+
+/// "a batch of N kernels (a, b, …)" for error messages: the kernel names in
+/// first-seen order.
+fn batch_label(labels: &[&'static str]) -> String {
+    let mut kinds: Vec<&str> = Vec::new();
+    for l in labels {
+        if !kinds.contains(l) {
+            kinds.push(l);
+        }
+    }
+    format!("a batch of {} kernels ({})", labels.len(), kinds.join(", "))
 }
 
 #[repr(C)]
@@ -557,13 +879,34 @@ struct XentParams {
     pad: [u32; 2],
 }
 
+// Every parameter block fits the bound uniform range.
+const _: () = {
+    use std::mem::size_of;
+    let sizes = [
+        size_of::<MatmulParams>(),
+        size_of::<SoftmaxParams>(),
+        size_of::<SoftmaxBackwardParams>(),
+        size_of::<AxpbyParams>(),
+        size_of::<AdamWParams>(),
+        size_of::<EmbedParams>(),
+        size_of::<EmbedBackwardParams>(),
+        size_of::<LenParams>(),
+        size_of::<XentParams>(),
+    ];
+    let mut i = 0;
+    while i < sizes.len() {
+        assert!(sizes[i] <= PARAM_BYTES && sizes[i].is_multiple_of(16));
+        i += 1;
+    }
+};
+
 impl Wgpu {
     /// One elementwise dispatch (256 invocations per workgroup) over `len` elements.
     fn elementwise(
         &self,
-        what: &str,
-        pipeline: &wgpu::ComputePipeline,
-        bufs: &[&wgpu::Buffer],
+        what: &'static str,
+        kernel: &Kernel,
+        tensors: &[&GpuTensor],
         len: usize,
     ) -> Result<()> {
         if len == 0 {
@@ -576,8 +919,8 @@ impl Wgpu {
         };
         self.dispatch(
             what,
-            pipeline,
-            bufs,
+            kernel,
+            tensors,
             bytemuck::bytes_of(&params),
             (gx, gy, 1),
         )
@@ -615,7 +958,12 @@ impl Backend for Wgpu {
             mapped_at_creation: false,
         });
         scope.pop(&format!("allocating {what}"))?;
-        Ok(GpuTensor { buf, shape })
+        Ok(GpuTensor {
+            buf,
+            shape,
+            id: NEXT_TENSOR_ID.fetch_add(1, Ordering::Relaxed),
+            alive: Arc::new(()),
+        })
     }
 
     fn write(&self, t: &mut GpuTensor, data: &[f32]) -> Result<()> {
@@ -624,6 +972,9 @@ impl Backend for Wgpu {
         if data.is_empty() {
             return Ok(());
         }
+        // `write_buffer` lands before the commands of the next submit: the
+        // kernels recorded so far must go first, or they would see the new data.
+        self.submit()?;
         let scope = ErrorScopes::push(&self.device);
         self.queue
             .write_buffer(&t.buf, 0, bytemuck::cast_slice(data));
@@ -636,6 +987,7 @@ impl Backend for Wgpu {
         if len == 0 {
             return Ok(Vec::new());
         }
+        self.submit()?;
         let bytes = len as u64 * 4;
         let scope = ErrorScopes::push(&self.device);
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -757,7 +1109,7 @@ impl Backend for Wgpu {
             self.dispatch(
                 "matmul",
                 &self.kernels.matmul,
-                &[&a.buf, &b.buf, &c.buf],
+                &[a, b, c],
                 bytemuck::bytes_of(&params),
                 (gx as u32, gy as u32, nz as u32),
             )?;
@@ -773,7 +1125,7 @@ impl Backend for Wgpu {
             return Ok(());
         }
         let total = s.batch * s.rows;
-        let (gx, gy) = self.grid("softmax_rows", total)?;
+        let (gx, gy) = self.row_grid("softmax_rows", total)?;
         let params = SoftmaxParams {
             rows: s.rows as u32,
             cols: s.cols as u32,
@@ -789,7 +1141,7 @@ impl Backend for Wgpu {
         self.dispatch(
             "softmax_rows",
             &self.kernels.softmax,
-            &[&x.buf, &y.buf],
+            &[x, y],
             bytemuck::bytes_of(&params),
             (gx, gy, 1),
         )
@@ -809,7 +1161,7 @@ impl Backend for Wgpu {
             return Ok(());
         }
         let total = s.batch * s.rows;
-        let (gx, gy) = self.grid("softmax_rows_backward", total)?;
+        let (gx, gy) = self.row_grid("softmax_rows_backward", total)?;
         let params = SoftmaxBackwardParams {
             cols: s.cols as u32,
             total_rows: total as u32,
@@ -819,7 +1171,7 @@ impl Backend for Wgpu {
         self.dispatch(
             "softmax_rows_backward",
             &self.kernels.softmax_backward,
-            &[&y.buf, &dy.buf, &dx.buf],
+            &[y, dy, dx],
             bytemuck::bytes_of(&params),
             (gx, gy, 1),
         )
@@ -841,7 +1193,7 @@ impl Backend for Wgpu {
         self.dispatch(
             "axpby",
             &self.kernels.axpby,
-            &[&x.buf, &y.buf],
+            &[x, y],
             bytemuck::bytes_of(&params),
             (gx, gy, 1),
         )
@@ -881,7 +1233,7 @@ impl Backend for Wgpu {
         self.dispatch(
             "adamw",
             &self.kernels.adamw,
-            &[&p.buf, &g.buf, &m.buf, &v.buf],
+            &[p, g, m, v],
             bytemuck::bytes_of(&params),
             (gx, gy, 1),
         )
@@ -909,7 +1261,7 @@ impl Backend for Wgpu {
         self.dispatch(
             "embed",
             &self.kernels.embed,
-            &[&emb.buf, &pos.buf, &ids.buf, &out.buf],
+            &[emb, pos, ids, out],
             bytemuck::bytes_of(&params),
             (gx, gy, 1),
         )
@@ -945,7 +1297,7 @@ impl Backend for Wgpu {
         self.dispatch(
             "embed_backward",
             &self.kernels.embed_backward,
-            &[&dh.buf, &ids.buf, &d_emb.buf, &d_pos.buf],
+            &[dh, ids, d_emb, d_pos],
             bytemuck::bytes_of(&params),
             (gx, gy, 1),
         )
@@ -953,7 +1305,7 @@ impl Backend for Wgpu {
 
     fn relu(&self, x: &GpuTensor, y: &mut GpuTensor) -> Result<()> {
         check_same("relu", x.shape, y.shape)?;
-        self.elementwise("relu", &self.kernels.relu, &[&x.buf, &y.buf], x.shape.len())
+        self.elementwise("relu", &self.kernels.relu, &[x, y], x.shape.len())
     }
 
     fn relu_backward(&self, x: &GpuTensor, dy: &GpuTensor, dx: &mut GpuTensor) -> Result<()> {
@@ -962,7 +1314,7 @@ impl Backend for Wgpu {
         self.elementwise(
             "relu_backward",
             &self.kernels.relu_backward,
-            &[&x.buf, &dy.buf, &dx.buf],
+            &[x, dy, dx],
             x.shape.len(),
         )
     }
@@ -986,7 +1338,7 @@ impl Backend for Wgpu {
         if total == 0 || logits.shape.cols == 0 {
             return Ok(());
         }
-        let (gx, gy) = self.grid("softmax_xent", total)?;
+        let (gx, gy) = self.row_grid("softmax_xent", total)?;
         let params = XentParams {
             cols: logits.shape.cols as u32,
             total_rows: total as u32,
@@ -995,20 +1347,20 @@ impl Backend for Wgpu {
         self.dispatch(
             "softmax_xent",
             &self.kernels.xent,
-            &[
-                &logits.buf,
-                &targets.buf,
-                &coef.buf,
-                &dlogits.buf,
-                &loss.buf,
-            ],
+            &[logits, targets, coef, dlogits, loss],
             bytemuck::bytes_of(&params),
             (gx, gy, 1),
         )
     }
 
+    fn flush(&self) -> Result<()> {
+        self.check_alive()?;
+        self.submit()
+    }
+
     fn sync(&self) -> Result<()> {
         self.check_alive()?;
+        self.submit()?;
         self.wait("sync")
     }
 

@@ -39,7 +39,7 @@ use std::ops::{Add, AddAssign, Div, DivAssign, Mul, Neg, Sub, SubAssign};
 use std::str::FromStr;
 
 pub use cpu::{Cpu, CpuTensor};
-pub use gpu::{GpuOptions, GpuTensor, MatmulKernel, Wgpu};
+pub use gpu::{GpuOptions, GpuStats, GpuTensor, MatmulKernel, Wgpu};
 
 /// Errors of the dense backends. GPU failures (no adapter, lost device,
 /// out-of-memory, a buffer over the adapter's limits, a wait that never ends)
@@ -424,7 +424,16 @@ pub trait Backend {
         loss: &mut Self::Tensor,
     ) -> Result<()>;
 
-    /// Waits until every submitted kernel has finished (a no-op on the CPU).
+    /// Starts the kernels called so far without waiting for them. Results do
+    /// not depend on it: every op's output is visible to later ops and to
+    /// [`Backend::read`] either way. The GPU backend records kernels into one
+    /// command buffer and submits it when the host reads, writes or syncs, when
+    /// its parameter ring is full, or here; a training loop calls this once per
+    /// step so the device works while the host prepares the next step. A
+    /// no-op on the CPU, which computes each op when called.
+    fn flush(&self) -> Result<()>;
+
+    /// Waits until every kernel called so far has finished (a no-op on the CPU).
     fn sync(&self) -> Result<()>;
 
     /// Reinterprets a tensor in place as another shape with the same number

@@ -467,6 +467,9 @@ impl<B: Backend> DeviceModel<B> {
             None
         };
         self.update(be)?;
+        // One submit per step: the device runs this step while the host
+        // prepares the next batch.
+        be.flush()?;
         Ok(loss)
     }
 
