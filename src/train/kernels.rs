@@ -2,7 +2,7 @@
 //! replace them: [`matmul`] (with optional transposes) and the scalar trait.
 
 use faer::linalg::matmul::matmul as faer_matmul;
-use faer::{Accum, Mat, MatRef, Par};
+use faer::{Accum, Mat, MatMut, MatRef, Par};
 
 /// The scalar of training: `f32` (speed) or `f64` (gradient checks).
 pub trait Real:
@@ -30,9 +30,18 @@ pub trait Real:
     ) -> bool {
         false
     }
+    /// Whether [`Real::routed_matmul`] would send this thread's products to a
+    /// GPU (the model then keeps its products on this thread, unsplit).
+    fn routing_active() -> bool {
+        false
+    }
 }
 
 impl Real for f32 {
+    fn routing_active() -> bool {
+        crate::backend::route::active()
+    }
+
     fn routed_matmul(
         dst: &mut Mat<f32>,
         accumulate: bool,
@@ -119,4 +128,21 @@ pub fn matmul<F: Real>(a: MatRef<'_, F>, b: MatRef<'_, F>, trans_a: bool, trans_
     let mut c = Mat::zeros(m, n);
     matmul_into(&mut c, false, a, b, trans_a, trans_b);
     c
+}
+
+/// `dst (+)= a · b` on this thread's CPU, never routed nor split: the small
+/// per-sequence products of attention (`T×T`), for which a device round trip
+/// or a thread hand-off costs more than the product.
+pub fn matmul_local<F: Real>(
+    dst: MatMut<'_, F>,
+    accumulate: bool,
+    a: MatRef<'_, F>,
+    b: MatRef<'_, F>,
+) {
+    let acc = if accumulate {
+        Accum::Add
+    } else {
+        Accum::Replace
+    };
+    faer_matmul(dst, acc, a, b, F::from_f64(1.0), Par::Seq);
 }
