@@ -528,18 +528,11 @@ impl<F: Real> Model<F> {
         let (live, tail) = rest.split_at_mut(i + 1 - lo);
         head.fill(zero);
         tail.fill(zero);
-        let mut m = F::from_f64(f64::NEG_INFINITY);
-        for &x in live.iter() {
-            if x > m {
-                m = x;
-            }
-        }
-        let mut sum = zero;
+        let m = max_lanes(live);
         for x in live.iter_mut() {
-            let e = (*x - m).exp();
-            *x = e;
-            sum += e;
+            *x = (*x - m).exp();
         }
+        let sum = sum_lanes(live);
         for x in live.iter_mut() {
             *x /= sum;
         }
@@ -660,18 +653,11 @@ impl<F: Real> Model<F> {
         );
         for r in 0..n {
             let p = ch.probs.col_as_slice_mut(r);
-            let mut m = p[0];
-            for &x in p[1..].iter() {
-                if x > m {
-                    m = x;
-                }
-            }
-            let mut s = F::from_f64(0.0);
+            let m = max_lanes(p);
             for x in p.iter_mut() {
-                let e = (*x - m).exp();
-                *x = e;
-                s += e;
+                *x = (*x - m).exp();
             }
+            let s = sum_lanes(p);
             for x in p.iter_mut() {
                 *x /= s;
             }
@@ -868,14 +854,11 @@ impl<F: Real> Model<F> {
                     true,
                 );
                 for c in 0..hid {
-                    let mut sb = zero;
-                    for (x, &u) in du.col_as_slice_mut(c).iter_mut().zip(a.u.col_as_slice(c)) {
-                        if u <= zero {
-                            *x = zero;
-                        }
-                        sb += *x;
+                    let dc = du.col_as_slice_mut(c);
+                    for (x, &u) in dc.iter_mut().zip(a.u.col_as_slice(c)) {
+                        *x = if u <= zero { zero } else { *x };
                     }
-                    grads[b1][(0, c)] = sb;
+                    grads[b1][(0, c)] = sum_lanes(dc);
                 }
                 matmul_into(
                     &mut grads[w1],
@@ -931,10 +914,7 @@ impl<F: Real> Model<F> {
                     let ac = &col(at, i)[..=i];
                     let dc = da.col_as_slice_mut(i);
                     let (live, tail) = dc.split_at_mut(i + 1);
-                    let mut dot = zero;
-                    for (&x, &y) in ac.iter().zip(live.iter()) {
-                        dot += x * y;
-                    }
+                    let dot = dot_lanes(ac, live);
                     for (x, &y) in live.iter_mut().zip(ac) {
                         *x = y * (*x - dot);
                     }
@@ -987,6 +967,65 @@ impl<F: Real> Model<F> {
             }
         }
     }
+}
+
+/// Lanes of the element-wise reductions below: independent partial results
+/// that the compiler keeps in SIMD registers (a single running sum would be a
+/// chain of dependent scalar additions).
+const LANES: usize = 8;
+
+/// $\sum_k x_k$, summed in [`LANES`] interleaved partial sums.
+fn sum_lanes<F: Real>(xs: &[F]) -> F {
+    let zero = F::from_f64(0.0);
+    let mut acc = [zero; LANES];
+    let mut it = xs.chunks_exact(LANES);
+    for c in &mut it {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a += x;
+        }
+    }
+    let mut s = zero;
+    for &x in it.remainder() {
+        s += x;
+    }
+    acc.iter().fold(s, |s, &a| s + a)
+}
+
+/// $\sum_k x_k y_k$ over the common length, in [`LANES`] partial sums.
+fn dot_lanes<F: Real>(xs: &[F], ys: &[F]) -> F {
+    let zero = F::from_f64(0.0);
+    let n = xs.len().min(ys.len());
+    let (xs, ys) = (&xs[..n], &ys[..n]);
+    let mut acc = [zero; LANES];
+    let (mut xi, mut yi) = (xs.chunks_exact(LANES), ys.chunks_exact(LANES));
+    for (c, d) in (&mut xi).zip(&mut yi) {
+        for ((a, &x), &y) in acc.iter_mut().zip(c).zip(d) {
+            *a += x * y;
+        }
+    }
+    let mut s = zero;
+    for (&x, &y) in xi.remainder().iter().zip(yi.remainder()) {
+        s += x * y;
+    }
+    acc.iter().fold(s, |s, &a| s + a)
+}
+
+/// $\max_k x_k$ ($-\infty$ for an empty slice).
+fn max_lanes<F: Real>(xs: &[F]) -> F {
+    let mut acc = [F::from_f64(f64::NEG_INFINITY); LANES];
+    let mut it = xs.chunks_exact(LANES);
+    for c in &mut it {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a = if x > *a { x } else { *a };
+        }
+    }
+    let mut m = F::from_f64(f64::NEG_INFINITY);
+    for &x in it.remainder().iter().chain(&acc) {
+        if x > m {
+            m = x;
+        }
+    }
+    m
 }
 
 fn relu<F: Real>(x: F) -> F {
