@@ -530,8 +530,9 @@ impl<F: Real> Model<F> {
         tail.fill(zero);
         let m = max_lanes(live);
         for x in live.iter_mut() {
-            *x = (*x - m).exp();
+            *x -= m;
         }
+        F::exp_in_place(live);
         let sum = sum_lanes(live);
         for x in live.iter_mut() {
             *x /= sum;
@@ -655,8 +656,9 @@ impl<F: Real> Model<F> {
             let p = ch.probs.col_as_slice_mut(r);
             let m = max_lanes(p);
             for x in p.iter_mut() {
-                *x = (*x - m).exp();
+                *x -= m;
             }
+            F::exp_in_place(p);
             let s = sum_lanes(p);
             for x in p.iter_mut() {
                 *x /= s;
