@@ -7,6 +7,7 @@
 
 use rand::{RngExt, SeedableRng};
 use sinklab::train::adamw::AdamW;
+use sinklab::train::model::Cache;
 use sinklab::train::{AttnForm, Model, ModelConfig};
 use std::time::Instant;
 
@@ -35,9 +36,14 @@ fn main() {
         .num_threads(2)
         .build()
         .expect("pool");
+    // The cache and the gradients are reused step after step, as in `train()`.
+    let mut cache = Cache::new();
+    let mut g = Vec::new();
     let mut step = || {
-        let cache = model.forward(&toks, b, t).expect("forward");
-        let g = model.backward(&cache, &w);
+        model
+            .forward_into(&toks, b, t, &mut cache)
+            .expect("forward");
+        model.backward_into(&mut cache, &w, &mut g);
         opt.step(&mut model.params, &g, &model.decay);
     };
     let (warm, n) = (5, 100);

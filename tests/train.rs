@@ -7,12 +7,16 @@ use rand::RngExt;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use sinklab::train::adamw::AdamW;
+use sinklab::train::model::Cache;
 use sinklab::train::{AttnForm, Model, ModelConfig};
 
 fn check(cfg: ModelConfig, seed: u64) {
+    check_batch(cfg, seed, 2, 5);
+}
+
+fn check_batch(cfg: ModelConfig, seed: u64, b: usize, t: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
     let model: Model<f64> = Model::new(cfg, &mut rng).unwrap();
-    let (b, t) = (2, 5);
     let toks: Vec<u32> = (0..b * t)
         .map(|r| {
             if r % t == 0 {
@@ -82,6 +86,60 @@ fn gradients_match_finite_differences() {
     check(cfg(2, AttnForm::Factored { r: 4 }, 5, true), 3);
     check(cfg(3, AttnForm::Direct, 0, true), 4);
     check(cfg(3, AttnForm::Factored { r: 2 }, 4, false), 5);
+}
+
+/// A batch of `B·T` = 1280 rows runs as two chunks of 2 and 3 sequences
+/// (model.rs, `CHUNK_ROWS` = 512) whose gradients are summed: the sum must
+/// still be the gradient of the whole batch's loss.
+#[test]
+fn gradients_match_finite_differences_across_chunks() {
+    let c = ModelConfig {
+        max_len: 256,
+        ..cfg(2, AttnForm::Factored { r: 3 }, 5, true)
+    };
+    check_batch(c, 6, 5, 256);
+    let c = ModelConfig {
+        max_len: 256,
+        ..cfg(1, AttnForm::Direct, 4, false)
+    };
+    check_batch(c, 7, 5, 256);
+}
+
+/// A cache and gradient buffers reused across batches of other shapes (more
+/// chunks, then one) give exactly the gradients of fresh ones.
+#[test]
+fn reused_buffers_give_the_fresh_gradients() {
+    let mut rng = StdRng::seed_from_u64(8);
+    let c = ModelConfig {
+        max_len: 300,
+        ..cfg(2, AttnForm::Factored { r: 4 }, 5, false)
+    };
+    let model: Model<f64> = Model::new(c, &mut rng).unwrap();
+    let mut cache = Cache::new();
+    let mut grads = Vec::new();
+    for (b, t) in [(6, 300), (3, 7), (2, 300), (4, 5)] {
+        let toks: Vec<u32> = (0..b * t).map(|_| rng.random_range(0..7)).collect();
+        let w: Vec<f64> = (0..b * t)
+            .map(|r| {
+                if r % t + 1 < t {
+                    0.5 + (r % 4) as f64
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        model.forward_into(&toks, b, t, &mut cache).unwrap();
+        model.backward_into(&mut cache, &w, &mut grads);
+        let fresh = model.forward(&toks, b, t).unwrap();
+        assert_eq!(model.loss(&cache, &w), model.loss(&fresh, &w));
+        let want = model.backward(&fresh, &w);
+        for (k, (g, h)) in grads.iter().zip(&want).enumerate() {
+            assert_eq!(g, h, "{} at b = {b}, t = {t}", model.names[k]);
+        }
+        for r in 0..b * t {
+            assert_eq!(model.predict(&cache, r), model.predict(&fresh, r));
+        }
+    }
 }
 
 #[test]

@@ -59,14 +59,15 @@ impl<F: Real> AdamW<F> {
             let one = F::from_f64(1.0);
             let (p, g, m, v) = (&mut params[k], &grads[k], &mut self.m[k], &mut self.v[k]);
             for c in 0..p.ncols() {
-                for r in 0..p.nrows() {
-                    let gi = g[(r, c)];
-                    let mi = b1 * m[(r, c)] + ob1 * gi;
-                    let vi = b2 * v[(r, c)] + ob2 * gi * gi;
-                    m[(r, c)] = mi;
-                    v[(r, c)] = vi;
-                    let upd = step_size * mi / ((vi * inv_bc2).sqrt() + eps);
-                    p[(r, c)] = p[(r, c)] * (one - wd) - upd;
+                let (pc, gc) = (p.col_as_slice_mut(c), g.col_as_slice(c));
+                let (mc, vc) = (m.col_as_slice_mut(c), v.col_as_slice_mut(c));
+                for (((pi, &gi), mi), vi) in pc.iter_mut().zip(gc).zip(mc).zip(vc) {
+                    let mn = b1 * *mi + ob1 * gi;
+                    let vn = b2 * *vi + ob2 * gi * gi;
+                    *mi = mn;
+                    *vi = vn;
+                    let upd = step_size * mn / ((vn * inv_bc2).sqrt() + eps);
+                    *pi = *pi * (one - wd) - upd;
                 }
             }
         }

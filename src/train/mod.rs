@@ -366,6 +366,9 @@ pub fn train_model(
     let mut converged = cfg.target_acc_on.map(|_| false);
     // A GPU routed to this thread runs the whole step device-resident (device.rs).
     let mut resident = device::Routed::new(&model, &opt, cfg.batch, cfg.t, &w)?;
+    // Activations, backward scratch and gradients, reused step after step.
+    let mut cache = model::Cache::new();
+    let mut grads = Vec::new();
     for step in 0..cfg.steps {
         if let (Some(target), Some((ptoks, pseqs))) = (cfg.target_acc_on, &probe)
             && step > 0
@@ -394,8 +397,8 @@ pub fn train_model(
             }
             continue;
         }
-        let cache = model.forward(&toks, cfg.batch, cfg.t)?;
-        let grads = model.backward(&cache, &w);
+        model.forward_into(&toks, cfg.batch, cfg.t, &mut cache)?;
+        model.backward_into(&mut cache, &w, &mut grads);
         if step % log_every == 0 || step + 1 == cfg.steps {
             let loss = model.loss(&cache, &w);
             if !loss.is_finite() {

@@ -6,10 +6,14 @@
 //! logits $= h\,U$. Attention: logits $z_{ij} = h_i^\top W_{QK} h_j$ (no $1/\sqrt d$, as in
 //! THEORY.md §1), causal softmax, output $o_i = \sum_j A_{ij} W_{VO} h_j$, with
 //! $W_{QK} = W_Q W_K^\top$, $W_{VO} = W_O W_V^\top$ in factored form.
-//! Every product goes through [`super::kernels::matmul`].
+//! Every batch-wide product goes through [`super::kernels::matmul`] (and so
+//! can be routed to a GPU); the small per-sequence attention products go
+//! through [`super::kernels::matmul_local`]. The batch is split into chunks of
+//! whole sequences that run forward and backward as independent tasks.
 
-use super::kernels::{Real, matmul, matmul_into};
-use faer::Mat;
+use super::kernels::{Real, matmul, matmul_into, matmul_local};
+use faer::reborrow::{Reborrow, ReborrowMut};
+use faer::{Mat, MatMut, MatRef};
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
 use rayon::prelude::*;
@@ -84,24 +88,139 @@ pub enum ModelError {
     Invalid(String),
 }
 
-/// Cached activations of one forward pass.
+/// Sequences are processed in chunks of about this many rows (whole
+/// sequences), one task per chunk: forward and backward of a chunk run on one
+/// thread without synchronisation, and the weight gradients of the chunks are
+/// summed at the end. The split depends on `B·T` only, not on the thread
+/// count, so results do not change with the number of threads.
+const CHUNK_ROWS: usize = 512;
+
+/// Activations of one layer on one chunk (`n = ns·T` rows), kept for backward.
+struct LayerAct<F: Real> {
+    /// Residual stream entering the layer (`n × d`).
+    h: Mat<F>,
+    /// $[Q\,|\,K\,|\,V]$ (`n × 3w`, $w$ the attention width).
+    qkv: Mat<F>,
+    /// $A^\top$ per sequence (`T × n`; columns `s·T..(s+1)·T` hold $A_s^\top$,
+    /// so the distribution of query `i` over keys is one contiguous column).
+    at: Mat<F>,
+    /// $O = A V$ (`n × w`).
+    o: Mat<F>,
+    /// Residual after attention (`n × d`).
+    h2: Mat<F>,
+    /// MLP pre-activation $h_2 W_1 + b_1$ and its ReLU (`n × H`; empty without MLP).
+    u: Mat<F>,
+    g: Mat<F>,
+}
+
+/// One chunk of whole sequences: `ns` sequences from sequence `s0` on.
+struct Chunk<F: Real> {
+    s0: usize,
+    ns: usize,
+    acts: Vec<LayerAct<F>>,
+    /// Residual stream after the last layer (`n × d`).
+    h_out: Mat<F>,
+    /// Softmax of the output logits, transposed (`V × n`: column `r` for row `r`).
+    probs: Mat<F>,
+}
+
+/// Backward scratch of one chunk, reused across steps.
+struct Work<F: Real> {
+    /// The chunk's share of every parameter gradient.
+    grads: Vec<Mat<F>>,
+    dlog: Mat<F>,
+    dh: Mat<F>,
+    du: Mat<F>,
+    d_o: Mat<F>,
+    dqkv: Mat<F>,
+    da: Mat<F>,
+}
+
+/// Cached activations of one forward pass. Passing the same cache to
+/// [`Model::forward_into`] and [`Model::backward_into`] step after step reuses
+/// its buffers (no allocation once the shapes have been seen).
 pub struct Cache<F: Real> {
     b: usize,
     t: usize,
     tokens: Vec<u32>,
-    /// Residual stream entering each layer (and the final one): `layers + 1` entries.
-    h_in: Vec<Mat<F>>,
-    /// Residual after attention, before MLP, per layer.
-    h_mid: Vec<Mat<F>>,
-    q: Vec<Mat<F>>,
-    k: Vec<Mat<F>>,
-    v: Vec<Mat<F>>,
-    /// Attention matrices per layer, `B` blocks of `T×T` stacked (`B·T × T`).
-    pub attn: Vec<Mat<F>>,
-    o: Vec<Mat<F>>,
-    u: Vec<Mat<F>>,
-    /// Softmax of the output logits (`B·T × V`).
-    probs: Mat<F>,
+    chunks: Vec<Chunk<F>>,
+    /// Per layer, the weights that map $h$ to $[Q\,|\,K\,|\,V]$ (`d × 3w`):
+    /// $[W_Q | W_K | W_V]$, or $[W_{QK} | I | W_{VO}^\top]$ in direct form.
+    wcat: Vec<Mat<F>>,
+    work: Vec<Work<F>>,
+}
+
+/// Makes `m` an `r × c` matrix, reallocating only when the shape changes
+/// (contents are left to the caller to overwrite).
+fn ensure<F: Real>(m: &mut Mat<F>, r: usize, c: usize) {
+    if m.nrows() != r || m.ncols() != c {
+        *m = Mat::zeros(r, c);
+    }
+}
+
+/// The contiguous storage of column `j` of a view with unit row stride.
+fn col<'a, F: Real>(m: MatRef<'a, F>, j: usize) -> &'a [F] {
+    m.col(j)
+        .try_as_col_major()
+        .expect("unit row stride")
+        .as_slice()
+}
+
+fn col_mut<'a, F: Real>(m: MatMut<'a, F>, j: usize) -> &'a mut [F] {
+    m.col_mut(j)
+        .try_as_col_major_mut()
+        .expect("unit row stride")
+        .as_slice_mut()
+}
+
+fn empty<F: Real>() -> Mat<F> {
+    Mat::zeros(0, 0)
+}
+
+impl<F: Real> LayerAct<F> {
+    fn new() -> Self {
+        Self {
+            h: empty(),
+            qkv: empty(),
+            at: empty(),
+            o: empty(),
+            h2: empty(),
+            u: empty(),
+            g: empty(),
+        }
+    }
+}
+
+impl<F: Real> Chunk<F> {
+    fn new() -> Self {
+        Self {
+            s0: 0,
+            ns: 0,
+            acts: Vec::new(),
+            h_out: empty(),
+            probs: empty(),
+        }
+    }
+}
+
+impl<F: Real> Work<F> {
+    fn new() -> Self {
+        Self {
+            grads: Vec::new(),
+            dlog: empty(),
+            dh: empty(),
+            du: empty(),
+            d_o: empty(),
+            dqkv: empty(),
+            da: empty(),
+        }
+    }
+}
+
+impl<F: Real> Default for Cache<F> {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 fn randn<F: Real, R: Rng + ?Sized>(rows: usize, cols: usize, std: f64, rng: &mut R) -> Mat<F> {
@@ -310,6 +429,19 @@ impl<F: Real> Model<F> {
 
     /// Forward pass on `b` sequences of equal length `t` (`tokens.len() == b·t`).
     pub fn forward(&self, tokens: &[u32], b: usize, t: usize) -> Result<Cache<F>, ModelError> {
+        let mut cache = Cache::new();
+        self.forward_into(tokens, b, t, &mut cache)?;
+        Ok(cache)
+    }
+
+    /// [`Model::forward`] into `cache`, reusing its buffers.
+    pub fn forward_into(
+        &self,
+        tokens: &[u32],
+        b: usize,
+        t: usize,
+        cache: &mut Cache<F>,
+    ) -> Result<(), ModelError> {
         let cfg = &self.cfg;
         if b == 0 || t < 2 || tokens.len() != b * t || t > cfg.max_len {
             return Err(ModelError::Invalid(format!(
@@ -324,171 +456,234 @@ impl<F: Real> Model<F> {
                 cfg.vocab
             )));
         }
-        let d = cfg.d;
-        let emb = &self.params[0];
-        let pos = &self.params[1];
-        let mut h = Mat::from_fn(b * t, d, |r, c| {
-            emb[(tokens[r] as usize, c)] + pos[(r % t, c)]
-        });
-        let mut cache = Cache {
-            b,
-            t,
-            tokens: tokens.to_vec(),
-            h_in: Vec::new(),
-            h_mid: Vec::new(),
-            q: Vec::new(),
-            k: Vec::new(),
-            v: Vec::new(),
-            attn: Vec::new(),
-            o: Vec::new(),
-            u: Vec::new(),
-            probs: Mat::zeros(0, 0),
+        cache.b = b;
+        cache.t = t;
+        cache.tokens.clear();
+        cache.tokens.extend_from_slice(tokens);
+        // A GPU routed to this thread gets the whole batch's products, unsplit.
+        let n = if F::routing_active() {
+            1
+        } else {
+            (b * t / CHUNK_ROWS).clamp(1, b)
         };
-        for li in &self.layers {
-            let (q, k, v) = match cfg.attn {
-                AttnForm::Direct => (
-                    matmul(h.as_ref(), self.params[li.a].as_ref(), false, false),
-                    h.clone(),
-                    matmul(h.as_ref(), self.params[li.b].as_ref(), false, true),
-                ),
-                AttnForm::Factored { .. } => (
-                    matmul(h.as_ref(), self.params[li.a].as_ref(), false, false),
-                    matmul(h.as_ref(), self.params[li.b].as_ref(), false, false),
-                    matmul(h.as_ref(), self.params[li.c].as_ref(), false, false),
-                ),
-            };
-            let (attn, o) = self.attend(&q, &k, &v, b, t);
-            let mut h2 = h.clone();
+        cache.chunks.resize_with(n, Chunk::new);
+        for (c, ch) in cache.chunks.iter_mut().enumerate() {
+            ch.s0 = c * b / n;
+            ch.ns = (c + 1) * b / n - ch.s0;
+        }
+        let d = cfg.d;
+        let w = self.attn_width();
+        cache.wcat.resize_with(self.layers.len(), empty);
+        for (li, wc) in self.layers.iter().zip(&mut cache.wcat) {
+            ensure(wc, d, 3 * w);
+            let mut wm = wc.as_mut();
             match cfg.attn {
-                AttnForm::Direct => h2 += &o,
+                AttnForm::Direct => {
+                    wm.rb_mut()
+                        .subcols_mut(0, d)
+                        .copy_from(self.params[li.a].as_ref());
+                    let mut id = wm.rb_mut().subcols_mut(d, d);
+                    id.fill(F::from_f64(0.0));
+                    for i in 0..d {
+                        id[(i, i)] = F::from_f64(1.0);
+                    }
+                    wm.rb_mut()
+                        .subcols_mut(2 * d, d)
+                        .copy_from(self.params[li.b].as_ref().transpose());
+                }
+                AttnForm::Factored { .. } => {
+                    for (k, p) in [li.a, li.b, li.c].into_iter().enumerate() {
+                        wm.rb_mut()
+                            .subcols_mut(k * w, w)
+                            .copy_from(self.params[p].as_ref());
+                    }
+                }
+            }
+        }
+        let (toks, wcat) = (&cache.tokens, &cache.wcat);
+        let run = |ch: &mut Chunk<F>| {
+            self.forward_chunk(ch, &toks[ch.s0 * t..(ch.s0 + ch.ns) * t], t, wcat)
+        };
+        if n == 1 {
+            run(&mut cache.chunks[0]);
+        } else {
+            cache.chunks.par_iter_mut().for_each(run);
+        }
+        Ok(())
+    }
+
+    /// Width of the attention values: $r$ factored, $d$ direct.
+    fn attn_width(&self) -> usize {
+        match self.cfg.attn {
+            AttnForm::Direct => self.cfg.d,
+            AttnForm::Factored { r } => r,
+        }
+    }
+
+    /// Causal softmax of column `i` of $Z^\top$ (query `i` over the keys), in place.
+    fn softmax_causal(&self, z: &mut [F], i: usize) {
+        let zero = F::from_f64(0.0);
+        let lo = usize::from(self.cfg.mask_bos_key && i >= 1);
+        let (head, rest) = z.split_at_mut(lo);
+        let (live, tail) = rest.split_at_mut(i + 1 - lo);
+        head.fill(zero);
+        tail.fill(zero);
+        let m = max_lanes(live);
+        for x in live.iter_mut() {
+            *x -= m;
+        }
+        F::exp_in_place(live);
+        let sum = sum_lanes(live);
+        for x in live.iter_mut() {
+            *x /= sum;
+        }
+    }
+
+    fn forward_chunk(&self, ch: &mut Chunk<F>, tokens: &[u32], t: usize, wcat: &[Mat<F>]) {
+        let cfg = &self.cfg;
+        let (d, w, n) = (cfg.d, self.attn_width(), ch.ns * t);
+        ch.acts.resize_with(self.layers.len(), LayerAct::new);
+        {
+            let h = &mut ch.acts[0].h;
+            ensure(h, n, d);
+            let (emb, pos) = (&self.params[0], &self.params[1]);
+            for c in 0..d {
+                let (e, p) = (emb.col_as_slice(c), &pos.col_as_slice(c)[..t]);
+                let hc = h.col_as_slice_mut(c);
+                for (hs, ts) in hc.chunks_exact_mut(t).zip(tokens.chunks_exact(t)) {
+                    for ((x, &tok), &pi) in hs.iter_mut().zip(ts).zip(p) {
+                        *x = e[tok as usize] + pi;
+                    }
+                }
+            }
+        }
+        for (l, li) in self.layers.iter().enumerate() {
+            let (cur, rest) = ch.acts.split_at_mut(l + 1);
+            let a = &mut cur[l];
+            ensure(&mut a.qkv, n, 3 * w);
+            matmul_into(
+                &mut a.qkv,
+                false,
+                a.h.as_ref(),
+                wcat[l].as_ref(),
+                false,
+                false,
+            );
+            ensure(&mut a.at, t, n);
+            ensure(&mut a.o, n, w);
+            for s in 0..ch.ns {
+                let r0 = s * t;
+                let qkv = a.qkv.as_ref();
+                let (qs, ks, vs) = (
+                    qkv.submatrix(r0, 0, t, w),
+                    qkv.submatrix(r0, w, t, w),
+                    qkv.submatrix(r0, 2 * w, t, w),
+                );
+                let mut zt = a.at.as_mut().subcols_mut(r0, t);
+                // Zᵀ = K Qᵀ: column i holds the logits of query i.
+                matmul_local(zt.rb_mut(), false, ks, qs.transpose());
+                for i in 0..t {
+                    self.softmax_causal(col_mut(zt.rb_mut(), i), i);
+                }
+                matmul_local(
+                    a.o.as_mut().subrows_mut(r0, t),
+                    false,
+                    zt.rb().transpose(),
+                    vs,
+                );
+            }
+            ensure(&mut a.h2, n, d);
+            a.h2.copy_from(&a.h);
+            match cfg.attn {
+                AttnForm::Direct => a.h2 += &a.o,
                 AttnForm::Factored { .. } => matmul_into(
-                    &mut h2,
+                    &mut a.h2,
                     true,
-                    o.as_ref(),
+                    a.o.as_ref(),
                     self.params[li.d].as_ref(),
                     false,
                     true,
                 ),
             }
-            let mut h3 = h2.clone();
-            let u = if let Some((w1, b1, w2)) = li.mlp {
-                let mut u = matmul(h2.as_ref(), self.params[w1].as_ref(), false, false);
+            let next = match rest.first_mut() {
+                Some(nx) => &mut nx.h,
+                None => &mut ch.h_out,
+            };
+            ensure(next, n, d);
+            next.copy_from(&a.h2);
+            if let Some((w1, b1, w2)) = li.mlp {
+                let hid = cfg.mlp_hidden;
+                ensure(&mut a.u, n, hid);
+                ensure(&mut a.g, n, hid);
+                matmul_into(
+                    &mut a.u,
+                    false,
+                    a.h2.as_ref(),
+                    self.params[w1].as_ref(),
+                    false,
+                    false,
+                );
                 let bias = &self.params[b1];
-                for c in 0..u.ncols() {
+                for c in 0..hid {
                     let bc = bias[(0, c)];
-                    for r in 0..u.nrows() {
-                        u[(r, c)] += bc;
+                    let (uc, gc) = (a.u.col_as_slice_mut(c), a.g.col_as_slice_mut(c));
+                    for (x, y) in uc.iter_mut().zip(gc) {
+                        *x += bc;
+                        *y = relu(*x);
                     }
                 }
-                let g = Mat::from_fn(u.nrows(), u.ncols(), |r, c| relu(u[(r, c)]));
                 matmul_into(
-                    &mut h3,
+                    next,
                     true,
-                    g.as_ref(),
+                    a.g.as_ref(),
                     self.params[w2].as_ref(),
                     false,
                     false,
                 );
-                u
-            } else {
-                Mat::zeros(0, 0)
-            };
-            cache.h_in.push(h);
-            cache.h_mid.push(h2);
-            cache.q.push(q);
-            cache.k.push(k);
-            cache.v.push(v);
-            cache.attn.push(attn);
-            cache.o.push(o);
-            cache.u.push(u);
-            h = h3;
-        }
-        let logits = matmul(h.as_ref(), self.params[self.unemb].as_ref(), false, false);
-        cache.h_in.push(h);
-        let mut probs = logits;
-        for r in 0..probs.nrows() {
-            let mut m = probs[(r, 0)];
-            for c in 1..probs.ncols() {
-                if probs[(r, c)] > m {
-                    m = probs[(r, c)];
-                }
-            }
-            let mut s = F::from_f64(0.0);
-            for c in 0..probs.ncols() {
-                let e = (probs[(r, c)] - m).exp();
-                probs[(r, c)] = e;
-                s += e;
-            }
-            for c in 0..probs.ncols() {
-                probs[(r, c)] /= s;
             }
         }
-        cache.probs = probs;
-        Ok(cache)
-    }
-
-    fn masked(&self, i: usize, j: usize) -> bool {
-        j > i || (self.cfg.mask_bos_key && j == 0 && i >= 1)
-    }
-
-    /// Per-sequence causal attention: returns (A stacked `B·T × T`, O = A V stacked).
-    fn attend(&self, q: &Mat<F>, k: &Mat<F>, v: &Mat<F>, b: usize, t: usize) -> (Mat<F>, Mat<F>) {
-        let blocks: Vec<(Mat<F>, Mat<F>)> = (0..b)
-            .into_par_iter()
-            .map(|s| {
-                let rows = s * t..(s + 1) * t;
-                let qs = q.as_ref().subrows(rows.start, t);
-                let ks = k.as_ref().subrows(rows.start, t);
-                let vs = v.as_ref().subrows(rows.start, t);
-                let mut z = matmul(qs, ks, false, true);
-                for i in 0..t {
-                    let mut m = F::from_f64(f64::NEG_INFINITY);
-                    for j in 0..t {
-                        if !self.masked(i, j) && z[(i, j)] > m {
-                            m = z[(i, j)];
-                        }
-                    }
-                    let mut sum = F::from_f64(0.0);
-                    for j in 0..t {
-                        let e = if self.masked(i, j) {
-                            F::from_f64(0.0)
-                        } else {
-                            (z[(i, j)] - m).exp()
-                        };
-                        z[(i, j)] = e;
-                        sum += e;
-                    }
-                    for j in 0..t {
-                        z[(i, j)] /= sum;
-                    }
-                }
-                let o = matmul(z.as_ref(), vs, false, false);
-                (z, o)
-            })
-            .collect();
-        let mut a = Mat::zeros(b * t, t);
-        let mut o = Mat::zeros(b * t, v.ncols());
-        for (s, (z, os)) in blocks.into_iter().enumerate() {
-            a.as_mut().subrows_mut(s * t, t).copy_from(z.as_ref());
-            o.as_mut().subrows_mut(s * t, t).copy_from(os.as_ref());
+        // Logitsᵀ = Uᵀ hᵀ (`V × n`), softmax down each column.
+        ensure(&mut ch.probs, cfg.vocab, n);
+        matmul_into(
+            &mut ch.probs,
+            false,
+            self.params[self.unemb].as_ref(),
+            ch.h_out.as_ref(),
+            true,
+            true,
+        );
+        for r in 0..n {
+            let p = ch.probs.col_as_slice_mut(r);
+            let m = max_lanes(p);
+            for x in p.iter_mut() {
+                *x -= m;
+            }
+            F::exp_in_place(p);
+            let s = sum_lanes(p);
+            for x in p.iter_mut() {
+                *x /= s;
+            }
         }
-        (a, o)
     }
 
     /// Mean next-token cross-entropy over the query positions selected by `weight`
     /// (`weight[r]` for row `r = s·T + i`, predicting token `i+1`; the last position
     /// of each sequence has no target and must have weight 0).
     pub fn loss(&self, cache: &Cache<F>, weight: &[f64]) -> f64 {
-        let (b, t) = (cache.b, cache.t);
+        let t = cache.t;
         let mut tot = 0.0;
         let mut wsum = 0.0;
-        for s in 0..b {
-            for i in 0..t - 1 {
-                let r = s * t + i;
-                if weight[r] > 0.0 {
-                    let y = cache.tokens[r + 1] as usize;
-                    tot -= weight[r] * cache.probs[(r, y)].to_f64().max(1e-300).ln();
-                    wsum += weight[r];
+        for ch in &cache.chunks {
+            let r0 = ch.s0 * t;
+            for s in 0..ch.ns {
+                for i in 0..t - 1 {
+                    let lr = s * t + i;
+                    let r = r0 + lr;
+                    if weight[r] > 0.0 {
+                        let y = cache.tokens[r + 1] as usize;
+                        tot -= weight[r] * ch.probs[(y, lr)].to_f64().max(1e-300).ln();
+                        wsum += weight[r];
+                    }
                 }
             }
         }
@@ -497,10 +692,11 @@ impl<F: Real> Model<F> {
 
     /// Argmax prediction of row `r`.
     pub fn predict(&self, cache: &Cache<F>, r: usize) -> u32 {
-        let p = &cache.probs;
+        let (ch, lr) = cache.locate(r);
+        let p = ch.probs.col_as_slice(lr);
         let mut best = 0;
-        for c in 1..p.ncols() {
-            if p[(r, c)] > p[(r, best)] {
+        for (c, &x) in p.iter().enumerate().skip(1) {
+            if x > p[best] {
                 best = c;
             }
         }
@@ -509,257 +705,329 @@ impl<F: Real> Model<F> {
 
     /// Gradient of [`Model::loss`] with respect to every parameter.
     pub fn backward(&self, cache: &Cache<F>, weight: &[f64]) -> Vec<Mat<F>> {
+        let mut grads = Vec::new();
+        let mut work = Vec::new();
+        self.backward_with(cache, &mut work, weight, &mut grads);
+        grads
+    }
+
+    /// [`Model::backward`] into `grads`, reusing `grads` and the scratch kept in `cache`.
+    pub fn backward_into(&self, cache: &mut Cache<F>, weight: &[f64], grads: &mut Vec<Mat<F>>) {
+        let mut work = std::mem::take(&mut cache.work);
+        self.backward_with(cache, &mut work, weight, grads);
+        cache.work = work;
+    }
+
+    fn backward_with(
+        &self,
+        cache: &Cache<F>,
+        work: &mut Vec<Work<F>>,
+        weight: &[f64],
+        grads: &mut Vec<Mat<F>>,
+    ) {
         let (b, t) = (cache.b, cache.t);
-        let cfg = &self.cfg;
+        grads.resize_with(self.params.len(), empty);
+        for (g, p) in grads.iter_mut().zip(&self.params) {
+            ensure(g, p.nrows(), p.ncols());
+        }
         let wsum: f64 = (0..b)
             .flat_map(|s| (0..t - 1).map(move |i| s * t + i))
             .map(|r| weight[r])
             .sum();
-        let mut grads: Vec<Mat<F>> = self
-            .params
-            .iter()
-            .map(|p| Mat::zeros(p.nrows(), p.ncols()))
-            .collect();
         if wsum <= 0.0 {
-            return grads;
+            for g in grads.iter_mut() {
+                g.fill(F::from_f64(0.0));
+            }
+            return;
         }
-        // dL/dlogits = w_r (p − onehot) / Σw.
-        let mut dlog = cache.probs.clone();
-        for r in 0..b * t {
-            let i = r % t;
-            let w = if i + 1 < t { weight[r] / wsum } else { 0.0 };
-            let wf = F::from_f64(w);
-            if w == 0.0 {
-                for c in 0..dlog.ncols() {
-                    dlog[(r, c)] = F::from_f64(0.0);
+        let nc = cache.chunks.len();
+        work.resize_with(nc, Work::new);
+        let run = |(ch, wk): (&Chunk<F>, &mut Work<F>)| {
+            let rows = ch.s0 * t..(ch.s0 + ch.ns) * t;
+            self.backward_chunk(
+                ch,
+                wk,
+                &cache.tokens[rows.start..],
+                &weight[rows],
+                wsum,
+                t,
+                &cache.wcat,
+            );
+        };
+        if nc == 1 {
+            run((&cache.chunks[0], &mut work[0]));
+        } else {
+            cache
+                .chunks
+                .par_iter()
+                .zip(work.par_iter_mut())
+                .for_each(run);
+        }
+        for (k, g) in grads.iter_mut().enumerate() {
+            g.copy_from(&work[0].grads[k]);
+            for wk in &work[1..] {
+                let part = &wk.grads[k];
+                for c in 0..g.ncols() {
+                    for (x, &y) in g.col_as_slice_mut(c).iter_mut().zip(part.col_as_slice(c)) {
+                        *x += y;
+                    }
                 }
+            }
+        }
+    }
+
+    /// Backward on one chunk: its share of every gradient into `wk.grads`.
+    /// `tokens` starts at the chunk's first row and runs to the end of the batch
+    /// (the target of row `r` is `tokens[r + 1]`).
+    #[allow(clippy::too_many_arguments)]
+    fn backward_chunk(
+        &self,
+        ch: &Chunk<F>,
+        wk: &mut Work<F>,
+        tokens: &[u32],
+        weight: &[f64],
+        wsum: f64,
+        t: usize,
+        wcat: &[Mat<F>],
+    ) {
+        let cfg = &self.cfg;
+        let (d, w, n, vocab) = (cfg.d, self.attn_width(), ch.ns * t, cfg.vocab);
+        let zero = F::from_f64(0.0);
+        let Work {
+            grads,
+            dlog,
+            dh,
+            du,
+            d_o,
+            dqkv,
+            da,
+        } = wk;
+        grads.resize_with(self.params.len(), empty);
+        for (g, p) in grads.iter_mut().zip(&self.params) {
+            ensure(g, p.nrows(), p.ncols());
+        }
+        // dL/dlogits = w_r (p − onehot) / Σw, transposed (`V × n`).
+        ensure(dlog, vocab, n);
+        for r in 0..n {
+            let dc = dlog.col_as_slice_mut(r);
+            let wr = if r % t + 1 < t { weight[r] / wsum } else { 0.0 };
+            if wr == 0.0 {
+                dc.fill(zero);
                 continue;
             }
-            let y = cache.tokens[r + 1] as usize;
-            dlog[(r, y)] -= F::from_f64(1.0);
-            for c in 0..dlog.ncols() {
-                dlog[(r, c)] *= wf;
+            let wf = F::from_f64(wr);
+            for (x, &p) in dc.iter_mut().zip(ch.probs.col_as_slice(r)) {
+                *x = p * wf;
             }
+            let y = tokens[r + 1] as usize;
+            dc[y] = (ch.probs[(y, r)] - F::from_f64(1.0)) * wf;
         }
-        let h_last = &cache.h_in[self.layers.len()];
+        let u_w = self.params[self.unemb].as_ref();
         matmul_into(
             &mut grads[self.unemb],
             false,
-            h_last.as_ref(),
+            ch.h_out.as_ref(),
             dlog.as_ref(),
             true,
-            false,
+            true,
         );
-        let mut dh = matmul(dlog.as_ref(), self.params[self.unemb].as_ref(), false, true);
+        ensure(dh, n, d);
+        matmul_into(dh, false, dlog.as_ref(), u_w, true, true);
         for (l, li) in self.layers.iter().enumerate().rev() {
+            let a = &ch.acts[l];
             // MLP: h3 = h2 + relu(h2 W1 + b1) W2.
             if let Some((w1, b1, w2)) = li.mlp {
-                let u = &cache.u[l];
-                let g = Mat::from_fn(u.nrows(), u.ncols(), |r, c| relu(u[(r, c)]));
-                matmul_into(&mut grads[w2], false, g.as_ref(), dh.as_ref(), true, false);
-                let mut du = matmul(dh.as_ref(), self.params[w2].as_ref(), false, true);
-                for c in 0..du.ncols() {
-                    let mut sb = F::from_f64(0.0);
-                    for r in 0..du.nrows() {
-                        if u[(r, c)] <= F::from_f64(0.0) {
-                            du[(r, c)] = F::from_f64(0.0);
-                        }
-                        sb += du[(r, c)];
+                let hid = cfg.mlp_hidden;
+                matmul_into(
+                    &mut grads[w2],
+                    false,
+                    a.g.as_ref(),
+                    dh.as_ref(),
+                    true,
+                    false,
+                );
+                ensure(du, n, hid);
+                matmul_into(
+                    du,
+                    false,
+                    dh.as_ref(),
+                    self.params[w2].as_ref(),
+                    false,
+                    true,
+                );
+                for c in 0..hid {
+                    let dc = du.col_as_slice_mut(c);
+                    for (x, &u) in dc.iter_mut().zip(a.u.col_as_slice(c)) {
+                        *x = if u <= zero { zero } else { *x };
                     }
-                    grads[b1][(0, c)] = sb;
+                    grads[b1][(0, c)] = sum_lanes(dc);
                 }
                 matmul_into(
                     &mut grads[w1],
                     false,
-                    cache.h_mid[l].as_ref(),
+                    a.h2.as_ref(),
                     du.as_ref(),
                     true,
                     false,
                 );
-                matmul_into(
-                    &mut dh,
-                    true,
-                    du.as_ref(),
-                    self.params[w1].as_ref(),
-                    false,
-                    true,
-                );
+                matmul_into(dh, true, du.as_ref(), self.params[w1].as_ref(), false, true);
             }
             // Attention: h2 = h + (A V) [W_O^T].
-            let h = &cache.h_in[l];
-            let d_o = match cfg.attn {
-                AttnForm::Direct => dh.clone(),
+            ensure(d_o, n, w);
+            match cfg.attn {
+                AttnForm::Direct => d_o.copy_from(&*dh),
                 AttnForm::Factored { .. } => {
                     matmul_into(
                         &mut grads[li.d],
                         false,
                         dh.as_ref(),
-                        cache.o[l].as_ref(),
+                        a.o.as_ref(),
                         true,
                         false,
                     );
-                    matmul(dh.as_ref(), self.params[li.d].as_ref(), false, false)
+                    matmul_into(
+                        d_o,
+                        false,
+                        dh.as_ref(),
+                        self.params[li.d].as_ref(),
+                        false,
+                        false,
+                    );
                 }
-            };
-            let (dq, dk, dv) = self.attend_backward(
-                &cache.attn[l],
-                &cache.q[l],
-                &cache.k[l],
-                &cache.v[l],
-                &d_o,
-                b,
-                t,
+            }
+            ensure(dqkv, n, 3 * w);
+            ensure(da, t, t);
+            for s in 0..ch.ns {
+                let r0 = s * t;
+                let qkv = a.qkv.as_ref();
+                let (qs, ks, vs) = (
+                    qkv.submatrix(r0, 0, t, w),
+                    qkv.submatrix(r0, w, t, w),
+                    qkv.submatrix(r0, 2 * w, t, w),
+                );
+                let at = a.at.as_ref().subcols(r0, t);
+                let do_s = d_o.as_ref().subrows(r0, t);
+                let mut dq = dqkv.as_mut().subrows_mut(r0, t);
+                // dAᵀ = V dOᵀ; dV = Aᵀ dO.
+                matmul_local(da.as_mut(), false, vs, do_s.transpose());
+                matmul_local(dq.rb_mut().subcols_mut(2 * w, w), false, at, do_s);
+                // dZ = A ⊙ (dA − rowsum(A ⊙ dA)), column by column of the transposes.
+                for i in 0..t {
+                    let ac = &col(at, i)[..=i];
+                    let dc = da.col_as_slice_mut(i);
+                    let (live, tail) = dc.split_at_mut(i + 1);
+                    let dot = dot_lanes(ac, live);
+                    for (x, &y) in live.iter_mut().zip(ac) {
+                        *x = y * (*x - dot);
+                    }
+                    tail.fill(zero);
+                }
+                // dQ = dZ K; dK = dZᵀ Q.
+                matmul_local(
+                    dq.rb_mut().subcols_mut(0, w),
+                    false,
+                    da.as_ref().transpose(),
+                    ks,
+                );
+                matmul_local(dq.rb_mut().subcols_mut(w, w), false, da.as_ref(), qs);
+            }
+            let h = a.h.as_ref();
+            let dqkv_r = dqkv.as_ref();
+            let (dq, dk, dv) = (
+                dqkv_r.subcols(0, w),
+                dqkv_r.subcols(w, w),
+                dqkv_r.subcols(2 * w, w),
             );
             match cfg.attn {
                 AttnForm::Direct => {
                     // q = h W_QK, k = h, v = h W_VO^T.
-                    matmul_into(
-                        &mut grads[li.a],
-                        false,
-                        h.as_ref(),
-                        dq.as_ref(),
-                        true,
-                        false,
-                    );
-                    matmul_into(
-                        &mut grads[li.b],
-                        false,
-                        dv.as_ref(),
-                        h.as_ref(),
-                        true,
-                        false,
-                    );
-                    matmul_into(
-                        &mut dh,
-                        true,
-                        dq.as_ref(),
-                        self.params[li.a].as_ref(),
-                        false,
-                        true,
-                    );
-                    dh += &dk;
-                    matmul_into(
-                        &mut dh,
-                        true,
-                        dv.as_ref(),
-                        self.params[li.b].as_ref(),
-                        false,
-                        false,
-                    );
+                    matmul_into(&mut grads[li.a], false, h, dq, true, false);
+                    matmul_into(&mut grads[li.b], false, dv, h, true, false);
                 }
                 AttnForm::Factored { .. } => {
-                    matmul_into(
-                        &mut grads[li.a],
-                        false,
-                        h.as_ref(),
-                        dq.as_ref(),
-                        true,
-                        false,
-                    );
-                    matmul_into(
-                        &mut grads[li.b],
-                        false,
-                        h.as_ref(),
-                        dk.as_ref(),
-                        true,
-                        false,
-                    );
-                    matmul_into(
-                        &mut grads[li.c],
-                        false,
-                        h.as_ref(),
-                        dv.as_ref(),
-                        true,
-                        false,
-                    );
-                    matmul_into(
-                        &mut dh,
-                        true,
-                        dq.as_ref(),
-                        self.params[li.a].as_ref(),
-                        false,
-                        true,
-                    );
-                    matmul_into(
-                        &mut dh,
-                        true,
-                        dk.as_ref(),
-                        self.params[li.b].as_ref(),
-                        false,
-                        true,
-                    );
-                    matmul_into(
-                        &mut dh,
-                        true,
-                        dv.as_ref(),
-                        self.params[li.c].as_ref(),
-                        false,
-                        true,
-                    );
+                    matmul_into(&mut grads[li.a], false, h, dq, true, false);
+                    matmul_into(&mut grads[li.b], false, h, dk, true, false);
+                    matmul_into(&mut grads[li.c], false, h, dv, true, false);
                 }
             }
+            // dh += [dQ | dK | dV] Wcatᵀ (in direct form the identity block adds dK exactly).
+            matmul_into(dh, true, dqkv_r, wcat[l].as_ref(), false, true);
         }
         // Embeddings.
-        for r in 0..b * t {
-            let tok = cache.tokens[r] as usize;
-            let p = r % t;
-            for c in 0..cfg.d {
-                let g = dh[(r, c)];
-                grads[0][(tok, c)] += g;
-                grads[1][(p, c)] += g;
+        let (ge, gp) = grads.split_at_mut(1);
+        let (ge, gp) = (&mut ge[0], &mut gp[0]);
+        ge.fill(zero);
+        gp.fill(zero);
+        for c in 0..d {
+            let dc = dh.col_as_slice(c);
+            let (ec, pc) = (ge.col_as_slice_mut(c), &mut gp.col_as_slice_mut(c)[..t]);
+            for (ds, ts) in dc.chunks_exact(t).zip(tokens.chunks(t)) {
+                for ((&g, &tok), p) in ds.iter().zip(ts).zip(pc.iter_mut()) {
+                    ec[tok as usize] += g;
+                    *p += g;
+                }
             }
         }
-        grads
     }
+}
 
-    #[allow(clippy::too_many_arguments)]
-    fn attend_backward(
-        &self,
-        a: &Mat<F>,
-        q: &Mat<F>,
-        k: &Mat<F>,
-        v: &Mat<F>,
-        d_o: &Mat<F>,
-        b: usize,
-        t: usize,
-    ) -> (Mat<F>, Mat<F>, Mat<F>) {
-        let blocks: Vec<(Mat<F>, Mat<F>, Mat<F>)> = (0..b)
-            .into_par_iter()
-            .map(|s| {
-                let r0 = s * t;
-                let a_s = a.as_ref().subrows(r0, t);
-                let q_s = q.as_ref().subrows(r0, t);
-                let k_s = k.as_ref().subrows(r0, t);
-                let v_s = v.as_ref().subrows(r0, t);
-                let do_s = d_o.as_ref().subrows(r0, t);
-                let da = matmul(do_s, v_s, false, true);
-                let dv = matmul(a_s, do_s, true, false);
-                // dZ = A ⊙ (dA − rowsum(A ⊙ dA)).
-                let mut dz = Mat::zeros(t, t);
-                for i in 0..t {
-                    let mut dot = F::from_f64(0.0);
-                    for j in 0..=i {
-                        dot += a_s[(i, j)] * da[(i, j)];
-                    }
-                    for j in 0..=i {
-                        dz[(i, j)] = a_s[(i, j)] * (da[(i, j)] - dot);
-                    }
-                }
-                let dq = matmul(dz.as_ref(), k_s, false, false);
-                let dk = matmul(dz.as_ref(), q_s, true, false);
-                (dq, dk, dv)
-            })
-            .collect();
-        let mut dq = Mat::zeros(b * t, q.ncols());
-        let mut dk = Mat::zeros(b * t, k.ncols());
-        let mut dv = Mat::zeros(b * t, v.ncols());
-        for (s, (x, y, z)) in blocks.into_iter().enumerate() {
-            dq.as_mut().subrows_mut(s * t, t).copy_from(x.as_ref());
-            dk.as_mut().subrows_mut(s * t, t).copy_from(y.as_ref());
-            dv.as_mut().subrows_mut(s * t, t).copy_from(z.as_ref());
+/// Lanes of the element-wise reductions below: independent partial results
+/// that the compiler keeps in SIMD registers (a single running sum would be a
+/// chain of dependent scalar additions).
+const LANES: usize = 8;
+
+/// $\sum_k x_k$, summed in [`LANES`] interleaved partial sums.
+fn sum_lanes<F: Real>(xs: &[F]) -> F {
+    let zero = F::from_f64(0.0);
+    let mut acc = [zero; LANES];
+    let mut it = xs.chunks_exact(LANES);
+    for c in &mut it {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a += x;
         }
-        (dq, dk, dv)
     }
+    let mut s = zero;
+    for &x in it.remainder() {
+        s += x;
+    }
+    acc.iter().fold(s, |s, &a| s + a)
+}
+
+/// $\sum_k x_k y_k$ over the common length, in [`LANES`] partial sums.
+fn dot_lanes<F: Real>(xs: &[F], ys: &[F]) -> F {
+    let zero = F::from_f64(0.0);
+    let n = xs.len().min(ys.len());
+    let (xs, ys) = (&xs[..n], &ys[..n]);
+    let mut acc = [zero; LANES];
+    let (mut xi, mut yi) = (xs.chunks_exact(LANES), ys.chunks_exact(LANES));
+    for (c, d) in (&mut xi).zip(&mut yi) {
+        for ((a, &x), &y) in acc.iter_mut().zip(c).zip(d) {
+            *a += x * y;
+        }
+    }
+    let mut s = zero;
+    for (&x, &y) in xi.remainder().iter().zip(yi.remainder()) {
+        s += x * y;
+    }
+    acc.iter().fold(s, |s, &a| s + a)
+}
+
+/// $\max_k x_k$ ($-\infty$ for an empty slice).
+fn max_lanes<F: Real>(xs: &[F]) -> F {
+    let mut acc = [F::from_f64(f64::NEG_INFINITY); LANES];
+    let mut it = xs.chunks_exact(LANES);
+    for c in &mut it {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a = if x > *a { x } else { *a };
+        }
+    }
+    let mut m = F::from_f64(f64::NEG_INFINITY);
+    for &x in it.remainder().iter().chain(&acc) {
+        if x > m {
+            m = x;
+        }
+    }
+    m
 }
 
 fn relu<F: Real>(x: F) -> F {
@@ -771,8 +1039,32 @@ fn relu<F: Real>(x: F) -> F {
 }
 
 impl<F: Real> Cache<F> {
+    /// An empty cache, to be filled by [`Model::forward_into`].
+    pub fn new() -> Self {
+        Self {
+            b: 0,
+            t: 0,
+            tokens: Vec::new(),
+            chunks: Vec::new(),
+            wcat: Vec::new(),
+            work: Vec::new(),
+        }
+    }
+
+    /// The chunk holding batch row `r`, and the row's index inside it.
+    fn locate(&self, r: usize) -> (&Chunk<F>, usize) {
+        let s = r / self.t;
+        let ch = self
+            .chunks
+            .iter()
+            .find(|c| s < c.s0 + c.ns)
+            .expect("row inside the batch");
+        (ch, r - ch.s0 * self.t)
+    }
+
     /// Attention weight $A_{ij}$ of layer `l`, sequence `s`.
     pub fn attention(&self, l: usize, s: usize, i: usize, j: usize) -> f64 {
-        self.attn[l][(s * self.t + i, j)].to_f64()
+        let (ch, lr) = self.locate(s * self.t + i);
+        ch.acts[l].at[(j, lr)].to_f64()
     }
 }
