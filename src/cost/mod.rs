@@ -512,6 +512,24 @@ fn project_simplex(v: &mut [f64]) {
     v.iter_mut().for_each(|x| *x = (*x - theta).max(0.0));
 }
 
+/// $Z = \mathcal A^*\lambda$: a witness when every gap $\langle A_c, Z\rangle$ is positive
+/// (`Ok`), else `Err(Z)`.
+fn combination(p: &GapProgram, lam: &[f64]) -> Result<Feasibility, Mat<f64>> {
+    let z = p.adjoint(lam);
+    let min_gap = p
+        .forward(z.as_ref())
+        .into_iter()
+        .fold(f64::INFINITY, f64::min);
+    if min_gap > 0.0 {
+        Ok(Feasibility::Feasible {
+            witness: z,
+            min_gap,
+        })
+    } else {
+        Err(z)
+    }
+}
+
 /// Gordan test by FISTA on $\min_{\lambda \in \Delta^m} \tfrac12\|\mathcal A^*\lambda\|_F^2$.
 pub fn feasibility(p: &GapProgram, max_iter: usize) -> Result<Feasibility, CostError> {
     let m = p.n_constraints();
@@ -522,18 +540,10 @@ pub fn feasibility(p: &GapProgram, max_iter: usize) -> Result<Feasibility, CostE
     let scale = p.max_constraint_norm();
     for it in 0..max_iter {
         if it % 5 == 0 {
-            let z = p.adjoint(&lam);
-            let g = p.forward(z.as_ref());
-            let min_gap = g.iter().copied().fold(f64::INFINITY, f64::min);
-            if min_gap > 0.0 {
-                return Ok(Feasibility::Feasible {
-                    witness: z,
-                    min_gap,
-                });
-            }
-            let res = linalg::fro_norm(z.as_ref());
-            if res <= 1e-6 * scale {
-                break;
+            match combination(p, &lam) {
+                Ok(feasible) => return Ok(feasible),
+                Err(z) if linalg::fro_norm(z.as_ref()) <= 1e-6 * scale => break,
+                Err(_) => {}
             }
         }
         let zy = p.adjoint(&y);
@@ -549,15 +559,10 @@ pub fn feasibility(p: &GapProgram, max_iter: usize) -> Result<Feasibility, CostE
         lam = next;
         tk = t1;
     }
-    let z = p.adjoint(&lam);
-    let g = p.forward(z.as_ref());
-    let min_gap = g.iter().copied().fold(f64::INFINITY, f64::min);
-    if min_gap > 0.0 {
-        return Ok(Feasibility::Feasible {
-            witness: z,
-            min_gap,
-        });
-    }
+    let z = match combination(p, &lam) {
+        Ok(feasible) => return Ok(feasible),
+        Err(z) => z,
+    };
     let residual = linalg::fro_norm(z.as_ref());
     if residual <= 1e-4 * scale {
         let weights = p
@@ -908,29 +913,58 @@ pub fn fro_by_coordinate_ascent(p: &GapProgram, sweeps: usize) -> (f64, f64) {
     (linalg::fro_norm(w.as_ref()), gmin / p.delta)
 }
 
+/// Solver options of the closed-form checks (tight gap, generous budget).
+pub(crate) const CHECK_OPTS: SolveOptions = SolveOptions {
+    rel_gap: 1e-4,
+    max_iter: 50_000,
+    feas_iter: 5_000,
+};
+
+/// A random instance of the closed-form checks: (T, Δ ∈ [1, 10), pattern, embedding seed).
+pub(crate) fn check_instance(
+    rng: &mut StdRng,
+    t: std::ops::RangeInclusive<usize>,
+) -> (usize, f64, Pattern, u64) {
+    use rand::RngExt;
+    let t = rng.random_range(t);
+    let delta = rng.random_range(1.0..10.0);
+    let pattern = if rng.random::<bool>() {
+        Pattern::Sink
+    } else {
+        Pattern::Diagonal
+    };
+    (t, delta, pattern, rng.random())
+}
+
+/// Cross-check of a Frobenius solution `f` of `p` against Hildreth's coordinate ascent
+/// (4000 sweeps): returns the slacks (validity, agreement) and Hildreth's (‖W‖_F, gap/Δ).
+/// Hildreth's W rescaled by 1/gap is feasible, so its norm can never undercut the certified
+/// lower end (validity of `solve`'s bound, rounding 1e-9); after 4000 sweeps it is within 1e-3
+/// of the optimum, so it must not exceed the certified upper end by more than that (agreement
+/// of two independent algorithms).
+pub(crate) fn hildreth_slacks(p: &GapProgram, f: &CostSolution) -> (f64, f64, f64, f64) {
+    let (gl, gu) = (f.lower.unwrap_or(0.0), f.value.unwrap_or(f64::INFINITY));
+    let (hv, hgap) = fro_by_coordinate_ascent(p, 4000);
+    let hf = hv / hgap;
+    (
+        (hf - gl) / gu + 1e-9,
+        (gu * (1.0 + 1e-3) - hf) / gu,
+        hv,
+        hgap,
+    )
+}
+
 /// Theorem check `cost_closed_form`: on random small instances, the solver's
 /// certified bracket contains the §6 Frobenius closed form (orthonormal), the
 /// nuclear optimum lies between the Frobenius optimum and the §6 witnesses,
 /// and on Gaussian embeddings the primal–dual Frobenius value agrees with
 /// Hildreth's coordinate ascent. Margin: smallest relative slack of these inequalities.
 pub fn check_closed_form(cases: usize, seed: u64) -> crate::check::CheckOutcome {
-    use rand::RngExt;
     let mut out = crate::check::CheckOutcome::new("cost_closed_form", "relative slack");
     let mut rng = StdRng::seed_from_u64(seed);
-    let opts = SolveOptions {
-        rel_gap: 1e-4,
-        max_iter: 50_000,
-        feas_iter: 5_000,
-    };
+    let opts = CHECK_OPTS;
     for case in 0..cases {
-        let t = rng.random_range(3..=10usize);
-        let delta = rng.random_range(1.0..10.0);
-        let pattern = if rng.random::<bool>() {
-            Pattern::Sink
-        } else {
-            Pattern::Diagonal
-        };
-        let es: u64 = rng.random();
+        let (t, delta, pattern, es) = check_instance(&mut rng, 3..=10);
         let run = || -> Result<(bool, f64, String), CostError> {
             let x = embeddings(EmbeddingKind::Orthonormal, t, t + 2, es)?;
             let p = GapProgram::for_pattern(x.as_ref(), pattern, delta)?;
@@ -952,15 +986,8 @@ pub fn check_closed_form(cases: usize, seed: u64) -> crate::check::CheckOutcome 
             let g = embeddings(EmbeddingKind::Gaussian, t, t + 3, es)?;
             let pg = GapProgram::for_pattern(g.as_ref(), pattern, delta)?;
             let fg = solve(&pg, NormKind::Fro, opts)?;
-            let (hv, hgap) = fro_by_coordinate_ascent(&pg, 4000);
             let (gl, gu) = (fg.lower.unwrap_or(0.0), fg.value.unwrap_or(f64::INFINITY));
-            // Hildreth's W rescaled by 1/hgap is feasible, so its norm can never undercut the
-            // certified lower end (s5: validity of `solve`'s bound, rounding 1e-9); after 4000
-            // sweeps it is within 1e-3 of the optimum, so it must not exceed the certified
-            // upper end by more than that (s6: agreement of two independent algorithms).
-            let hf = hv / hgap;
-            let s5 = (hf - gl) / gu + 1e-9;
-            let s6 = (gu * (1.0 + 1e-3) - hf) / gu;
+            let (s5, s6, hv, hgap) = hildreth_slacks(&pg, &fg);
             let m = s1.min(s2).min(s3).min(s4).min(s5).min(s6);
             Ok((
                 m >= 0.0 && hgap > 0.0,
