@@ -252,3 +252,36 @@ fn convergence_criterion_stops_early_or_reports_failure() {
     };
     assert!(train(&bad, |_, _| {}).is_err());
 }
+
+/// Same seed, same output, whatever the threads: a run outside any pool, inside a 1-thread
+/// pool and inside a 2-thread pool gives bit-identical losses and costs (the batch is split
+/// into chunks by its size only, and each chunk's reductions run in a fixed order).
+#[test]
+fn training_does_not_depend_on_the_thread_count() {
+    use sinklab::train::{TaskSpec, TrainConfig, train};
+    let cfg = TrainConfig {
+        task: TaskSpec::BigramCopy {
+            n: 8,
+            k: 2,
+            alpha: 0.3,
+        },
+        t: 40,
+        d: 16,
+        attn: AttnForm::Factored { r: 16 },
+        batch: 16,
+        steps: 30,
+        ..TrainConfig::default()
+    };
+    let run = || {
+        let r = train(&cfg, |_, _| {}).unwrap();
+        (r.loss_curve, r.costs[0].qk_fro, r.eval_loss)
+    };
+    let outside = run();
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        assert_eq!(pool.install(run), outside, "{threads} threads");
+    }
+}
