@@ -655,12 +655,9 @@ pub fn solve(
     solve_with_dual(p, kind, opts).map(|(s, _)| s)
 }
 
-fn solve_with_dual(
-    p: &GapProgram,
-    kind: NormKind,
-    opts: SolveOptions,
-) -> Result<(CostSolution, Vec<f64>), CostError> {
-    let base = CostSolution {
+/// The empty solution of `p` (nothing solved yet).
+fn unsolved(p: &GapProgram) -> CostSolution {
+    CostSolution {
         value: None,
         lower: None,
         rel_gap: None,
@@ -671,20 +668,37 @@ fn solve_with_dual(
         constraints: p.n_constraints(),
         rank: None,
         w: None,
-    };
-    let n = p.n_constraints();
-    let witness = match feasibility(p, opts.feas_iter)? {
-        Feasibility::Infeasible(c) => {
-            return Ok((
-                CostSolution {
-                    certificate: Some(c),
-                    ..base
-                },
-                vec![0.0; n],
-            ));
+    }
+}
+
+fn solve_with_dual(
+    p: &GapProgram,
+    kind: NormKind,
+    opts: SolveOptions,
+) -> Result<(CostSolution, Vec<f64>), CostError> {
+    match feasibility(p, opts.feas_iter)? {
+        Feasibility::Infeasible(c) => Ok((
+            CostSolution {
+                certificate: Some(c),
+                ..unsolved(p)
+            },
+            vec![0.0; p.n_constraints()],
+        )),
+        Feasibility::Feasible { witness, min_gap } => {
+            solve_from(p, kind, opts, witness * faer::Scale(p.delta / min_gap))
         }
-        Feasibility::Feasible { witness, min_gap } => witness * faer::Scale(p.delta / min_gap),
-    };
+    }
+}
+
+/// The primal–dual iterations from a feasible `witness` (gaps ≥ Δ).
+fn solve_from(
+    p: &GapProgram,
+    kind: NormKind,
+    opts: SolveOptions,
+    witness: Mat<f64>,
+) -> Result<(CostSolution, Vec<f64>), CostError> {
+    let base = unsolved(p);
+    let n = p.n_constraints();
     let la = p.op_norm;
     // Start from the scaled witness: a feasible point, so the upper bound is finite at once.
     let mut w = witness.clone();
@@ -694,7 +708,7 @@ fn solve_with_dual(
     let mut lam = vec![0.0; n];
     let mut warm_iters = 0;
     if kind == NormKind::Nuclear {
-        let (f, lam_f) = solve_with_dual(p, NormKind::Fro, opts)?;
+        let (f, lam_f) = solve_from(p, NormKind::Fro, opts, witness.clone())?;
         warm_iters = f.iterations;
         lower = f.lower.unwrap_or(0.0);
         if let Some(wf) = &f.w {
