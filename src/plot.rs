@@ -318,7 +318,8 @@ fn draw_all<DB: DrawingBackend>(
         root.titled(title, ("sans-serif", 22))
             .map_err(|e| e.to_string())?
     };
-    let areas = root.split_evenly((1, panels.len().max(1)));
+    let (rows, cols) = grid(panels.len());
+    let areas = root.split_evenly((rows, cols));
     for (a, p) in areas.iter().zip(panels) {
         draw_panel(a, p)?;
     }
@@ -328,7 +329,17 @@ fn draw_all<DB: DrawingBackend>(
 /// Size in pixels of one panel.
 pub const PANEL_SIZE: (u32, u32) = (640, 480);
 
-/// Draws `panels` side by side into `stem.svg` and `stem.png`; returns both paths.
+/// Most panels in one row; more wrap onto further rows.
+pub const MAX_COLUMNS: usize = 3;
+
+/// (rows, columns) of the panel grid for `n` panels.
+fn grid(n: usize) -> (usize, usize) {
+    let cols = n.clamp(1, MAX_COLUMNS);
+    (n.max(1).div_ceil(cols), cols)
+}
+
+/// Draws `panels` side by side (at most [`MAX_COLUMNS`] a row) into `stem.svg` and
+/// `stem.png`; returns both paths.
 pub fn render(stem: &Path, title: &str, panels: &[Panel]) -> Result<Vec<PathBuf>, PlotError> {
     ensure_font();
     let finite = panels.iter().any(|p| {
@@ -339,9 +350,10 @@ pub fn render(stem: &Path, title: &str, panels: &[Panel]) -> Result<Vec<PathBuf>
     if !finite {
         return Err(PlotError::Empty(stem.display().to_string()));
     }
+    let (rows, cols) = grid(panels.len());
     let size = (
-        PANEL_SIZE.0 * panels.len().max(1) as u32,
-        PANEL_SIZE.1 + if title.is_empty() { 0 } else { 30 },
+        PANEL_SIZE.0 * cols as u32,
+        PANEL_SIZE.1 * rows as u32 + if title.is_empty() { 0 } else { 30 },
     );
     let svg = stem.with_extension("svg");
     let png = stem.with_extension("png");
@@ -530,5 +542,32 @@ mod tests {
             ..Default::default()
         };
         assert!(render(&dir.path().join("bad"), "", &[empty]).is_err());
+    }
+
+    #[test]
+    fn panels_wrap_after_three_columns() {
+        assert_eq!(grid(0), (1, 1));
+        assert_eq!(grid(1), (1, 1));
+        assert_eq!(grid(3), (1, 3));
+        assert_eq!(grid(4), (2, 3));
+        assert_eq!(grid(5), (2, 3));
+        assert_eq!(grid(7), (3, 3));
+        // The PNG of five panels is three panels wide and two high (+ the title band).
+        let dir = tempfile::tempdir().unwrap();
+        let p = Panel {
+            series: vec![Series::new(
+                "s",
+                vec![(1.0, 1.0), (2.0, 3.0)],
+                Style::Line,
+                0,
+            )],
+            ..Default::default()
+        };
+        let files = render(&dir.path().join("five"), "t", &vec![p; 5]).unwrap();
+        let png = std::fs::read(&files[1]).unwrap();
+        // IHDR: width and height, big-endian, at bytes 16..24.
+        let w = u32::from_be_bytes(png[16..20].try_into().unwrap());
+        let h = u32::from_be_bytes(png[20..24].try_into().unwrap());
+        assert_eq!((w, h), (3 * PANEL_SIZE.0, 2 * PANEL_SIZE.1 + 30));
     }
 }
