@@ -247,18 +247,16 @@ fn run_report_models(ctx: &ReportCtx, md: &mut String) -> Result<(), SectionErro
         if dir.join("claims.json").exists() {
             continue;
         }
-        let path = match fetch::cached(name) {
-            Some(p) => p,
-            None => match fetch::fetch(name, None, &mut |line: &str| eprintln!("fetch: {line}")) {
-                Ok(p) => p,
-                Err(e) => {
-                    writeln!(
-                        md,
-                        "{name}: not in the cache and the fetch failed ({e}); run `sinklab fetch {name}`.\n"
-                    )?;
-                    continue;
-                }
-            },
+        // `fetch` returns a verified cached copy at once, and downloads only what is missing.
+        let path = match fetch::fetch(name, None, &mut |line: &str| eprintln!("fetch: {line}")) {
+            Ok(p) => p,
+            Err(e) => {
+                writeln!(
+                    md,
+                    "{name}: not in the cache and the fetch failed ({e}); run `sinklab fetch {name}`.\n"
+                )?;
+                continue;
+            }
         };
         let lm = load(&path)?;
         let p = DetectorParams {
