@@ -34,13 +34,12 @@
 //!
 //! Submodules: [`model`] (mixing, block, sampling, mean cosine, Monte Carlo),
 //! [`predict`] (formulas, sign condition, the real-model entry point
-//! [`predict::head_prediction`]), [`checks`] (registered theorem checks) and
-//! [`section`] (report section and figure).
+//! [`predict::head_prediction`]), [`checks`] (registered theorem checks and their
+//! families). The report section and figure are in [`crate::claims::oversmoothing`].
 
 pub mod checks;
 pub mod model;
 pub mod predict;
-pub mod section;
 
 /// Errors of the oversmoothing model.
 #[derive(Debug, thiserror::Error, PartialEq)]

@@ -5,43 +5,9 @@
 //! A module contributes a section by adding a [`SectionFn`] to [`sections`].
 
 use crate::check::{self, CheckOutcome};
+pub use crate::section::{ReportCtx, ReportSection, SectionError, SectionFn, fmt_margin};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-
-/// Where and how a report is produced.
-#[derive(Clone, Debug)]
-pub struct ReportCtx {
-    /// Output directory (`out/` by default); figures go to `out/figures/`.
-    pub out_dir: PathBuf,
-    /// Master seed of every random draw in the report.
-    pub seed: u64,
-    /// Smaller sims (used by tests and `--quick`).
-    pub quick: bool,
-}
-
-impl ReportCtx {
-    /// Directory for figures.
-    pub fn fig_dir(&self) -> PathBuf {
-        self.out_dir.join("figures")
-    }
-}
-
-/// One section of the report.
-#[derive(Clone, Debug, Default)]
-pub struct ReportSection {
-    /// Section title (a `##` heading).
-    pub title: String,
-    /// Markdown body.
-    pub markdown: String,
-    /// Figure files written (paths relative to `out_dir` are shown in the report).
-    pub figures: Vec<PathBuf>,
-}
-
-/// Error type of a section.
-pub type SectionError = Box<dyn std::error::Error + Send + Sync>;
-
-/// A report section producer.
-pub type SectionFn = fn(&ReportCtx) -> Result<ReportSection, SectionError>;
 
 /// Every report section, in order. Modules register theirs here.
 #[allow(clippy::vec_init_then_push)] // one push line per module keeps registrations independent
@@ -50,10 +16,10 @@ pub fn sections() -> Vec<(&'static str, SectionFn)> {
     let mut v: Vec<(&'static str, SectionFn)> = Vec::new();
     v.push(("cost_scaling", crate::sweep::report_section));
     v.push(("real_models", crate::real::report_section::section));
-    v.push(("switches", crate::switch::report_section));
+    v.push(("switches", crate::claims::switch::section));
     v.push(("secondary", crate::secondary::report::section));
-    v.push(("half_space", crate::geometry::check::report_section));
-    v.push(("oversmoothing", crate::oversmoothing::section::section));
+    v.push(("half_space", crate::claims::half_space::section));
+    v.push(("oversmoothing", crate::claims::oversmoothing::section));
     v
 }
 
@@ -64,15 +30,6 @@ fn rel(out: &Path, p: &Path) -> String {
 /// Escapes a markdown table cell (a `|` would split the cell).
 fn cell(s: &str) -> String {
     s.replace('|', "\\|")
-}
-
-/// Formats a margin for tables.
-pub fn fmt_margin(m: f64) -> String {
-    if m.is_infinite() {
-        "—".into()
-    } else {
-        format!("{m:.3e}")
-    }
 }
 
 /// Runs everything and writes `ctx.out_dir/report.md`. Returns the path and

@@ -433,7 +433,7 @@ pub fn compute(p: &Point, opts: SolveOptions) -> Vec<Record> {
     let start = std::time::Instant::now();
     match p {
         Point::Exact(q) => {
-            let (sol, err) = match cost::solve_query(q, opts) {
+            let (sol, err) = match crate::train::embeddings::solve_query(q, opts) {
                 Ok(s) => (Some(s), None),
                 Err(e) => (None, Some(e.to_string())),
             };
@@ -1098,8 +1098,8 @@ alpha = 0.3
 /// Report section `cost_scaling`: runs (or resumes) the sweep under `out/sweeps/`,
 /// writes the figures and a table of exponents with a verdict on A5.
 pub fn report_section(
-    ctx: &crate::report::ReportCtx,
-) -> Result<crate::report::ReportSection, crate::report::SectionError> {
+    ctx: &crate::section::ReportCtx,
+) -> Result<crate::section::ReportSection, crate::section::SectionError> {
     let (text, name) = if ctx.quick {
         (QUICK_SPEC, "cost_scaling_quick")
     } else {
@@ -1157,7 +1157,7 @@ pub fn report_section(
         ));
     }
     md.push_str(&verdict_markdown(&fits));
-    Ok(crate::report::ReportSection {
+    Ok(crate::section::ReportSection {
         title: "Cost scaling: sink vs diagonal (A5)".into(),
         markdown: md,
         figures,

@@ -9,19 +9,21 @@
 //! wrong kernel (a swapped transpose, a missing mask, an off-by-one tile edge)
 //! overshoots them by orders of magnitude — `negative_control` checks that.
 //!
-//! The wgpu instantiation pins Vulkan (llvmpipe in CI). With no adapter it
+//! The backends and the per-backend instantiation come from the shared harness
+//! `tests/support/devices.rs`. The wgpu instantiation pins Vulkan (llvmpipe in CI). With no adapter it
 //! prints `SKIP: …` to stderr and returns; with `SINKLAB_REQUIRE_GPU=1`
 //! (set by `.ci/run`) a missing adapter is a failure instead.
 
-use std::sync::OnceLock;
+#[macro_use]
+mod support;
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use sinklab::backend::gpu::PARAM_RING_SLOTS;
 use sinklab::backend::{
-    AdamW, Backend, BackendError, BackendKind, Cpu, GpuOptions, Mask, MatmulKernel, Op, Real,
-    Shape, Wgpu, select,
+    AdamW, Backend, BackendError, BackendKind, GpuOptions, Mask, Op, Real, Shape, Wgpu, select,
 };
+use support::devices::{cpu_f32, cpu_f64, wgpu_f32};
 
 // ---------- f64 references ----------
 
@@ -460,132 +462,21 @@ fn shape_errors<B: Backend>(be: &B) {
     assert!(be.softmax_rows(&t, 1.0, Mask::None, &mut y).is_err());
 }
 
-/// Instantiates the whole suite for one backend.
-macro_rules! backend_suite {
-    ($name:ident, $make:expr) => {
-        mod $name {
-            use super::*;
-            #[test]
-            fn matmul_odd_shapes_and_transposes() {
-                if let Some(be) = $make {
-                    matmul_shapes(be)
-                }
-            }
-            #[test]
-            fn matmul_batches_broadcast_and_accumulate() {
-                if let Some(be) = $make {
-                    matmul_batched(be)
-                }
-            }
-            #[test]
-            fn tolerance_rejects_a_wrong_product() {
-                if let Some(be) = $make {
-                    negative_control(be)
-                }
-            }
-            #[test]
-            fn softmax_rows_forward_and_backward() {
-                if let Some(be) = $make {
-                    softmax_forward_backward(be)
-                }
-            }
-            #[test]
-            fn axpby_and_adamw_steps() {
-                if let Some(be) = $make {
-                    axpby_and_adamw(be)
-                }
-            }
-            #[test]
-            fn short_training_run_same_loss_curve() {
-                if let Some(be) = $make {
-                    training_curve_matches(be)
-                }
-            }
-            #[test]
-            fn bad_shapes_are_errors() {
-                if let Some(be) = $make {
-                    shape_errors(be)
-                }
-            }
-        }
-    };
-}
-
-static CPU64: Cpu<f64> = Cpu::new();
-static CPU32: Cpu<f32> = Cpu::new();
-
-fn cpu64() -> Option<&'static Cpu<f64>> {
-    Some(&CPU64)
-}
-fn cpu32() -> Option<&'static Cpu<f32>> {
-    Some(&CPU32)
-}
-
-/// The shared wgpu device (Vulkan only, default kernels), or `None` with a printed reason.
-fn gpu() -> Option<&'static Wgpu> {
-    static GPU: OnceLock<Result<Wgpu, String>> = OnceLock::new();
-    gpu_with(&GPU, MatmulKernel::Auto)
-}
-
-/// A second device that always runs the tiled (workgroup-memory) matmul, so
-/// both kernels are tested whichever adapter `Auto` would pick for.
-fn gpu_tiled() -> Option<&'static Wgpu> {
-    static GPU: OnceLock<Result<Wgpu, String>> = OnceLock::new();
-    gpu_with(&GPU, MatmulKernel::Tiled)
-}
-
-fn gpu_direct() -> Option<&'static Wgpu> {
-    static GPU: OnceLock<Result<Wgpu, String>> = OnceLock::new();
-    gpu_with(&GPU, MatmulKernel::Direct)
-}
-
-fn gpu_with(
-    cell: &'static OnceLock<Result<Wgpu, String>>,
-    matmul: MatmulKernel,
-) -> Option<&'static Wgpu> {
-    let r = cell.get_or_init(|| {
-        match Wgpu::new(&GpuOptions {
-            matmul,
-            ..GpuOptions::vulkan()
-        }) {
-            Ok(g) => Ok(g),
-            Err(BackendError::NoAdapter(why)) => Err(why),
-            Err(e) => panic!("a Vulkan adapter exists but the device failed: {e}"),
-        }
-    });
-    match r {
-        Ok(g) => Some(g),
-        Err(why) => {
-            if std::env::var("SINKLAB_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-                panic!("SINKLAB_REQUIRE_GPU=1 but no Vulkan adapter: {why}");
-            }
-            // Straight to the stderr handle: libtest captures `eprintln!` of
-            // passing tests, and a skip must be visible. Printed once per run.
-            static ONCE: std::sync::Once = std::sync::Once::new();
-            ONCE.call_once(|| {
-                use std::io::Write;
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "SKIP: wgpu-f32 backend tests: no Vulkan adapter ({why}); install \
-                     mesa-vulkan-drivers (SINKLAB_REQUIRE_GPU=1 makes this a failure)"
-                );
-            });
-            None
-        }
-    }
-}
-
-backend_suite!(cpu_f64, cpu64());
-backend_suite!(cpu_f32, cpu32());
-backend_suite!(wgpu_f32, gpu());
-backend_suite!(wgpu_f32_tiled, gpu_tiled());
-backend_suite!(wgpu_f32_direct, gpu_direct());
+device_suite!([cpu_f64, cpu_f32, wgpu_f32, wgpu_f32_tiled, wgpu_f32_direct]; {
+    matmul_odd_shapes_and_transposes => matmul_shapes,
+    matmul_batches_broadcast_and_accumulate => matmul_batched,
+    tolerance_rejects_a_wrong_product => negative_control,
+    softmax_rows_forward_and_backward => softmax_forward_backward,
+    axpby_and_adamw_steps => axpby_and_adamw,
+    short_training_run_same_loss_curve => training_curve_matches,
+    bad_shapes_are_errors => shape_errors,
+});
 
 // ---------- GPU-only behaviour ----------
 
 #[test]
 fn gpu_reports_its_adapter_and_rejects_oversized_buffers() {
-    let Some(g) = gpu() else { return };
+    let Some(g) = wgpu_f32() else { return };
     let d = g.describe();
     assert!(d.contains(&g.adapter_info().name), "{d}");
     eprintln!("wgpu adapter: {d}");
@@ -600,7 +491,7 @@ fn gpu_reports_its_adapter_and_rejects_oversized_buffers() {
 
 #[test]
 fn gpu_destroyed_device_gives_an_error_not_a_panic() {
-    if gpu().is_none() {
+    if wgpu_f32().is_none() {
         return;
     }
     // A private device: destroying it must not disturb the shared one.
@@ -633,7 +524,7 @@ fn gpu_destroyed_device_gives_an_error_not_a_panic() {
 /// from op to op) or a stale operand shows as an exact mismatch.
 #[test]
 fn gpu_recorded_chain_keeps_program_order() {
-    if gpu().is_none() {
+    if wgpu_f32().is_none() {
         return;
     }
     // A private device: the counters must see this test's kernels only.
@@ -685,7 +576,7 @@ fn gpu_recorded_chain_keeps_program_order() {
 /// and `read` sees every kernel called before it.
 #[test]
 fn gpu_write_after_recorded_kernel_keeps_order() {
-    let Some(g) = gpu() else { return };
+    let Some(g) = wgpu_f32() else { return };
     let s = Shape::mat(1, 5);
     let old = [1.0f32, 2.0, 3.0, 4.0, 5.0];
     let new = [10.0f32, 20.0, 30.0, 40.0, 50.0];
@@ -704,7 +595,7 @@ fn gpu_write_after_recorded_kernel_keeps_order() {
 /// op on the same tensors creates no new bind group.
 #[test]
 fn gpu_bind_group_cache_follows_tensor_lifetimes() {
-    let Some(g) = gpu() else { return };
+    let Some(g) = wgpu_f32() else { return };
     let s = Shape::mat(1, 3);
     let mut y = g.zeros(s).unwrap();
     for i in 0..600u32 {
@@ -728,7 +619,7 @@ fn gpu_bind_group_cache_follows_tensor_lifetimes() {
 /// submit (`flush`, `sync`, `read`) gives a typed error, no panic or hang.
 #[test]
 fn gpu_destroyed_with_kernels_recorded_gives_an_error() {
-    if gpu().is_none() {
+    if wgpu_f32().is_none() {
         return;
     }
     let g = Wgpu::new(&GpuOptions::vulkan()).unwrap();
@@ -792,7 +683,7 @@ fn backend_kind_parses_and_auto_explains_itself() {
 fn routed_host_products_match_faer() {
     use faer::Mat;
     use sinklab::backend::route;
-    let Some(_) = gpu() else { return };
+    let Some(_) = wgpu_f32() else { return };
     let g = std::sync::Arc::new(Wgpu::new(&GpuOptions::vulkan()).unwrap());
     let mut rng = StdRng::seed_from_u64(9);
     let a = Mat::<f32>::from_fn(23, 9, |_, _| rng.random_range(-1.0..1.0));
@@ -888,8 +779,8 @@ fn loss_curve<B: Backend>(be: &B) -> Vec<f64> {
 /// 3 + 2|x| ulp) may differ from f64 by a few times that, not by orders of
 /// magnitude. Allowed: 4× the CPU f32 deviation so far, plus 8 eps·L.
 fn training_curve_matches<B: Backend>(be: &B) {
-    let c64 = loss_curve(&CPU64);
-    let c32 = loss_curve(&CPU32);
+    let c64 = loss_curve(cpu_f64().unwrap());
+    let c32 = loss_curve(cpu_f32().unwrap());
     let got = loss_curve(be);
     assert!(
         got[FIT_STEPS] < got[0] / 5.0,
@@ -969,7 +860,7 @@ fn cli_backend_flag_resolves_and_trains() {
 fn train_module_same_loss_curve_routed_to_wgpu() {
     use sinklab::backend::route;
     use sinklab::train::{AttnForm, TrainConfig, train};
-    if gpu().is_none() {
+    if wgpu_f32().is_none() {
         return;
     }
     let cfg = TrainConfig {
@@ -1018,7 +909,7 @@ fn train_module_same_loss_curve_routed_to_wgpu() {
 /// thread's poll could run another's map callback late and the read failed.
 #[test]
 fn gpu_concurrent_reads_from_threads() {
-    let Some(g) = gpu() else { return };
+    let Some(g) = wgpu_f32() else { return };
     std::thread::scope(|s| {
         for th in 0..4u32 {
             s.spawn(move || {

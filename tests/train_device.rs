@@ -11,19 +11,22 @@
 //! - Control: a wrong gradient (the BOS-key mask forgotten; one entry off by
 //!   a little more than the tolerance) fails the same comparison.
 //!
-//! The wgpu instantiation pins Vulkan (llvmpipe in CI). With no adapter it
+//! The backends and the per-backend instantiation come from the shared harness
+//! `tests/support/devices.rs`. The wgpu instantiation pins Vulkan (llvmpipe in CI). With no adapter it
 //! prints `SKIP: …` to stderr and returns; with `SINKLAB_REQUIRE_GPU=1` a
 //! missing adapter is a failure instead.
 
-use std::sync::OnceLock;
+#[macro_use]
+mod support;
 
 use faer::Mat;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use sinklab::backend::{Backend, BackendError, Cpu, GpuOptions, MatmulKernel, Real, Wgpu};
+use sinklab::backend::{Backend, GpuOptions, Real, Wgpu};
 use sinklab::train::adamw::AdamW;
 use sinklab::train::device::DeviceModel;
 use sinklab::train::{AttnForm, Model, ModelConfig};
+use support::devices::wgpu_f32;
 
 const B: usize = 3;
 const T: usize = 6;
@@ -297,93 +300,11 @@ fn training_curve_matches<Bk: Backend>(be: &Bk) {
     }
 }
 
-macro_rules! device_suite {
-    ($name:ident, $make:expr) => {
-        mod $name {
-            use super::*;
-            #[test]
-            fn gradients_match_the_host_model() {
-                if let Some(be) = $make {
-                    gradients_match(be)
-                }
-            }
-            #[test]
-            fn wrong_gradients_are_caught() {
-                if let Some(be) = $make {
-                    wrong_gradient_is_caught(be)
-                }
-            }
-            #[test]
-            fn short_run_same_loss_curve() {
-                if let Some(be) = $make {
-                    training_curve_matches(be)
-                }
-            }
-        }
-    };
-}
-
-static CPU64: Cpu<f64> = Cpu::new();
-static CPU32: Cpu<f32> = Cpu::new();
-
-fn cpu64() -> Option<&'static Cpu<f64>> {
-    Some(&CPU64)
-}
-fn cpu32() -> Option<&'static Cpu<f32>> {
-    Some(&CPU32)
-}
-
-/// The shared Vulkan device (default kernels: on llvmpipe the direct matmul
-/// and the row-wise softmax / cross-entropy), or `None` with a printed reason.
-fn gpu() -> Option<&'static Wgpu> {
-    static GPU: OnceLock<Result<Wgpu, String>> = OnceLock::new();
-    gpu_with(&GPU, MatmulKernel::Auto)
-}
-
-/// A second device with the kernels hardware adapters get (tiled matmul,
-/// workgroup-reduction row kernels), so both sets are tested on any adapter.
-fn gpu_tiled() -> Option<&'static Wgpu> {
-    static GPU: OnceLock<Result<Wgpu, String>> = OnceLock::new();
-    gpu_with(&GPU, MatmulKernel::Tiled)
-}
-
-fn gpu_with(
-    cell: &'static OnceLock<Result<Wgpu, String>>,
-    matmul: MatmulKernel,
-) -> Option<&'static Wgpu> {
-    let opts = GpuOptions {
-        matmul,
-        ..GpuOptions::vulkan()
-    };
-    let r = cell.get_or_init(|| match Wgpu::new(&opts) {
-        Ok(g) => Ok(g),
-        Err(BackendError::NoAdapter(why)) => Err(why),
-        Err(e) => panic!("a Vulkan adapter exists but the device failed: {e}"),
-    });
-    match r {
-        Ok(g) => Some(g),
-        Err(why) => {
-            if std::env::var("SINKLAB_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-                panic!("SINKLAB_REQUIRE_GPU=1 but no Vulkan adapter: {why}");
-            }
-            static ONCE: std::sync::Once = std::sync::Once::new();
-            ONCE.call_once(|| {
-                use std::io::Write;
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "SKIP: wgpu-f32 device-resident training tests: no Vulkan adapter ({why}); \
-                     install mesa-vulkan-drivers (SINKLAB_REQUIRE_GPU=1 makes this a failure)"
-                );
-            });
-            None
-        }
-    }
-}
-
-device_suite!(cpu_f64, cpu64());
-device_suite!(cpu_f32, cpu32());
-device_suite!(wgpu_f32, gpu());
-device_suite!(wgpu_f32_tiled, gpu_tiled());
+device_suite!([cpu_f64, cpu_f32, wgpu_f32, wgpu_f32_tiled]; {
+    gradients_match_the_host_model => gradients_match,
+    wrong_gradients_are_caught => wrong_gradient_is_caught,
+    short_run_same_loss_curve => training_curve_matches,
+});
 
 /// The steady-state training step on wgpu reuses its wgpu objects: after a
 /// warm-up step no bind group is created, each step is one submit (two when the
@@ -393,7 +314,7 @@ device_suite!(wgpu_f32_tiled, gpu_tiled());
 /// kernels, same order), so the batching changed nothing but the submits.
 #[test]
 fn wgpu_training_step_is_one_submit_without_new_bind_groups() {
-    let Some(shared) = gpu() else { return };
+    let Some(shared) = wgpu_f32() else { return };
     // A private device: other tests use the shared one concurrently, and the
     // counters must see this model's steps only.
     let g = Wgpu::new(&GpuOptions::vulkan()).unwrap();
@@ -437,7 +358,7 @@ fn train_runs_device_resident_on_a_routed_gpu() {
     use sinklab::backend::route;
     use sinklab::tasks::BigramCopy;
     use sinklab::train::{TaskSpec, TrainConfig, train};
-    if gpu().is_none() {
+    if wgpu_f32().is_none() {
         return;
     }
     let arc = std::sync::Arc::new(Wgpu::new(&GpuOptions::vulkan()).unwrap());
@@ -515,7 +436,7 @@ fn train_runs_device_resident_on_a_routed_gpu() {
 fn convergence_criterion_runs_on_a_routed_gpu() {
     use sinklab::backend::route;
     use sinklab::train::{PROBE_EVERY, TaskSpec, TrainConfig, train};
-    if gpu().is_none() {
+    if wgpu_f32().is_none() {
         return;
     }
     let arc = std::sync::Arc::new(Wgpu::new(&GpuOptions::vulkan()).unwrap());

@@ -42,10 +42,10 @@ use proptest::prelude::*;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use sinklab::attention::{Mask, Norm};
+use sinklab::oversmoothing::checks::ramp_setup;
 use sinklab::oversmoothing::checks::{self, Variant};
 use sinklab::oversmoothing::model::{self, Setup};
 use sinklab::oversmoothing::predict;
-use sinklab::oversmoothing::section::ramp_setup;
 
 #[test]
 fn registered_prediction_check_holds() {
@@ -287,7 +287,7 @@ fn report_section_writes_figure_and_table() {
         seed: 5,
         quick: true,
     };
-    let s = sinklab::oversmoothing::section::section(&ctx).unwrap();
+    let s = sinklab::claims::oversmoothing::section(&ctx).unwrap();
     assert!(s.figures.iter().any(|p| p.ends_with("oversmoothing.svg")));
     for f in &s.figures {
         assert!(std::fs::metadata(f).unwrap().len() > 1000, "{f:?}");

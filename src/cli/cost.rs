@@ -5,8 +5,9 @@
 use anyhow::{Context, Result, bail};
 use sinklab::cost::{
     CostQuery, EmbeddingKind, NormKind, Pattern, Scope, SolveOptions, delta_eps, fro_orthonormal,
-    head, nuclear_witness, solve_head_query, solve_query,
+    head, nuclear_witness,
 };
+use sinklab::train::embeddings::{solve_head_query, solve_query};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -88,7 +89,7 @@ pub fn run(a: Args) -> Result<i32> {
             "training the embedding model (bigram-copy, T = {}, d = {d}, seed {}, {} steps)…",
             a.t,
             a.seed,
-            sinklab::cost::trained::STEPS
+            sinklab::train::embeddings::STEPS
         );
     }
     if a.scope == Scope::Head {

@@ -236,8 +236,8 @@ pub fn nuclear_witness(targets: &[Option<usize>], delta: f64) -> f64 {
 /// Frobenius brackets containing the closed forms, nuclear brackets between the Frobenius
 /// value and the witnesses; on Gaussian embeddings the VO Frobenius value agrees with
 /// Hildreth's coordinate ascent. Margin: smallest relative slack.
-pub fn check_closed_form(cases: usize, seed: u64) -> crate::check::CheckOutcome {
-    let mut out = crate::check::CheckOutcome::new("cost_head_closed_form", "relative slack");
+pub fn check_closed_form(cases: usize, seed: u64) -> crate::outcome::CheckOutcome {
+    let mut out = crate::outcome::CheckOutcome::new("cost_head_closed_form", "relative slack");
     let mut rng = StdRng::seed_from_u64(seed);
     let opts = super::CHECK_OPTS;
     for case in 0..cases {

@@ -34,7 +34,6 @@
 //! $M = X W X^\top$ itself is the variable.
 
 pub mod head;
-pub mod trained;
 
 use crate::linalg::{self, Mat};
 use faer::linalg::matmul::matmul;
@@ -144,21 +143,31 @@ pub fn delta_eps(m: usize, eps: f64) -> Result<f64, CostError> {
     Ok((m as f64 * (1.0 - eps) / eps).ln())
 }
 
-/// Seeded embeddings, one row per position ($T \times d$). `Trained` trains a model
-/// first (seconds; cached per process, see [`trained::embeddings`]).
+/// The sizes every embedding family needs: $T \ge 2$, $d \ge 1$.
+pub fn check_sizes(t: usize, d: usize) -> Result<(), CostError> {
+    if t < 2 || d == 0 {
+        return Err(CostError::Invalid(format!(
+            "need T >= 2 and d >= 1 (T = {t}, d = {d})"
+        )));
+    }
+    Ok(())
+}
+
+/// Seeded embeddings, one row per position ($T \times d$). `Trained` needs a trained
+/// model, which this (math) module does not build: it is refused here and produced by
+/// `crate::train::embeddings::query_embeddings`.
 pub fn embeddings(
     kind: EmbeddingKind,
     t: usize,
     d: usize,
     seed: u64,
 ) -> Result<Mat<f64>, CostError> {
-    if t < 2 || d == 0 {
-        return Err(CostError::Invalid(format!(
-            "need T >= 2 and d >= 1 (T = {t}, d = {d})"
-        )));
-    }
+    check_sizes(t, d)?;
     if kind == EmbeddingKind::Trained {
-        return trained::embeddings(t, d, seed).map(|x| x.as_ref().clone());
+        return Err(CostError::Invalid(
+            "trained embeddings come from a trained model: use train::embeddings::query_embeddings"
+                .into(),
+        ));
     }
     let mut rng = StdRng::seed_from_u64(seed);
     let g = Mat::from_fn(t, d, |_, _| {
@@ -866,23 +875,32 @@ fn default_on_rate() -> f64 {
     head::DEFAULT_ON_RATE
 }
 
-/// Solves a [`CostQuery`] (for the whole head: the sum of both parts, see [`head::HeadCost::total`]).
-pub fn solve_query(q: &CostQuery, opts: SolveOptions) -> Result<CostSolution, CostError> {
+/// Solves a [`CostQuery`] on its embeddings `x` ($T \times d$, drawn by the caller:
+/// `crate::train::embeddings::solve_query` draws them for every family). For the
+/// whole head: the sum of both parts, see [`head::HeadCost::total`].
+pub fn solve_query_on(
+    q: &CostQuery,
+    x: MatRef<'_, f64>,
+    opts: SolveOptions,
+) -> Result<CostSolution, CostError> {
     match q.scope {
         Scope::Qk => {
-            let x = embeddings(q.embedding, q.t, q.d, q.seed)?;
-            let p = GapProgram::for_pattern(x.as_ref(), q.pattern, q.delta)?;
+            let p = GapProgram::for_pattern(x, q.pattern, q.delta)?;
             solve(&p, q.norm, opts)
         }
-        Scope::Head => Ok(solve_head_query(q, opts)?.total()),
+        Scope::Head => Ok(solve_head_query_on(q, x, opts)?.total()),
     }
 }
 
-/// Solves the whole-head program of a [`CostQuery`] (its `scope` is ignored).
-pub fn solve_head_query(q: &CostQuery, opts: SolveOptions) -> Result<head::HeadCost, CostError> {
-    let x = embeddings(q.embedding, q.t, q.d, q.seed)?;
+/// Solves the whole-head program of a [`CostQuery`] on its embeddings `x` (its
+/// `scope` is ignored).
+pub fn solve_head_query_on(
+    q: &CostQuery,
+    x: MatRef<'_, f64>,
+    opts: SolveOptions,
+) -> Result<head::HeadCost, CostError> {
     let pi = head::sources(q.t, q.on_rate, q.seed)?;
-    head::solve_head(x.as_ref(), q.pattern, &pi, q.norm, q.delta, opts)
+    head::solve_head(x, q.pattern, &pi, q.norm, q.delta, opts)
 }
 
 /// Frobenius program by dual coordinate ascent (Hildreth's method), an
@@ -973,8 +991,8 @@ pub(crate) fn hildreth_slacks(p: &GapProgram, f: &CostSolution) -> (f64, f64, f6
 /// nuclear optimum lies between the Frobenius optimum and the §6 witnesses,
 /// and on Gaussian embeddings the primal–dual Frobenius value agrees with
 /// Hildreth's coordinate ascent. Margin: smallest relative slack of these inequalities.
-pub fn check_closed_form(cases: usize, seed: u64) -> crate::check::CheckOutcome {
-    let mut out = crate::check::CheckOutcome::new("cost_closed_form", "relative slack");
+pub fn check_closed_form(cases: usize, seed: u64) -> crate::outcome::CheckOutcome {
+    let mut out = crate::outcome::CheckOutcome::new("cost_closed_form", "relative slack");
     let mut rng = StdRng::seed_from_u64(seed);
     let opts = CHECK_OPTS;
     for case in 0..cases {

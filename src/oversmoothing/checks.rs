@@ -9,7 +9,7 @@ use super::OversmoothingError as E;
 use super::model::{self, Estimate, Setup};
 use super::predict::{self, Prediction};
 use crate::attention::{Mask, Norm};
-use crate::check::CheckOutcome;
+use crate::outcome::CheckOutcome;
 use faer::Mat;
 use rand::rngs::StdRng;
 use rand::{Rng, RngExt, SeedableRng};
@@ -365,4 +365,24 @@ pub fn sign_check_with(cases: usize, seed: u64, variant: Variant) -> CheckOutcom
 /// Registered run fn of `oversmoothing_sign`.
 pub fn sign_check(cases: usize, seed: u64) -> CheckOutcome {
     sign_check_with(cases, seed, Variant::Correct)
+}
+
+/// The deterministic family of the approximation-error table: $W = 0$,
+/// $\Sigma = \operatorname{diag}(2k/(d+1))_{k=1}^d$ (a linear ramp, effective rank $\approx 3d/4$),
+/// $\mu = \mathbf 1$, so $\rho_0 = 1/2$ for every $d$ and the first-order term is
+/// $\rho_2 - \rho_0 \approx 1/(8d)$. (With isotropic noise the first-order term is
+/// $\propto (3\rho_0 - 1)$ and vanishes near $\rho_0 = 1/3$: a poor family for this table.)
+pub fn ramp_setup(d: usize) -> Setup {
+    Setup {
+        w: Mat::zeros(d, d),
+        mu: vec![1.0; d],
+        factor: Mat::from_fn(d, d, |i, j| {
+            if i == j {
+                (2.0 * (i + 1) as f64 / (d + 1) as f64).sqrt()
+            } else {
+                0.0
+            }
+        }),
+        norm: Norm::Identity,
+    }
 }

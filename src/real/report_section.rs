@@ -7,7 +7,7 @@ use super::analysis::{RealReport, analyze};
 use super::tokenizer::Bos;
 use super::{fetch, halfspace_real, load, oversmooth_real};
 use crate::plot::{Heatmap, Panel, Series, Style, render, render_heatmap};
-use crate::report::{ReportCtx, ReportSection, SectionError};
+use crate::section::{ReportCtx, ReportSection, SectionError};
 use std::fmt::Write as _;
 
 /// The fixed text of the report.

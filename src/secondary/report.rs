@@ -8,7 +8,7 @@ use super::records::{SinkRecord, analyse, claim_measures};
 use super::synthetic::{SyntheticConfig, SyntheticModel, monotone_sweep, r_grid};
 use super::{DetectorParams, WindowMode};
 use crate::plot::{Panel, Series, Style, render};
-use crate::report::{ReportCtx, ReportSection, SectionError};
+use crate::section::{ReportCtx, ReportSection, SectionError};
 use crate::stats::spearman_ci;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};

@@ -481,11 +481,11 @@ pub fn r_grid(cfg: &SyntheticConfig) -> Vec<f64> {
 /// by aligned sinks never decreases, the lifetime of every cone sink never
 /// decreases, it is 0 at $r = 0$ and positive at the top of the grid, and the
 /// detector flags no token the MLP did not write.
-pub fn check_monotone(cases: usize, seed: u64) -> crate::check::CheckOutcome {
+pub fn check_monotone(cases: usize, seed: u64) -> crate::outcome::CheckOutcome {
     // Softmax and averages in f64 over <= 64 terms: rounding <= 1e-14, so a
     // step below -1e-12 is a real decrease, not rounding.
     const TOL: f64 = 1e-12;
-    let mut out = crate::check::CheckOutcome::new(
+    let mut out = crate::outcome::CheckOutcome::new(
         "secondary_monotone",
         "smallest step of aligned-sink attention along r",
     );

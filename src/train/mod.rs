@@ -19,6 +19,7 @@
 
 pub mod adamw;
 pub mod device;
+pub mod embeddings;
 pub mod kernels;
 pub mod model;
 

@@ -1,4 +1,6 @@
-//! Embeddings taken from a trained model, for the exact cost programs.
+//! Embeddings taken from a trained model, for the exact cost programs of
+//! [`crate::cost`] (which, being math, never trains: a [`CostQuery`] with
+//! [`EmbeddingKind::Trained`] is solved here, every other family there).
 //!
 //! Recipe (fixed, so a `(T, d, seed)` names one matrix): a one-layer model with
 //! factored attention ($r = d$), no MLP, trained with AdamW on bigram-copy
@@ -20,7 +22,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use super::CostError;
+use crate::cost::{
+    self, CostError, CostQuery, CostSolution, EmbeddingKind, Scope, SolveOptions, head,
+};
 use crate::linalg::Mat;
 use crate::tasks::BigramCopy;
 use crate::train::{self, AttnForm, TaskSpec, TrainConfig};
@@ -97,4 +101,38 @@ pub fn embeddings(t: usize, d: usize, seed: u64) -> Result<Arc<Mat<f64>>, CostEr
 
 fn poisoned() -> CostError {
     CostError::Training("the trained-embedding cache was poisoned by a panic".into())
+}
+
+/// The embeddings of a [`CostQuery`]'s family ($T \times d$): the trained recipe for
+/// [`EmbeddingKind::Trained`], [`cost::embeddings`] otherwise.
+pub fn query_embeddings(
+    kind: EmbeddingKind,
+    t: usize,
+    d: usize,
+    seed: u64,
+) -> Result<Mat<f64>, CostError> {
+    if kind == EmbeddingKind::Trained {
+        cost::check_sizes(t, d)?;
+        return embeddings(t, d, seed).map(|x| x.as_ref().clone());
+    }
+    cost::embeddings(kind, t, d, seed)
+}
+
+/// Solves a [`CostQuery`] of any embedding family (for the whole head: the sum of
+/// both parts, see [`head::HeadCost::total`]).
+pub fn solve_query(q: &CostQuery, opts: SolveOptions) -> Result<CostSolution, CostError> {
+    match q.scope {
+        Scope::Qk => {
+            let x = query_embeddings(q.embedding, q.t, q.d, q.seed)?;
+            cost::solve_query_on(q, x.as_ref(), opts)
+        }
+        Scope::Head => Ok(solve_head_query(q, opts)?.total()),
+    }
+}
+
+/// Solves the whole-head program of a [`CostQuery`] of any embedding family (its
+/// `scope` is ignored).
+pub fn solve_head_query(q: &CostQuery, opts: SolveOptions) -> Result<head::HeadCost, CostError> {
+    let x = query_embeddings(q.embedding, q.t, q.d, q.seed)?;
+    cost::solve_head_query_on(q, x.as_ref(), opts)
 }

@@ -1,16 +1,16 @@
-//! The `oversmoothing` report section: predicted and simulated mean token
+//! The `oversmoothing` report section (claim A2): predicted and simulated mean token
 //! cosine against $\lambda$ (identity, RMSNorm, LayerNorm; bidirectional and
 //! causal), the finite-$n$ convergence to the $n\to\infty$ limit, and the
 //! approximation error of the ratio-of-expectations formula against $d$.
-//! Figure: `out/figures/oversmoothing.{svg,png}`.
+//! Figure: `out/figures/oversmoothing.{svg,png}`. Claim A2 (THEORY.md §7); the math
+//! is in [`crate::oversmoothing`], the checks in [`crate::oversmoothing::checks`].
 
-use super::checks::{finite_n_deviation, loglog_slope, random_setup};
-use super::model::{self, Setup};
-use super::predict;
 use crate::attention::{Mask, Norm};
+use crate::oversmoothing::checks::{finite_n_deviation, loglog_slope, ramp_setup, random_setup};
+use crate::oversmoothing::model::{self, Setup};
+use crate::oversmoothing::predict;
 use crate::plot::{self, Panel, Series, Style};
-use crate::report::{ReportCtx, ReportSection, SectionError};
-use faer::Mat;
+use crate::section::{ReportCtx, ReportSection, SectionError};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use std::fmt::Write as _;
@@ -280,24 +280,4 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         markdown: md,
         figures,
     })
-}
-
-/// The deterministic family of the approximation-error table: $W = 0$,
-/// $\Sigma = \operatorname{diag}(2k/(d+1))_{k=1}^d$ (a linear ramp, effective rank $\approx 3d/4$),
-/// $\mu = \mathbf 1$, so $\rho_0 = 1/2$ for every $d$ and the first-order term is
-/// $\rho_2 - \rho_0 \approx 1/(8d)$. (With isotropic noise the first-order term is
-/// $\propto (3\rho_0 - 1)$ and vanishes near $\rho_0 = 1/3$: a poor family for this table.)
-pub fn ramp_setup(d: usize) -> Setup {
-    Setup {
-        w: Mat::zeros(d, d),
-        mu: vec![1.0; d],
-        factor: Mat::from_fn(d, d, |i, j| {
-            if i == j {
-                (2.0 * (i + 1) as f64 / (d + 1) as f64).sqrt()
-            } else {
-                0.0
-            }
-        }),
-        norm: Norm::Identity,
-    }
 }
