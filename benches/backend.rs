@@ -98,12 +98,12 @@ fn matmul(c: &mut Criterion) {
 }
 
 /// One training step (forward, backward, AdamW) of the device-resident
-/// attention head (`backend::attn`) at the cost-scaling sweep's trained sizes
+/// attention head (`train::attn`) at the cost-scaling sweep's trained sizes
 /// (batch 16, d 16, T = 32, 64, 128), CPU f32 against GPU f32; the GPU step
 /// ends with `sync` so its time is the device's, not the queue's.
 fn train_step(c: &mut Criterion) {
-    use sinklab::backend::AdamW;
-    use sinklab::backend::attn::{AttnFit, AttnFitConfig};
+    use sinklab::backend::AdamWHyper;
+    use sinklab::train::attn::{AttnFit, AttnFitConfig};
     let gpu = Wgpu::new(&GpuOptions::default()).ok();
     let mut g = c.benchmark_group("train_step");
     g.sample_size(10)
@@ -115,9 +115,9 @@ fn train_step(c: &mut Criterion) {
             t,
             d: 16,
             seed: 1,
-            adamw: AdamW {
+            adamw: AdamWHyper {
                 lr: 1e-3,
-                ..AdamW::default()
+                ..AdamWHyper::default()
             },
         };
         let cpu = Cpu::<f32>::new();

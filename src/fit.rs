@@ -1,8 +1,7 @@
 //! Exponent fits: $\log y = a + b \log T$ by least squares, with a seeded
 //! pairs-bootstrap percentile confidence interval for the slope $b$.
 
-use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
+use crate::stats;
 use serde::{Deserialize, Serialize};
 
 /// Errors of the fitter.
@@ -41,24 +40,11 @@ impl PowerFit {
     }
 }
 
-fn ols(pts: &[(f64, f64)]) -> Option<(f64, f64)> {
-    let n = pts.len() as f64;
-    let mx = pts.iter().map(|p| p.0).sum::<f64>() / n;
-    let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
-    let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
-    let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
-    // sxx vanishes when all x are equal: no slope is identified.
-    (sxx > 1e-12 * n).then(|| {
-        let b = sxy / sxx;
-        (my - b * mx, b)
-    })
-}
-
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let pos = q * (sorted.len() - 1) as f64;
-    let lo = pos.floor() as usize;
-    let hi = pos.ceil() as usize;
-    sorted[lo] + (pos - lo as f64) * (sorted[hi] - sorted[lo])
+/// The least-squares line $(a, b)$ of [`stats::least_squares`], `None` when
+/// $S_{xx} \le 10^{-12} n$ (all $x$ equal up to rounding: no slope is identified).
+fn ols(x: &[f64], y: &[f64]) -> Option<(f64, f64)> {
+    let f = stats::least_squares(x, y);
+    (f.sxx > 1e-12 * x.len() as f64).then_some((f.intercept, f.slope))
 }
 
 /// Fits $\log y = a + b\log x$ to `(x, y)` points (x, y > 0); CI by `n_boot`
@@ -87,10 +73,11 @@ pub fn fit_power_law(
         )));
     }
     let logs: Vec<(f64, f64)> = points.iter().map(|p| (p.0.ln(), p.1.ln())).collect();
+    let (lx, ly): (Vec<f64>, Vec<f64>) = logs.iter().copied().unzip();
     let mut xs: Vec<f64> = points.iter().map(|p| p.0).collect();
     xs.sort_by(f64::total_cmp);
     xs.dedup();
-    let (a, b) = ols(&logs)
+    let (a, b) = ols(&lx, &ly)
         .ok_or_else(|| FitError::Degenerate("fewer than two distinct x values".into()))?;
     let resid_sd = if logs.len() > 2 {
         (logs
@@ -102,26 +89,14 @@ pub fn fit_power_law(
     } else {
         0.0
     };
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut slopes = Vec::with_capacity(n_boot);
-    let mut sample = Vec::with_capacity(logs.len());
-    for _ in 0..n_boot {
-        sample.clear();
-        for _ in 0..logs.len() {
-            sample.push(logs[rng.random_range(0..logs.len())]);
-        }
-        if let Some((_, bb)) = ols(&sample) {
-            slopes.push(bb);
-        }
-    }
+    let slopes = stats::bootstrap_resamples(&lx, &ly, |x, y| ols(x, y).map(|f| f.1), n_boot, seed);
     let (ci_low, ci_high) = if slopes.is_empty() {
         (b, b)
     } else {
-        slopes.sort_by(f64::total_cmp);
         let alpha = (1.0 - level) / 2.0;
         (
-            quantile(&slopes, alpha).min(b),
-            quantile(&slopes, 1.0 - alpha).max(b),
+            stats::quantile_sorted(&slopes, alpha).min(b),
+            stats::quantile_sorted(&slopes, 1.0 - alpha).max(b),
         )
     };
     Ok(PowerFit {

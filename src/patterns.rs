@@ -214,16 +214,9 @@ pub struct CosSummary {
     pub frac_nonpos: f64,
 }
 
-/// Quantile by linear interpolation of a sorted slice.
-pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let pos = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
-    let lo = pos.floor() as usize;
-    let hi = pos.ceil() as usize;
-    sorted[lo] + (pos - lo as f64) * (sorted[hi] - sorted[lo])
-}
+/// Quantile of a sorted slice: [`crate::stats::quantile_sorted`] (re-exported here
+/// for the metric code that already names it).
+pub use crate::stats::quantile_sorted;
 
 /// BOS-cosine summary of hidden states `h` ($T\times d$) against row `bos`.
 pub fn bos_cosine_summary(h: MatRef<'_, f64>, bos: usize) -> Option<CosSummary> {

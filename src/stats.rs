@@ -102,19 +102,48 @@ pub struct LineFit {
     pub r2: f64,
 }
 
-/// Ordinary least squares of `y` on `x`.
-pub fn line_fit(x: &[f64], y: &[f64]) -> Result<LineFit, StatsError> {
-    check_pair(x, y, 2)?;
+/// The least-squares line of `y` on `x` before any check: $b = S_{xy}/S_{xx}$,
+/// $a = \bar y - b\bar x$, and $S_{xx} = \sum_i (x_i - \bar x)^2$, which the caller
+/// compares with its own degeneracy threshold (with $S_{xx} = 0$ the slope is not finite).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LeastSquares {
+    /// Intercept $a$.
+    pub intercept: f64,
+    /// Slope $b$.
+    pub slope: f64,
+    /// $S_{xx}$.
+    pub sxx: f64,
+}
+
+/// The one least-squares line of the crate (see [`LeastSquares`]); `x` and `y` have
+/// equal lengths.
+pub fn least_squares(x: &[f64], y: &[f64]) -> LeastSquares {
     let n = x.len() as f64;
     let mx = x.iter().sum::<f64>() / n;
     let my = y.iter().sum::<f64>() / n;
     let sxx: f64 = x.iter().map(|a| (a - mx) * (a - mx)).sum();
+    let sxy: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let slope = sxy / sxx;
+    LeastSquares {
+        intercept: my - slope * mx,
+        slope,
+        sxx,
+    }
+}
+
+/// Ordinary least squares of `y` on `x`, with $R^2$.
+pub fn line_fit(x: &[f64], y: &[f64]) -> Result<LineFit, StatsError> {
+    check_pair(x, y, 2)?;
+    let n = x.len() as f64;
+    let my = y.iter().sum::<f64>() / n;
+    let LeastSquares {
+        intercept,
+        slope,
+        sxx,
+    } = least_squares(x, y);
     if sxx == 0.0 {
         return Err(StatsError::Constant);
     }
-    let sxy: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
-    let slope = sxy / sxx;
-    let intercept = my - slope * mx;
     let ss_tot: f64 = y.iter().map(|b| (b - my) * (b - my)).sum();
     let ss_res: f64 = x
         .iter()
@@ -172,6 +201,37 @@ pub fn bootstrap_paired(
     }
     let value = stat(x, y)?;
     let n = x.len();
+    let vals = bootstrap_resamples(x, y, |a, b| stat(a, b).ok(), b, seed);
+    if vals.len() * 2 < b {
+        return Err(StatsError::Param(format!(
+            "statistic undefined on {} of {b} resamples",
+            b - vals.len()
+        )));
+    }
+    let q = |p: f64| quantile_sorted(&vals, p);
+    Ok(Estimate {
+        value,
+        lo: q((1.0 - level) / 2.0),
+        hi: q((1.0 + level) / 2.0),
+        level,
+        resamples: vals.len(),
+        n,
+    })
+}
+
+/// The one pairs bootstrap of the crate: `b` resamples of the pairs $(x_i, y_i)$ with
+/// replacement, each position drawing one uniform index from a generator seeded by
+/// `seed`, and the statistic on each resample where it is defined (`None` skips it),
+/// sorted ascending. [`bootstrap_paired`] and `fit::fit_power_law` take their
+/// percentile intervals from it.
+pub fn bootstrap_resamples(
+    x: &[f64],
+    y: &[f64],
+    stat: impl Fn(&[f64], &[f64]) -> Option<f64>,
+    b: usize,
+    seed: u64,
+) -> Vec<f64> {
+    let n = x.len();
     let mut rng = StdRng::seed_from_u64(seed);
     let mut xs = vec![0.0; n];
     let mut ys = vec![0.0; n];
@@ -182,32 +242,26 @@ pub fn bootstrap_paired(
             xs[k] = x[i];
             ys[k] = y[i];
         }
-        if let Ok(v) = stat(&xs, &ys) {
+        if let Some(v) = stat(&xs, &ys) {
             vals.push(v);
         }
     }
-    if vals.len() * 2 < b {
-        return Err(StatsError::Param(format!(
-            "statistic undefined on {} of {b} resamples",
-            b - vals.len()
-        )));
-    }
     vals.sort_by(f64::total_cmp);
-    let q = |p: f64| {
-        // Linear interpolation between order statistics (type 7).
-        let h = p * (vals.len() - 1) as f64;
-        let lo = h.floor() as usize;
-        let hi = h.ceil() as usize;
-        vals[lo] + (h - lo as f64) * (vals[hi] - vals[lo])
-    };
-    Ok(Estimate {
-        value,
-        lo: q((1.0 - level) / 2.0),
-        hi: q((1.0 + level) / 2.0),
-        level,
-        resamples: vals.len(),
-        n,
-    })
+    vals
+}
+
+/// Quantile of an ascending slice by linear interpolation between order statistics
+/// (Hyndman–Fan type 7): with $h = q(n-1)$,
+/// $x_{(\lfloor h\rfloor)} + (h - \lfloor h\rfloor)(x_{(\lceil h\rceil)} - x_{(\lfloor h\rfloor)})$;
+/// `q` is clamped to $[0, 1]$, and an empty slice gives NaN.
+pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let pos = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = pos.ceil() as usize;
+    sorted[lo] + (pos - lo as f64) * (sorted[hi] - sorted[lo])
 }
 
 /// Spearman correlation with a seeded percentile-bootstrap interval.

@@ -21,7 +21,8 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use sinklab::backend::gpu::PARAM_RING_SLOTS;
 use sinklab::backend::{
-    AdamW, Backend, BackendError, BackendKind, GpuOptions, Mask, Op, Real, Shape, Wgpu, select,
+    AdamWHyper, Backend, BackendError, BackendKind, GpuOptions, Op, Real, Shape, SoftmaxMask, Wgpu,
+    select,
 };
 use support::devices::{cpu_f32, cpu_f64, wgpu_f32};
 
@@ -94,7 +95,7 @@ fn tol_matmul(eps: f64, k: usize, mag_ab: f64, mag_c0: f64) -> f64 {
     eps * ((k as f64 + 5.0) * mag_ab + 3.0 * mag_c0) + f64::MIN_POSITIVE
 }
 
-fn softmax_ref(x: &[f64], s: Shape, scale: f64, mask: Mask) -> Vec<f64> {
+fn softmax_ref(x: &[f64], s: Shape, scale: f64, mask: SoftmaxMask) -> Vec<f64> {
     let mut y = vec![0.0; x.len()];
     for (r, (xr, yr)) in x
         .chunks_exact(s.cols)
@@ -103,9 +104,9 @@ fn softmax_ref(x: &[f64], s: Shape, scale: f64, mask: Mask) -> Vec<f64> {
     {
         let i = r % s.rows;
         let (lo, vis) = match mask {
-            Mask::None => (0, s.cols),
-            Mask::Causal => (0, (i + 1).min(s.cols)),
-            Mask::CausalNoFirstKey => (usize::from(i >= 1), (i + 1).min(s.cols)),
+            SoftmaxMask::None => (0, s.cols),
+            SoftmaxMask::Causal => (0, (i + 1).min(s.cols)),
+            SoftmaxMask::CausalNoFirstKey => (usize::from(i >= 1), (i + 1).min(s.cols)),
         };
         let mx = xr[lo..vis]
             .iter()
@@ -303,12 +304,12 @@ fn negative_control<B: Backend>(be: &B) {
 fn softmax_forward_backward<B: Backend>(be: &B) {
     let mut rng = StdRng::seed_from_u64(7);
     for (s, scale, mask) in [
-        (Shape::new(2, 5, 5), 1.0, Mask::Causal),
-        (Shape::new(3, 17, 17), 0.35, Mask::Causal),
-        (Shape::new(1, 9, 130), 2.0, Mask::None),
-        (Shape::new(4, 70, 70), 0.125, Mask::Causal),
-        (Shape::new(2, 3, 1), 1.0, Mask::None),
-        (Shape::new(3, 9, 9), 0.5, Mask::CausalNoFirstKey),
+        (Shape::new(2, 5, 5), 1.0, SoftmaxMask::Causal),
+        (Shape::new(3, 17, 17), 0.35, SoftmaxMask::Causal),
+        (Shape::new(1, 9, 130), 2.0, SoftmaxMask::None),
+        (Shape::new(4, 70, 70), 0.125, SoftmaxMask::Causal),
+        (Shape::new(2, 3, 1), 1.0, SoftmaxMask::None),
+        (Shape::new(3, 9, 9), 0.5, SoftmaxMask::CausalNoFirstKey),
     ] {
         // Logits of size up to 8: a realistic, non-trivial dynamic range.
         let x: Vec<f64> = randn(&mut rng, s.len()).iter().map(|v| 8.0 * v).collect();
@@ -323,7 +324,7 @@ fn softmax_forward_backward<B: Backend>(be: &B) {
         check_close(&what, &got, &want, |i| {
             tol_softmax(eps::<B>(), s.cols, kappa, want[i])
         });
-        if mask != Mask::None {
+        if mask != SoftmaxMask::None {
             // Masked entries are exactly zero, and every row sums to 1.
             for (r, row) in got.chunks_exact(s.cols).enumerate() {
                 let i = r % s.rows;
@@ -331,7 +332,7 @@ fn softmax_forward_backward<B: Backend>(be: &B) {
                     row[i + 1..].iter().all(|&v| v == 0.0),
                     "{what}: row {r} leaks past the mask"
                 );
-                if mask == Mask::CausalNoFirstKey && i >= 1 {
+                if mask == SoftmaxMask::CausalNoFirstKey && i >= 1 {
                     assert_eq!(row[0], 0.0, "{what}: row {r} sees key 0");
                 }
             }
@@ -388,7 +389,7 @@ fn axpby_and_adamw<B: Backend>(be: &B) {
     });
 
     // Three AdamW steps with fresh gradients, against an f64 reference.
-    let h = AdamW {
+    let h = AdamWHyper {
         lr: 0.05,
         beta1: 0.9,
         beta2: 0.99,
@@ -459,7 +460,7 @@ fn shape_errors<B: Backend>(be: &B) {
         "{e}"
     );
     let mut y = be.zeros(Shape::mat(2, 3)).unwrap();
-    assert!(be.softmax_rows(&t, 1.0, Mask::None, &mut y).is_err());
+    assert!(be.softmax_rows(&t, 1.0, SoftmaxMask::None, &mut y).is_err());
 }
 
 device_suite!([cpu_f64, cpu_f32, wgpu_f32, wgpu_f32_tiled, wgpu_f32_direct]; {
@@ -739,14 +740,14 @@ fn routed_host_products_match_faer() {
 
 // ---------- a short training run, on every backend ----------
 
-use sinklab::backend::attn::{AttnFit, AttnFitConfig};
+use sinklab::train::attn::{AttnFit, AttnFitConfig};
 
 const FIT: AttnFitConfig = AttnFitConfig {
     batch: 4,
     t: 13,
     d: 8,
     seed: 11,
-    adamw: AdamW {
+    adamw: AdamWHyper {
         lr: 0.02,
         beta1: 0.9,
         beta2: 0.999,

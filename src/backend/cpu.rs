@@ -12,8 +12,8 @@ use std::marker::PhantomData;
 use faer::{Accum, MatMut, MatRef, Par};
 
 use super::{
-    AdamW, Backend, BackendError, Mask, Op, Real, Result, Shape, check_embed, check_len,
-    check_same, check_xent, matmul_dims,
+    AdamWHyper, Backend, BackendError, Op, Real, Result, Shape, SoftmaxMask, check_embed,
+    check_len, check_same, check_xent, matmul_dims,
 };
 
 /// Smallest $m n k$ for which a matmul uses faer's rayon parallelism.
@@ -165,7 +165,7 @@ impl<T: Real> Backend for Cpu<T> {
         &self,
         x: &CpuTensor<T>,
         scale: f64,
-        mask: Mask,
+        mask: SoftmaxMask,
         y: &mut CpuTensor<T>,
     ) -> Result<()> {
         check_same("softmax_rows", x.shape, y.shape)?;
@@ -251,7 +251,7 @@ impl<T: Real> Backend for Cpu<T> {
 
     fn adamw(
         &self,
-        h: &AdamW,
+        h: &AdamWHyper,
         t: u64,
         p: &mut CpuTensor<T>,
         g: &CpuTensor<T>,
@@ -446,7 +446,7 @@ pub(crate) struct AdamWCoeffs {
 }
 
 impl AdamWCoeffs {
-    pub fn new(h: &AdamW, t: u64) -> Self {
+    pub fn new(h: &AdamWHyper, t: u64) -> Self {
         let t = t.max(1) as f64;
         Self {
             inv_bc1: 1.0 / (1.0 - h.beta1.powf(t)),

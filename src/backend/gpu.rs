@@ -35,8 +35,8 @@ use std::time::Duration;
 
 use super::cpu::AdamWCoeffs;
 use super::{
-    AdamW, Backend, BackendError, Mask, Op, Result, Shape, check_embed, check_len, check_same,
-    check_xent, matmul_dims, total_rows,
+    AdamWHyper, Backend, BackendError, Op, Result, Shape, SoftmaxMask, check_embed, check_len,
+    check_same, check_xent, matmul_dims, total_rows,
 };
 
 /// Where and how to open a GPU device.
@@ -1118,7 +1118,13 @@ impl Backend for Wgpu {
         Ok(())
     }
 
-    fn softmax_rows(&self, x: &GpuTensor, scale: f64, mask: Mask, y: &mut GpuTensor) -> Result<()> {
+    fn softmax_rows(
+        &self,
+        x: &GpuTensor,
+        scale: f64,
+        mask: SoftmaxMask,
+        y: &mut GpuTensor,
+    ) -> Result<()> {
         check_same("softmax_rows", x.shape, y.shape)?;
         let s = x.shape;
         if s.is_empty() {
@@ -1131,9 +1137,9 @@ impl Backend for Wgpu {
             cols: s.cols as u32,
             total_rows: total as u32,
             causal: match mask {
-                Mask::None => 0,
-                Mask::Causal => 1,
-                Mask::CausalNoFirstKey => 2,
+                SoftmaxMask::None => 0,
+                SoftmaxMask::Causal => 1,
+                SoftmaxMask::CausalNoFirstKey => 2,
             },
             scale: scale as f32,
             pad: [0; 3],
@@ -1201,7 +1207,7 @@ impl Backend for Wgpu {
 
     fn adamw(
         &self,
-        h: &AdamW,
+        h: &AdamWHyper,
         t: u64,
         p: &mut GpuTensor,
         g: &GpuTensor,

@@ -29,7 +29,6 @@
 //! back to the host. Which backend runs is chosen at run time with
 //! [`BackendKind`] (`cpu | gpu | auto`) and [`select`].
 
-pub mod attn;
 pub mod cpu;
 pub mod gpu;
 pub mod route;
@@ -217,7 +216,7 @@ impl Op {
 
 /// Attention mask of the row softmax.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Mask {
+pub enum SoftmaxMask {
     /// Every key visible.
     None,
     /// Key $j$ visible to query $i$ iff $j \le i$ (row index inside its matrix).
@@ -227,13 +226,13 @@ pub enum Mask {
     CausalNoFirstKey,
 }
 
-impl Mask {
+impl SoftmaxMask {
     /// The visible keys `lo..hi` of query row `i` among `cols` keys.
     pub fn visible(self, i: usize, cols: usize) -> (usize, usize) {
         match self {
-            Mask::None => (0, cols),
-            Mask::Causal => (0, (i + 1).min(cols)),
-            Mask::CausalNoFirstKey => (usize::from(i >= 1), (i + 1).min(cols)),
+            SoftmaxMask::None => (0, cols),
+            SoftmaxMask::Causal => (0, (i + 1).min(cols)),
+            SoftmaxMask::CausalNoFirstKey => (usize::from(i >= 1), (i + 1).min(cols)),
         }
     }
 }
@@ -241,7 +240,7 @@ impl Mask {
 /// Hyper-parameters of decoupled-weight-decay Adam (AdamW, Loshchilov &
 /// Hutter, "Decoupled Weight Decay Regularization", arXiv:1711.05101).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct AdamW {
+pub struct AdamWHyper {
     pub lr: f64,
     pub beta1: f64,
     pub beta2: f64,
@@ -249,7 +248,7 @@ pub struct AdamW {
     pub weight_decay: f64,
 }
 
-impl Default for AdamW {
+impl Default for AdamWHyper {
     fn default() -> Self {
         Self {
             lr: 1e-3,
@@ -339,7 +338,7 @@ pub trait Backend {
         &self,
         x: &Self::Tensor,
         scale: f64,
-        mask: Mask,
+        mask: SoftmaxMask,
         y: &mut Self::Tensor,
     ) -> Result<()>;
 
@@ -363,7 +362,7 @@ pub trait Backend {
     /// with $\hat m = m/(1-\beta_1^t)$, $\hat v = v/(1-\beta_2^t)$.
     fn adamw(
         &self,
-        h: &AdamW,
+        h: &AdamWHyper,
         t: u64,
         p: &mut Self::Tensor,
         g: &Self::Tensor,

@@ -1,14 +1,14 @@
 //! `sinklab backend [--backend cpu|gpu|auto] [--steps N] [--t T] [--batch B] [--d D]`:
 //! lists the GPU adapters, says which backend the choice resolves to, and
-//! trains the device-resident attention head (`backend::attn`) on it,
+//! trains the device-resident attention head (`train::attn`) on it,
 //! printing the loss curve and the time per step.
 
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use sinklab::backend::attn::{AttnFit, AttnFitConfig};
 use sinklab::backend::gpu::{adapters, describe_adapter};
-use sinklab::backend::{AdamW, Backend, BackendKind, Cpu, GpuOptions, Selected, select};
+use sinklab::backend::{AdamWHyper, Backend, BackendKind, Cpu, GpuOptions, Selected, select};
+use sinklab::train::attn::{AttnFit, AttnFitConfig};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -38,10 +38,10 @@ fn fit<B: Backend>(be: &B, a: &Args) -> Result<()> {
         t: a.t as usize,
         d: a.d as usize,
         seed: a.seed,
-        adamw: AdamW {
+        adamw: AdamWHyper {
             lr: 0.02,
             weight_decay: 0.01,
-            ..AdamW::default()
+            ..AdamWHyper::default()
         },
     };
     let mut f = AttnFit::new(be, cfg).context("setting up the attention fit")?;

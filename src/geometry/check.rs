@@ -2,7 +2,7 @@
 //! the report section and its 2-D figure are in [`crate::claims::half_space`].
 
 use super::half_space::{Verdict, corollary_witness, half_space_verdict_rows, verify_sink_witness};
-use super::sample::{Config, draw_random_config};
+use super::sample::{Instance, draw_random_config};
 use crate::outcome::CheckOutcome;
 use faer::Mat;
 use rand::rngs::StdRng;
@@ -32,7 +32,7 @@ pub struct Judged {
 
 /// Runs the half-space verdict on a built configuration and checks that the
 /// verdict matches the construction and that every certificate verifies.
-pub fn judge(cfg: &Config, eps: f64) -> Judged {
+pub fn judge(cfg: &Instance, eps: f64) -> Judged {
     let (q, k) = (cfg.q(), cfg.k());
     let a_holds = cfg.query_kind.holds();
     let b_holds = cfg.key_kind.holds();

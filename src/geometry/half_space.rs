@@ -19,13 +19,8 @@
 
 use super::GeometryError;
 use super::hull::{ConvexWeights, HullVerdict, WeightsCheck, gamma_n, hull_verdict};
+use crate::patterns::concentration_gap;
 use faer::{Mat, MatRef};
-
-/// $\Delta_\varepsilon(m) = \ln\big(m(1-\varepsilon)/\varepsilon\big)$: the logit gap
-/// over each of $m$ competitors that puts mass exactly $1-\varepsilon$ on the target.
-pub fn delta_eps(m: usize, eps: f64) -> f64 {
-    (m as f64 * (1.0 - eps) / eps).ln()
-}
 
 /// A rank-one sink witness $W = c\,ab^\top$ (THEORY.md §3, sufficiency).
 #[derive(Clone, Debug)]
@@ -269,7 +264,7 @@ fn as_slices(v: &[Vec<f64>]) -> Vec<&[f64]> {
 }
 
 fn check_eps(eps: f64, m: usize) -> Result<f64, GeometryError> {
-    let gap = delta_eps(m, eps);
+    let gap = concentration_gap(m, eps);
     if !(eps > 0.0 && eps < 1.0 && gap > 0.0 && gap.is_finite()) {
         return Err(GeometryError::Epsilon { eps, m });
     }
@@ -489,7 +484,7 @@ mod tests {
     #[test]
     fn delta_fixture() {
         // THEORY §1: Δ_0.01(63) = 8.738255.
-        assert!((delta_eps(63, 0.01) - 8.738_255).abs() < 5e-7);
+        assert!((concentration_gap(63, 0.01) - 8.738_255).abs() < 5e-7);
     }
 
     #[test]

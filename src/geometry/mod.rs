@@ -16,9 +16,8 @@ pub mod hull;
 pub mod sample;
 
 pub use half_space::{
-    Obstruction, SinkWitness, Verdict, WitnessCheck, corollary_witness, delta_eps,
-    half_space_verdict, half_space_verdict_biased, half_space_verdict_rows, homogenize,
-    verify_sink_witness,
+    Obstruction, SinkWitness, Verdict, WitnessCheck, corollary_witness, half_space_verdict,
+    half_space_verdict_biased, half_space_verdict_rows, homogenize, verify_sink_witness,
 };
 pub use hull::{ConvexWeights, HULL_TOL, HullVerdict, Separator, hull_verdict};
 

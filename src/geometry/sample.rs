@@ -37,9 +37,9 @@ impl SetKind {
     }
 }
 
-/// A configuration: queries, sink, non-sink keys, and what was built.
+/// An instance of the half-space theorem: queries, sink, non-sink keys, and what was built.
 #[derive(Clone, Debug)]
-pub struct Config {
+pub struct Instance {
     /// Query vectors.
     pub queries: Vec<Vec<f64>>,
     /// Sink key.
@@ -54,7 +54,7 @@ pub struct Config {
     pub collinear: bool,
 }
 
-impl Config {
+impl Instance {
     /// Queries as slices.
     pub fn q(&self) -> Vec<&[f64]> {
         self.queries.iter().map(Vec::as_slice).collect()
@@ -219,7 +219,7 @@ pub fn draw_config(
     query_kind: SetKind,
     key_kind: SetKind,
     collinear: bool,
-) -> Config {
+) -> Instance {
     let mut rng = StdRng::seed_from_u64(seed);
     let r = 10f64.powf(rng.random_range(-1.0..1.0));
     let zero = vec![0.0; d];
@@ -228,7 +228,7 @@ pub fn draw_config(
     let sink = gauss(&mut rng, d, r_k / (d as f64).sqrt());
     // Keys on the side u·(k − s) < 0 when separable: b = u separates s above them.
     let keys = build_set(&mut rng, nk, &sink, key_kind, -1.0, collinear, r_k);
-    Config {
+    Instance {
         queries,
         sink,
         keys,
@@ -241,7 +241,7 @@ pub fn draw_config(
 /// Draws the kinds and sizes too: dimension in 2..=`max_d`, up to `max_n`
 /// points per set, each condition holding with probability ½, margins
 /// $10^{-6}$–$1$, a quarter nearly collinear.
-pub fn draw_random_config(seed: u64, max_d: usize, max_n: usize) -> Config {
+pub fn draw_random_config(seed: u64, max_d: usize, max_n: usize) -> Instance {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x9E37_79B9_7F4A_7C15);
     let d = rng.random_range(2..=max_d.max(2));
     let kind = |rng: &mut StdRng, n: usize| {

@@ -97,12 +97,7 @@ pub fn prediction_for(setup: &Setup, lambda: f64, variant: Variant) -> Result<Pr
 pub fn loglog_slope(xs: &[f64], ys: &[f64]) -> f64 {
     let lx: Vec<f64> = xs.iter().map(|v| v.ln()).collect();
     let ly: Vec<f64> = ys.iter().map(|v| v.ln()).collect();
-    let n = lx.len() as f64;
-    let mx = lx.iter().sum::<f64>() / n;
-    let my = ly.iter().sum::<f64>() / n;
-    let sxy: f64 = lx.iter().zip(&ly).map(|(a, b)| (a - mx) * (b - my)).sum();
-    let sxx: f64 = lx.iter().map(|a| (a - mx) * (a - mx)).sum();
-    sxy / sxx
+    crate::stats::least_squares(&lx, &ly).slope
 }
 
 /// Finite-$n$ deviation from the $n\to\infty$ value over `reps` replicates:

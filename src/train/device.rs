@@ -40,7 +40,7 @@ use super::TrainError;
 use super::adamw;
 use super::kernels::Real;
 use super::model::{AttnForm, LayerIdx, Model, ModelConfig, ModelError};
-use crate::backend::{self, AdamW, Backend, Mask, Op, Shape, Wgpu};
+use crate::backend::{self, AdamWHyper, Backend, Op, Shape, SoftmaxMask, Wgpu};
 
 /// Largest id a tensor value carries exactly in f32 ($2^{24}$).
 const MAX_EXACT_ID: usize = 1 << 24;
@@ -67,7 +67,7 @@ pub struct DeviceModel<B: Backend> {
     unemb: usize,
     shapes: Vec<(usize, usize)>,
     /// AdamW per parameter (weight decay 0 where the model does not decay).
-    hyper: Vec<AdamW>,
+    hyper: Vec<AdamWHyper>,
     steps: u64,
     params: Vec<B::Tensor>,
     grads: Vec<B::Tensor>,
@@ -181,7 +181,7 @@ impl<B: Backend> DeviceModel<B> {
         let hyper = model
             .decay
             .iter()
-            .map(|&dec| AdamW {
+            .map(|&dec| AdamWHyper {
                 lr: opt.lr,
                 beta1: opt.beta1,
                 beta2: opt.beta2,
@@ -294,9 +294,9 @@ impl<B: Backend> DeviceModel<B> {
 
     fn forward(&mut self, be: &B) -> backend::Result<()> {
         let mask = if self.cfg.mask_bos_key {
-            Mask::CausalNoFirstKey
+            SoftmaxMask::CausalNoFirstKey
         } else {
-            Mask::Causal
+            SoftmaxMask::Causal
         };
         let p = &self.params;
         be.embed(&p[0], &p[1], &self.ids, &mut self.h[0])?;

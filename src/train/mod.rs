@@ -18,6 +18,7 @@
 //! model (its products still routed).
 
 pub mod adamw;
+pub mod attn;
 pub mod device;
 pub mod embeddings;
 pub mod kernels;

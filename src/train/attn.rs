@@ -1,5 +1,6 @@
 //! A training loop that lives entirely on a [`Backend`]: one causal
-//! self-attention head fitted with AdamW to a planted teacher head.
+//! self-attention head fitted with AdamW to a planted teacher head (an experiment
+//! on the kernels, kept out of the kernel layer `crate::backend`).
 //!
 //! Inputs $X_b \in \mathbb{R}^{T\times d}$ ($b < B$), student weights
 //! $W_Q, W_K, W_V \in \mathbb{R}^{d\times d}$:
@@ -20,7 +21,7 @@
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
-use super::{AdamW, Backend, Mask, Op, Real, Result, Shape};
+use crate::backend::{AdamWHyper, Backend, Op, Real, Result, Shape, SoftmaxMask};
 
 /// Sizes and optimiser of an [`AttnFit`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -34,7 +35,7 @@ pub struct AttnFitConfig {
     /// Seed of the inputs, the teacher and the initial student.
     pub seed: u64,
     /// Optimiser.
-    pub adamw: AdamW,
+    pub adamw: AdamWHyper,
 }
 
 /// One attention head and its training state, resident on a backend.
@@ -135,7 +136,7 @@ impl<B: Backend> AttnFit<B> {
         }
         let [q, k, v] = &self.qkv;
         be.matmul(1.0, q, Op::N, k, Op::T, 0.0, &mut self.s)?;
-        be.softmax_rows(&self.s, self.scale(), Mask::Causal, &mut self.a)?;
+        be.softmax_rows(&self.s, self.scale(), SoftmaxMask::Causal, &mut self.a)?;
         be.matmul(1.0, &self.a, Op::N, v, Op::N, 0.0, &mut self.o)
     }
 
