@@ -399,7 +399,7 @@ pub trait Backend {
     fn relu(&self, x: &Self::Tensor, y: &mut Self::Tensor) -> Result<()>;
 
     /// Backward of [`Backend::relu`] at its input $x$:
-    /// $\partial x = \partial y \cdot [x > 0]$ elementwise.
+    /// $\partial x = \partial y \cdot \[x > 0\]$ elementwise.
     fn relu_backward(
         &self,
         x: &Self::Tensor,

@@ -110,8 +110,8 @@ pub enum EmbeddingKind {
     Orthonormal,
     /// i.i.d. $\mathcal N(0, 1/d)$ entries.
     Gaussian,
-    /// The attention input $x_i = E_{\rm tok}[w_i] + E_{\rm pos}[i]$ of a one-layer model
-    /// trained on bigram-copy at this $T$ and $d$ (see [`trained`]).
+    /// The attention input $x_i = E_{\rm tok}\[w_i\] + E_{\rm pos}\[i\]$ of a one-layer model
+    /// trained on bigram-copy at this $T$ and $d$ (see `crate::train::embeddings`).
     Trained,
 }
 

@@ -4,7 +4,7 @@
 //! every step.
 //!
 //! Same model, same maths as `model.rs` (no normalisation; no $1/\sqrt d$):
-//! $h^0 = E[x] + P$; per layer, with the causal mask (and key 0 hidden from
+//! $h^0 = E\[x\] + P$; per layer, with the causal mask (and key 0 hidden from
 //! queries $i \ge 1$ under `mask_bos_key`),
 //! $A = \mathrm{softmax}(Q K^\top)$, $h_2 = h + A V\,[W_O^\top]$ where
 //! $(Q, K, V) = (h W_{QK}, h, h W_{VO}^\top)$ (direct) or $(hW_Q, hW_K, hW_V)$
@@ -16,7 +16,7 @@
 //! The backward pass is the one of [`Model::backward`], product by product:
 //! $\partial U = (h^L)^\top \partial Z$, $\partial h = \partial Z\,U^\top$; MLP
 //! $\partial W_2 = \mathrm{relu}(u)^\top \partial h$,
-//! $\partial u = (\partial h\,W_2^\top)\odot[u>0]$, $\partial b_1 = \mathbf 1^\top\partial u$,
+//! $\partial u = (\partial h\,W_2^\top)\odot\[u>0\]$, $\partial b_1 = \mathbf 1^\top\partial u$,
 //! $\partial W_1 = h_2^\top \partial u$, $\partial h \mathrel{+}= \partial u\,W_1^\top$;
 //! attention $\partial A = \partial O\,V^\top$, $\partial V = A^\top\partial O$,
 //! $\partial S = A\odot(\partial A - \mathrm{rowsum}(A\odot\partial A))$,

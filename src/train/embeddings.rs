@@ -7,7 +7,7 @@
 //! ($n = 8$ tokens, $k = 2$ triggers, Dirichlet(0.3) rows) at context length $T$,
 //! BOS key visible, [`STEPS`] steps of batch 8, learning rate 0.01, weight decay 0.01,
 //! seeded by `seed`. The embeddings are the rows the attention layer multiplies,
-//! $x_i = E_{\rm tok}[w_i] + E_{\rm pos}[i]$ (the model has no normalisation before
+//! $x_i = E_{\rm tok}\[w_i\] + E_{\rm pos}\[i\]$ (the model has no normalisation before
 //! attention, and its logits are exactly $x_i^\top W_Q W_K^\top x_j$), for one
 //! bigram-copy sequence $w$ drawn from the model's own task with a seed derived
 //! from `seed`. Position 0 is BOS.

@@ -1,7 +1,7 @@
 //! A small causal transformer without normalisation, forward and hand-written
 //! backward in dense matrix form (batch stacked: `B·T` rows).
 //!
-//! $h^0_t = E[x_t] + P_t$; per layer
+//! $h^0_t = E\[x_t\] + P_t$; per layer
 //! $h \leftarrow h + \mathrm{Attn}(h)$, then optionally $h \leftarrow h + W_2^\top\mathrm{relu}(W_1^\top h + b_1)$;
 //! logits $= h\,U$. Attention: logits $z_{ij} = h_i^\top W_{QK} h_j$ (no $1/\sqrt d$, as in
 //! THEORY.md §1), causal softmax, output $o_i = \sum_j A_{ij} W_{VO} h_j$, with
@@ -405,7 +405,7 @@ impl<F: Real> Model<F> {
         }
     }
 
-    /// The rows the first attention layer reads, $h_i = E_{\rm tok}[w_i] + E_{\rm pos}[i]$,
+    /// The rows the first attention layer reads, $h_i = E_{\rm tok}\[w_i\] + E_{\rm pos}\[i\]$,
     /// for one sequence ($T \times d$).
     pub fn layer_input(&self, tokens: &[u32]) -> Result<Mat<F>, ModelError> {
         let t = tokens.len();
