@@ -2,7 +2,8 @@
 //! `sinklab merge --out DIR SHARD_DIR...`.
 
 use anyhow::{Context, Result};
-use sinklab::sweep::{self, Shard, SweepSpec};
+use sinklab::sweep::Shard;
+use sinklab::sweep::cost_scaling::{self as sweep, SweepSpec};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
