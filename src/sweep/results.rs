@@ -1,35 +1,58 @@
-//! `results.jsonl`: reading (a partial last line skipped, later duplicates win), the partial
-//! tail cut before appending, the set of finished points, and the merge of shards.
+//! `results.jsonl`: reading (a partial last line skipped, later duplicates win, records sorted
+//! by point id), the partial tail cut before appending, the set of finished points, the move
+//! of stale records, and the merge of shards.
 
 use super::{SweepError, SweepPoint, SweepRecord, io};
-use std::collections::{HashMap, HashSet};
-use std::io::{Read, Seek, SeekFrom};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-/// Reads `results.jsonl`, skipping unparsable lines (a partial last line after a kill);
-/// later duplicates of `(point id, part)` replace earlier ones.
+/// Where records of points that a spec no longer has are moved.
+pub const STALE_FILE: &str = "results.stale.jsonl";
+
+fn results_err(path: &Path, msg: String) -> SweepError {
+    SweepError::Results {
+        path: path.to_path_buf(),
+        msg,
+    }
+}
+
+/// Reads `results.jsonl` (a missing file holds no records). Every complete line must be a
+/// record; a last line without its newline (a write cut by a kill) is skipped. Later
+/// duplicates of `(point id, part)` replace earlier ones. The records come back sorted by
+/// `(point id, part)`, whatever order they were written in.
 pub fn read_records<R: SweepRecord>(path: &Path) -> Result<Vec<R>, SweepError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
+    match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => {
-            return Err(SweepError::Io {
-                path: path.to_path_buf(),
-                source: e,
-            });
+        Err(e) => return Err(io(path)(e)),
+        Ok(m) if !m.is_file() => {
+            return Err(results_err(path, "not a regular file".into()));
         }
-    };
-    let mut order: Vec<(String, String)> = Vec::new();
-    let mut map: HashMap<(String, String), R> = HashMap::new();
-    for line in text.lines() {
-        if let Ok(r) = serde_json::from_str::<R>(line) {
-            let key = (r.point_id().to_string(), r.part().to_string());
-            if map.insert(key.clone(), r).is_none() {
-                order.push(key);
+        Ok(_) => {}
+    }
+    let bytes = std::fs::read(path).map_err(io(path))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| results_err(path, "not UTF-8 text: not a sweep results file".into()))?;
+    let mut map: BTreeMap<(String, String), R> = BTreeMap::new();
+    let complete = text.ends_with('\n');
+    let lines: Vec<&str> = text.lines().collect();
+    for (k, line) in lines.iter().enumerate() {
+        match serde_json::from_str::<R>(line) {
+            Ok(r) => {
+                map.insert((r.point_id().to_string(), r.part().to_string()), r);
+            }
+            // The partial tail of a killed write.
+            Err(_) if k + 1 == lines.len() && !complete => {}
+            Err(e) => {
+                let head: String = line.chars().take(60).collect();
+                return Err(results_err(
+                    path,
+                    format!("line {} is not a sweep record ({e}): `{head}`", k + 1),
+                ));
             }
         }
     }
-    Ok(order.into_iter().filter_map(|k| map.remove(&k)).collect())
+    Ok(map.into_values().collect())
 }
 
 /// Cuts a partial last line (no trailing newline) so appends start on a fresh line.
@@ -59,54 +82,114 @@ pub(crate) fn truncate_partial_tail(path: &Path) -> Result<(), SweepError> {
     Ok(())
 }
 
-/// Ids of points whose every record is present.
+/// Ids of points whose every record is present and none failed.
 pub fn done_ids<P: SweepPoint, R: SweepRecord>(records: &[R], points: &[P]) -> HashSet<String> {
     let mut count: HashMap<&str, usize> = HashMap::new();
+    let mut failed: HashSet<&str> = HashSet::new();
     for r in records {
         *count.entry(r.point_id()).or_default() += 1;
+        if r.error().is_some() {
+            failed.insert(r.point_id());
+        }
     }
     points
         .iter()
-        .filter(|p| count.get(p.id().as_str()).copied().unwrap_or(0) >= p.n_records())
         .map(SweepPoint::id)
+        .zip(points)
+        .filter(|(id, p)| {
+            !failed.contains(id.as_str())
+                && count.get(id.as_str()).copied().unwrap_or(0) >= p.n_records()
+        })
+        .map(|(id, _)| id)
         .collect()
 }
 
-/// Joins the results of shard directories into `out/results.jsonl` (deduplicated).
-pub fn merge<R: SweepRecord>(inputs: &[PathBuf], out: &Path) -> Result<usize, SweepError> {
-    std::fs::create_dir_all(out).map_err(io(out))?;
-    let mut seen = HashSet::new();
-    let mut all: Vec<R> = Vec::new();
-    let dst = out.join("results.jsonl");
-    // Include what the output already holds, so merging into a shard directory is safe.
-    let mut sources: Vec<PathBuf> = vec![dst.clone()];
-    sources.extend(inputs.iter().map(|d| {
-        if d.is_dir() {
-            d.join("results.jsonl")
-        } else {
-            d.clone()
-        }
-    }));
-    for src in &sources {
-        if src != &dst && !src.exists() {
-            return Err(SweepError::Io {
-                path: src.clone(),
-                source: std::io::Error::from(std::io::ErrorKind::NotFound),
-            });
-        }
-        for r in read_records::<R>(src)? {
-            if seen.insert((r.point_id().to_string(), r.part().to_string())) {
-                all.push(r);
-            }
-        }
-    }
+fn lines<R: SweepRecord>(records: &[&R]) -> Result<String, SweepError> {
     let mut text = String::new();
-    for r in &all {
+    for r in records {
         text.push_str(&serde_json::to_string(r).map_err(|e| SweepError::Spec(e.to_string()))?);
         text.push('\n');
     }
+    Ok(text)
+}
+
+/// Moves the records whose point id is not in `keep` from `path` to [`STALE_FILE`] beside it
+/// (appended; the results file is rewritten atomically). Returns how many were moved.
+pub(crate) fn move_stale<R: SweepRecord>(
+    path: &Path,
+    keep: &HashSet<String>,
+) -> Result<usize, SweepError> {
+    let records: Vec<R> = read_records(path)?;
+    let (kept, stale): (Vec<&R>, Vec<&R>) =
+        records.iter().partition(|r| keep.contains(r.point_id()));
+    if stale.is_empty() {
+        return Ok(0);
+    }
+    let stale_path = path.with_file_name(STALE_FILE);
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&stale_path)
+        .map_err(io(&stale_path))?;
+    f.write_all(lines(&stale)?.as_bytes())
+        .and_then(|_| f.flush())
+        .map_err(io(&stale_path))?;
+    let tmp = path.with_extension("jsonl.tmp");
+    std::fs::write(&tmp, lines(&kept)?).map_err(io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io(path))?;
+    Ok(stale.len())
+}
+
+/// Joins the results of shard directories (or results files) into `out/results.jsonl`,
+/// deduplicated and sorted by point id. An input that is missing, is a directory without
+/// `results.jsonl`, or holds no record is an error.
+pub fn merge<R: SweepRecord>(inputs: &[PathBuf], out: &Path) -> Result<usize, SweepError> {
+    std::fs::create_dir_all(out).map_err(io(out))?;
+    let _lock = super::lock::acquire(out)?;
+    let mut all: BTreeMap<(String, String), R> = BTreeMap::new();
+    let dst = out.join("results.jsonl");
+    let mut sources: Vec<PathBuf> = Vec::new();
+    for d in inputs {
+        let src = if d.is_dir() {
+            d.join("results.jsonl")
+        } else {
+            d.clone()
+        };
+        if !src.exists() {
+            return Err(SweepError::Io {
+                path: src,
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            });
+        }
+        sources.push(src);
+    }
+    // What the output already holds comes first, so merging into a shard directory is safe;
+    // an input record replaces it only where the output has none.
+    for r in read_records::<R>(&dst)? {
+        all.insert((r.point_id().to_string(), r.part().to_string()), r);
+    }
+    for src in &sources {
+        if src == &dst {
+            continue;
+        }
+        let recs = read_records::<R>(src)?;
+        if recs.is_empty() {
+            return Err(results_err(src, "holds no sweep records".into()));
+        }
+        for r in recs {
+            let key = (r.point_id().to_string(), r.part().to_string());
+            // A finished record replaces a failed one; otherwise the first seen stays.
+            if all
+                .get(&key)
+                .is_none_or(|old| old.error().is_some() && r.error().is_none())
+            {
+                all.insert(key, r);
+            }
+        }
+    }
+    let recs: Vec<&R> = all.values().collect();
     let tmp = out.join("results.jsonl.tmp");
-    std::fs::write(&tmp, text).map_err(io(&tmp))?;
+    std::fs::write(&tmp, lines(&recs)?).map_err(io(&tmp))?;
     std::fs::rename(&tmp, &dst).map_err(io(&dst))?;
-    Ok(all.len())
+    Ok(recs.len())
 }

@@ -46,9 +46,14 @@ pub(super) fn groups(records: &[Record]) -> BTreeMap<GroupKey, Vec<&Record>> {
 }
 
 /// Fits every (source, embedding, norm, pattern) group; bootstrap seeded by `seed`.
+///
+/// The records are sorted by (point id, norm) first, so the bootstrap draws, hence the CIs,
+/// do not depend on the order they were written in (thread count, resumes, merges).
 pub fn fit_all(records: &[Record], n_boot: usize, seed: u64) -> Vec<GroupFit> {
+    let mut sorted = records.to_vec();
+    sorted.sort_by(|a, b| (&a.id, &a.norm).cmp(&(&b.id, &b.norm)));
     let mut out = Vec::new();
-    for ((source, embedding, norm, pattern), rs) in groups(records) {
+    for ((source, embedding, norm, pattern), rs) in groups(&sorted) {
         let pts: Vec<(f64, f64)> = rs
             .iter()
             .filter(|r| usable(r))

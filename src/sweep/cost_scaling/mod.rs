@@ -20,6 +20,7 @@ pub use point::{Point, Record, TRAINED_NORMS, compute};
 pub use section::{DEFAULT_SPEC, QUICK_SPEC, report_section, verdict_markdown};
 pub use spec::{ExactSpec, SweepSpec, TrainedSpec};
 
+use crate::cost;
 use crate::sweep::{self, RunOptions, RunSummary, Shard, SweepError};
 use std::path::{Path, PathBuf};
 
@@ -41,7 +42,6 @@ pub fn run(
     shard: Option<Shard>,
     show_progress: bool,
 ) -> Result<RunSummary, SweepError> {
-    let opts = spec.solve_options();
     sweep::run(
         &spec.points(),
         dir,
@@ -61,7 +61,66 @@ pub fn run(
         },
         |gpu, p| {
             let _route = gpu.clone().map(crate::backend::route::install);
-            compute(p, opts)
+            compute(p)
         },
     )
+}
+
+/// Refuses a spec whose largest point (times the `threads` that run at once), or whose
+/// bootstrap, is over `budget` ([`crate::budget`]); `flags`: the override is a command-line
+/// flag (else an environment variable).
+pub fn check_budget(
+    spec: &SweepSpec,
+    name: &str,
+    budget: &crate::budget::Budget,
+    threads: usize,
+    flags: bool,
+) -> Result<(), SweepError> {
+    use crate::budget;
+    let points = spec.points();
+    for p in &points {
+        let e = match p {
+            Point::Exact(q, _) => {
+                let one = budget::cost_program(q.t, q.d, q.norm == cost::NormKind::Nuclear);
+                let e = if q.scope == cost::Scope::Head {
+                    one.then(one)
+                } else {
+                    one
+                };
+                if q.embedding == cost::EmbeddingKind::Trained {
+                    budget::training(q.t, q.d, q.d, 1, 0, 8, 8, cost::trained::STEPS).then(e)
+                } else {
+                    e
+                }
+            }
+            Point::Trained(c) => {
+                let (n, r) = match (c.task, c.attn) {
+                    (
+                        crate::train::TaskSpec::BigramCopy { n, .. }
+                        | crate::train::TaskSpec::CopyPaste { n, .. },
+                        crate::train::AttnForm::Factored { r },
+                    ) => (n, r),
+                    (
+                        crate::train::TaskSpec::BigramCopy { n, .. }
+                        | crate::train::TaskSpec::CopyPaste { n, .. },
+                        crate::train::AttnForm::Direct,
+                    ) => (n, c.d),
+                };
+                budget::training(c.t, c.d, r, c.layers, c.mlp_hidden, n, c.batch, c.steps)
+            }
+        };
+        let at_once = budget::Estimate {
+            bytes: e.bytes * threads.clamp(1, points.len().max(1)) as f64,
+            seconds: e.seconds,
+        };
+        let id = p.id();
+        let readable = id.split('#').next().unwrap_or(&id);
+        budget.check(&format!("{name}: point {readable}"), at_once, flags)?;
+    }
+    budget.check(
+        &format!("{name}: bootstrap = {}", spec.bootstrap),
+        budget::bootstrap(spec.bootstrap, points.len(), 16),
+        flags,
+    )?;
+    Ok(())
 }

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 /// One sweep point.
 #[derive(Clone, Debug)]
 pub enum Point {
-    /// An exact program.
-    Exact(CostQuery),
+    /// An exact program, solved with the options of its `[[exact]]` block.
+    Exact(CostQuery, SolveOptions),
     /// A training run.
     Trained(TrainConfig),
 }
@@ -18,11 +18,42 @@ pub enum Point {
 /// The norms a trained point reports.
 pub const TRAINED_NORMS: [&str; 3] = ["fro", "nuclear", "weight_decay"];
 
+/// Version of what a point computes, hashed into every id: bump it when the solver, the
+/// trained-embedding recipe or the training loop changes the records a point writes.
+pub const COMPUTE_VERSION: u32 = 1;
+
+/// Everything that can change the records of a point, as hashed into its id.
+#[derive(Serialize)]
+struct Identity<'a> {
+    crate_version: &'static str,
+    compute_version: u32,
+    #[serde(flatten)]
+    point: IdentityPoint<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum IdentityPoint<'a> {
+    Exact {
+        query: &'a CostQuery,
+        rel_gap: f64,
+        max_iter: usize,
+        feas_iter: usize,
+        /// The recipe of trained embeddings (only these use it).
+        trained_embedding_steps: Option<usize>,
+    },
+    Trained {
+        config: &'a TrainConfig,
+    },
+}
+
 impl Point {
-    /// Stable identifier (the resume key).
+    /// Stable identifier (the resume key): a readable prefix and a hash of every parameter
+    /// that can change the point's records ([`COMPUTE_VERSION`], the crate version, the whole
+    /// query or training configuration and, for exact points, the solver options).
     pub fn id(&self) -> String {
-        match self {
-            Point::Exact(q) => format!(
+        let readable = match self {
+            Point::Exact(q, _) => format!(
                 "exact/{}/{}/{}/t{}/d{}/s{}/delta{}{}",
                 q.pattern,
                 q.norm,
@@ -49,13 +80,32 @@ impl Point {
                 c.target_acc_on
                     .map_or(String::new(), |a| format!("/acc{a}"))
             ),
-        }
+        };
+        let point = match self {
+            Point::Exact(q, o) => IdentityPoint::Exact {
+                query: q,
+                rel_gap: o.rel_gap,
+                max_iter: o.max_iter,
+                feas_iter: o.feas_iter,
+                trained_embedding_steps: (q.embedding == cost::EmbeddingKind::Trained)
+                    .then_some(cost::trained::STEPS),
+            },
+            Point::Trained(c) => IdentityPoint::Trained { config: c },
+        };
+        let identity = Identity {
+            crate_version: env!("CARGO_PKG_VERSION"),
+            compute_version: COMPUTE_VERSION,
+            point,
+        };
+        // Serialising plain numbers, strings and enums cannot fail.
+        let canonical = serde_json::to_string(&identity).unwrap_or_default();
+        format!("{readable}#{}", crate::sweep::hash_hex(&canonical, 16))
     }
 
     /// Number of records the point writes.
     pub fn n_records(&self) -> usize {
         match self {
-            Point::Exact(_) => 1,
+            Point::Exact(..) => 1,
             Point::Trained(_) => TRAINED_NORMS.len(),
         }
     }
@@ -63,7 +113,7 @@ impl Point {
     /// Relative cost (largest points start first).
     pub fn cost_weight(&self) -> f64 {
         match self {
-            Point::Exact(q) => {
+            Point::Exact(q, _) => {
                 (q.t as f64).powi(3)
                     * if q.norm == NormKind::Nuclear {
                         20.0
@@ -138,11 +188,11 @@ pub struct Record {
 }
 
 /// Computes the records of one point.
-pub fn compute(p: &Point, opts: SolveOptions) -> Vec<Record> {
+pub fn compute(p: &Point) -> Vec<Record> {
     let start = std::time::Instant::now();
     match p {
-        Point::Exact(q) => {
-            let (sol, err) = match cost::solve_query(q, opts) {
+        Point::Exact(q, opts) => {
+            let (sol, err) = match cost::solve_query(q, *opts) {
                 Ok(s) => (Some(s), None),
                 Err(e) => (None, Some(e.to_string())),
             };
@@ -189,6 +239,18 @@ pub fn compute(p: &Point, opts: SolveOptions) -> Vec<Record> {
                                 _ => c0.qk_weight_decay,
                             };
                             let pt = &r.patterns[0];
+                            if !r.eval_loss.is_finite() || v.is_some_and(|x| !x.is_finite()) {
+                                // A diverged run is a failure (retried on resume), never a cost.
+                                let msg = format!(
+                                    "training produced a non-finite model (eval loss {}, {norm} cost {v:?})",
+                                    r.eval_loss
+                                );
+                                return Record {
+                                    error: Some(msg),
+                                    seconds: start.elapsed().as_secs_f64(),
+                                    ..failed_trained(p, c, pattern, norm)
+                                };
+                            }
                             (
                                 v,
                                 Some(pt.learned.clone()),
@@ -231,6 +293,33 @@ pub fn compute(p: &Point, opts: SolveOptions) -> Vec<Record> {
     }
 }
 
+fn failed_trained(p: &Point, c: &TrainConfig, pattern: &str, norm: &str) -> Record {
+    Record {
+        id: p.id(),
+        pattern: pattern.into(),
+        norm: norm.into(),
+        source: "trained".into(),
+        embedding: "trained".into(),
+        t: c.t,
+        d: c.d,
+        seed: c.seed,
+        value: None,
+        lower: None,
+        rel_gap: None,
+        feasible: None,
+        delta: None,
+        learned: None,
+        sink_score: None,
+        diagonal_score: None,
+        acc_on: None,
+        acc_off: None,
+        converged: None,
+        steps_run: None,
+        error: None,
+        seconds: 0.0,
+    }
+}
+
 impl SweepPoint for Point {
     fn id(&self) -> String {
         Point::id(self)
@@ -249,5 +338,8 @@ impl SweepRecord for Record {
     }
     fn part(&self) -> &str {
         &self.norm
+    }
+    fn error(&self) -> Option<&str> {
+        self.error.as_deref()
     }
 }

@@ -131,32 +131,108 @@ fn default_boot() -> usize {
 }
 
 impl SweepSpec {
-    /// Parses a TOML spec.
+    /// Parses a TOML spec (errors name the spec as `<string>`).
     pub fn from_toml(text: &str) -> Result<Self, SweepError> {
-        let s: Self = toml::from_str(text).map_err(|e| SweepError::Spec(e.to_string()))?;
-        for e in &s.exact {
-            if e.t.iter().any(|&t| t < 2) || e.seeds.is_empty() || e.d_factor == 0 {
-                return Err(SweepError::Spec(
-                    "exact: need T >= 2, a seed, d_factor >= 1".into(),
-                ));
+        Self::from_toml_named(text, "<string>")
+    }
+
+    /// Parses and validates a TOML spec; `file` names it in errors. Every value that enters a
+    /// point is checked for type and range here, so no point fails for a bad spec value.
+    pub fn from_toml_named(text: &str, file: &str) -> Result<Self, SweepError> {
+        let s: Self = toml::from_str(text).map_err(|e| SweepError::Spec(format!("{file}: {e}")))?;
+        s.validate(&Check { file })?;
+        Ok(s)
+    }
+
+    fn validate(&self, c: &Check<'_>) -> Result<(), SweepError> {
+        c.range(
+            "bootstrap",
+            self.bootstrap as f64,
+            1.0,
+            MAX_BOOTSTRAP as f64,
+        )?;
+        for (i, e) in self.exact.iter().enumerate() {
+            let k = |n: &str| format!("exact[{i}].{n}");
+            c.non_empty(&k("patterns"), e.patterns.len())?;
+            c.non_empty(&k("norms"), e.norms.len())?;
+            c.non_empty(&k("embeddings"), e.embeddings.len())?;
+            c.non_empty(&k("t"), e.t.len())?;
+            c.non_empty(&k("seeds"), e.seeds.len())?;
+            c.non_empty(&k("scopes"), e.scopes.len())?;
+            for &t in &e.t {
+                c.range(&k("t"), t as f64, 2.0, f64::MAX)?;
+            }
+            if let Some(m) = e.max_t_nuclear {
+                c.range(&k("max_t_nuclear"), m as f64, 2.0, f64::MAX)?;
+            }
+            c.range(&k("d_factor"), e.d_factor as f64, 1.0, f64::MAX)?;
+            if let Some(d) = e.d {
+                c.range(&k("d"), d as f64, 1.0, f64::MAX)?;
+            }
+            if let Some(x) = e.delta {
+                c.positive(&k("delta"), x)?;
+            }
+            if let Some(x) = e.eps {
+                c.open(&k("eps"), x, 0.0, 1.0)?;
+            }
+            c.open(&k("tol"), e.tol, 0.0, 1.0)?;
+            if let Some(m) = e.max_iter {
+                c.range(&k("max_iter"), m as f64, 1.0, f64::MAX)?;
+            }
+            if e.scopes.contains(&Scope::Head) {
+                c.open(&k("on_rate"), e.on_rate, 0.0, 1.0)?;
+            }
+            if e.embeddings.contains(&EmbeddingKind::Orthonormal) {
+                for &t in &e.t {
+                    let d = e.d.unwrap_or(e.d_factor * t);
+                    if d < t {
+                        return Err(c.err(
+                            &k("d"),
+                            &d.to_string(),
+                            &format!("orthonormal embeddings need d >= T (T = {t})"),
+                        ));
+                    }
+                }
             }
         }
-        if let Some(t) = &s.trained {
-            if t.t.iter().any(|&x| x < 4) || t.seeds.is_empty() {
-                return Err(SweepError::Spec("trained: need T >= 4 and a seed".into()));
+        if let Some(t) = &self.trained {
+            let k = |n: &str| format!("trained.{n}");
+            c.non_empty(&k("t"), t.t.len())?;
+            c.non_empty(&k("seeds"), t.seeds.len())?;
+            c.non_empty(&k("variants"), t.variants.len())?;
+            for &x in &t.t {
+                c.range(&k("t"), x as f64, 4.0, f64::MAX)?;
             }
             if let Some(v) = t.variants.iter().find(|v| *v != "bos" && *v != "masked") {
-                return Err(SweepError::Spec(format!(
-                    "trained: unknown variant '{v}' (bos|masked)"
-                )));
+                return Err(c.err(
+                    &k("variants"),
+                    &format!("{v:?}"),
+                    "unknown variant (bos|masked)",
+                ));
+            }
+            c.range(&k("d"), t.d as f64, 1.0, f64::MAX)?;
+            c.range(&k("r"), t.r as f64, 1.0, f64::MAX)?;
+            c.range(&k("layers"), t.layers as f64, 1.0, 3.0)?;
+            c.range(&k("steps"), t.steps as f64, 1.0, f64::MAX)?;
+            c.range(&k("batch"), t.batch as f64, 1.0, f64::MAX)?;
+            c.positive(&k("lr"), t.lr)?;
+            c.range(&k("weight_decay"), t.weight_decay, 0.0, f64::MAX)?;
+            c.range(&k("n"), t.n as f64, 2.0, f64::MAX)?;
+            c.range(&k("k"), t.k as f64, 1.0, t.n as f64 - 1.0)?;
+            c.positive(&k("alpha"), t.alpha)?;
+            if let Some(a) = t.target_acc_on {
+                c.range(&k("target_acc_on"), a, 0.0, 1.0)?;
             }
         }
-        Ok(s)
+        Ok(())
     }
 
     /// Reads a spec file.
     pub fn load(path: &Path) -> Result<Self, SweepError> {
-        Self::from_toml(&std::fs::read_to_string(path).map_err(io(path))?)
+        Self::from_toml_named(
+            &std::fs::read_to_string(path).map_err(io(path))?,
+            &path.display().to_string(),
+        )
     }
 
     /// Every point, in a fixed order.
@@ -179,22 +255,25 @@ impl SweepSpec {
                             }
                             for &pattern in &e.patterns {
                                 for &seed in seeds {
-                                    v.push(Point::Exact(CostQuery {
-                                        scope,
-                                        on_rate: e.on_rate,
-                                        pattern,
-                                        norm,
-                                        embedding: emb,
-                                        t,
-                                        d: e.d.unwrap_or(e.d_factor * t),
-                                        delta: match e.eps {
-                                            Some(eps) => {
-                                                cost::delta_eps(t - 1, eps).unwrap_or(f64::NAN)
-                                            }
-                                            None => e.delta.unwrap_or(10.0),
+                                    v.push(Point::Exact(
+                                        CostQuery {
+                                            scope,
+                                            on_rate: e.on_rate,
+                                            pattern,
+                                            norm,
+                                            embedding: emb,
+                                            t,
+                                            d: e.d.unwrap_or(e.d_factor * t),
+                                            delta: match e.eps {
+                                                Some(eps) => {
+                                                    cost::delta_eps(t - 1, eps).unwrap_or(f64::NAN)
+                                                }
+                                                None => e.delta.unwrap_or(10.0),
+                                            },
+                                            seed,
                                         },
-                                        seed,
-                                    }));
+                                        e.solve_options(),
+                                    ));
                                 }
                             }
                         }
@@ -233,23 +312,59 @@ impl SweepSpec {
         }
         v
     }
+}
 
-    /// Solver options of the exact points: the smallest `tol` (at most 1e-3) and the
-    /// largest `max_iter` of the exact blocks.
+impl ExactSpec {
+    /// Solver options of the block's points: its `tol` and `max_iter` as written.
     pub fn solve_options(&self) -> SolveOptions {
         SolveOptions {
-            rel_gap: self
-                .exact
-                .iter()
-                .map(|e| e.tol)
-                .fold(f64::INFINITY, f64::min)
-                .min(1e-3),
-            max_iter: self
-                .exact
-                .iter()
-                .filter_map(|e| e.max_iter)
-                .fold(SolveOptions::default().max_iter, usize::max),
+            rel_gap: self.tol,
+            max_iter: self.max_iter.unwrap_or(SolveOptions::default().max_iter),
             ..SolveOptions::default()
         }
+    }
+}
+
+/// Most bootstrap resamples a spec may ask for (each costs one least-squares fit per group;
+/// the default is 2000).
+pub const MAX_BOOTSTRAP: usize = 1_000_000;
+
+/// Range checks of spec values; errors name the file, the key and the value.
+struct Check<'a> {
+    file: &'a str,
+}
+
+impl Check<'_> {
+    fn err(&self, key: &str, value: &str, why: &str) -> SweepError {
+        SweepError::Spec(format!("{}: `{key}` = {value}: {why}", self.file))
+    }
+    fn range(&self, key: &str, v: f64, lo: f64, hi: f64) -> Result<(), SweepError> {
+        if !(v >= lo && v <= hi) {
+            let why = if hi == f64::MAX {
+                format!("must be at least {lo}")
+            } else {
+                format!("must lie in [{lo}, {hi}]")
+            };
+            return Err(self.err(key, &v.to_string(), &why));
+        }
+        Ok(())
+    }
+    fn open(&self, key: &str, v: f64, lo: f64, hi: f64) -> Result<(), SweepError> {
+        if !(v > lo && v < hi) {
+            return Err(self.err(key, &v.to_string(), &format!("must lie in ({lo}, {hi})")));
+        }
+        Ok(())
+    }
+    fn positive(&self, key: &str, v: f64) -> Result<(), SweepError> {
+        if !(v > 0.0 && v.is_finite()) {
+            return Err(self.err(key, &v.to_string(), "must be positive and finite"));
+        }
+        Ok(())
+    }
+    fn non_empty(&self, key: &str, len: usize) -> Result<(), SweepError> {
+        if len == 0 {
+            return Err(self.err(key, "[]", "must not be empty"));
+        }
+        Ok(())
     }
 }
