@@ -374,3 +374,111 @@ fn negative_and_non_finite_arguments_are_refused_by_name() {
     assert!(!o.status.success(), "diverged run exited 0: {out}");
     assert!(!out.contains("‖W_QK‖"), "{out}");
 }
+
+// ---- 6. activation files -------------------------------------------------------------------
+
+mod activation_files {
+    use safetensors::{Dtype, tensor::TensorView};
+    use sinklab::real::activations::analyze_file;
+    use std::path::Path;
+
+    fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    /// `hidden.0` [3, 4] plus the given tensors.
+    fn file(p: &Path, extra: Vec<(&str, Dtype, Vec<usize>, Vec<u8>)>) {
+        let h = f32s(&[0.5; 12]);
+        let mut items = vec![("hidden.0", Dtype::F32, vec![3, 4], h)];
+        items.extend(extra);
+        let views: Vec<(&str, TensorView<'_>)> = items
+            .iter()
+            .map(|(n, dt, s, b)| (*n, TensorView::new(*dt, s.clone(), b).unwrap()))
+            .collect();
+        std::fs::write(p, safetensors::serialize(views, None).unwrap()).unwrap();
+    }
+
+    /// Causal uniform attention [1, 3, 3], with one entry replaced.
+    fn attn(k: usize, v: f32) -> Vec<u8> {
+        let mut a = vec![
+            1.0,
+            0.0,
+            0.0,
+            0.5,
+            0.5,
+            0.0,
+            1.0 / 3.0,
+            1.0 / 3.0,
+            1.0 / 3.0,
+        ];
+        if k < a.len() {
+            a[k] = v;
+        }
+        f32s(&a)
+    }
+
+    fn refused(p: &Path, needles: &[&str]) {
+        let e = analyze_file(p).map(|_| ()).unwrap_err().to_string();
+        for n in needles {
+            assert!(e.contains(n), "`{e}` does not say `{n}`");
+        }
+        let o = super::sinklab(&["real", "--activations", p.to_str().unwrap()]);
+        assert!(!o.status.success(), "real --activations accepted {e}");
+    }
+
+    #[test]
+    fn every_tensor_an_analysis_reads_is_validated() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("a.safetensors");
+        // Valid attention passes (the control).
+        file(
+            &p,
+            vec![("attn.0", Dtype::F32, vec![1, 3, 3], attn(99, 0.0))],
+        );
+        analyze_file(&p).unwrap();
+        // Negative, unnormalised, non-finite attention.
+        file(
+            &p,
+            vec![("attn.0", Dtype::F32, vec![1, 3, 3], attn(0, -5.0))],
+        );
+        refused(&p, &["attn.0", "[0, 1]"]);
+        file(
+            &p,
+            vec![("attn.0", Dtype::F32, vec![1, 3, 3], attn(4, 0.9))],
+        );
+        refused(&p, &["attn.0", "row 1", "sums to"]);
+        file(
+            &p,
+            vec![("attn.0", Dtype::F32, vec![1, 3, 3], attn(4, f32::NAN))],
+        );
+        refused(&p, &["attn.0", "non-finite"]);
+        // Non-finite keys and values.
+        let mut kv = vec![1.0f32; 3 * 2];
+        kv[3] = f32::INFINITY;
+        file(&p, vec![("values.0", Dtype::F32, vec![1, 3, 2], f32s(&kv))]);
+        refused(&p, &["values.0", "non-finite"]);
+        file(&p, vec![("keys.0", Dtype::F32, vec![1, 3, 2], f32s(&kv))]);
+        refused(&p, &["keys.0", "non-finite"]);
+        // Negative token ids (they used to wrap to 4294967295).
+        let ids: Vec<u8> = [1i64, -1, 2].iter().flat_map(|x| x.to_le_bytes()).collect();
+        file(&p, vec![("tokens", Dtype::I64, vec![3], ids)]);
+        refused(&p, &["tokens", "-1"]);
+        // Keys declared [1e12, 3, 0]: no bytes, a trillion heads; refused at once.
+        let start = std::time::Instant::now();
+        file(
+            &p,
+            vec![("keys.0", Dtype::F32, vec![1_000_000_000_000, 3, 0], vec![])],
+        );
+        refused(&p, &["keys.0", "empty dimension"]);
+        assert!(start.elapsed() < std::time::Duration::from_secs(10));
+        // A long sequence whose T × T analyses would not fit: refused before the analysis.
+        let t = 1 << 21;
+        let h = f32s(&vec![0.5; t]);
+        let views = vec![(
+            "hidden.0",
+            TensorView::new(Dtype::F32, vec![t, 1], &h).unwrap(),
+        )];
+        std::fs::write(&p, safetensors::serialize(views, None).unwrap()).unwrap();
+        refused(&p, &["T = 2097152", "needs about", "SINKLAB_MAX_MEM"]);
+    }
+}
