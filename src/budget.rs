@@ -203,7 +203,7 @@ impl Budget {
         } else {
             ("SINKLAB_MAX_MEM=", "SINKLAB_MAX_TIME=")
         };
-        if !(e.bytes <= self.max_bytes) {
+        if e.bytes.is_nan() || e.bytes > self.max_bytes {
             return Err(BudgetError::Over {
                 what: what.into(),
                 kind: "needs about",
@@ -216,7 +216,7 @@ impl Budget {
                 ),
             });
         }
-        if !(e.seconds <= self.max_seconds) {
+        if e.seconds.is_nan() || e.seconds > self.max_seconds {
             return Err(BudgetError::Over {
                 what: what.into(),
                 kind: "would take at least",

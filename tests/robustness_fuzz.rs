@@ -298,7 +298,9 @@ fn mutated_inputs_never_panic_abort_or_hang() {
     total += campaign("sweep spec", &spec, 100, 16, file("s.toml"), |p| {
         if let Ok(s) = sinklab::sweep::cost_scaling::SweepSpec::load(&p) {
             let pts = s.points();
-            let _ = pts.iter().map(|p| p.id()).count();
+            for p in &pts {
+                let _ = p.id();
+            }
             let _ = sinklab::sweep::cost_scaling::check_budget(
                 &s,
                 "fuzz",

@@ -181,6 +181,10 @@ impl SweepSpec {
             }
             if e.scopes.contains(&Scope::Head) {
                 c.open(&k("on_rate"), e.on_rate, 0.0, 1.0)?;
+                // Copy-paste needs a source after BOS and a later query.
+                for &t in &e.t {
+                    c.range(&k("t"), t as f64, 3.0, f64::MAX)?;
+                }
             }
             if e.embeddings.contains(&EmbeddingKind::Orthonormal) {
                 for &t in &e.t {
