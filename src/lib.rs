@@ -8,6 +8,7 @@
 
 pub mod attention;
 pub mod backend;
+pub mod budget;
 pub mod check;
 pub mod claims;
 pub mod cost;

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 pub fn sections() -> Vec<(&'static str, SectionFn)> {
     #[allow(unused_mut)]
     let mut v: Vec<(&'static str, SectionFn)> = Vec::new();
-    v.push(("cost_scaling", crate::sweep::report_section));
+    v.push(("cost_scaling", crate::sweep::cost_scaling::report_section));
     v.push(("real_models", crate::real::report_section::section));
     v.push(("switches", crate::claims::switch::section));
     v.push(("secondary", crate::secondary::report::section));

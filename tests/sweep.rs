@@ -2,7 +2,7 @@
 //! figures; resume recomputes nothing; SIGKILL never corrupts the file and a
 //! rerun completes only the missing points; shards merge into the full set.
 
-use sinklab::sweep::{SweepSpec, read_results};
+use sinklab::sweep::cost_scaling::{SweepSpec, read_results};
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Stdio};

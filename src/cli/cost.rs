@@ -10,6 +10,7 @@ use sinklab::cost::{
 use sinklab::train::embeddings::{solve_head_query, solve_query};
 
 #[derive(clap::Args, Debug)]
+#[command(allow_negative_numbers = true)]
 pub struct Args {
     /// Pattern of the off-queries.
     #[arg(long, value_enum)]
@@ -51,6 +52,12 @@ pub struct Args {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// Memory limit (e.g. 64G; default 80% of the machine's memory).
+    #[arg(long)]
+    max_mem: Option<String>,
+    /// Time limit of the lower-bound estimate (e.g. 12h; default 1h).
+    #[arg(long)]
+    max_time: Option<String>,
 }
 
 pub fn run(a: Args) -> Result<i32> {
@@ -58,9 +65,41 @@ pub fn run(a: Args) -> Result<i32> {
         bail!("--t must be at least 2");
     }
     if !(a.tol > 0.0 && a.tol < 1.0) {
-        bail!("--tol must lie in (0, 1)");
+        bail!("--tol {}: must lie in (0, 1)", a.tol);
+    }
+    if a.max_iter == 0 {
+        bail!("--max-iter must be at least 1");
     }
     let d = a.d.unwrap_or(a.t);
+    if d == 0 {
+        bail!("--d 0: the embedding dimension must be at least 1");
+    }
+    if let Some(x) = a.delta
+        && !(x > 0.0 && x.is_finite())
+    {
+        bail!("--delta {x}: the gap must be positive and finite");
+    }
+    if let Some(e) = a.eps
+        && !(e > 0.0 && e < 1.0)
+    {
+        bail!("--eps {e}: the leak must lie in (0, 1)");
+    }
+    if a.scope == Scope::Head && !(a.on_rate > 0.0 && a.on_rate < 1.0) {
+        bail!("--on-rate {}: must lie in (0, 1)", a.on_rate);
+    }
+    // Sizes before work: the estimate is checked before anything is allocated.
+    let budget = sinklab::budget::Budget::with(a.max_mem.as_deref(), a.max_time.as_deref())?;
+    let one = sinklab::budget::cost_program(a.t, d, a.norm == NormKind::Nuclear);
+    let mut est = if a.scope == Scope::Head {
+        one.then(one)
+    } else {
+        one
+    };
+    if a.embedding == EmbeddingKind::Trained {
+        est = sinklab::budget::training(a.t, d, d, 1, 0, 8, 8, sinklab::cost::trained::STEPS)
+            .then(est);
+    }
+    budget.check(&format!("cost --t {} --d {d}", a.t), est, true)?;
     let delta = match (a.delta, a.eps) {
         (Some(x), _) => x,
         (None, e) => delta_eps(a.t - 1, e.unwrap_or(0.01))?,
@@ -76,9 +115,6 @@ pub fn run(a: Args) -> Result<i32> {
         scope: a.scope,
         on_rate: a.on_rate,
     };
-    if a.max_iter == 0 {
-        bail!("--max-iter must be at least 1");
-    }
     let opts = SolveOptions {
         rel_gap: a.tol,
         max_iter: a.max_iter,

@@ -2,7 +2,8 @@
 //! `sinklab merge --out DIR SHARD_DIR...`.
 
 use anyhow::{Context, Result};
-use sinklab::sweep::{self, Shard, SweepSpec};
+use sinklab::sweep::Shard;
+use sinklab::sweep::cost_scaling::{self as sweep, SweepSpec};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -27,6 +28,12 @@ pub struct Args {
     /// Dense backend of the trained points: cpu, gpu or auto (overrides the spec's `backend`).
     #[arg(long)]
     backend: Option<sinklab::backend::BackendKind>,
+    /// Memory limit of the run (e.g. 64G; default 80% of the machine's memory).
+    #[arg(long)]
+    max_mem: Option<String>,
+    /// Time limit of a single point's lower-bound estimate (e.g. 12h; default 1h).
+    #[arg(long)]
+    max_time: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -40,6 +47,9 @@ pub struct MergeArgs {
     /// Bootstrap resamples.
     #[arg(long, default_value_t = 2000)]
     bootstrap: usize,
+    /// Memory limit (e.g. 64G; default 80% of the machine's memory).
+    #[arg(long)]
+    max_mem: Option<String>,
     /// Seed of the bootstrap.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -57,10 +67,16 @@ pub fn run(a: Args) -> Result<i32> {
                 .map_or_else(|| spec.name.clone().into(), |s| s.to_os_string()),
         )
     });
+    if let Some(k) = a.threads {
+        sinklab::budget::check_threads(k)?;
+    }
+    let budget = sinklab::budget::Budget::with(a.max_mem.as_deref(), a.max_time.as_deref())?;
+    let threads = a.threads.unwrap_or_else(rayon::current_num_threads);
+    sweep::check_budget(&spec, &a.spec.display().to_string(), &budget, threads, true)?;
     let go = || sweep::run(&spec, &out, a.shard, true);
     let summary = match a.threads {
         Some(k) => rayon::ThreadPoolBuilder::new()
-            .num_threads(k.max(1))
+            .num_threads(k)
             .build()
             .context("building the thread pool")?
             .install(go)?,
@@ -78,6 +94,13 @@ pub fn run(a: Args) -> Result<i32> {
         summary.computed,
         out.join("results.jsonl").display()
     );
+    if summary.stale > 0 {
+        eprintln!(
+            "{} records of points this spec no longer has moved to {}",
+            summary.stale,
+            out.join(sinklab::sweep::STALE_FILE).display()
+        );
+    }
     if !a.no_analysis {
         let (fits, figs) = sweep::analyze(&out, &out.join("figures"), spec.bootstrap, a.seed)?;
         println!("{}", sweep::verdict_markdown(&fits));
@@ -86,10 +109,23 @@ pub fn run(a: Args) -> Result<i32> {
         }
         eprintln!("wrote {}", out.join("fit.json").display());
     }
+    if let Some((id, e)) = &summary.first_failure {
+        eprintln!(
+            "error: {} of {} points computed now failed (rerun to retry them); first: {id}: {e}",
+            summary.failed, summary.computed
+        );
+        return Ok(1);
+    }
     Ok(0)
 }
 
 pub fn merge(a: MergeArgs) -> Result<i32> {
+    let budget = sinklab::budget::Budget::with(a.max_mem.as_deref(), None)?;
+    budget.check(
+        &format!("--bootstrap {}", a.bootstrap),
+        sinklab::budget::bootstrap(a.bootstrap, 1000, 16),
+        true,
+    )?;
     let n = sweep::merge(&a.inputs, &a.out)?;
     eprintln!(
         "merged {n} records into {}",

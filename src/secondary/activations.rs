@@ -167,6 +167,66 @@ fn ints(name: &str, v: &TensorView<'_>) -> Result<Vec<i64>, ActivationError> {
     })
 }
 
+/// Tolerance on the row sums of stored attention probabilities: storage rounding moves each
+/// entry by at most half an ulp of its own size, so a row's sum moves by at most $2^{-9}$
+/// (bf16) or $2^{-12}$ (f16) — and by about $T \cdot 2^{-24}$ for rows accumulated in f32;
+/// the tolerances below leave a factor of about 5 over bf16 and 4 over f16 / f32 rows of up
+/// to 4096 keys.
+pub fn attn_row_tolerance(dtype: Dtype) -> f64 {
+    match dtype {
+        Dtype::BF16 => 1e-2,
+        _ => 1e-3,
+    }
+}
+
+/// Refuses an empty dimension: the analyses loop over every declared index, so a shape like
+/// `[1e12, 8, 0]` (no bytes, a trillion heads) would spin; with every dimension at least 1 the
+/// declared element count is bounded by the file size (the safetensors reader has checked
+/// that the bytes match the shape).
+fn nonempty_dims(name: &str, v: &TensorView<'_>) -> Result<(), ActivationError> {
+    if v.shape().contains(&0) {
+        return Err(ActivationError::Format(format!(
+            "`{name}` has an empty dimension in its shape {:?}",
+            v.shape()
+        )));
+    }
+    Ok(())
+}
+
+fn finite(name: &str, data: &[f32]) -> Result<(), ActivationError> {
+    if let Some(k) = data.iter().position(|v| !v.is_finite()) {
+        return Err(ActivationError::Format(format!(
+            "`{name}` has a non-finite value ({}) at index {k}",
+            data[k]
+        )));
+    }
+    Ok(())
+}
+
+/// Every row of `[H, T, T]` attention is a probability vector: entries in [0, 1] and the sum 1
+/// within [`attn_row_tolerance`].
+fn probabilities(name: &str, h: &HeadTensor, dtype: Dtype) -> Result<(), ActivationError> {
+    let tol = attn_row_tolerance(dtype);
+    for hh in 0..h.heads {
+        for i in 0..h.tokens {
+            let row = h.row(hh, i);
+            if let Some(j) = row.iter().position(|&p| !(0.0..=1.0).contains(&p)) {
+                return Err(ActivationError::Format(format!(
+                    "`{name}` head {hh} row {i} key {j} is {}: attention probabilities lie in [0, 1]",
+                    row[j]
+                )));
+            }
+            let sum: f64 = row.iter().map(|&p| p as f64).sum();
+            if (sum - 1.0).abs() > tol {
+                return Err(ActivationError::Format(format!(
+                    "`{name}` head {hh} row {i} sums to {sum}: attention rows sum to 1 (tolerance {tol} for {dtype:?})"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn shape_err(name: &str, got: &[usize], expected: String) -> ActivationError {
     ActivationError::Shape {
         name: name.into(),
@@ -204,6 +264,15 @@ impl Activations {
             return Err(shape_err("hidden.0", h0.shape(), "[T, d]".into()));
         };
         let (t, d) = (*t, *d);
+        nonempty_dims("hidden.0", &h0)?;
+        // The per-layer analyses hold T × T matrices: check their size before any work.
+        crate::budget::Budget::default()
+            .check(
+                &format!("activation file with T = {t} positions"),
+                crate::budget::Estimate::bytes(8.0 * 4.0 * (t as f64) * (t as f64)),
+                false,
+            )
+            .map_err(|e| ActivationError::Format(e.to_string()))?;
         // [T, d] stacks (hidden, mlp_out).
         let stack = |prefix: &str| -> Result<Option<HiddenStates<f32>>, ActivationError> {
             if get(&format!("{prefix}.0")).is_none() {
@@ -216,7 +285,9 @@ impl Activations {
                 if v.shape() != [t, d] {
                     return Err(shape_err(&name, v.shape(), format!("[{t}, {d}]")));
                 }
-                data.extend(floats(&name, &v)?);
+                let x = floats(&name, &v)?;
+                finite(&name, &x)?;
+                data.extend(x);
             }
             Ok(Some(HiddenStates::new(layers, t, d, data)?))
         };
@@ -247,13 +318,19 @@ impl Activations {
                         };
                         return Err(shape_err(&name, v.shape(), exp));
                     }
+                    nonempty_dims(&name, &v)?;
                     let s = v.shape();
-                    out.push(HeadTensor {
+                    let h = HeadTensor {
                         heads: s[0],
                         tokens: t,
                         width: s[2],
                         data: floats(&name, &v)?,
-                    });
+                    };
+                    finite(&name, &h.data)?;
+                    if square {
+                        probabilities(&name, &h, v.dtype())?;
+                    }
+                    out.push(h);
                 }
                 Ok(Some(out))
             };
@@ -292,7 +369,27 @@ impl Activations {
                 if v.shape() != [t] {
                     return Err(shape_err("tokens", v.shape(), format!("[{t}]")));
                 }
-                Some(ints("tokens", &v)?)
+                let ids = ints("tokens", &v)?;
+                // Ids index the vocabulary: non-negative, within u32 (and within the vocabulary
+                // when the file's metadata states it).
+                let vocab = meta
+                    .metadata()
+                    .as_ref()
+                    .and_then(|m| m.get("vocab_size"))
+                    .and_then(|s| s.parse::<i64>().ok());
+                let limit = vocab.unwrap_or(u32::MAX as i64 + 1);
+                if let Some(k) = ids.iter().position(|&x| x < 0 || x >= limit) {
+                    return Err(ActivationError::Format(format!(
+                        "`tokens` position {k} holds id {}: ids lie in [0, {limit}){}",
+                        ids[k],
+                        if vocab.is_some() {
+                            " (metadata vocab_size)"
+                        } else {
+                            ""
+                        }
+                    )));
+                }
+                Some(ids)
             }
         };
         Ok(Self {
@@ -402,7 +499,13 @@ mod tests {
                 heads: h,
                 tokens: t,
                 width: t,
-                data: (0..h * t * t).map(|i| i as f32).collect(),
+                // Causal uniform rows: row i spreads its mass over keys 0..=i.
+                data: (0..h * t * t)
+                    .map(|k| {
+                        let (i, j) = ((k / t) % t, k % t);
+                        if j <= i { 1.0 / (i + 1) as f32 } else { 0.0 }
+                    })
+                    .collect(),
             })
             .collect();
         let kv = (0..l)

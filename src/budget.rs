@@ -1,0 +1,364 @@
+//! Budgets before work: every size-like input is turned into an estimate of the memory and
+//! time it needs *before* anything is allocated, and an estimate over the limit is refused
+//! with the estimate and the override, never left to a panic, an abort or an hours-long run.
+//!
+//! Limits: `--max-mem` / `--max-time` where a command has them, else the environment
+//! (`SINKLAB_MAX_MEM`, `SINKLAB_MAX_TIME`), else 80% of the machine's memory (8 GiB when it
+//! cannot be read) and one hour. Memory estimates count the large buffers of the code path
+//! (within a small factor of the measured peak); time estimates are *lower bounds* (the
+//! unavoidable work at an optimistic rate, [`FLOPS`]), so a refusal is never a false alarm
+//! about speed, only about scale.
+
+use std::fmt;
+
+/// Optimistic sustained rate used for time lower bounds (floating-point operations per
+/// second; a few cores of vectorised f64 do about this much on the dense kernels, the
+/// solver's scattered constraint loops much less).
+pub const FLOPS: f64 = 1e10;
+
+/// Most worker threads any command starts.
+pub const MAX_THREADS: usize = 1024;
+
+/// An estimate of what a piece of work needs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Estimate {
+    /// Peak bytes.
+    pub bytes: f64,
+    /// Seconds (a lower bound).
+    pub seconds: f64,
+}
+
+impl Estimate {
+    /// Memory only.
+    pub fn bytes(bytes: f64) -> Self {
+        Self {
+            bytes,
+            seconds: 0.0,
+        }
+    }
+    /// `flops` floating-point operations at [`FLOPS`] and `bytes` of memory.
+    pub fn work(bytes: f64, flops: f64) -> Self {
+        Self {
+            bytes,
+            seconds: flops / FLOPS,
+        }
+    }
+    /// The larger memory and the summed time of two pieces of work run one after the other.
+    pub fn then(self, o: Self) -> Self {
+        Self {
+            bytes: self.bytes.max(o.bytes),
+            seconds: self.seconds + o.seconds,
+        }
+    }
+}
+
+/// The limits.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Budget {
+    /// Bytes.
+    pub max_bytes: f64,
+    /// Seconds.
+    pub max_seconds: f64,
+}
+
+/// Work refused before it started.
+#[derive(Debug, thiserror::Error)]
+pub enum BudgetError {
+    /// Over a limit.
+    #[error(
+        "{what}: {kind} {estimate} is over the limit of {limit}; {hint} to run it anyway (estimate before any allocation)"
+    )]
+    Over {
+        /// What was refused (the flag or key and its value).
+        what: String,
+        /// `needs about` (memory) or `would take at least` (time).
+        kind: &'static str,
+        /// The estimate, formatted.
+        estimate: String,
+        /// The limit, formatted.
+        limit: String,
+        /// How to override.
+        hint: String,
+    },
+    /// A limit that does not parse.
+    #[error("{0}")]
+    Parse(String),
+}
+
+/// `12G`, `512M`, `3.5T`, `1000000` (bytes) → bytes.
+pub fn parse_bytes(s: &str) -> Result<f64, BudgetError> {
+    let t = s.trim();
+    let (num, mul) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1024f64,
+                'M' => 1024f64.powi(2),
+                'G' => 1024f64.powi(3),
+                'T' => 1024f64.powi(4),
+                'B' => 1.0,
+                _ => {
+                    return Err(BudgetError::Parse(format!(
+                        "memory size `{s}`: unknown unit"
+                    )));
+                }
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1.0),
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v * mul),
+        _ => Err(BudgetError::Parse(format!(
+            "memory size `{s}`: expected a positive number with an optional K/M/G/T suffix"
+        ))),
+    }
+}
+
+/// `90s`, `30m`, `12h`, `2d`, `600` (seconds) → seconds.
+pub fn parse_seconds(s: &str) -> Result<f64, BudgetError> {
+    let t = s.trim();
+    let (num, mul) = match t.chars().last() {
+        Some('s') => (&t[..t.len() - 1], 1.0),
+        Some('m') => (&t[..t.len() - 1], 60.0),
+        Some('h') => (&t[..t.len() - 1], 3600.0),
+        Some('d') => (&t[..t.len() - 1], 86400.0),
+        _ => (t, 1.0),
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v * mul),
+        _ => Err(BudgetError::Parse(format!(
+            "duration `{s}`: expected a positive number with an optional s/m/h/d suffix"
+        ))),
+    }
+}
+
+/// Bytes, human readable.
+pub fn fmt_bytes(b: f64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut v = b;
+    let mut k = 0;
+    while v >= 1024.0 && k + 1 < units.len() {
+        v /= 1024.0;
+        k += 1;
+    }
+    if k + 1 == units.len() && v >= 1024.0 {
+        return format!("{b:.2e} B");
+    }
+    format!("{v:.1} {}", units[k])
+}
+
+/// Seconds, human readable.
+pub fn fmt_seconds(s: f64) -> String {
+    if s < 120.0 {
+        format!("{s:.0} s")
+    } else if s < 7200.0 {
+        format!("{:.0} min", s / 60.0)
+    } else if s < 86400.0 * 3.0 {
+        format!("{:.1} h", s / 3600.0)
+    } else {
+        format!("{:.1e} days", s / 86400.0)
+    }
+}
+
+fn mem_total() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024.0)
+}
+
+impl Default for Budget {
+    /// The environment's limits, else 80% of the machine's memory and one hour.
+    fn default() -> Self {
+        let env = |k: &str| std::env::var(k).ok().filter(|s| !s.is_empty());
+        Self {
+            max_bytes: env("SINKLAB_MAX_MEM")
+                .and_then(|s| parse_bytes(&s).ok())
+                .unwrap_or_else(|| mem_total().map_or(8.0 * 1024f64.powi(3), |m| 0.8 * m)),
+            max_seconds: env("SINKLAB_MAX_TIME")
+                .and_then(|s| parse_seconds(&s).ok())
+                .unwrap_or(3600.0),
+        }
+    }
+}
+
+impl Budget {
+    /// The default limits with the given overrides (`--max-mem`, `--max-time`).
+    pub fn with(max_mem: Option<&str>, max_time: Option<&str>) -> Result<Self, BudgetError> {
+        let mut b = Self::default();
+        if let Some(m) = max_mem {
+            b.max_bytes = parse_bytes(m)?;
+        }
+        if let Some(t) = max_time {
+            b.max_seconds = parse_seconds(t)?;
+        }
+        Ok(b)
+    }
+
+    /// Refuses `e` when over a limit. `what` names the input (`--t 100000`); the hint names
+    /// the override (`--max-mem` / `--max-time` flags, or their environment variables).
+    pub fn check(&self, what: &str, e: Estimate, flags: bool) -> Result<(), BudgetError> {
+        let (mem_flag, time_flag) = if flags {
+            ("--max-mem", "--max-time")
+        } else {
+            ("SINKLAB_MAX_MEM=", "SINKLAB_MAX_TIME=")
+        };
+        if e.bytes.is_nan() || e.bytes > self.max_bytes {
+            return Err(BudgetError::Over {
+                what: what.into(),
+                kind: "needs about",
+                estimate: fmt_bytes(e.bytes),
+                limit: fmt_bytes(self.max_bytes),
+                hint: format!(
+                    "pass {mem_flag}{}{} (if the machine has it)",
+                    if flags { " " } else { "" },
+                    short_bytes(e.bytes * 1.5)
+                ),
+            });
+        }
+        if e.seconds.is_nan() || e.seconds > self.max_seconds {
+            return Err(BudgetError::Over {
+                what: what.into(),
+                kind: "would take at least",
+                estimate: fmt_seconds(e.seconds),
+                limit: fmt_seconds(self.max_seconds),
+                hint: format!(
+                    "pass {time_flag}{}{}",
+                    if flags { " " } else { "" },
+                    short_seconds(e.seconds * 2.0)
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn short_bytes(b: f64) -> String {
+    let g = b / 1024f64.powi(3);
+    if g < 1.0 {
+        format!("{:.0}M", (b / 1024f64.powi(2)).ceil())
+    } else if g < 1024.0 {
+        format!("{:.0}G", g.ceil())
+    } else {
+        format!("{:.0}T", (g / 1024.0).ceil())
+    }
+}
+
+fn short_seconds(s: f64) -> String {
+    if s < 3600.0 {
+        format!("{:.0}m", (s / 60.0).ceil())
+    } else {
+        format!("{:.0}h", (s / 3600.0).ceil())
+    }
+}
+
+/// Checks a worker-thread count: at least 1, at most [`MAX_THREADS`].
+pub fn check_threads(k: usize) -> Result<usize, BudgetError> {
+    if k == 0 || k > MAX_THREADS {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        return Err(BudgetError::Parse(format!(
+            "--threads {k}: need 1 to {MAX_THREADS} worker threads (this machine has {cores} cores)"
+        )));
+    }
+    Ok(k)
+}
+
+impl fmt::Display for Estimate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}, at least {}",
+            fmt_bytes(self.bytes),
+            fmt_seconds(self.seconds)
+        )
+    }
+}
+
+// ---- estimates of the crate's size-driven work ---------------------------------------------
+
+/// One exact gap program (`cost`): $T$ positions, width $d$, `nuclear` prox (an SVD of the
+/// $r \times r$ variable per iteration, $r = \min(T, d)$), `max_iter` iterations at most.
+///
+/// Memory: embeddings and their orthonormalisation ($3Td$ f64), the Gram and logits matrices
+/// ($2T^2$), the constraint list and its dual vectors (about $T^2/2$ constraints, 8 bytes of
+/// indices and 4 f64 each), and the primal iterates (about 9 $r \times r$ f64). Time (a lower
+/// bound): building the program ($4T^2 d$ for Gram–Schmidt and the Gram matrix) and 200
+/// iterations of $100\,T^2$ (plus $20 r^3$ with the nuclear prox). Measured at the commit that
+/// added it (`sinklab cost --pattern sink --norm fro --t 512`, 2 shared cores): 500
+/// iterations in 23 s, i.e. about 40× this bound, so the bound refuses only work that is
+/// certainly long.
+pub fn cost_program(t: usize, d: usize, nuclear: bool) -> Estimate {
+    let (t, d) = (t as f64, d as f64);
+    let r = t.min(d);
+    let bytes = 8.0 * 3.0 * t * d + 8.0 * 2.0 * t * t + 40.0 * t * t / 2.0 + 72.0 * r * r;
+    let per_iter = 100.0 * t * t + if nuclear { 20.0 * r * r * r } else { 0.0 };
+    Estimate::work(bytes, 4.0 * t * t * d + 200.0 * per_iter)
+}
+
+/// One training run of `train`: parameters, gradients and AdamW moments in f32, the batch's
+/// activations, and the task's $n \times n$ bigram table. Time (a lower bound): $6 \cdot$
+/// (parameters touched per token) $\cdot$ tokens, plus the attention products.
+#[allow(clippy::too_many_arguments)]
+pub fn training(
+    t: usize,
+    d: usize,
+    r: usize,
+    layers: usize,
+    mlp: usize,
+    n: usize,
+    batch: usize,
+    steps: usize,
+) -> Estimate {
+    let (t, d, r, l, h, n, b, s) = (
+        t as f64,
+        d as f64,
+        r as f64,
+        layers as f64,
+        mlp as f64,
+        n as f64,
+        batch as f64,
+        steps as f64,
+    );
+    let per_layer = 2.0 * d * r + 2.0 * d * r.max(d) + 2.0 * d * h;
+    let params = (n + 2.0 + t) * d + l * per_layer;
+    let rows = b.max(64.0) * t;
+    let acts = 4.0 * rows * l * (10.0 * d + 3.0 * t + 2.0 * h);
+    let bytes = 16.0 * params + acts + 8.0 * n * n;
+    let flops = 6.0 * s * b * t * (l * per_layer + 2.0 * l * t * r);
+    Estimate::work(bytes, flops)
+}
+
+/// Bootstrap of the exponent fits: `n_boot` resamples of `n_points` points per group.
+pub fn bootstrap(n_boot: usize, n_points: usize, groups: usize) -> Estimate {
+    let (b, p, g) = (n_boot as f64, n_points as f64, groups as f64);
+    Estimate::work(8.0 * b + 16.0 * p, 10.0 * b * p.max(1.0) * g.max(1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_and_refusals_name_the_override() {
+        assert_eq!(parse_bytes("2G").unwrap(), 2.0 * 1024f64.powi(3));
+        assert_eq!(parse_bytes("1000").unwrap(), 1000.0);
+        assert_eq!(parse_seconds("3h").unwrap(), 10800.0);
+        assert!(parse_bytes("-1G").is_err() && parse_seconds("soon").is_err());
+        let b = Budget {
+            max_bytes: 1e9,
+            max_seconds: 60.0,
+        };
+        let e = b
+            .check("--t 100000", cost_program(100_000, 100_000, false), true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--t 100000") && e.contains("needs about") && e.contains("--max-mem"),
+            "{e}"
+        );
+        // The default sweep's largest exact point (T = 512) is far inside one hour and 1 GB.
+        b.check("t 512", cost_program(512, 512, false), true)
+            .unwrap();
+        assert!(check_threads(100_000).is_err() && check_threads(2).is_ok());
+    }
+}

@@ -1,0 +1,140 @@
+//! `fit.json` and the figures of the cost-scaling sweep.
+
+use super::fits::{GroupFit, fit_all, groups, mean_by_t};
+use super::read_results;
+use crate::plot::{self, Panel, Series, Style};
+use crate::sweep::{SweepError, io};
+use std::path::{Path, PathBuf};
+
+/// Writes `fit.json` and the figures (`cost_scaling.svg/png`: one panel per cost
+/// definition; `cost_ratio.svg/png`: diagonal/sink against T). Returns the fits and figure paths.
+pub fn analyze(
+    dir: &Path,
+    fig_dir: &Path,
+    n_boot: usize,
+    seed: u64,
+) -> Result<(Vec<GroupFit>, Vec<PathBuf>), SweepError> {
+    let records = read_results(&dir.join("results.jsonl"))?;
+    let fits = fit_all(&records, n_boot, seed);
+    let fit_path = dir.join("fit.json");
+    let json = serde_json::to_string_pretty(&fits).map_err(|e| SweepError::Spec(e.to_string()))?;
+    std::fs::write(&fit_path, json).map_err(io(&fit_path))?;
+    let mut figs = Vec::new();
+    if records.iter().all(|r| r.value.is_none()) {
+        return Ok((fits, figs));
+    }
+    let g = groups(&records);
+    let norms: Vec<String> = {
+        let mut v: Vec<String> = records.iter().map(|r| r.norm.clone()).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let mut panels = Vec::new();
+    for norm in &norms {
+        let mut series = Vec::new();
+        let mut color = 0;
+        for ((source, emb, n, pattern), rs) in &g {
+            if n != norm {
+                continue;
+            }
+            let pts = mean_by_t(rs);
+            if pts.is_empty() {
+                continue;
+            }
+            let label = format!("{pattern} ({source}, {emb})");
+            if let Some(f) = fits.iter().find(|f| {
+                &f.source == source && &f.embedding == emb && &f.norm == n && &f.pattern == pattern
+            }) {
+                // Fitted line pivoting at the centre of the log-T range; band from the slope CI.
+                let lx: Vec<f64> = pts.iter().map(|p| p.0.ln()).collect();
+                let cx = lx.iter().sum::<f64>() / lx.len() as f64;
+                let cy = f.fit.intercept + f.fit.exponent * cx;
+                let line: Vec<(f64, f64)> = pts
+                    .iter()
+                    .map(|p| (p.0, (cy + f.fit.exponent * (p.0.ln() - cx)).exp()))
+                    .collect();
+                let mut s = Series::new(
+                    format!(
+                        "{label}: T^{:.3} [{:.3}, {:.3}]",
+                        f.fit.exponent, f.fit.ci_low, f.fit.ci_high
+                    ),
+                    line,
+                    Style::Dashed,
+                    color,
+                );
+                s.band = pts
+                    .iter()
+                    .map(|p| {
+                        let dx = p.0.ln() - cx;
+                        let a = (cy + f.fit.ci_low * dx).exp();
+                        let b = (cy + f.fit.ci_high * dx).exp();
+                        (p.0, a.min(b), a.max(b))
+                    })
+                    .collect();
+                series.push(s);
+            }
+            series.push(Series::new(label, pts, Style::Points, color));
+            color += 1;
+        }
+        if !series.is_empty() {
+            panels.push(Panel {
+                title: format!("cost: {norm}"),
+                x_label: "T".into(),
+                y_label: "minimal / trained cost".into(),
+                log_x: true,
+                log_y: true,
+                series,
+            });
+        }
+    }
+    if !panels.is_empty() {
+        figs.extend(plot::render(
+            &fig_dir.join("cost_scaling"),
+            "Cost of sink vs diagonal against T",
+            &panels,
+        )?);
+    }
+    // Ratio diagonal/sink per (source, embedding, norm), mean over seeds per T.
+    let mut rseries = Vec::new();
+    let mut color = 0;
+    for ((source, emb, norm, pattern), rs) in &g {
+        if pattern != "diagonal" {
+            continue;
+        }
+        let Some(sink) = g.get(&(
+            source.clone(),
+            emb.clone(),
+            norm.clone(),
+            "sink".to_string(),
+        )) else {
+            continue;
+        };
+        let (d, s) = (mean_by_t(rs), mean_by_t(sink));
+        let pts: Vec<(f64, f64)> = d
+            .iter()
+            .filter_map(|&(t, v)| s.iter().find(|q| q.0 == t).map(|q| (t, v / q.1)))
+            .collect();
+        if !pts.is_empty() {
+            rseries.push(Series::new(
+                format!("{norm} ({source}, {emb})"),
+                pts,
+                Style::LinePoints,
+                color,
+            ));
+            color += 1;
+        }
+    }
+    if !rseries.is_empty() {
+        let panel = Panel {
+            title: "diagonal / sink cost".into(),
+            x_label: "T".into(),
+            y_label: "ratio".into(),
+            log_x: true,
+            log_y: true,
+            series: rseries,
+        };
+        figs.extend(plot::render(&fig_dir.join("cost_ratio"), "", &[panel])?);
+    }
+    Ok((fits, figs))
+}

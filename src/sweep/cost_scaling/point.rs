@@ -1,0 +1,345 @@
+//! One point of the cost-scaling sweep (an exact program or a training run), its records
+//! and how they are computed.
+
+use crate::cost::{self, CostQuery, NormKind, Scope, SolveOptions};
+use crate::sweep::{SweepPoint, SweepRecord};
+use crate::train::{self, TrainConfig};
+use serde::{Deserialize, Serialize};
+
+/// One sweep point.
+#[derive(Clone, Debug)]
+pub enum Point {
+    /// An exact program, solved with the options of its `[[exact]]` block.
+    Exact(CostQuery, SolveOptions),
+    /// A training run.
+    Trained(TrainConfig),
+}
+
+/// The norms a trained point reports.
+pub const TRAINED_NORMS: [&str; 3] = ["fro", "nuclear", "weight_decay"];
+
+/// Version of what a point computes, hashed into every id: bump it when the solver, the
+/// trained-embedding recipe or the training loop changes the records a point writes.
+pub const COMPUTE_VERSION: u32 = 1;
+
+/// Everything that can change the records of a point, as hashed into its id.
+#[derive(Serialize)]
+struct Identity<'a> {
+    crate_version: &'static str,
+    compute_version: u32,
+    #[serde(flatten)]
+    point: IdentityPoint<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum IdentityPoint<'a> {
+    Exact {
+        query: &'a CostQuery,
+        rel_gap: f64,
+        max_iter: usize,
+        feas_iter: usize,
+        /// The recipe of trained embeddings (only these use it).
+        trained_embedding_steps: Option<usize>,
+    },
+    Trained {
+        config: &'a TrainConfig,
+    },
+}
+
+impl Point {
+    /// Stable identifier (the resume key): a readable prefix and a hash of every parameter
+    /// that can change the point's records ([`COMPUTE_VERSION`], the crate version, the whole
+    /// query or training configuration and, for exact points, the solver options).
+    pub fn id(&self) -> String {
+        let readable = match self {
+            Point::Exact(q, _) => format!(
+                "exact/{}/{}/{}/t{}/d{}/s{}/delta{}{}",
+                q.pattern,
+                q.norm,
+                q.embedding,
+                q.t,
+                q.d,
+                q.seed,
+                q.delta,
+                match q.scope {
+                    Scope::Qk => String::new(),
+                    Scope::Head => format!("/head{}", q.on_rate),
+                }
+            ),
+            Point::Trained(c) => format!(
+                "trained/{}/t{}/d{}/s{}/steps{}/wd{}/lr{}/b{}{}",
+                if c.mask_bos_key { "masked" } else { "bos" },
+                c.t,
+                c.d,
+                c.seed,
+                c.steps,
+                c.weight_decay,
+                c.lr,
+                c.batch,
+                c.target_acc_on
+                    .map_or(String::new(), |a| format!("/acc{a}"))
+            ),
+        };
+        let point = match self {
+            Point::Exact(q, o) => IdentityPoint::Exact {
+                query: q,
+                rel_gap: o.rel_gap,
+                max_iter: o.max_iter,
+                feas_iter: o.feas_iter,
+                trained_embedding_steps: (q.embedding == cost::EmbeddingKind::Trained)
+                    .then_some(cost::trained::STEPS),
+            },
+            Point::Trained(c) => IdentityPoint::Trained { config: c },
+        };
+        let identity = Identity {
+            crate_version: env!("CARGO_PKG_VERSION"),
+            compute_version: COMPUTE_VERSION,
+            point,
+        };
+        // Serialising plain numbers, strings and enums cannot fail.
+        let canonical = serde_json::to_string(&identity).unwrap_or_default();
+        format!("{readable}#{}", crate::sweep::hash_hex(&canonical, 16))
+    }
+
+    /// Number of records the point writes.
+    pub fn n_records(&self) -> usize {
+        match self {
+            Point::Exact(..) => 1,
+            Point::Trained(_) => TRAINED_NORMS.len(),
+        }
+    }
+
+    /// Relative cost (largest points start first).
+    pub fn cost_weight(&self) -> f64 {
+        match self {
+            Point::Exact(q, _) => {
+                (q.t as f64).powi(3)
+                    * if q.norm == NormKind::Nuclear {
+                        20.0
+                    } else {
+                        1.0
+                    }
+            }
+            Point::Trained(c) => (c.t * c.batch * c.steps * c.d) as f64 * 50.0,
+        }
+    }
+}
+
+/// One line of `results.jsonl`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Record {
+    /// Point id.
+    pub id: String,
+    /// `sink` or `diagonal` (for trained points: the pattern the variant makes available).
+    pub pattern: String,
+    /// Cost definition: `fro`, `nuclear`, `weight_decay`.
+    pub norm: String,
+    /// `exact` or `trained`.
+    pub source: String,
+    /// Embedding family (`trained` for learned embeddings).
+    pub embedding: String,
+    /// Context length.
+    pub t: usize,
+    /// Width.
+    pub d: usize,
+    /// Seed.
+    pub seed: u64,
+    /// The cost (None when infeasible or failed).
+    pub value: Option<f64>,
+    /// Certified lower bound (exact).
+    #[serde(default)]
+    pub lower: Option<f64>,
+    /// Relative duality gap (exact).
+    #[serde(default)]
+    pub rel_gap: Option<f64>,
+    /// Feasibility (exact).
+    #[serde(default)]
+    pub feasible: Option<bool>,
+    /// Gap Δ (exact).
+    #[serde(default)]
+    pub delta: Option<f64>,
+    /// Pattern the off-queries learned (trained).
+    #[serde(default)]
+    pub learned: Option<String>,
+    /// Off-query sink score (trained).
+    #[serde(default)]
+    pub sink_score: Option<f64>,
+    /// Off-query diagonal score (trained).
+    #[serde(default)]
+    pub diagonal_score: Option<f64>,
+    /// On-query accuracy (trained).
+    #[serde(default)]
+    pub acc_on: Option<f64>,
+    /// Off-query accuracy (trained).
+    #[serde(default)]
+    pub acc_off: Option<f64>,
+    /// Whether the run met its convergence criterion (trained, with a criterion).
+    #[serde(default)]
+    pub converged: Option<bool>,
+    /// Optimiser steps run (trained).
+    #[serde(default)]
+    pub steps_run: Option<usize>,
+    /// Error message when the point failed.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Seconds spent.
+    pub seconds: f64,
+}
+
+/// Computes the records of one point.
+pub fn compute(p: &Point) -> Vec<Record> {
+    let start = std::time::Instant::now();
+    match p {
+        Point::Exact(q, opts) => {
+            let (sol, err) = match crate::train::embeddings::solve_query(q, *opts) {
+                Ok(s) => (Some(s), None),
+                Err(e) => (None, Some(e.to_string())),
+            };
+            vec![Record {
+                id: p.id(),
+                pattern: q.pattern.to_string(),
+                norm: match q.scope {
+                    Scope::Qk => q.norm.to_string(),
+                    Scope::Head => format!("head_{}", q.norm),
+                },
+                source: "exact".into(),
+                embedding: q.embedding.to_string(),
+                t: q.t,
+                d: q.d,
+                seed: q.seed,
+                value: sol.as_ref().and_then(|s| s.value),
+                lower: sol.as_ref().and_then(|s| s.lower),
+                rel_gap: sol.as_ref().and_then(|s| s.rel_gap),
+                feasible: sol.as_ref().map(|s| s.feasible),
+                delta: Some(q.delta),
+                learned: None,
+                sink_score: None,
+                diagonal_score: None,
+                acc_on: None,
+                acc_off: None,
+                converged: None,
+                steps_run: None,
+                error: err,
+                seconds: start.elapsed().as_secs_f64(),
+            }]
+        }
+        Point::Trained(c) => {
+            let rep = train::train(c, |_, _| {});
+            let pattern = if c.mask_bos_key { "diagonal" } else { "sink" };
+            TRAINED_NORMS
+                .iter()
+                .map(|&norm| {
+                    let (value, learned, ss, ds, aon, aoff, err) = match &rep {
+                        Ok(r) => {
+                            let c0 = &r.costs[0];
+                            let v = match norm {
+                                "fro" => Some(c0.qk_fro),
+                                "nuclear" => Some(c0.qk_nuclear),
+                                _ => c0.qk_weight_decay,
+                            };
+                            let pt = &r.patterns[0];
+                            if !r.eval_loss.is_finite() || v.is_some_and(|x| !x.is_finite()) {
+                                // A diverged run is a failure (retried on resume), never a cost.
+                                let msg = format!(
+                                    "training produced a non-finite model (eval loss {}, {norm} cost {v:?})",
+                                    r.eval_loss
+                                );
+                                return Record {
+                                    error: Some(msg),
+                                    seconds: start.elapsed().as_secs_f64(),
+                                    ..failed_trained(p, c, pattern, norm)
+                                };
+                            }
+                            (
+                                v,
+                                Some(pt.learned.clone()),
+                                Some(pt.sink),
+                                Some(pt.diagonal),
+                                Some(r.acc_on),
+                                Some(r.acc_off),
+                                None,
+                            )
+                        }
+                        Err(e) => (None, None, None, None, None, None, Some(e.to_string())),
+                    };
+                    Record {
+                        id: p.id(),
+                        pattern: pattern.into(),
+                        norm: norm.into(),
+                        source: "trained".into(),
+                        embedding: "trained".into(),
+                        t: c.t,
+                        d: c.d,
+                        seed: c.seed,
+                        value,
+                        lower: None,
+                        rel_gap: None,
+                        feasible: None,
+                        delta: None,
+                        learned,
+                        sink_score: ss,
+                        diagonal_score: ds,
+                        acc_on: aon,
+                        acc_off: aoff,
+                        converged: rep.as_ref().ok().and_then(|r| r.converged),
+                        steps_run: rep.as_ref().ok().map(|r| r.steps_run),
+                        error: err,
+                        seconds: start.elapsed().as_secs_f64(),
+                    }
+                })
+                .collect()
+        }
+    }
+}
+
+fn failed_trained(p: &Point, c: &TrainConfig, pattern: &str, norm: &str) -> Record {
+    Record {
+        id: p.id(),
+        pattern: pattern.into(),
+        norm: norm.into(),
+        source: "trained".into(),
+        embedding: "trained".into(),
+        t: c.t,
+        d: c.d,
+        seed: c.seed,
+        value: None,
+        lower: None,
+        rel_gap: None,
+        feasible: None,
+        delta: None,
+        learned: None,
+        sink_score: None,
+        diagonal_score: None,
+        acc_on: None,
+        acc_off: None,
+        converged: None,
+        steps_run: None,
+        error: None,
+        seconds: 0.0,
+    }
+}
+
+impl SweepPoint for Point {
+    fn id(&self) -> String {
+        Point::id(self)
+    }
+    fn n_records(&self) -> usize {
+        Point::n_records(self)
+    }
+    fn weight(&self) -> f64 {
+        self.cost_weight()
+    }
+}
+
+impl SweepRecord for Record {
+    fn point_id(&self) -> &str {
+        &self.id
+    }
+    fn part(&self) -> &str {
+        &self.norm
+    }
+    fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+}

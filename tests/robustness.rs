@@ -1,0 +1,484 @@
+//! Issue 12 (robustness), each case reproduced: a clear error and a non-zero exit, the right
+//! recomputation, or identical bytes.
+
+use sinklab::sweep::cost_scaling::{SweepSpec, fit_all, read_results, run};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sinklab"))
+}
+
+fn sinklab(args: &[&str]) -> Output {
+    bin().args(args).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Fails with a non-zero exit and a message holding every needle.
+fn refused(args: &[&str], needles: &[&str]) {
+    let start = Instant::now();
+    let o = sinklab(args);
+    let e = stderr(&o);
+    assert!(!o.status.success(), "{args:?} succeeded: {e}");
+    assert!(
+        !e.contains("panicked"),
+        "{args:?} panicked instead of refusing: {e}"
+    );
+    for n in needles {
+        assert!(e.contains(n), "{args:?}: `{e}` does not say `{n}`");
+    }
+    // A refusal comes before any work.
+    assert!(start.elapsed() < Duration::from_secs(20), "{args:?} ran");
+}
+
+const SPEC: &str = r#"
+name = "tiny"
+bootstrap = 200
+[[exact]]
+patterns = ["sink", "diagonal"]
+norms = ["fro"]
+embeddings = ["orthonormal", "gaussian"]
+t = [4, 6, 8, 12]
+d_factor = 2
+seeds = [0, 1]
+delta = 5.0
+[[exact]]
+patterns = ["sink", "diagonal"]
+norms = ["fro"]
+embeddings = ["gaussian"]
+t = [4, 6, 8]
+d_factor = 2
+seeds = [2]
+delta = 5.0
+"#;
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+// ---- 2. sweep identity -----------------------------------------------------------------
+
+#[test]
+fn point_ids_cover_every_parameter_that_changes_a_result() {
+    let trained = r#"
+name = "t"
+[trained]
+t = [8]
+seeds = [0]
+variants = ["bos"]
+d = 16
+r = 16
+steps = 10
+batch = 4
+lr = 0.01
+weight_decay = 0.01
+n = 8
+k = 2
+alpha = 0.3
+"#;
+    let id = |text: &str| SweepSpec::from_toml(text).unwrap().points()[0].id();
+    let base = id(trained);
+    for (from, to) in [
+        ("r = 16", "r = 8"),
+        ("n = 8", "n = 9"),
+        ("k = 2", "k = 3"),
+        ("alpha = 0.3", "alpha = 0.5"),
+        ("d = 16\n", "d = 16\nlayers = 2\n"),
+        ("d = 16\n", "d = 16\nmlp_hidden = 4\n"),
+    ] {
+        assert_ne!(
+            base,
+            id(&trained.replacen(from, to, 1)),
+            "{to} not in the id"
+        );
+    }
+    let exact = "name = \"e\"\n[[exact]]\npatterns = [\"sink\"]\nnorms = [\"fro\"]\n\
+                 embeddings = [\"gaussian\"]\nt = [4]\nseeds = [0]\n";
+    let base = id(exact);
+    assert_ne!(base, id(&format!("{exact}tol = 1e-4\n")));
+    assert_ne!(base, id(&format!("{exact}max_iter = 100\n")));
+    assert_eq!(base, id(exact), "ids are stable");
+}
+
+#[test]
+fn a_spec_edit_recomputes_exactly_the_changed_block() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = SweepSpec::from_toml(SPEC).unwrap();
+    let n1 = 2 * 4 + 2 * 4 * 2; // orthonormal: one seed; gaussian: two
+    let n2 = 2 * 3;
+    assert_eq!(spec.points().len(), n1 + n2);
+    let s = run(&spec, tmp.path(), None, false).unwrap();
+    assert_eq!((s.computed, s.failed), (n1 + n2, 0));
+    // Tighter tolerance in the second block: only its points are recomputed, and the old
+    // records are moved out of the way instead of being fitted.
+    let edited =
+        SweepSpec::from_toml(&SPEC.replacen("seeds = [2]\n", "seeds = [2]\ntol = 1e-4\n", 1))
+            .unwrap();
+    let s = run(&edited, tmp.path(), None, false).unwrap();
+    assert_eq!((s.skipped, s.computed, s.stale), (n1, n2, n2));
+    let recs = read_results(&tmp.path().join("results.jsonl")).unwrap();
+    assert_eq!(recs.len(), n1 + n2);
+    let ids: std::collections::HashSet<String> = edited.points().iter().map(|p| p.id()).collect();
+    assert!(recs.iter().all(|r| ids.contains(&r.id)));
+}
+
+#[test]
+fn invalid_spec_values_name_file_key_and_value() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exact = "name = \"e\"\n[[exact]]\npatterns = [\"sink\"]\nnorms = [\"fro\"]\n\
+                 embeddings = [\"gaussian\"]\nt = [4]\nseeds = [0]\n";
+    let trained = "name = \"t\"\n[trained]\nt = [8]\nseeds = [0]\nvariants = [\"bos\"]\nd = 16\n\
+                   r = 16\nsteps = 10\nbatch = 4\nlr = 0.01\nweight_decay = 0.01\nn = 8\nk = 2\n\
+                   alpha = 0.3\n";
+    for (text, key, value) in [
+        (format!("{exact}delta = nan\n"), "exact[0].delta", "NaN"),
+        (format!("{exact}eps = 2.0\n"), "exact[0].eps", "2"),
+        (format!("{exact}d = 0\n"), "exact[0].d", "0"),
+        (format!("{exact}tol = -1.0\n"), "exact[0].tol", "-1"),
+        (format!("{exact}max_iter = 0\n"), "exact[0].max_iter", "0"),
+        (
+            trained.replace("lr = 0.01", "lr = nan"),
+            "trained.lr",
+            "NaN",
+        ),
+        (trained.replace("d = 16", "d = 0"), "trained.d", "0"),
+        (
+            exact.replace("name = \"e\"", "name = \"e\"\nbootstrap = 100000000000"),
+            "bootstrap",
+            "100000000000",
+        ),
+    ] {
+        let path = write(tmp.path(), "bad.toml", &text);
+        let e = SweepSpec::load(Path::new(&path)).unwrap_err().to_string();
+        for n in [path.as_str(), key, value] {
+            assert!(e.contains(n), "`{e}` does not name `{n}`");
+        }
+        refused(
+            &[
+                "sweep",
+                &path,
+                "--out",
+                tmp.path().join("o").to_str().unwrap(),
+            ],
+            &[key],
+        );
+    }
+    // Fixed, the same spec runs and fits.
+    let path = write(
+        tmp.path(),
+        "good.toml",
+        &format!("{exact}t = [4, 6, 8]\n").replace("t = [4]\n", ""),
+    );
+    let out = tmp.path().join("good");
+    let o = sinklab(&["sweep", &path, "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let fit = std::fs::read_to_string(out.join("fit.json")).unwrap();
+    assert!(fit.contains("exponent"), "{fit}");
+}
+
+#[test]
+fn a_second_writer_is_refused_and_a_killed_ones_lock_is_not_stale() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Large enough to run for a few seconds on one thread.
+    let spec = write(
+        tmp.path(),
+        "slow.toml",
+        &SPEC.replace("t = [4, 6, 8, 12]", "t = [16, 24, 32, 48, 64, 96]"),
+    );
+    let out = tmp.path().join("out");
+    let mut first = bin()
+        .args([
+            "sweep",
+            &spec,
+            "--out",
+            out.to_str().unwrap(),
+            "--threads",
+            "1",
+            "--no-analysis",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !out.join(".sweep.lock").exists() && start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let o = sinklab(&[
+        "sweep",
+        &spec,
+        "--out",
+        out.to_str().unwrap(),
+        "--no-analysis",
+    ]);
+    assert!(!o.status.success(), "second writer accepted");
+    let e = stderr(&o);
+    assert!(
+        e.contains("being written by another") && e.contains(&first.id().to_string()),
+        "{e}"
+    );
+    first.kill().unwrap(); // SIGKILL: the lock file stays, the kernel drops the lock.
+    first.wait().unwrap();
+    assert!(out.join(".sweep.lock").exists());
+    let o = sinklab(&[
+        "sweep",
+        &spec,
+        "--out",
+        out.to_str().unwrap(),
+        "--no-analysis",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    let n = SweepSpec::load(Path::new(&spec)).unwrap().points().len();
+    assert_eq!(lines.lines().count(), n, "no duplicate lines");
+}
+
+// ---- 3. order-free outputs ---------------------------------------------------------------
+
+#[test]
+fn fit_json_is_the_same_bytes_for_one_and_two_threads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write(tmp.path(), "tiny.toml", SPEC);
+    let mut fits = Vec::new();
+    for k in ["1", "2"] {
+        let out = tmp.path().join(format!("t{k}"));
+        let o = sinklab(&[
+            "sweep",
+            &spec,
+            "--out",
+            out.to_str().unwrap(),
+            "--threads",
+            k,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        fits.push(std::fs::read(out.join("fit.json")).unwrap());
+    }
+    assert!(fits[0].len() > 100);
+    assert_eq!(
+        fits[0], fits[1],
+        "fit.json differs between --threads 1 and 2"
+    );
+    // The same records in another order (a merge, a resume) fit to the same values.
+    let mut recs = read_results(&tmp.path().join("t1/results.jsonl")).unwrap();
+    let a = serde_json::to_string(&fit_all(&recs, 200, 0)).unwrap();
+    recs.reverse();
+    recs.rotate_left(7);
+    let b = serde_json::to_string(&fit_all(&recs, 200, 0)).unwrap();
+    assert_eq!(a, b);
+    // And through the file: lines reversed, then merged.
+    let text = std::fs::read_to_string(tmp.path().join("t2/results.jsonl")).unwrap();
+    let rev: String = text.lines().rev().map(|l| format!("{l}\n")).collect();
+    let shuffled = write(tmp.path(), "rev.jsonl", &rev);
+    let merged = tmp.path().join("merged");
+    let o = sinklab(&[
+        "merge",
+        "--out",
+        merged.to_str().unwrap(),
+        "--bootstrap",
+        "200",
+        &shuffled,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(merged.join("fit.json")).unwrap(), fits[0]);
+}
+
+#[test]
+fn merge_of_a_non_results_file_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let junk = write(tmp.path(), "junk.jsonl", "hello\nworld\n");
+    let out = tmp.path().join("m");
+    refused(
+        &["merge", "--out", out.to_str().unwrap(), &junk],
+        &["junk.jsonl", "not a sweep record"],
+    );
+    let empty = write(tmp.path(), "empty.jsonl", "");
+    refused(
+        &["merge", "--out", out.to_str().unwrap(), &empty],
+        &["no sweep records"],
+    );
+}
+
+// ---- 5. budgets before work ----------------------------------------------------------------
+
+#[test]
+fn sizes_are_checked_before_allocating() {
+    refused(
+        &[
+            "cost",
+            "--pattern",
+            "sink",
+            "--norm",
+            "fro",
+            "--t",
+            "100000",
+        ],
+        &["--t 100000", "needs about", "--max-mem"],
+    );
+    refused(
+        &[
+            "cost",
+            "--pattern",
+            "sink",
+            "--norm",
+            "fro",
+            "--t",
+            "20000",
+            "--max-mem",
+            "1T",
+            "--max-time",
+            "30m",
+        ],
+        &["--t 20000", "would take at least", "--max-time"],
+    );
+    refused(
+        &["cost", "--pattern", "sink", "--norm", "fro", "--t", "20000"],
+        &["--t 20000", "--max-"],
+    );
+    refused(
+        &["train", "--d", "100000000"],
+        &["--d 100000000", "needs about", "--max-mem"],
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write(tmp.path(), "tiny.toml", SPEC);
+    refused(
+        &["sweep", &spec, "--threads", "100000"],
+        &["--threads 100000", "1024"],
+    );
+}
+
+// ---- 6. values ----------------------------------------------------------------------------
+
+#[test]
+fn negative_and_non_finite_arguments_are_refused_by_name() {
+    for delta in [["--delta", "-1"], ["--delta=-1", ""]] {
+        let mut args = vec!["cost", "--pattern", "sink", "--norm", "fro", "--t", "8"];
+        args.extend(delta.iter().filter(|s| !s.is_empty()));
+        refused(&args, &["--delta -1", "positive"]);
+    }
+    refused(
+        &["train", "--lr", "inf", "--steps", "10"],
+        &["--lr inf", "finite"],
+    );
+    // A finite but absurd rate diverges: an error, not a NaN model reported as a number.
+    let o = sinklab(&[
+        "train", "--lr", "1e30", "--steps", "20", "--t", "8", "--d", "8", "--r", "8",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!o.status.success(), "diverged run exited 0: {out}");
+    assert!(!out.contains("‖W_QK‖"), "{out}");
+}
+
+// ---- 6. activation files -------------------------------------------------------------------
+
+mod activation_files {
+    use safetensors::{Dtype, tensor::TensorView};
+    use sinklab::real::activations::analyze_file;
+    use std::path::Path;
+
+    fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    /// `hidden.0` [3, 4] plus the given tensors.
+    fn file(p: &Path, extra: Vec<(&str, Dtype, Vec<usize>, Vec<u8>)>) {
+        let h = f32s(&[0.5; 12]);
+        let mut items = vec![("hidden.0", Dtype::F32, vec![3, 4], h)];
+        items.extend(extra);
+        let views: Vec<(&str, TensorView<'_>)> = items
+            .iter()
+            .map(|(n, dt, s, b)| (*n, TensorView::new(*dt, s.clone(), b).unwrap()))
+            .collect();
+        std::fs::write(p, safetensors::serialize(views, None).unwrap()).unwrap();
+    }
+
+    /// Causal uniform attention [1, 3, 3], with one entry replaced.
+    fn attn(k: usize, v: f32) -> Vec<u8> {
+        let mut a = vec![
+            1.0,
+            0.0,
+            0.0,
+            0.5,
+            0.5,
+            0.0,
+            1.0 / 3.0,
+            1.0 / 3.0,
+            1.0 / 3.0,
+        ];
+        if k < a.len() {
+            a[k] = v;
+        }
+        f32s(&a)
+    }
+
+    fn refused(p: &Path, needles: &[&str]) {
+        let e = analyze_file(p).map(|_| ()).unwrap_err().to_string();
+        for n in needles {
+            assert!(e.contains(n), "`{e}` does not say `{n}`");
+        }
+        let o = super::sinklab(&["real", "--activations", p.to_str().unwrap()]);
+        assert!(!o.status.success(), "real --activations accepted {e}");
+    }
+
+    #[test]
+    fn every_tensor_an_analysis_reads_is_validated() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("a.safetensors");
+        // Valid attention passes (the control).
+        file(
+            &p,
+            vec![("attn.0", Dtype::F32, vec![1, 3, 3], attn(99, 0.0))],
+        );
+        analyze_file(&p).unwrap();
+        // Negative, unnormalised, non-finite attention.
+        file(
+            &p,
+            vec![("attn.0", Dtype::F32, vec![1, 3, 3], attn(0, -5.0))],
+        );
+        refused(&p, &["attn.0", "[0, 1]"]);
+        file(
+            &p,
+            vec![("attn.0", Dtype::F32, vec![1, 3, 3], attn(4, 0.9))],
+        );
+        refused(&p, &["attn.0", "row 1", "sums to"]);
+        file(
+            &p,
+            vec![("attn.0", Dtype::F32, vec![1, 3, 3], attn(4, f32::NAN))],
+        );
+        refused(&p, &["attn.0", "non-finite"]);
+        // Non-finite keys and values.
+        let mut kv = vec![1.0f32; 3 * 2];
+        kv[3] = f32::INFINITY;
+        file(&p, vec![("values.0", Dtype::F32, vec![1, 3, 2], f32s(&kv))]);
+        refused(&p, &["values.0", "non-finite"]);
+        file(&p, vec![("keys.0", Dtype::F32, vec![1, 3, 2], f32s(&kv))]);
+        refused(&p, &["keys.0", "non-finite"]);
+        // Negative token ids (they used to wrap to 4294967295).
+        let ids: Vec<u8> = [1i64, -1, 2].iter().flat_map(|x| x.to_le_bytes()).collect();
+        file(&p, vec![("tokens", Dtype::I64, vec![3], ids)]);
+        refused(&p, &["tokens", "-1"]);
+        // Keys declared [1e12, 3, 0]: no bytes, a trillion heads; refused at once.
+        let start = std::time::Instant::now();
+        file(
+            &p,
+            vec![("keys.0", Dtype::F32, vec![1_000_000_000_000, 3, 0], vec![])],
+        );
+        refused(&p, &["keys.0", "empty dimension"]);
+        assert!(start.elapsed() < std::time::Duration::from_secs(10));
+        // A long sequence whose T × T analyses would not fit: refused before the analysis.
+        let t = 1 << 21;
+        let h = f32s(&vec![0.5; t]);
+        let views = vec![(
+            "hidden.0",
+            TensorView::new(Dtype::F32, vec![t, 1], &h).unwrap(),
+        )];
+        std::fs::write(&p, safetensors::serialize(views, None).unwrap()).unwrap();
+        refused(&p, &["T = 2097152", "needs about", "SINKLAB_MAX_MEM"]);
+    }
+}
