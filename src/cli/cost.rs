@@ -96,7 +96,7 @@ pub fn run(a: Args) -> Result<i32> {
         one
     };
     if a.embedding == EmbeddingKind::Trained {
-        est = sinklab::budget::training(a.t, d, d, 1, 0, 8, 8, sinklab::cost::trained::STEPS)
+        est = sinklab::budget::training(a.t, d, d, 1, 0, 8, 8, sinklab::train::embeddings::STEPS)
             .then(est);
     }
     budget.check(&format!("cost --t {} --d {d}", a.t), est, true)?;

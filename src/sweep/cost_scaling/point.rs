@@ -88,7 +88,7 @@ impl Point {
                 max_iter: o.max_iter,
                 feas_iter: o.feas_iter,
                 trained_embedding_steps: (q.embedding == cost::EmbeddingKind::Trained)
-                    .then_some(cost::trained::STEPS),
+                    .then_some(crate::train::embeddings::STEPS),
             },
             Point::Trained(c) => IdentityPoint::Trained { config: c },
         };
