@@ -9,6 +9,7 @@
 
 pub mod activations;
 pub mod analysis;
+pub mod arch;
 pub mod capture;
 pub mod fetch;
 pub mod forward;
