@@ -31,8 +31,8 @@ impl GgufFile {
         let mut reader = BufReader::new(f);
         let content = Content::read(&mut reader).map_err(|e| {
             let m = candle_msg(&e);
+            let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
             if m.contains("failed to fill whole buffer") {
-                let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
                 RealError::file(
                     path,
                     format!(
@@ -40,6 +40,8 @@ impl GgufFile {
                          (metadata or tensor directory)"
                     ),
                 )
+            } else if m.contains("remaining") {
+                RealError::file(path, format!("truncated GGUF file ({len} bytes): {m}"))
             } else {
                 RealError::file(path, format!("not a readable GGUF file: {m}"))
             }

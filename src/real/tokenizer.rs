@@ -110,21 +110,39 @@ pub fn from_gguf(g: &GgufFile, path: &Path) -> Result<Tok, RealError> {
                 .build()
                 .map_err(terr)?;
             let mut tk = Tokenizer::new(bpe);
-            let byte_level = ByteLevel::new(false, true, true);
-            let pre = g.meta_str("tokenizer.ggml.pre").unwrap_or("gpt2");
-            if pre == "smollm" {
-                // SmolLM's tokenizer.json: digits split one by one, then GPT-2 byte-level splitting.
-                tk.with_pre_tokenizer(Some(PreSeq::new(vec![
-                    Digits::new(true).into(),
-                    byte_level.into(),
-                ])));
-            } else {
-                tk.with_pre_tokenizer(Some(byte_level));
+            let pre = g.meta_str("tokenizer.ggml.pre").ok_or_else(|| {
+                RealError::file(
+                    path,
+                    "missing `tokenizer.ggml.pre`: the pre-tokenizer split rule of this BPE \
+                     vocabulary is unknown (refusing rather than guessing)",
+                )
+            })?;
+            tk.with_pre_tokenizer(Some(bpe_pre_tokenizer(pre, path)?));
+            tk.with_decoder(Some(ByteLevel::new(false, true, true)));
+            if pre == "llama-bpe" {
+                // Llama 3's tokenizer.json sets `ignore_merges`: a word already in the vocabulary
+                // is one token.
+                if let tokenizers::ModelWrapper::BPE(b) = tk.get_model() {
+                    let mut b = b.clone();
+                    b.ignore_merges = true;
+                    tk.with_model(b);
+                }
             }
-            tk.with_decoder(Some(byte_level));
             tk
         }
         "llama" => {
+            match g.meta_str("tokenizer.ggml.pre") {
+                None | Some("default") => {}
+                Some(other) => {
+                    return Err(RealError::file(
+                        path,
+                        format!(
+                            "`tokenizer.ggml.pre` = \"{other}\" with a SentencePiece (`llama`) \
+                             vocabulary is not implemented (only `default`)"
+                        ),
+                    ));
+                }
+            }
             // SentencePiece BPE (Gemma): tokens of only spaces are spelled with ▁; merges are every
             // split of a token into two vocabulary pieces, ordered by the token's position in the
             // file, then longer left piece, then longer right piece.
@@ -213,6 +231,51 @@ pub fn from_gguf(g: &GgufFile, path: &Path) -> Result<Tok, RealError> {
         bos_id,
         add_bos,
         template: false,
+    })
+}
+
+/// Split rule of Qwen2's `tokenizer.json` (one digit per piece, contractions
+/// case-insensitive, newlines grouped).
+pub const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Split rule of Llama 3's `tokenizer.json` (`llama-bpe`: digits in groups of up to three).
+pub const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// The pre-tokenizer of a byte-level BPE vocabulary, by `tokenizer.ggml.pre`:
+/// `gpt2` (GPT-2's own regex inside ByteLevel), `smollm` (digits one by one, then GPT-2),
+/// `qwen2` ([`QWEN2_SPLIT`]), `llama-bpe` ([`LLAMA3_SPLIT`]); anything else is refused.
+pub fn bpe_pre_tokenizer(
+    pre: &str,
+    path: &Path,
+) -> Result<tokenizers::PreTokenizerWrapper, RealError> {
+    let terr = |e: tokenizers::Error| RealError::file(path, format!("tokenizer: {e}"));
+    let split = |re: &str| -> Result<tokenizers::PreTokenizerWrapper, RealError> {
+        let sp = Split::new(
+            tokenizers::pre_tokenizers::split::SplitPattern::Regex(re.to_string()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(terr)?;
+        Ok(PreSeq::new(vec![sp.into(), ByteLevel::new(false, true, false).into()]).into())
+    };
+    Ok(match pre {
+        "gpt2" => ByteLevel::new(false, true, true).into(),
+        "smollm" => PreSeq::new(vec![
+            Digits::new(true).into(),
+            ByteLevel::new(false, true, true).into(),
+        ])
+        .into(),
+        "qwen2" => split(QWEN2_SPLIT)?,
+        "llama-bpe" => split(LLAMA3_SPLIT)?,
+        other => {
+            return Err(RealError::file(
+                path,
+                format!(
+                    "`tokenizer.ggml.pre` = \"{other}\" is not implemented (gpt2, smollm, qwen2, \
+                     llama-bpe): its split rule would be guessed"
+                ),
+            ));
+        }
     })
 }
 

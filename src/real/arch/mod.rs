@@ -600,7 +600,7 @@ pub fn load_gguf(path: &Path) -> Result<Model, RealError> {
         "gemma3" => gemma3::from_gguf(&mut g)?,
         other => {
             return Err(g.err(format!(
-                "unknown or unsupported GGUF architecture `{other}` (supported: {}; Qwen3, Gemma 2 \
+                "unknown architecture `{other}` for GGUF (supported: {}; Qwen3, Gemma 2 \
                  and Phi-3 load from Hugging Face directories)",
                 GGUF_ARCHS.join(", ")
             )));
