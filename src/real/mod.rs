@@ -80,6 +80,18 @@ pub struct LoadedModel {
 /// Loads a GGUF file, or a Hugging Face directory (`config.json`, `model.safetensors`,
 /// `tokenizer.json`), choosing by content.
 pub fn load(path: &Path) -> Result<LoadedModel, RealError> {
+    let mut lm = load_files(path)?;
+    // One BOS for both formats: the model's own (`bos_token_id` of config.json or the GGUF
+    // metadata) wins over a guess from the tokenizer's vocabulary.
+    if let (Some(t), Some(b)) = (lm.tok.as_mut(), lm.model.cfg.bos_id)
+        && !t.template
+    {
+        t.bos_id = Some(b);
+    }
+    Ok(lm)
+}
+
+fn load_files(path: &Path) -> Result<LoadedModel, RealError> {
     if path.is_dir() {
         let model = safetensors::load(path)?;
         let tj = path.join("tokenizer.json");

@@ -286,11 +286,26 @@ pub fn from_json(path: &Path) -> Result<Tok, RealError> {
     tk.with_padding(None);
     tk.with_truncation(None)
         .map_err(|e| RealError::file(path, format!("tokenizer: {e}")))?;
-    let template = tk.get_post_processor().is_some();
-    let bos_id = tk
-        .token_to_id("[CLS]")
-        .or_else(|| tk.token_to_id("<s>"))
-        .or_else(|| tk.token_to_id("<|endoftext|>"));
+    // A post-processor counts as a template only if it really adds tokens: transformers writes
+    // a `TemplateProcessing` with no special tokens for many decoders, and treating that as a
+    // template would make `--bos yes` a no-op.
+    let adds = |t: &Tokenizer| -> Result<bool, RealError> {
+        let e = |e: tokenizers::Error| RealError::file(path, format!("tokenizer: {e}"));
+        let with = t.encode("a", true).map_err(e)?.get_ids().len();
+        let without = t.encode("a", false).map_err(e)?.get_ids().len();
+        Ok(with != without)
+    };
+    let template = tk.get_post_processor().is_some() && adds(&tk)?;
+    let bos_id = [
+        "[CLS]",
+        "<s>",
+        "<|begin_of_text|>",
+        "<bos>",
+        "<|endoftext|>",
+        "<|im_start|>",
+    ]
+    .iter()
+    .find_map(|t| tk.token_to_id(t));
     Ok(Tok {
         inner: tk,
         bos_id,

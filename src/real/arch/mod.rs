@@ -45,6 +45,8 @@ pub const INERT: &[&str] = &[
     "torch_dtype",
     "transformers_version",
     "_name_or_path",
+    "_model_name_or_path",
+    "unk_token_id",
     "initializer_range",
     "initializer_factor",
     "use_cache",
