@@ -144,7 +144,7 @@ pub fn gguf_rope(g: &mut GgufFile, arch: &str, dims: &GgufDims) -> Result<Rope, 
     }
     if g.has("rope_freqs.weight") {
         let (ff, _) = g.tensor("rope_freqs.weight")?;
-        if ff.len() != r.inv_freq.len() || ff.iter().any(|&v| !(v > 0.0)) {
+        if ff.len() != r.inv_freq.len() || ff.iter().any(|&v| v.is_nan() || v <= 0.0) {
             return Err(g.err(format!(
                 "tensor `rope_freqs.weight` has {} entries (expected {} positive divisors)",
                 ff.len(),

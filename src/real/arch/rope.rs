@@ -16,7 +16,7 @@
 
 use super::HfCfg;
 use crate::real::RealError;
-use crate::real::model::{DynamicNtk, Rope, default_inv_freq};
+use crate::real::model::{DynamicNtk, Rope};
 use serde_json::{Map, Value};
 
 /// The RoPE parameter object of a config: transformers ≥ 5 `rope_parameters` (`sub` selects a
@@ -132,8 +132,10 @@ pub fn build(
     };
     for k in p.keys() {
         let k = k.as_str();
-        if !(k == "rope_type" || k == "rope_theta" || k == "partial_rotary_factor")
-            && !allowed.contains(&k)
+        if !(k == "rope_type"
+            || k == "rope_theta"
+            || k == "partial_rotary_factor"
+            || allowed.contains(&k))
         {
             return Err(c.err(format!(
                 "`{name}.{k}` is not read by rope_type `{ty}`: refusing rather than guessing"
@@ -163,7 +165,7 @@ pub fn build(
         )));
     }
     let dim = (head_dim as f64 * partial) as usize;
-    if dim < 2 || dim % 2 != 0 {
+    if dim < 2 || !dim.is_multiple_of(2) {
         return Err(c.err(format!(
             "rotary dimension {dim} (head_dim {head_dim} × partial_rotary_factor {partial}) must be even and ≥ 2"
         )));
@@ -228,7 +230,8 @@ pub fn build(
             for w in &mut rope.inv_freq {
                 let wl = 2.0 * std::f32::consts::PI / *w;
                 let scaled = if wl > lo_wl { *w / f } else { *w };
-                let medium = !(wl < hi_wl) && !(wl > lo_wl);
+                // transformers: ~(wl < hi) * ~(wl > lo); wavelengths are finite and positive here.
+                let medium = wl >= hi_wl && wl <= lo_wl;
                 *w = if medium {
                     let s = (old / wl - lo) / (hi - lo);
                     (1.0 - s) * scaled / f + s * scaled
@@ -290,6 +293,5 @@ pub fn build(
         _ => unreachable!("rope types filtered above"),
     }
     debug_assert_eq!(rope.inv_freq.len(), dim / 2);
-    let _ = default_inv_freq;
     Ok((rope, ctx))
 }
