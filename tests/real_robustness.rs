@@ -126,6 +126,7 @@ fn write_custom(
         (k("attention.head_count"), Value::U32(s.n_head as u32)),
         (k("attention.head_count_kv"), Value::U32(s.n_kv_head as u32)),
         ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
+        ("tokenizer.ggml.pre".into(), Value::String("gpt2".into())),
         (
             "tokenizer.ggml.tokens".into(),
             Value::Array(

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Models to fetch: smollm2, gemma3-270m, minilm (or `all`).
+    /// Models to fetch: smollm2, gemma3-270m, minilm, qwen2.5-coder-0.5b (or `all`).
     #[arg(required = true)]
     models: Vec<String>,
     /// Cache directory (default: $SINKLAB_CACHE, $XDG_CACHE_HOME/sinklab or ~/.cache/sinklab).

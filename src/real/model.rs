@@ -3,7 +3,8 @@
 //!
 //! Weight matrices are row-major `[out, in]` (PyTorch's `nn.Linear` layout), so a projection
 //! is `y = x Wᵀ + b` for a row-major activation `x ∈ R^{T×in}`. Q/K rows are stored in the
-//! Hugging Face order (rotary pairs `(j, j + d_head/2)`): loaders undo the GGUF interleaving.
+//! Hugging Face order (rotary pairs `(j, j + d_rot/2)`): the Llama-family GGUF loader undoes
+//! llama.cpp's interleaving (see [`super::arch`]).
 
 use super::RealError;
 use std::path::Path;
@@ -11,8 +12,17 @@ use std::path::Path;
 /// Model family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Arch {
-    /// Llama family (also Qwen2-style q/k/v biases, Mistral): pre-RMSNorm, RoPE, SwiGLU, GQA.
+    /// Llama family (Llama 1–3.x, Mistral): pre-RMSNorm, RoPE, SwiGLU, GQA.
     Llama,
+    /// Qwen2 / Qwen2.5: the Llama block with q/k/v biases.
+    Qwen2,
+    /// Qwen3: the Llama block with per-head q/k RMSNorm.
+    Qwen3,
+    /// Gemma 2: sandwich norms, `1 + w` gains, attention and final-logit soft-capping,
+    /// alternating sliding-window layers.
+    Gemma2,
+    /// Phi-3: the Llama block with fused qkv / gate-up projections and partial rotary.
+    Phi3,
     /// Gemma 3: q/k RMSNorm, sandwich norms, GELU(tanh) gated MLP, local/global RoPE, scaled embeddings.
     Gemma3,
     /// GPT-2: pre-LayerNorm, learned positions, GELU(tanh) MLP, biases everywhere.
@@ -100,13 +110,61 @@ pub enum Act {
     GeluErf,
 }
 
-/// Rotary position embedding of one layer (Hugging Face "half-split" convention).
-#[derive(Debug, Clone, Copy)]
+/// Rotary position embedding of one layer (Hugging Face "half-split" convention on the first
+/// `dim` coordinates of each head: pairs `(j, j + dim/2)` rotated by angle `p·ω_j`).
+#[derive(Debug, Clone)]
 pub struct Rope {
+    /// Inverse frequencies `ω_j`, `j < dim/2` (after any scaling rule).
+    pub inv_freq: Vec<f32>,
+    /// Number of rotated coordinates per head (`d_head`, or less with partial rotary).
+    pub dim: usize,
+    /// Multiplier of cos and sin (YaRN's attention factor; 1 otherwise).
+    pub attn_factor: f32,
+    /// Dynamic NTK scaling: recompute `ω` from the sequence length when it exceeds the
+    /// original context.
+    pub dynamic: Option<DynamicNtk>,
+}
+
+/// Parameters of dynamic NTK RoPE scaling (transformers' `rope_type: dynamic`).
+#[derive(Debug, Clone, Copy)]
+pub struct DynamicNtk {
     /// Base θ.
     pub base: f32,
-    /// Number of rotated dimensions (the head dimension for every model here).
-    pub dim: usize,
+    /// Scaling factor.
+    pub factor: f32,
+    /// `max_position_embeddings` the rule is relative to.
+    pub max_pos: usize,
+}
+
+impl Rope {
+    /// Default RoPE: `ω_j = θ^{-2j/dim}`.
+    pub fn plain(base: f32, dim: usize) -> Self {
+        Rope {
+            inv_freq: default_inv_freq(base, dim),
+            dim,
+            attn_factor: 1.0,
+            dynamic: None,
+        }
+    }
+    /// The inverse frequencies in force for a sequence of `seq_len` positions.
+    pub fn inv_freq_at(&self, seq_len: usize) -> std::borrow::Cow<'_, [f32]> {
+        match self.dynamic {
+            Some(dy) if seq_len > dy.max_pos => {
+                // θ' = θ·(f·L/L₀ − (f − 1))^{dim/(dim−2)}
+                let r = dy.factor * seq_len as f32 / dy.max_pos as f32 - (dy.factor - 1.0);
+                let base = dy.base * r.powf(self.dim as f32 / (self.dim as f32 - 2.0));
+                std::borrow::Cow::Owned(default_inv_freq(base, self.dim))
+            }
+            _ => std::borrow::Cow::Borrowed(&self.inv_freq),
+        }
+    }
+}
+
+/// `ω_j = 1 / θ^{2j/dim}` in f32, as transformers computes it.
+pub fn default_inv_freq(base: f32, dim: usize) -> Vec<f32> {
+    (0..dim / 2)
+        .map(|j| 1.0 / base.powf((2 * j) as f32 / dim as f32))
+        .collect()
 }
 
 /// One transformer block.
@@ -177,6 +235,10 @@ pub struct Config {
     pub add_bos: bool,
     /// Post-norm block (BERT): norms after the residual adds.
     pub post_norm: bool,
+    /// Attention-logit soft cap `c`: logits become `c·tanh(s/c)` before the mask (Gemma 2).
+    pub attn_softcap: Option<f32>,
+    /// Final-logit soft cap (Gemma 2).
+    pub final_softcap: Option<f32>,
 }
 
 /// A loaded model.

@@ -162,6 +162,7 @@ pub fn write_gguf(path: &Path, s: &SynthSpec, seed: u64) -> Result<(), RealError
         (k("rope.freq_base"), Value::F32(10000.0)),
         (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-5)),
         ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
+        ("tokenizer.ggml.pre".into(), Value::String("gpt2".into())),
         ("tokenizer.ggml.tokens".into(), Value::Array(toks)),
         ("tokenizer.ggml.token_type".into(), Value::Array(types)),
         ("tokenizer.ggml.merges".into(), Value::Array(vec![])),

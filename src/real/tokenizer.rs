@@ -110,21 +110,39 @@ pub fn from_gguf(g: &GgufFile, path: &Path) -> Result<Tok, RealError> {
                 .build()
                 .map_err(terr)?;
             let mut tk = Tokenizer::new(bpe);
-            let byte_level = ByteLevel::new(false, true, true);
-            let pre = g.meta_str("tokenizer.ggml.pre").unwrap_or("gpt2");
-            if pre == "smollm" {
-                // SmolLM's tokenizer.json: digits split one by one, then GPT-2 byte-level splitting.
-                tk.with_pre_tokenizer(Some(PreSeq::new(vec![
-                    Digits::new(true).into(),
-                    byte_level.into(),
-                ])));
-            } else {
-                tk.with_pre_tokenizer(Some(byte_level));
+            let pre = g.meta_str("tokenizer.ggml.pre").ok_or_else(|| {
+                RealError::file(
+                    path,
+                    "missing `tokenizer.ggml.pre`: the pre-tokenizer split rule of this BPE \
+                     vocabulary is unknown (refusing rather than guessing)",
+                )
+            })?;
+            tk.with_pre_tokenizer(Some(bpe_pre_tokenizer(pre, path)?));
+            tk.with_decoder(Some(ByteLevel::new(false, true, true)));
+            if pre == "llama-bpe" {
+                // Llama 3's tokenizer.json sets `ignore_merges`: a word already in the vocabulary
+                // is one token.
+                if let tokenizers::ModelWrapper::BPE(b) = tk.get_model() {
+                    let mut b = b.clone();
+                    b.ignore_merges = true;
+                    tk.with_model(b);
+                }
             }
-            tk.with_decoder(Some(byte_level));
             tk
         }
         "llama" => {
+            match g.meta_str("tokenizer.ggml.pre") {
+                None | Some("default") => {}
+                Some(other) => {
+                    return Err(RealError::file(
+                        path,
+                        format!(
+                            "`tokenizer.ggml.pre` = \"{other}\" with a SentencePiece (`llama`) \
+                             vocabulary is not implemented (only `default`)"
+                        ),
+                    ));
+                }
+            }
             // SentencePiece BPE (Gemma): tokens of only spaces are spelled with ▁; merges are every
             // split of a token into two vocabulary pieces, ordered by the token's position in the
             // file, then longer left piece, then longer right piece.
@@ -216,6 +234,51 @@ pub fn from_gguf(g: &GgufFile, path: &Path) -> Result<Tok, RealError> {
     })
 }
 
+/// Split rule of Qwen2's `tokenizer.json` (one digit per piece, contractions
+/// case-insensitive, newlines grouped).
+pub const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Split rule of Llama 3's `tokenizer.json` (`llama-bpe`: digits in groups of up to three).
+pub const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// The pre-tokenizer of a byte-level BPE vocabulary, by `tokenizer.ggml.pre`:
+/// `gpt2` (GPT-2's own regex inside ByteLevel), `smollm` (digits one by one, then GPT-2),
+/// `qwen2` ([`QWEN2_SPLIT`]), `llama-bpe` ([`LLAMA3_SPLIT`]); anything else is refused.
+pub fn bpe_pre_tokenizer(
+    pre: &str,
+    path: &Path,
+) -> Result<tokenizers::PreTokenizerWrapper, RealError> {
+    let terr = |e: tokenizers::Error| RealError::file(path, format!("tokenizer: {e}"));
+    let split = |re: &str| -> Result<tokenizers::PreTokenizerWrapper, RealError> {
+        let sp = Split::new(
+            tokenizers::pre_tokenizers::split::SplitPattern::Regex(re.to_string()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(terr)?;
+        Ok(PreSeq::new(vec![sp.into(), ByteLevel::new(false, true, false).into()]).into())
+    };
+    Ok(match pre {
+        "gpt2" => ByteLevel::new(false, true, true).into(),
+        "smollm" => PreSeq::new(vec![
+            Digits::new(true).into(),
+            ByteLevel::new(false, true, true).into(),
+        ])
+        .into(),
+        "qwen2" => split(QWEN2_SPLIT)?,
+        "llama-bpe" => split(LLAMA3_SPLIT)?,
+        other => {
+            return Err(RealError::file(
+                path,
+                format!(
+                    "`tokenizer.ggml.pre` = \"{other}\" is not implemented (gpt2, smollm, qwen2, \
+                     llama-bpe): its split rule would be guessed"
+                ),
+            ));
+        }
+    })
+}
+
 /// Reads a `tokenizer.json` (padding and truncation switched off).
 pub fn from_json(path: &Path) -> Result<Tok, RealError> {
     let mut tk =
@@ -223,11 +286,26 @@ pub fn from_json(path: &Path) -> Result<Tok, RealError> {
     tk.with_padding(None);
     tk.with_truncation(None)
         .map_err(|e| RealError::file(path, format!("tokenizer: {e}")))?;
-    let template = tk.get_post_processor().is_some();
-    let bos_id = tk
-        .token_to_id("[CLS]")
-        .or_else(|| tk.token_to_id("<s>"))
-        .or_else(|| tk.token_to_id("<|endoftext|>"));
+    // A post-processor counts as a template only if it really adds tokens: transformers writes
+    // a `TemplateProcessing` with no special tokens for many decoders, and treating that as a
+    // template would make `--bos yes` a no-op.
+    let adds = |t: &Tokenizer| -> Result<bool, RealError> {
+        let e = |e: tokenizers::Error| RealError::file(path, format!("tokenizer: {e}"));
+        let with = t.encode("a", true).map_err(e)?.get_ids().len();
+        let without = t.encode("a", false).map_err(e)?.get_ids().len();
+        Ok(with != without)
+    };
+    let template = tk.get_post_processor().is_some() && adds(&tk)?;
+    let bos_id = [
+        "[CLS]",
+        "<s>",
+        "<|begin_of_text|>",
+        "<bos>",
+        "<|endoftext|>",
+        "<|im_start|>",
+    ]
+    .iter()
+    .find_map(|t| tk.token_to_id(t));
     Ok(Tok {
         inner: tk,
         bos_id,

@@ -1,0 +1,153 @@
+//! GPT-2: pre-LayerNorm blocks, learned absolute positions, GELU(tanh) MLP, biases everywhere,
+//! `Conv1D` weights stored `[in, out]` (transposed here), tied head. Hugging Face directories.
+
+use super::{HfCfg, MAX_DIM, MAX_LAYERS, refuse_quantized};
+use crate::real::RealError;
+use crate::real::model::{Act, Arch, Config, Layer, Linear, Model};
+use crate::real::safetensors::Checkpoint;
+use serde_json::Value;
+
+/// `config.json` keys read (besides [`super::INERT`] and [`super::COMMON_KEYS`]).
+pub const KEYS: &[&str] = &[
+    "n_embd",
+    "n_layer",
+    "n_head",
+    "n_positions",
+    "n_ctx",
+    "vocab_size",
+    "layer_norm_epsilon",
+    "n_inner",
+    "activation_function",
+    "scale_attn_weights",
+    "scale_attn_by_inverse_layer_idx",
+    "reorder_and_upcast_attn",
+    "add_cross_attention",
+];
+
+fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut o = vec![0f32; w.len()];
+    for i in 0..rows {
+        for j in 0..cols {
+            o[j * rows + i] = w[i * cols + j];
+        }
+    }
+    o
+}
+
+/// Loads a `gpt2` Hugging Face directory.
+pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Model, RealError> {
+    refuse_quantized(c)?;
+    let d = c.dim("n_embd", MAX_DIM)?;
+    let n_layer = c.dim("n_layer", MAX_LAYERS)?;
+    let n_head = c.dim("n_head", MAX_DIM)?;
+    let vocab = c.dim("vocab_size", MAX_DIM)?;
+    let ctx = c.dim("n_positions", 1 << 24)?;
+    let _ = c.dim_opt("n_ctx", 1 << 24)?;
+    let eps = c.eps_or("layer_norm_epsilon", 1e-5)?;
+    let dff = c.dim_opt("n_inner", MAX_DIM)?.unwrap_or(4 * d);
+    c.require(
+        "activation_function",
+        &Value::from("gelu_new"),
+        "GPT-2's MLP is GELU(tanh)",
+    )?;
+    c.require("scale_attn_weights", &Value::Bool(true), "not implemented")?;
+    c.require(
+        "scale_attn_by_inverse_layer_idx",
+        &Value::Bool(false),
+        "not implemented",
+    )?;
+    c.require(
+        "add_cross_attention",
+        &Value::Bool(false),
+        "not implemented",
+    )?;
+    // Changes only the precision of the attention product, not the math.
+    let _ = c.bool_or("reorder_and_upcast_attn", false)?;
+    c.require(
+        "tie_word_embeddings",
+        &Value::Bool(true),
+        "GPT-2's head is the token embedding",
+    )?;
+    if !d.is_multiple_of(n_head) {
+        return Err(c.err(format!("n_embd {d} is not a multiple of n_head {n_head}")));
+    }
+    let p = if st.has("transformer.wte.weight") {
+        "transformer."
+    } else {
+        ""
+    };
+    let embed = st.shaped(&format!("{p}wte.weight"), &[vocab, d])?;
+    let pos = st.shaped(&format!("{p}wpe.weight"), &[ctx, d])?;
+    let conv = |name: &str, inp: usize, out: usize| -> Result<Linear, RealError> {
+        let w = st.shaped(&format!("{name}.weight"), &[inp, out])?;
+        let b = st.shaped(&format!("{name}.bias"), &[out])?;
+        Ok(Linear {
+            w: transpose(&w, inp, out),
+            out,
+            inp,
+            b: Some(b),
+        })
+    };
+    let mut layers = Vec::with_capacity(n_layer);
+    for l in 0..n_layer {
+        let b = format!("{p}h.{l}.");
+        let qkv = conv(&format!("{b}attn.c_attn"), d, 3 * d)?;
+        let bias = qkv.b.clone().unwrap_or_default();
+        let part = |k: usize| Linear {
+            w: qkv.w[k * d * d..(k + 1) * d * d].to_vec(),
+            out: d,
+            inp: d,
+            b: Some(bias[k * d..(k + 1) * d].to_vec()),
+        };
+        layers.push(Layer {
+            attn_norm: Some(st.layer_norm(&format!("{b}ln_1"), d, eps)?),
+            wq: part(0),
+            wk: part(1),
+            wv: part(2),
+            wo: conv(&format!("{b}attn.c_proj"), d, d)?,
+            q_norm: None,
+            k_norm: None,
+            post_attn_norm: None,
+            ffn_norm: Some(st.layer_norm(&format!("{b}ln_2"), d, eps)?),
+            post_ffn_norm: None,
+            gate: None,
+            up: conv(&format!("{b}mlp.c_fc"), d, dff)?,
+            down: conv(&format!("{b}mlp.c_proj"), dff, d)?,
+            rope: None,
+            window: None,
+        });
+    }
+    Ok(Model {
+        cfg: Config {
+            arch: Arch::Gpt2,
+            n_layer,
+            d_model: d,
+            n_head,
+            n_kv_head: n_head,
+            head_dim: d / n_head,
+            vocab,
+            max_context: ctx,
+            causal: true,
+            act: Act::GeluTanh,
+            attn_scale: 1.0 / ((d / n_head) as f32).sqrt(),
+            embed_scale: 1.0,
+            bos_id: c
+                .get("bos_token_id")
+                .and_then(Value::as_u64)
+                .filter(|&b| (b as usize) < vocab)
+                .map(|v| v as u32),
+            add_bos: false,
+            post_norm: false,
+            attn_softcap: None,
+            final_softcap: None,
+        },
+        embed,
+        pos_embed: Some(pos),
+        type_embed: None,
+        embed_norm: None,
+        layers,
+        final_norm: Some(st.layer_norm(&format!("{p}ln_f"), d, eps)?),
+        lm_head: None,
+        has_lm_head: true,
+    })
+}

@@ -1,0 +1,182 @@
+//! Llama 1–3.x and Mistral: pre-RMSNorm blocks, RoPE (every `rope_type` of
+//! [`super::rope`]), SwiGLU MLP, grouped-query attention, optional q/k/v/o biases
+//! (`attention_bias`), untied head unless `tie_word_embeddings`. Mistral adds a sliding window
+//! on every layer (`sliding_window`, key $j$ visible from query $i$ iff $i - j <$ window).
+//!
+//! GGUF: llama.cpp's converter permutes the Q and K rows of this family (and only this family)
+//! so that RoPE can rotate interleaved pairs $(2j, 2j+1)$: within each head, GGUF row $2j+s$
+//! is Hugging Face row $s\,d_h/2 + j$. [`unpermute_rows`] undoes it.
+
+use super::{
+    DecoderDims, DecoderSpec, GgufDims, HfCfg, LayerPlan, check_gguf_keys, decoder_hf,
+    refuse_quantized, rope,
+};
+use crate::real::RealError;
+use crate::real::gguf::GgufFile;
+use crate::real::model::{Act, Arch, Model, Rope};
+use crate::real::safetensors::Checkpoint;
+use serde_json::Value;
+
+/// `config.json` keys read (besides [`super::INERT`] and [`super::COMMON_KEYS`]).
+pub const KEYS: &[&str] = &[
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "head_dim",
+    "hidden_act",
+    "attention_bias",
+    "mlp_bias",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "partial_rotary_factor",
+    "original_max_position_embeddings",
+    "sliding_window",
+];
+
+/// GGUF metadata read under `llama.` (or `mistral.`).
+pub const GGUF_KEYS: &[&str] = &[
+    "block_count",
+    "context_length",
+    "embedding_length",
+    "feed_forward_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "attention.value_length",
+    "attention.layer_norm_rms_epsilon",
+    "rope.freq_base",
+    "rope.dimension_count",
+    "vocab_size",
+    "rope.scaling.type",
+    "rope.scaling.factor",
+    "rope.scaling.original_context_length",
+    "rope.scaling.finetuned",
+];
+
+/// Loads a `llama` or `mistral` Hugging Face directory.
+pub fn from_hf(c: &HfCfg, w: &Checkpoint, mt: &str) -> Result<Model, RealError> {
+    refuse_quantized(c)?;
+    let dims = DecoderDims::read(c, "rms_norm_eps", 1e-6)?;
+    c.require(
+        "hidden_act",
+        &Value::from("silu"),
+        "the Llama MLP is SwiGLU",
+    )?;
+    let bias = c.bool_or("attention_bias", false)?;
+    let mlp_bias = c.bool_or("mlp_bias", false)?;
+    let window = if mt == "mistral" {
+        c.dim_opt("sliding_window", 1 << 30)?
+    } else {
+        c.require(
+            "sliding_window",
+            &Value::Null,
+            "Llama has no sliding window",
+        )?;
+        None
+    };
+    let (name, p) = rope::params(c, None, 10000.0)?;
+    let (r, ctx) = rope::build(c, &name, &p, dims.dh, dims.max_pos)?;
+    let plans = (0..dims.n_layer)
+        .map(|_| LayerPlan {
+            rope: r.clone(),
+            window,
+        })
+        .collect();
+    let spec = DecoderSpec {
+        arch: Arch::Llama,
+        qkv_bias: bias,
+        o_bias: bias,
+        mlp_bias,
+        qk_norm: false,
+        gemma: false,
+        fused: false,
+        act: Act::Silu,
+        tie_default: false,
+    };
+    let scale = 1.0 / (dims.dh as f32).sqrt();
+    decoder_hf(c, w, spec, &dims, plans, ctx, scale, (None, None))
+}
+
+/// Undoes llama.cpp's Q/K row permutation: within each head, GGUF row `2j+s` → HF row `s·half+j`.
+pub fn unpermute_rows(w: &[f32], n_heads: usize, head_dim: usize, cols: usize) -> Vec<f32> {
+    let half = head_dim / 2;
+    let mut out = vec![0f32; w.len()];
+    for h in 0..n_heads {
+        for j in 0..half {
+            for s in 0..2 {
+                let src = h * head_dim + 2 * j + s;
+                let dst = h * head_dim + s * half + j;
+                out[dst * cols..(dst + 1) * cols].copy_from_slice(&w[src * cols..(src + 1) * cols]);
+            }
+        }
+    }
+    out
+}
+
+/// The RoPE of a Llama-family GGUF: `rope.scaling.type` none or linear (factor), and
+/// llama.cpp's per-frequency divisors `rope_freqs.weight` (how Llama 3.x stores its scaling).
+pub fn gguf_rope(g: &mut GgufFile, arch: &str, dims: &GgufDims) -> Result<Rope, RealError> {
+    let mut r = Rope::plain(dims.base, dims.dh);
+    let tkey = format!("{arch}.rope.scaling.type");
+    match g.meta_str(&tkey) {
+        None | Some("none") => {}
+        Some("linear") => {
+            let fkey = format!("{arch}.rope.scaling.factor");
+            let f = g.meta_f32_or(&fkey, f32::NAN)?;
+            if !(f.is_finite() && f >= 1.0) {
+                return Err(g.err(format!("metadata `{fkey}` = {f} must be ≥ 1")));
+            }
+            for w in &mut r.inv_freq {
+                *w /= f;
+            }
+        }
+        Some(other) => {
+            return Err(g.err(format!(
+                "metadata `{tkey}` = \"{other}\" is not implemented for GGUF (none, linear)"
+            )));
+        }
+    }
+    if g.has("rope_freqs.weight") {
+        let (ff, _) = g.tensor("rope_freqs.weight")?;
+        if ff.len() != r.inv_freq.len() || ff.iter().any(|&v| v.is_nan() || v <= 0.0) {
+            return Err(g.err(format!(
+                "tensor `rope_freqs.weight` has {} entries (expected {} positive divisors)",
+                ff.len(),
+                r.inv_freq.len()
+            )));
+        }
+        for (w, f) in r.inv_freq.iter_mut().zip(&ff) {
+            *w /= f;
+        }
+    }
+    Ok(r)
+}
+
+/// Loads a `llama` / `mistral` GGUF (q/k rows un-permuted).
+pub fn from_gguf(g: &mut GgufFile, arch: &str) -> Result<Model, RealError> {
+    check_gguf_keys(g, arch, GGUF_KEYS)?;
+    let dims = GgufDims::read(g, arch)?;
+    let r = gguf_rope(g, arch, &dims)?;
+    let mut m = super::qwen2::gguf_decoder(g, arch, &dims, Arch::Llama, r)?;
+    for ly in &mut m.layers {
+        ly.wq.w = unpermute_rows(&ly.wq.w, dims.n_head, dims.dh, dims.d);
+        ly.wk.w = unpermute_rows(&ly.wk.w, dims.n_kv, dims.dh, dims.d);
+        ly.wq.b = ly
+            .wq
+            .b
+            .take()
+            .map(|b| unpermute_rows(&b, dims.n_head, dims.dh, 1));
+        ly.wk.b = ly
+            .wk
+            .b
+            .take()
+            .map(|b| unpermute_rows(&b, dims.n_kv, dims.dh, 1));
+    }
+    Ok(m)
+}

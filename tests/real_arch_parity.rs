@@ -1,0 +1,346 @@
+//! Parity of every architecture and variant with Hugging Face transformers on tiny seeded
+//! random models (`tests/fixtures/tiny/<variant>/`, made by `scripts/make_tiny_fixtures.py`):
+//! per-layer residual streams, attention maps and logits, on T = 12 fixed token ids.
+//!
+//! Tolerance, derived from f32 rounding. Both sides compute in f32 on identical f32 weights
+//! (bf16 variants are rounded to bf16 before the reference run); they differ only in summation
+//! order. A dot product of length $n$ has error at most $\gamma_n \sum_i |x_i y_i|$ with
+//! $\gamma_n \approx n u$, $u = 2^{-24}$; here $n \le N = 48$ (d = 32, MLP width 48, T = 12). One
+//! layer chains at most $K = 8$ such reductions (norm, q/k/v, logits, softmax sum, $A V$, $W_O$,
+//! gate/up, down), and each can amplify an input error by at most the operator norm of the
+//! tiny random weights, $A \le 4$ (entries $N(0, 0.2^2)$, $\|W\|_2 \approx 0.2(\sqrt{32} +
+//! \sqrt{48}) \approx 2.5$, plus the soft-cap/normalisation gains). Over $L$ layers and the head:
+//! $\tau = (L+1) K N u A$, relative to $\max(1, \max|\text{ref}|)$ of each tensor — about
+//! $2.7\cdot10^{-4}$ for L = 2. Every variant's feature moves the logits by `variant_delta`
+//! ≥ 1e-2 (recorded by the script), far above τ, so a wrong convention cannot pass.
+
+use sinklab::real::arch;
+use sinklab::real::capture::{Capture, Captured};
+use sinklab::real::safetensors::StFile;
+use std::path::{Path, PathBuf};
+
+const U: f64 = 5.960_464_477_539_063e-8; // 2^-24
+const N: f64 = 48.0;
+const K: f64 = 8.0;
+const A: f64 = 4.0;
+
+fn dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/tiny/{name}"))
+}
+
+fn max_err(ours: &[f32], theirs: &[f32]) -> (f64, f64) {
+    assert_eq!(ours.len(), theirs.len(), "shape mismatch");
+    let e = ours
+        .iter()
+        .zip(theirs)
+        .map(|(a, b)| (*a as f64 - *b as f64).abs())
+        .fold(0.0, f64::max);
+    let s = theirs.iter().map(|b| (*b as f64).abs()).fold(1.0, f64::max);
+    (e, s)
+}
+
+fn parity(name: &str) -> f64 {
+    let d = dir(name);
+    let fx = StFile::open(&d.join("expected.safetensors")).expect("fixture");
+    let lm = sinklab::real::load(&d).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let m = &lm.model;
+    let tokens: Vec<u32> = fx
+        .tensor("tokens")
+        .unwrap()
+        .0
+        .iter()
+        .map(|&v| v as u32)
+        .collect();
+    let t = tokens.len();
+    let (l, dm, h) = (m.cfg.n_layer, m.cfg.d_model, m.cfg.n_head);
+    let tau = (l as f64 + 1.0) * K * N * U * A;
+    let mut cap = Captured::new(Capture {
+        hidden: true,
+        attn: true,
+        ..Capture::default()
+    });
+    let out = m.forward(&tokens, &mut cap, None).expect("forward");
+    let (resid, rs) = fx.tensor("resid").unwrap();
+    assert_eq!(rs, vec![l, t, dm], "{name}: residual shape");
+    let (attn, ash) = fx.tensor("attn").unwrap();
+    assert_eq!(ash, vec![l, h, t, t], "{name}: attention shape");
+    let mut worst = 0f64;
+    for layer in 0..l {
+        let (e, s) = max_err(
+            cap.hidden(layer).unwrap(),
+            &resid[layer * t * dm..(layer + 1) * t * dm],
+        );
+        worst = worst.max(e / s);
+        assert!(
+            e <= tau * s,
+            "{name}: layer {layer}: residual error {e:.3e} > τ·{s:.2} = {:.3e}",
+            tau * s
+        );
+        let a = cap.layers[layer].attn.as_ref().unwrap();
+        let (e, _) = max_err(a, &attn[layer * h * t * t..(layer + 1) * h * t * t]);
+        worst = worst.max(e);
+        assert!(
+            e <= tau,
+            "{name}: layer {layer}: attention error {e:.3e} > τ = {tau:.3e}"
+        );
+    }
+    let (fin, _) = fx.tensor("final").unwrap();
+    let (e, s) = max_err(&out.normed, &fin);
+    worst = worst.max(e / s);
+    assert!(e <= tau * s, "{name}: final hidden state error {e:.3e}");
+    if m.has_lm_head {
+        let (lg, _) = fx.tensor("logits").unwrap();
+        let ours = m.logits(&out.normed).unwrap();
+        let (e, s) = max_err(&ours, &lg);
+        worst = worst.max(e / s);
+        assert!(
+            e <= tau * s,
+            "{name}: logits error {e:.3e} > {:.3e}",
+            tau * s
+        );
+    }
+    if let Ok((delta, _)) = fx.tensor("variant_delta") {
+        assert!(
+            delta[0] as f64 > 30.0 * tau,
+            "{name}: the variant's feature moves the logits by only {}",
+            delta[0]
+        );
+    }
+    eprintln!("{name}: worst relative error {worst:.2e} (τ = {tau:.2e})");
+    worst
+}
+
+macro_rules! parity_tests {
+    ($($f:ident => $name:literal),* $(,)?) => {
+        $(#[test] fn $f() { parity($name); })*
+    };
+}
+
+parity_tests! {
+    llama_default_rope_tied_head => "llama_default",
+    llama_linear_rope_scaling => "llama_linear",
+    llama_dynamic_ntk_beyond_max_positions => "llama_dynamic",
+    llama_llama3_rope_scaling_gqa_4_to_1 => "llama_llama3",
+    llama_yarn_rope_scaling => "llama_yarn",
+    llama_bf16_weights_sharded_checkpoint => "llama_bf16_sharded",
+    mistral_binding_sliding_window => "mistral_window",
+    qwen2_qkv_biases_gqa => "qwen2",
+    qwen3_qk_norm => "qwen3",
+    gemma2_softcaps_alternating_window => "gemma2",
+    gemma3_text_local_global_rope => "gemma3_text",
+    gpt2 => "gpt2",
+    phi3_fused_projections_partial_rotary => "phi3",
+    bert_encoder => "bert",
+}
+
+const VARIANTS: &[&str] = &[
+    "llama_default",
+    "llama_linear",
+    "llama_dynamic",
+    "llama_llama3",
+    "llama_yarn",
+    "llama_bf16_sharded",
+    "mistral_window",
+    "qwen2",
+    "qwen3",
+    "gemma2",
+    "gemma3_text",
+    "gpt2",
+    "phi3",
+    "bert",
+];
+
+/// Keys that change the forward pass of some architecture: each must be read by some
+/// architecture module (its `KEYS` or the common list), else it would be ignored silently.
+const MATH_KEYS: &[&str] = &[
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "rms_norm_eps",
+    "layer_norm_eps",
+    "layer_norm_epsilon",
+    "hidden_act",
+    "hidden_activation",
+    "activation_function",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "rope_local_base_freq",
+    "partial_rotary_factor",
+    "original_max_position_embeddings",
+    "sliding_window",
+    "use_sliding_window",
+    "max_window_layers",
+    "layer_types",
+    "sliding_window_pattern",
+    "attention_bias",
+    "mlp_bias",
+    "query_pre_attn_scalar",
+    "attn_logit_softcapping",
+    "final_logit_softcapping",
+    "use_bidirectional_attention",
+    "tie_word_embeddings",
+    "quantization_config",
+    "position_embedding_type",
+    "is_decoder",
+    "scale_attn_by_inverse_layer_idx",
+    "scale_attn_weights",
+    "n_inner",
+];
+
+#[test]
+fn every_math_key_is_read_by_some_architecture() {
+    for k in MATH_KEYS {
+        let read = arch::HF_TYPES
+            .iter()
+            .any(|t| arch::keys_of(t).unwrap().contains(k))
+            || arch::COMMON_KEYS.contains(k);
+        assert!(read, "config key `{k}` is read by no architecture module");
+        assert!(
+            !arch::INERT.contains(k),
+            "`{k}` changes the math but is listed as inert"
+        );
+    }
+}
+
+#[test]
+fn loaders_read_only_the_keys_they_declare() {
+    for v in VARIANTS {
+        let (_, read) = arch::load_hf_keys(&dir(v)).unwrap();
+        let cfg: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir(v).join("config.json")).unwrap())
+                .unwrap();
+        let mt = cfg["model_type"].as_str().unwrap();
+        let keys = arch::keys_of(mt).unwrap();
+        for k in &read {
+            assert!(
+                keys.contains(&k.as_str())
+                    || arch::COMMON_KEYS.contains(&k.as_str())
+                    || arch::INERT.contains(&k.as_str()),
+                "{v}: the {mt} loader reads `{k}` but does not list it in its KEYS"
+            );
+        }
+    }
+}
+
+/// Copies a fixture directory to a temp dir and edits its config.json.
+fn edited(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(dir(name)).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
+    }
+    let p = tmp.path().join("config.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(&p, serde_json::to_string(&v).unwrap()).unwrap();
+    tmp
+}
+
+fn refused(dir: &Path, needles: &[&str]) {
+    let e = match sinklab::real::load(dir) {
+        Ok(_) => panic!("loaded, expected a refusal mentioning {needles:?}"),
+        Err(e) => e.to_string(),
+    };
+    for n in needles {
+        assert!(e.contains(n), "error `{e}` does not mention `{n}`");
+    }
+    assert!(
+        e.contains("config.json") || e.contains("safetensors"),
+        "error `{e}` names no file"
+    );
+}
+
+#[test]
+fn unknown_rope_type_is_refused_naming_key_and_file() {
+    let t = edited("llama_linear", |v| {
+        v["rope_parameters"]["rope_type"] = "longrope".into();
+    });
+    refused(
+        t.path(),
+        &["rope_parameters.rope_type", "longrope", "config.json"],
+    );
+}
+
+#[test]
+fn unread_rope_parameter_is_refused() {
+    let t = edited("llama_linear", |v| {
+        v["rope_parameters"]["low_freq_factor"] = 1.0.into();
+    });
+    refused(t.path(), &["rope_parameters.low_freq_factor"]);
+}
+
+#[test]
+fn legacy_rope_theta_and_rope_scaling_are_read() {
+    // transformers < 5 layout: top-level rope_theta + rope_scaling {type: linear}. Same model.
+    let t = edited("llama_linear", |v| {
+        let p = v["rope_parameters"].clone();
+        v.as_object_mut().unwrap().remove("rope_parameters");
+        v["rope_theta"] = p["rope_theta"].clone();
+        v["rope_scaling"] = serde_json::json!({"type": "linear", "factor": p["factor"]});
+    });
+    let a = sinklab::real::load(t.path()).unwrap();
+    let b = sinklab::real::load(&dir("llama_linear")).unwrap();
+    let ra = a.model.layers[0].rope.as_ref().unwrap();
+    let rb = b.model.layers[0].rope.as_ref().unwrap();
+    assert_eq!(ra.inv_freq, rb.inv_freq);
+    // And the base really is read: another θ gives other frequencies.
+    let t2 = edited("llama_linear", |v| {
+        v["rope_parameters"]["rope_theta"] = 500000.0.into();
+    });
+    let c = sinklab::real::load(t2.path()).unwrap();
+    assert_ne!(
+        c.model.layers[0].rope.as_ref().unwrap().inv_freq,
+        rb.inv_freq
+    );
+}
+
+#[test]
+fn unknown_config_key_is_refused() {
+    let t = edited("qwen2", |v| {
+        v["attn_temperature_tuning"] = true.into();
+    });
+    refused(t.path(), &["attn_temperature_tuning", "config.json"]);
+}
+
+#[test]
+fn nan_layer_norm_eps_is_refused_naming_key() {
+    let t = edited("bert", |v| {
+        v["layer_norm_eps"] = "nan".into();
+    });
+    refused(t.path(), &["layer_norm_eps", "config.json"]);
+    let t = edited("llama_default", |v| {
+        v["rms_norm_eps"] = 0.0.into();
+    });
+    refused(t.path(), &["rms_norm_eps"]);
+}
+
+#[test]
+fn quantized_checkpoint_is_refused() {
+    let t = edited("llama_default", |v| {
+        v["quantization_config"] = serde_json::json!({"quant_method": "awq"});
+    });
+    refused(t.path(), &["quantization_config"]);
+}
+
+#[test]
+fn missing_shard_is_one_clear_error() {
+    let t = edited("llama_bf16_sharded", |_| {});
+    std::fs::remove_file(t.path().join("model-00002-of-00002.safetensors")).unwrap();
+    let e = sinklab::real::load(t.path()).err().unwrap().to_string();
+    assert!(e.contains("model-00002-of-00002.safetensors"), "{e}");
+    assert_eq!(e.matches("No such file").count(), 1, "{e}");
+}
+
+#[test]
+fn dynamic_rope_equals_default_within_max_positions() {
+    // transformers' dynamic NTK leaves the frequencies unchanged up to max_position_embeddings.
+    let lm = sinklab::real::load(&dir("llama_dynamic")).unwrap();
+    let r = lm.model.layers[0].rope.as_ref().unwrap();
+    assert_eq!(&*r.inv_freq_at(8), &r.inv_freq[..]);
+    assert_ne!(&*r.inv_freq_at(12), &r.inv_freq[..]);
+}

@@ -1,0 +1,85 @@
+//! Tokenizers built from GGUF metadata against each model's own Hugging Face tokenizer
+//! (transformers loading the same GGUF, `scripts/make_qwen_fixtures.py` →
+//! `tests/fixtures/tokenizer_ids.json`) on texts with code, indentation, tabs, newlines and CRLF,
+//! digits, punctuation, contractions and non-ASCII: one test per packaged GGUF, i.e. per
+//! pre-tokenizer rule in use (`qwen2`, `smollm`, SentencePiece `default` for Gemma). Ids must be
+//! identical (no tolerance: tokenization is discrete). Plus the BOS policy on both formats.
+
+use sinklab::real::tokenizer::Bos;
+use sinklab::real::{fetch, load};
+use std::path::PathBuf;
+
+fn model_or_skip(name: &str) -> Option<PathBuf> {
+    let p = fetch::cached(name);
+    if p.is_none() {
+        let msg = format!("model `{name}` not in the cache (run `sinklab fetch {name}`)");
+        assert!(
+            std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
+            "{msg}"
+        );
+        eprintln!("SKIP: {msg}");
+    }
+    p
+}
+
+fn fixture() -> serde_json::Value {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer_ids.json");
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn same_ids_as_transformers(name: &str) {
+    let Some(path) = model_or_skip(name) else {
+        return;
+    };
+    let fx = fixture();
+    let lm = load(&path).unwrap();
+    let tok = lm.tok.as_ref().unwrap();
+    let texts = fx["texts"].as_array().unwrap();
+    let want = fx["ids"][name].as_array().unwrap();
+    for (t, w) in texts.iter().zip(want) {
+        let t = t.as_str().unwrap();
+        let w: Vec<u32> = w
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        let got = tok.encode(t, Bos::No).unwrap();
+        assert_eq!(got, w, "{name}: ids differ on {t:?}");
+        assert_eq!(
+            tok.decode(&got),
+            t,
+            "{name}: decode does not round-trip {t:?}"
+        );
+    }
+}
+
+#[test]
+fn qwen2_pre_tokenizer_matches_transformers() {
+    same_ids_as_transformers("qwen2.5-coder-0.5b");
+}
+
+#[test]
+fn smollm_pre_tokenizer_matches_transformers() {
+    same_ids_as_transformers("smollm2");
+}
+
+#[test]
+fn gemma_sentencepiece_matches_transformers() {
+    same_ids_as_transformers("gemma3-270m");
+}
+
+#[test]
+fn bos_yes_prepends_the_models_bos_on_gguf() {
+    let Some(path) = model_or_skip("qwen2.5-coder-0.5b") else {
+        return;
+    };
+    let lm = load(&path).unwrap();
+    let tok = lm.tok.as_ref().unwrap();
+    let auto = tok.encode("def f():", Bos::Auto).unwrap();
+    let yes = tok.encode("def f():", Bos::Yes).unwrap();
+    // Qwen's GGUF says add_bos_token = false; --bos yes adds its bos_token_id (151643).
+    assert_eq!(yes[0], 151643);
+    assert_eq!(&yes[1..], &auto[..]);
+    assert_eq!(tok.encode("def f():", Bos::No).unwrap(), auto);
+}
