@@ -898,7 +898,7 @@ pub fn analyze(
             if pts.is_empty() {
                 continue;
             }
-            let label = format!("{pattern} ({source}, {emb})");
+            let mut label = format!("{pattern} ({source}, {emb})");
             if let Some(f) = fits.iter().find(|f| {
                 &f.source == source && &f.embedding == emb && &f.norm == n && &f.pattern == pattern
             }) {
@@ -910,11 +910,13 @@ pub fn analyze(
                     .iter()
                     .map(|p| (p.0, (cy + f.fit.exponent * (p.0.ln() - cx)).exp()))
                     .collect();
+                // Line and points share one legend entry: the label carries the fit.
+                label = format!(
+                    "{label}: T^{{{:.2}}} [{:.2}, {:.2}]",
+                    f.fit.exponent, f.fit.ci_low, f.fit.ci_high
+                );
                 let mut s = Series::new(
-                    format!(
-                        "{label}: T^{:.3} [{:.3}, {:.3}]",
-                        f.fit.exponent, f.fit.ci_low, f.fit.ci_high
-                    ),
+                    label.clone(),
                     line,
                     Style::Dashed,
                     color,
@@ -934,6 +936,10 @@ pub fn analyze(
             color += 1;
         }
         if !series.is_empty() {
+            // Reference slopes of the claim (A5): T^1 and T^{3/2}, through the data's centre.
+            let all: Vec<(f64, f64)> = series.iter().flat_map(|s| s.points.clone()).collect();
+            series.extend(plot::slope_guide("T^{1} (guide)", 1.0, &all, true));
+            series.extend(plot::slope_guide("T^{3/2} (guide)", 1.5, &all, false));
             panels.push(Panel {
                 title: format!("cost: {norm}"),
                 x_label: "T".into(),
