@@ -13,33 +13,66 @@ fn check_scene(sc: &Scene, what: &str) {
     let canvas = plot::scene::Rect::new(0.0, 0.0, sc.width, sc.height);
     for t in sc.text_boxes() {
         // 0.01 pt: the SVG writes coordinates to two decimals.
-        assert!(canvas.contains(&t, 0.01), "{what}: text {t:?} outside the canvas {canvas:?}");
+        assert!(
+            canvas.contains(&t, 0.01),
+            "{what}: text {t:?} outside the canvas {canvas:?}"
+        );
     }
     for (i, f) in sc.panels.iter().enumerate() {
         if let Some(l) = f.legend {
             for m in &f.marks {
-                assert!(!l.intersects(m), "{what} panel {i}: legend {l:?} covers marker {m:?}");
+                assert!(
+                    !l.intersects(m),
+                    "{what} panel {i}: legend {l:?} covers marker {m:?}"
+                );
             }
             for &(a, b) in &f.segments {
-                assert!(!l.hits_segment(a, b), "{what} panel {i}: legend covers a line");
+                assert!(
+                    !l.hits_segment(a, b),
+                    "{what} panel {i}: legend covers a line"
+                );
             }
-            assert!(canvas.contains(&l, 0.01), "{what} panel {i}: legend outside the canvas");
+            assert!(
+                canvas.contains(&l, 0.01),
+                "{what} panel {i}: legend outside the canvas"
+            );
         }
         let mut seen = f.entries.clone();
         seen.sort();
         seen.dedup();
-        assert_eq!(seen.len(), f.entries.len(), "{what} panel {i}: a label listed twice");
-        for (ts, (lo, hi), log) in [(&f.x_ticks, f.x_data, f.log.0), (&f.y_ticks, f.y_data, f.log.1)] {
+        assert_eq!(
+            seen.len(),
+            f.entries.len(),
+            "{what} panel {i}: a label listed twice"
+        );
+        for (ts, (lo, hi), log) in [
+            (&f.x_ticks, f.x_data, f.log.0),
+            (&f.y_ticks, f.y_data, f.log.1),
+        ] {
             if ts.is_empty() && lo == hi {
                 continue;
             }
-            assert!(ts.len() >= 2, "{what} panel {i}: ticks {ts:?} for data {lo}..{hi}");
-            let gap = ts.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
-            let tol = 1e-9 * (1.0 + lo.abs().max(hi.abs()));
-            assert!(ts[0] - lo <= gap + tol && hi - ts[ts.len() - 1] <= gap + tol,
-                "{what} panel {i}: ticks {ts:?} leave data {lo}..{hi} uncovered");
+            assert!(
+                ts.len() >= 2,
+                "{what} panel {i}: ticks {ts:?} for data {lo}..{hi}"
+            );
+            // Covered: no end gap wider than the widest tick step, measured where the
+            // ticks are evenly spaced (axis coordinates; values for a narrow log axis).
+            let covers = |ts: &[f64], lo: f64, hi: f64| {
+                let gap = ts.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
+                let tol = 1e-9 * (1.0 + lo.abs().max(hi.abs()));
+                ts[0] - lo <= gap + tol && hi - ts[ts.len() - 1] <= gap + tol
+            };
+            let vals: Vec<f64> = ts.iter().map(|p| 10f64.powf(*p)).collect();
+            assert!(
+                covers(ts, lo, hi) || log && covers(&vals, 10f64.powf(lo), 10f64.powf(hi)),
+                "{what} panel {i}: ticks {ts:?} leave data {lo}..{hi} uncovered"
+            );
             for &t in ts.iter() {
-                assert!(nice(t, log, ts), "{what} panel {i}: tick {t} of {ts:?} is not a nice number");
+                assert!(
+                    nice(t, log, ts),
+                    "{what} panel {i}: tick {t} of {ts:?} is not a nice number"
+                );
             }
         }
     }
@@ -48,14 +81,25 @@ fn check_scene(sc: &Scene, what: &str) {
 /// A tick is nice: a multiple of a 1-2-5 step on a linear axis; on a log axis a
 /// value $m \times 10^k$ with $m \in \{1, 2, 5\}$ or a multiple of a 1-2-5 step.
 fn nice(t: f64, log: bool, all: &[f64]) -> bool {
-    let vals: Vec<f64> = if log { all.iter().map(|p| 10f64.powf(*p)).collect() } else { all.to_vec() };
+    let vals: Vec<f64> = if log {
+        all.iter().map(|p| 10f64.powf(*p)).collect()
+    } else {
+        all.to_vec()
+    };
     let v = if log { 10f64.powf(t) } else { t };
     if log && ticks::is_one_two_five(v) {
         return true;
     }
-    let step = vals.windows(2).map(|w| w[1] - w[0]).fold(f64::INFINITY, f64::min);
+    let step = vals
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .fold(f64::INFINITY, f64::min);
     let k = v / step;
-    ticks::is_one_two_five(step) && (k - k.round()).abs() < 1e-6 && vals.windows(2).all(|w| ((w[1] - w[0]) / step - 1.0).abs() < 1e-6)
+    ticks::is_one_two_five(step)
+        && (k - k.round()).abs() < 1e-6
+        && vals
+            .windows(2)
+            .all(|w| ((w[1] - w[0]) / step - 1.0).abs() < 1e-6)
         || v == 0.0
 }
 
@@ -68,7 +112,12 @@ fn scaling_panel(n: usize, slope: f64, log: bool) -> Panel {
                 (t, (1.0 + c as f64) * t.powf(slope + 0.1 * c as f64))
             })
             .collect();
-        let name = format!("pattern {c}: T^{{{:.2}}} [{:.2}, {:.2}]", slope, slope - 0.05, slope + 0.05);
+        let name = format!(
+            "pattern {c}: T^{{{:.2}}} [{:.2}, {:.2}]",
+            slope,
+            slope - 0.05,
+            slope + 0.05
+        );
         let mut line = Series::new(name.clone(), pts.clone(), Style::Dashed, c);
         line.band = pts.iter().map(|&(x, y)| (x, 0.9 * y, 1.1 * y)).collect();
         series.push(line);
@@ -91,17 +140,30 @@ fn scaling_panel(n: usize, slope: f64, log: bool) -> Panel {
 fn scaling_figure_has_one_entry_per_series_and_guides() {
     let fig = Figure::Panels {
         title: "Cost against T".into(),
-        panels: vec![scaling_panel(3, 1.0, true), scaling_panel(1, 1.5, true), scaling_panel(2, 0.5, false)],
+        panels: vec![
+            scaling_panel(3, 1.0, true),
+            scaling_panel(1, 1.5, true),
+            scaling_panel(2, 0.5, false),
+        ],
     };
     let sc = plot::layout(&fig, &Options::default()).unwrap();
     check_scene(&sc, "scaling");
     // Line + markers of a pattern are one entry; the two guides are two more.
-    assert_eq!(sc.panels[0].entries.len(), 3 + 2, "{:?}", sc.panels[0].entries);
+    assert_eq!(
+        sc.panels[0].entries.len(),
+        3 + 2,
+        "{:?}",
+        sc.panels[0].entries
+    );
     assert!(sc.panels[0].entries.iter().any(|e| e == "T^{3/2}"));
     // Log axes over T = 8..512: decade ticks 10 and 100 (axis coordinates 1 and 2).
     assert_eq!(sc.panels[0].x_ticks, vec![1.0, 2.0]);
     // The figure title is drawn once, at the title size.
-    let titles = sc.prims.iter().filter(|p| matches!(p, plot::scene::Prim::Text { s, .. } if s == "Cost against T")).count();
+    let titles = sc
+        .prims
+        .iter()
+        .filter(|p| matches!(p, plot::scene::Prim::Text { s, .. } if s == "Cost against T"))
+        .count();
     assert_eq!(titles, 1);
 }
 
@@ -109,11 +171,27 @@ fn scaling_figure_has_one_entry_per_series_and_guides() {
 fn single_panel_titled_like_the_figure_draws_the_title_once() {
     let p = Panel {
         title: "model: BOS cosine".into(),
-        series: vec![Series::new("a", vec![(0.0, 1.0), (1.0, 2.0), (2.0, 1.5)], Style::LinePoints, 0)],
+        series: vec![Series::new(
+            "a",
+            vec![(0.0, 1.0), (1.0, 2.0), (2.0, 1.5)],
+            Style::LinePoints,
+            0,
+        )],
         ..Default::default()
     };
-    let sc = plot::layout(&Figure::Panels { title: p.title.clone(), panels: vec![p] }, &Options::default()).unwrap();
-    let n = sc.prims.iter().filter(|x| matches!(x, plot::scene::Prim::Text { s, .. } if s == "model: BOS cosine")).count();
+    let sc = plot::layout(
+        &Figure::Panels {
+            title: p.title.clone(),
+            panels: vec![p],
+        },
+        &Options::default(),
+    )
+    .unwrap();
+    let n = sc
+        .prims
+        .iter()
+        .filter(|x| matches!(x, plot::scene::Prim::Text { s, .. } if s == "model: BOS cosine"))
+        .count();
     assert_eq!(n, 1);
     check_scene(&sc, "single");
 }
@@ -122,13 +200,37 @@ fn single_panel_titled_like_the_figure_draws_the_title_once() {
 fn heatmap_colour_bar_stays_inside_the_canvas() {
     // Wide tick labels (−1234.5 … ) are the case that used to be cut at the right edge.
     let values: Vec<Vec<f64>> = (0..12)
-        .map(|r| (0..17).map(|c| if (r + c) % 5 == 0 { f64::NAN } else { -1234.5 + 97.3 * (r * c) as f64 }).collect())
+        .map(|r| {
+            (0..17)
+                .map(|c| {
+                    if (r + c) % 5 == 0 {
+                        f64::NAN
+                    } else {
+                        -1234.5 + 97.3 * (r * c) as f64
+                    }
+                })
+                .collect()
+        })
         .collect();
-    let h = Heatmap { title: "levels: log10 count".into(), x_label: "lifetime".into(), y_label: "layer".into(), values };
+    let h = Heatmap {
+        title: "levels: log10 count".into(),
+        x_label: "lifetime".into(),
+        y_label: "layer".into(),
+        values,
+    };
     for w in [2.0, 3.4, 7.0] {
-        let sc = plot::layout(&Figure::Heatmap(h.clone()), &Options { width_in: Some(w), ..Default::default() }).unwrap();
+        let sc = plot::layout(
+            &Figure::Heatmap(h.clone()),
+            &Options {
+                width_in: Some(w),
+                ..Default::default()
+            },
+        )
+        .unwrap();
         check_scene(&sc, "heatmap");
-        assert!(sc.prims.iter().any(|p| matches!(p, plot::scene::Prim::Text { s, vertical: true, .. } if s == "log10 count")));
+        assert!(sc.prims.iter().any(
+            |p| matches!(p, plot::scene::Prim::Text { s, vertical: true, .. } if s == "log10 count")
+        ));
     }
 }
 
@@ -156,7 +258,10 @@ fn random_panel() -> impl Strategy<Value = Panel> {
                 .into_iter()
                 .enumerate()
                 .map(|(i, (pts, st, c, name))| {
-                    let pts = pts.into_iter().map(|(x, y)| (x, if ly { y.abs() + 1e-3 } else { y })).collect();
+                    let pts = pts
+                        .into_iter()
+                        .map(|(x, y)| (x, if ly { y.abs() + 1e-3 } else { y }))
+                        .collect();
                     let style = [Style::Points, Style::Line, Style::LinePoints, Style::Dashed][st];
                     Series::new(format!("{name} {i}"), pts, style, c)
                 })
@@ -181,13 +286,35 @@ fn bin() -> Command {
 fn sinklab_plot_redraws_the_same_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let stem = dir.path().join("scaling");
-    plot::render(&stem, "Cost against T", &[scaling_panel(2, 1.0, true), scaling_panel(1, 1.5, true)]).unwrap();
-    let h = Heatmap { title: "h: α".into(), x_label: "head".into(), y_label: "layer".into(), values: vec![vec![0.1, f64::NAN], vec![0.5, 0.9]] };
+    plot::render(
+        &stem,
+        "Cost against T",
+        &[scaling_panel(2, 1.0, true), scaling_panel(1, 1.5, true)],
+    )
+    .unwrap();
+    let h = Heatmap {
+        title: "h: α".into(),
+        x_label: "head".into(),
+        y_label: "layer".into(),
+        values: vec![vec![0.1, f64::NAN], vec![0.5, 0.9]],
+    };
     plot::render_heatmap(&dir.path().join("heat"), &h).unwrap();
     let out = dir.path().join("again");
     for name in ["scaling", "heat"] {
-        let st = bin().args(["plot", dir.path().join(format!("{name}.json")).to_str().unwrap(), "--out", out.to_str().unwrap()]).output().unwrap();
-        assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+        let st = bin()
+            .args([
+                "plot",
+                dir.path().join(format!("{name}.json")).to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            st.status.success(),
+            "{}",
+            String::from_utf8_lossy(&st.stderr)
+        );
         for ext in ["svg", "png"] {
             let a = std::fs::read(dir.path().join(format!("{name}.{ext}"))).unwrap();
             let b = std::fs::read(out.join(format!("{name}.{ext}"))).unwrap();
@@ -195,8 +322,25 @@ fn sinklab_plot_redraws_the_same_bytes() {
         }
     }
     // Style options change the drawing, not the data: a wider PNG, larger text.
-    let st = bin().args(["plot", stem.with_extension("json").to_str().unwrap(), "--out", out.to_str().unwrap(), "--width", "5", "--font-size", "10", "--linear"]).output().unwrap();
-    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let st = bin()
+        .args([
+            "plot",
+            stem.with_extension("json").to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--width",
+            "5",
+            "--font-size",
+            "10",
+            "--linear",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
     let png = std::fs::read(out.join("scaling.png")).unwrap();
     assert_eq!(u32::from_be_bytes(png[16..20].try_into().unwrap()), 1500);
     let svg = std::fs::read_to_string(out.join("scaling.svg")).unwrap();
@@ -227,13 +371,34 @@ fn bad_data_files_are_refused_with_a_reason() {
     assert!(e.contains("other/2"), "{e}");
     let e = plot_err(&w("c.json", r#"{"figure": {}}"#), &[]);
     assert!(e.contains("no \"format\""), "{e}");
-    let e = plot_err(&w("d.json", r#"{"format": "sinklab-figure/1", "figure": {"kind": "panels", "title": "", "panels": [], "colour": 3}}"#), &[]);
+    let e = plot_err(
+        &w(
+            "d.json",
+            r#"{"format": "sinklab-figure/1", "figure": {"kind": "panels", "title": "", "panels": [], "colour": 3}}"#,
+        ),
+        &[],
+    );
     assert!(e.contains("colour"), "{e}");
-    let e = plot_err(&w("e.json", r#"{"format": "sinklab-figure/1", "figure": {"kind": "panels", "title": "", "panels": []}}"#), &[]);
+    let e = plot_err(
+        &w(
+            "e.json",
+            r#"{"format": "sinklab-figure/1", "figure": {"kind": "panels", "title": "", "panels": []}}"#,
+        ),
+        &[],
+    );
     assert!(e.contains("no finite point"), "{e}");
     let e = plot_err(&dir.path().join("missing.json"), &[]);
     assert!(e.contains("missing.json"), "{e}");
-    plot::render_heatmap(&dir.path().join("h"), &Heatmap { title: "t".into(), x_label: String::new(), y_label: String::new(), values: vec![vec![1.0, 2.0]] }).unwrap();
+    plot::render_heatmap(
+        &dir.path().join("h"),
+        &Heatmap {
+            title: "t".into(),
+            x_label: String::new(),
+            y_label: String::new(),
+            values: vec![vec![1.0, 2.0]],
+        },
+    )
+    .unwrap();
     let e = plot_err(&dir.path().join("h.json"), &["--log"]);
     assert!(e.contains("heat-map"), "{e}");
     let e = plot_err(&dir.path().join("h.json"), &["--width", "0.1"]);

@@ -178,7 +178,15 @@ fn layout_cols(
     };
     for l in &fig_title {
         y += asc * z.title_font;
-        scene.text(z.width / 2.0, y, l, z.title_font, Anchor::Middle, false, true);
+        scene.text(
+            z.width / 2.0,
+            y,
+            l,
+            z.title_font,
+            Anchor::Middle,
+            false,
+            true,
+        );
         y += desc * z.title_font + 0.15 * z.title_font;
     }
     if !fig_title.is_empty() {
@@ -226,18 +234,25 @@ fn layout_cols(
     for r in 0..rows {
         let row = &mut plans[r * cols..((r + 1) * cols).min(panels.len())];
         let title_h = row.iter().map(|q| q.title.len()).max().unwrap_or(0) as f64 * 1.2 * z.font
-            + if row.iter().any(|q| !q.title.is_empty()) { z.pad } else { 0.0 };
+            + if row.iter().any(|q| !q.title.is_empty()) {
+                z.pad
+            } else {
+                0.0
+            };
         let top = y + title_h;
         let mut row_bottom = top + a_h;
         for (c, q) in row.iter_mut().enumerate() {
             let cx0 = c as f64 * cell_w;
-            let ytw = q
-                .yt
-                .labels
-                .iter()
-                .map(|l| text::extent(l, z.font, false).width)
-                .fold(0.0, f64::max);
-            let ylab_w = if q.p.y_label.is_empty() { 0.0 } else { (asc + desc) * z.font + z.pad };
+            let ytw =
+                q.yt.labels
+                    .iter()
+                    .map(|l| text::extent(l, z.font, false).width)
+                    .fold(0.0, f64::max);
+            let ylab_w = if q.p.y_label.is_empty() {
+                0.0
+            } else {
+                (asc + desc) * z.font + z.pad
+            };
             let left = cx0 + z.pad + ylab_w + ytw + z.tick + 0.6 * z.pad;
             // x ticks depend on the axes width; their half-width overhangs the right end.
             let mut right = cx0 + cell_w - 2.0 * z.pad;
@@ -248,7 +263,10 @@ fn layout_cols(
                 } else {
                     ticks::linear(q.xr.0, q.xr.1, target)
                 };
-                let last = q.xt.labels.last().map_or(0.0, |l| text::extent(l, z.font, false).width);
+                let last =
+                    q.xt.labels
+                        .last()
+                        .map_or(0.0, |l| text::extent(l, z.font, false).width);
                 right = cx0 + cell_w - z.pad - 0.5 * last;
             }
             let f = Frame {
@@ -391,7 +409,13 @@ fn draw_panel(
     facts.segments = obs.segments.clone();
     // Frame and ticks (outward, bottom and left).
     scene.push(Prim::Line {
-        pts: vec![(ax.x0, ax.y0), (ax.x1, ax.y0), (ax.x1, ax.y1), (ax.x0, ax.y1), (ax.x0, ax.y0)],
+        pts: vec![
+            (ax.x0, ax.y0),
+            (ax.x1, ax.y0),
+            (ax.x1, ax.y1),
+            (ax.x0, ax.y1),
+            (ax.x0, ax.y0),
+        ],
         color: BLACK,
         width: z.axis,
     });
@@ -415,29 +439,52 @@ fn draw_panel(
             });
         }
     }
-    let xt_asc = q
-        .xt
-        .labels
-        .iter()
-        .map(|l| text::extent(l, z.font, false).ascent)
-        .fold(asc * z.font, f64::max);
+    let xt_asc =
+        q.xt.labels
+            .iter()
+            .map(|l| text::extent(l, z.font, false).ascent)
+            .fold(asc * z.font, f64::max);
     let xbase = ax.y1 + z.tick + 0.4 * z.pad + xt_asc;
     for (t, l) in q.xt.major.iter().zip(&q.xt.labels) {
         scene.text(f.px(*t), xbase, l, z.font, Anchor::Middle, false, false);
     }
     for (t, l) in q.yt.major.iter().zip(&q.yt.labels) {
-        scene.text(ax.x0 - z.tick - 0.6 * z.pad, f.py(*t) + 0.36 * z.font, l, z.font, Anchor::End, false, false);
+        scene.text(
+            ax.x0 - z.tick - 0.6 * z.pad,
+            f.py(*t) + 0.36 * z.font,
+            l,
+            z.font,
+            Anchor::End,
+            false,
+            false,
+        );
     }
     let mut bottom = xbase + desc * z.font;
     if !q.p.x_label.is_empty() {
         let size = fit_size(&q.p.x_label, z.font, ax.w().max(cell_w - 2.0 * z.pad));
         bottom += 0.4 * z.pad + asc * size;
-        scene.text((ax.x0 + ax.x1) / 2.0, bottom, &q.p.x_label, size, Anchor::Middle, false, false);
+        scene.text(
+            (ax.x0 + ax.x1) / 2.0,
+            bottom,
+            &q.p.x_label,
+            size,
+            Anchor::Middle,
+            false,
+            false,
+        );
         bottom += desc * size;
     }
     if !q.p.y_label.is_empty() {
         let size = fit_size(&q.p.y_label, z.font, ax.h());
-        scene.text(cx0 + z.pad + asc * size, (ax.y0 + ax.y1) / 2.0, &q.p.y_label, size, Anchor::Middle, true, false);
+        scene.text(
+            cx0 + z.pad + asc * size,
+            (ax.y0 + ax.y1) / 2.0,
+            &q.p.y_label,
+            size,
+            Anchor::Middle,
+            true,
+            false,
+        );
     }
     // Legend: an empty corner, else below.
     let es = legend::entries(&q.p.series);
@@ -469,7 +516,11 @@ fn draw_panel(
 /// The font size (at most `size`) at which `s` fits in `max_w`, not below 70 %.
 fn fit_size(s: &str, size: f64, max_w: f64) -> f64 {
     let w = text::extent(s, size, false).width;
-    if w <= max_w { size } else { (size * max_w / w).max(0.7 * size) }
+    if w <= max_w {
+        size
+    } else {
+        (size * max_w / w).max(0.7 * size)
+    }
 }
 
 /// Bounding box of a polygon.

@@ -49,7 +49,11 @@ pub fn from_json(s: &str) -> Result<Figure, String> {
     match v.get("format").and_then(|f| f.as_str()) {
         Some(FORMAT) => {}
         Some(other) => return Err(format!("format \"{other}\" is not {FORMAT}")),
-        None => return Err(format!("no \"format\" key: not a sinklab figure data file ({FORMAT})")),
+        None => {
+            return Err(format!(
+                "no \"format\" key: not a sinklab figure data file ({FORMAT})"
+            ));
+        }
     }
     let f: File = serde_json::from_value(v).map_err(|e| format!("not a figure: {e}"))?;
     let empty = match &f.figure {
@@ -91,7 +95,10 @@ pub mod pairs {
     use serde::{Deserializer, Serializer};
     /// Serialise.
     pub fn serialize<S: Serializer>(v: &[(f64, f64)], s: S) -> Result<S::Ok, S::Error> {
-        v.iter().map(|p| [opt(p.0), opt(p.1)]).collect::<Vec<_>>().serialize(s)
+        v.iter()
+            .map(|p| [opt(p.0), opt(p.1)])
+            .collect::<Vec<_>>()
+            .serialize(s)
     }
     /// Deserialise.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(f64, f64)>, D::Error> {
@@ -114,7 +121,9 @@ pub mod triples {
     /// Deserialise.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(f64, f64, f64)>, D::Error> {
         let v: Vec<[Option<f64>; 3]> = Deserialize::deserialize(d)?;
-        Ok(v.into_iter().map(|[a, b, c]| (val(a), val(b), val(c))).collect())
+        Ok(v.into_iter()
+            .map(|[a, b, c]| (val(a), val(b), val(c)))
+            .collect())
     }
 }
 
@@ -132,6 +141,8 @@ pub mod grid {
     /// Deserialise.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<f64>>, D::Error> {
         let v: Vec<Vec<Option<f64>>> = Deserialize::deserialize(d)?;
-        Ok(v.into_iter().map(|r| r.into_iter().map(val).collect()).collect())
+        Ok(v.into_iter()
+            .map(|r| r.into_iter().map(val).collect())
+            .collect())
     }
 }

@@ -32,13 +32,23 @@ pub fn layout(h: &Heatmap, opts: &Options) -> Result<Scene, String> {
     let (asc, desc) = text::vertical_metrics(false);
     let nr = h.values.len();
     let nc = h.values.iter().map(Vec::len).max().unwrap_or(0);
-    let finite: Vec<f64> = h.values.iter().flatten().copied().filter(|v| v.is_finite()).collect();
+    let finite: Vec<f64> = h
+        .values
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|v| v.is_finite())
+        .collect();
     if finite.is_empty() {
         return Err("heat-map: no finite cell".into());
     }
     let lo = finite.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let (b0, b1) = if hi > lo { (lo, hi) } else { (lo - 0.5, lo + 0.5) };
+    let (b0, b1) = if hi > lo {
+        (lo, hi)
+    } else {
+        (lo - 0.5, lo + 0.5)
+    };
     let mut scene = Scene {
         width: z.width,
         ..Default::default()
@@ -46,7 +56,15 @@ pub fn layout(h: &Heatmap, opts: &Options) -> Result<Scene, String> {
     let mut y = z.pad;
     for l in text::wrap(&h.title, z.title_font, true, z.width - 4.0 * z.pad) {
         y += asc * z.title_font;
-        scene.text(z.width / 2.0, y, &l, z.title_font, Anchor::Middle, false, true);
+        scene.text(
+            z.width / 2.0,
+            y,
+            &l,
+            z.title_font,
+            Anchor::Middle,
+            false,
+            true,
+        );
         y += (desc + 0.15) * z.title_font;
     }
     y += z.pad;
@@ -59,13 +77,22 @@ pub fn layout(h: &Heatmap, opts: &Options) -> Result<Scene, String> {
         .fold(0.0, f64::max);
     let label = bar_label(&h.title);
     let bar_w = 1.1 * z.font;
-    let right_block = z.pad + bar_w + z.tick + 0.6 * z.pad + btw + z.pad + (asc + desc) * z.font + z.pad;
+    let right_block =
+        z.pad + bar_w + z.tick + 0.6 * z.pad + btw + z.pad + (asc + desc) * z.font + z.pad;
     let rt: Vec<usize> = index_ticks(nr, 8);
     let ytw = rt
         .iter()
         .map(|i| text::extent(&i.to_string(), z.font, false).width)
         .fold(0.0, f64::max);
-    let left = z.pad + if h.y_label.is_empty() { 0.0 } else { (asc + desc) * z.font + z.pad } + ytw + z.tick + 0.6 * z.pad;
+    let left = z.pad
+        + if h.y_label.is_empty() {
+            0.0
+        } else {
+            (asc + desc) * z.font + z.pad
+        }
+        + ytw
+        + z.tick
+        + 0.6 * z.pad;
     let right = z.width - right_block - z.pad;
     let aw = right - left;
     let ah = (aw * (nr as f64 / nc.max(1) as f64)).clamp(0.55 * aw, 1.1 * aw);
@@ -99,21 +126,53 @@ pub fn layout(h: &Heatmap, opts: &Options) -> Result<Scene, String> {
     for &c in &xt {
         let x = ax.x0 + (c as f64 + 0.5) * cw;
         tick(&mut scene, (x, ax.y1), (x, ax.y1 + z.tick), z.axis);
-        scene.text(x, xbase, &c.to_string(), z.font, Anchor::Middle, false, false);
+        scene.text(
+            x,
+            xbase,
+            &c.to_string(),
+            z.font,
+            Anchor::Middle,
+            false,
+            false,
+        );
     }
     for &r in &rt {
         let yy = ax.y0 + (r as f64 + 0.5) * ch;
         tick(&mut scene, (ax.x0 - z.tick, yy), (ax.x0, yy), z.axis);
-        scene.text(ax.x0 - z.tick - 0.6 * z.pad, yy + 0.36 * z.font, &r.to_string(), z.font, Anchor::End, false, false);
+        scene.text(
+            ax.x0 - z.tick - 0.6 * z.pad,
+            yy + 0.36 * z.font,
+            &r.to_string(),
+            z.font,
+            Anchor::End,
+            false,
+            false,
+        );
     }
     let mut bottom = xbase + desc * z.font;
     if !h.x_label.is_empty() {
         bottom += 0.4 * z.pad + asc * z.font;
-        scene.text((ax.x0 + ax.x1) / 2.0, bottom, &h.x_label, z.font, Anchor::Middle, false, false);
+        scene.text(
+            (ax.x0 + ax.x1) / 2.0,
+            bottom,
+            &h.x_label,
+            z.font,
+            Anchor::Middle,
+            false,
+            false,
+        );
         bottom += desc * z.font;
     }
     if !h.y_label.is_empty() {
-        scene.text(z.pad + asc * z.font, (ax.y0 + ax.y1) / 2.0, &h.y_label, z.font, Anchor::Middle, true, false);
+        scene.text(
+            z.pad + asc * z.font,
+            (ax.y0 + ax.y1) / 2.0,
+            &h.y_label,
+            z.font,
+            Anchor::Middle,
+            true,
+            false,
+        );
     }
     // Colour bar beside the cells; a grey swatch below it when some cells have no value.
     let bx0 = ax.x1 + 2.0 * z.pad;
@@ -143,18 +202,49 @@ pub fn layout(h: &Heatmap, opts: &Options) -> Result<Scene, String> {
     for (v, l) in bar_ticks.major.iter().zip(&bar_ticks.labels) {
         let yy = by(*v);
         tick(&mut scene, (bar.x1, yy), (bar.x1 + z.tick, yy), z.axis);
-        scene.text(bar.x1 + z.tick + 0.6 * z.pad, yy + 0.36 * z.font, l, z.font, Anchor::Start, false, false);
+        scene.text(
+            bar.x1 + z.tick + 0.6 * z.pad,
+            yy + 0.36 * z.font,
+            l,
+            z.font,
+            Anchor::Start,
+            false,
+            false,
+        );
     }
     let lab_x = bar.x1 + z.tick + 0.6 * z.pad + btw + z.pad + asc * z.font;
     let size = {
         let w = text::extent(&label, z.font, false).width;
-        if w <= bar.h() { z.font } else { (z.font * bar.h() / w).max(0.7 * z.font) }
+        if w <= bar.h() {
+            z.font
+        } else {
+            (z.font * bar.h() / w).max(0.7 * z.font)
+        }
     };
-    scene.text(lab_x, (bar.y0 + bar.y1) / 2.0, &label, size, Anchor::Middle, true, false);
+    scene.text(
+        lab_x,
+        (bar.y0 + bar.y1) / 2.0,
+        &label,
+        size,
+        Anchor::Middle,
+        true,
+        false,
+    );
     if any_missing {
         let s = Rect::new(bar.x0, ax.y1 - 0.9 * z.font, bar_w, 0.9 * z.font);
-        scene.push(Prim::Box { rect: s, color: MISSING });
-        scene.text(s.x1 + z.tick + 0.6 * z.pad, s.y1 - 0.1 * z.font, "none", z.font, Anchor::Start, false, false);
+        scene.push(Prim::Box {
+            rect: s,
+            color: MISSING,
+        });
+        scene.text(
+            s.x1 + z.tick + 0.6 * z.pad,
+            s.y1 - 0.1 * z.font,
+            "none",
+            z.font,
+            Anchor::Start,
+            false,
+            false,
+        );
     }
     scene.panels.push(PanelFacts {
         axes: Some(ax),
@@ -176,7 +266,13 @@ pub fn layout(h: &Heatmap, opts: &Options) -> Result<Scene, String> {
 
 fn frame(scene: &mut Scene, r: &Rect, w: f64) {
     scene.push(Prim::Line {
-        pts: vec![(r.x0, r.y0), (r.x1, r.y0), (r.x1, r.y1), (r.x0, r.y1), (r.x0, r.y0)],
+        pts: vec![
+            (r.x0, r.y0),
+            (r.x1, r.y0),
+            (r.x1, r.y1),
+            (r.x0, r.y1),
+            (r.x0, r.y0),
+        ],
         color: BLACK,
         width: w,
     });

@@ -30,7 +30,10 @@ pub fn entries(series: &[Series]) -> Vec<Entry> {
         if s.name.is_empty() || !s.points.iter().any(|p| p.0.is_finite() && p.1.is_finite()) {
             continue;
         }
-        let i = match out.iter().position(|e| e.label == s.name && e.color == s.color) {
+        let i = match out
+            .iter()
+            .position(|e| e.label == s.name && e.color == s.color)
+        {
             Some(i) => i,
             None => {
                 out.push(Entry {
@@ -194,7 +197,9 @@ pub fn draw(scene: &mut Scene, m: &Measured, r: &Rect, z: &Sizes, framed: bool) 
             });
         }
         if let Some(st) = e.line {
-            for piece in super::axes::dash(&[(x0, mid), (x1, mid)], style::dashes(st), line_w(st, z)) {
+            for piece in
+                super::axes::dash(&[(x0, mid), (x1, mid)], style::dashes(st), line_w(st, z))
+            {
                 scene.push(Prim::Line {
                     pts: piece,
                     color: c,

@@ -65,7 +65,12 @@ pub struct Series {
 
 impl Series {
     /// A series with no band.
-    pub fn new(name: impl Into<String>, points: Vec<(f64, f64)>, style: Style, color: usize) -> Self {
+    pub fn new(
+        name: impl Into<String>,
+        points: Vec<(f64, f64)>,
+        style: Style,
+        color: usize,
+    ) -> Self {
         Self {
             name: name.into(),
             points,
@@ -82,7 +87,12 @@ pub const REFERENCE_COLOR: usize = 7;
 /// A reference line $y = c\,x^k$ over the x-range of `data`, through the
 /// geometric mean of its positive points: the claimed slope drawn against the
 /// measured one on log–log axes. Dotted for the first guide, dash-dotted for others.
-pub fn slope_guide(label: impl Into<String>, k: f64, data: &[(f64, f64)], dotted: bool) -> Option<Series> {
+pub fn slope_guide(
+    label: impl Into<String>,
+    k: f64,
+    data: &[(f64, f64)],
+    dotted: bool,
+) -> Option<Series> {
     let pos: Vec<(f64, f64)> = data
         .iter()
         .copied()
@@ -100,7 +110,11 @@ pub fn slope_guide(label: impl Into<String>, k: f64, data: &[(f64, f64)], dotted
     Some(Series::new(
         label,
         vec![(x0, y(x0)), (x1, y(x1))],
-        if dotted { Style::Dotted } else { Style::DashDot },
+        if dotted {
+            Style::Dotted
+        } else {
+            Style::DashDot
+        },
         REFERENCE_COLOR,
     ))
 }
@@ -258,7 +272,11 @@ pub fn render_heatmap(stem: &Path, h: &Heatmap) -> Result<Vec<PathBuf>, PlotErro
 
 /// Redraws the figure of data file `path` with `opts` into `out_dir` (default:
 /// beside the data file), without recomputing anything; returns the SVG and PNG paths.
-pub fn redraw(path: &Path, opts: &Options, out_dir: Option<&Path>) -> Result<Vec<PathBuf>, PlotError> {
+pub fn redraw(
+    path: &Path,
+    opts: &Options,
+    out_dir: Option<&Path>,
+) -> Result<Vec<PathBuf>, PlotError> {
     let fig = data::read(path)?;
     let name = path.file_stem().ok_or_else(|| PlotError::Data {
         path: path.to_path_buf(),
@@ -278,7 +296,9 @@ mod tests {
     #[test]
     fn renders_loglog_and_heatmap() {
         let dir = tempfile::tempdir().unwrap();
-        let pts: Vec<(f64, f64)> = (1..10).map(|t| (t as f64 * 8.0, (t as f64 * 8.0).powf(1.5))).collect();
+        let pts: Vec<(f64, f64)> = (1..10)
+            .map(|t| (t as f64 * 8.0, (t as f64 * 8.0).powf(1.5)))
+            .collect();
         let mut s = Series::new("diag", pts.clone(), Style::LinePoints, 0);
         s.band = pts.iter().map(|&(x, y)| (x, 0.8 * y, 1.2 * y)).collect();
         let p = Panel {
@@ -320,7 +340,12 @@ mod tests {
         // The PNG of five short-legend panels is 7 in wide at 300 dpi.
         let dir = tempfile::tempdir().unwrap();
         let p = Panel {
-            series: vec![Series::new("s", vec![(1.0, 1.0), (2.0, 3.0)], Style::Line, 0)],
+            series: vec![Series::new(
+                "s",
+                vec![(1.0, 1.0), (2.0, 3.0)],
+                Style::Line,
+                0,
+            )],
             ..Default::default()
         };
         let files = render(&dir.path().join("five"), "t", &vec![p; 5]).unwrap();
@@ -333,7 +358,12 @@ mod tests {
                 title: "t".into(),
                 panels: vec![
                     Panel {
-                        series: vec![Series::new("s", vec![(1.0, 1.0), (2.0, 3.0)], Style::Line, 0)],
+                        series: vec![Series::new(
+                            "s",
+                            vec![(1.0, 1.0), (2.0, 3.0)],
+                            Style::Line,
+                            0
+                        )],
                         ..Default::default()
                     };
                     5

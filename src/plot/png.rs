@@ -36,7 +36,12 @@ impl Canvas {
 
     /// Fills the closed path `segs` (non-zero coverage, clamped at 1).
     fn fill(&mut self, segs: &[Seg], c: Rgb, alpha: f64) {
-        let (mut x0, mut y0, mut x1, mut y1) = (f64::INFINITY, f64::INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY);
+        let (mut x0, mut y0, mut x1, mut y1) = (
+            f64::INFINITY,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NEG_INFINITY,
+        );
         let mut see = |p: (f64, f64)| {
             x0 = x0.min(p.0);
             y0 = y0.min(p.1);
@@ -169,7 +174,16 @@ impl Canvas {
 
     /// Glyph outlines of `s`, laid out with the same metrics as the layout.
     #[allow(clippy::too_many_arguments)]
-    fn text(&mut self, x: f64, y: f64, s: &str, size: f64, anchor: Anchor, vertical: bool, bold: bool) {
+    fn text(
+        &mut self,
+        x: f64,
+        y: f64,
+        s: &str,
+        size: f64,
+        anchor: Anchor,
+        vertical: bool,
+        bold: bool,
+    ) {
         let e = text::extent(s, size, bold);
         let mut u = match anchor {
             Anchor::Start => 0.0,
@@ -241,11 +255,10 @@ pub fn write(scene: &Scene) -> Result<Vec<u8>, String> {
             } => c.text(*x, *y, s, *size, *anchor, *vertical, *bold),
         }
     }
-    let data: Vec<u8> = c
-        .px
-        .iter()
-        .flat_map(|p| p.map(|v| (v.clamp(0.0, 1.0) * 255.0).round() as u8))
-        .collect();
+    let data: Vec<u8> =
+        c.px.iter()
+            .flat_map(|p| p.map(|v| (v.clamp(0.0, 1.0) * 255.0).round() as u8))
+            .collect();
     let mut out = Vec::new();
     {
         let mut enc = png::Encoder::new(&mut out, w as u32, h as u32);

@@ -43,7 +43,10 @@ impl Rect {
     }
     /// Whether `o` lies inside `self` (up to `tol`).
     pub fn contains(&self, o: &Rect, tol: f64) -> bool {
-        o.x0 >= self.x0 - tol && o.x1 <= self.x1 + tol && o.y0 >= self.y0 - tol && o.y1 <= self.y1 + tol
+        o.x0 >= self.x0 - tol
+            && o.x1 <= self.x1 + tol
+            && o.y0 >= self.y0 - tol
+            && o.y1 <= self.y1 + tol
     }
     /// The box grown by `d` on every side.
     pub fn grow(&self, d: f64) -> Rect {
@@ -228,7 +231,16 @@ impl Scene {
     }
     /// Adds a text primitive.
     #[allow(clippy::too_many_arguments)]
-    pub fn text(&mut self, x: f64, y: f64, s: &str, size: f64, anchor: Anchor, vertical: bool, bold: bool) {
+    pub fn text(
+        &mut self,
+        x: f64,
+        y: f64,
+        s: &str,
+        size: f64,
+        anchor: Anchor,
+        vertical: bool,
+        bold: bool,
+    ) {
         if !s.is_empty() {
             self.prims.push(Prim::Text {
                 x,

@@ -83,12 +83,16 @@ impl Options {
         if let Some(w) = self.width_in
             && !(w.is_finite() && (1.0..=40.0).contains(&w))
         {
-            return Err(format!("--width {w}: need a printed width between 1 and 40 inches"));
+            return Err(format!(
+                "--width {w}: need a printed width between 1 and 40 inches"
+            ));
         }
         if let Some(f) = self.font_pt
             && !(f.is_finite() && (4.0..=30.0).contains(&f))
         {
-            return Err(format!("--font-size {f}: need a font size between 4 and 30 points"));
+            return Err(format!(
+                "--font-size {f}: need a font size between 4 and 30 points"
+            ));
         }
         Ok(())
     }
@@ -225,7 +229,11 @@ pub fn viridis(t: f64) -> Rgb {
         (170, 220, 50),
         (253, 231, 37),
     ];
-    let t = if t.is_finite() { t.clamp(0.0, 1.0) } else { 0.0 } * (A.len() - 1) as f64;
+    let t = if t.is_finite() {
+        t.clamp(0.0, 1.0)
+    } else {
+        0.0
+    } * (A.len() - 1) as f64;
     let k = (t.floor() as usize).min(A.len() - 2);
     let f = t - k as f64;
     let mix = |a: u8, b: u8| (a as f64 + f * (b as f64 - a as f64)).round() as u8;

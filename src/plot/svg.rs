@@ -13,7 +13,9 @@ fn n(v: f64) -> String {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 fn points(pts: &[(f64, f64)]) -> String {
@@ -49,7 +51,12 @@ pub fn write(scene: &Scene) -> String {
                 } else {
                     String::new()
                 };
-                let _ = writeln!(o, r#"<polygon points="{}" fill="{}"{op}/>"#, points(pts), color.hex());
+                let _ = writeln!(
+                    o,
+                    r#"<polygon points="{}" fill="{}"{op}/>"#,
+                    points(pts),
+                    color.hex()
+                );
             }
             Prim::Box { rect, color } => {
                 let _ = writeln!(

@@ -120,39 +120,14 @@ pub fn extent(s: &str, size: f64, bold: bool) -> Extent {
 pub fn strip(s: &str) -> String {
     runs(s)
         .into_iter()
-        .map(|r| if r.sup { format!("^{}", r.text) } else { r.text })
+        .map(|r| {
+            if r.sup {
+                format!("^{}", r.text)
+            } else {
+                r.text
+            }
+        })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn markup_splits_superscripts() {
-        assert_eq!(
-            runs("T^{3/2} x"),
-            vec![
-                Run { text: "T".into(), sup: false },
-                Run { text: "3/2".into(), sup: true },
-                Run { text: " x".into(), sup: false },
-            ]
-        );
-        assert_eq!(runs("no markup").len(), 1);
-        assert_eq!(runs("open ^{ brace").len(), 1);
-    }
-
-    #[test]
-    fn metrics_come_from_the_font() {
-        // A wider string is wider; width scales linearly with size (to f32 rounding).
-        let a = plain_width("10", 8.0, false);
-        let b = plain_width("1000", 8.0, false);
-        assert!(b > 1.9 * a && a > 4.0, "{a} {b}");
-        assert!((plain_width("1000", 16.0, false) - 2.0 * b).abs() < 1e-3);
-        let (asc, desc) = vertical_metrics(false);
-        assert!(asc > 0.7 && asc < 1.2 && desc > 0.1 && desc < 0.4, "{asc} {desc}");
-        assert!(extent("10^{3}", 8.0, false).ascent > extent("10", 8.0, false).ascent);
-    }
 }
 
 /// Greedy word wrap of `s` into lines no wider than `max_w` at `size` pt
@@ -176,4 +151,47 @@ pub fn wrap(s: &str, size: f64, bold: bool, max_w: f64) -> Vec<String> {
         lines.push(cur);
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markup_splits_superscripts() {
+        assert_eq!(
+            runs("T^{3/2} x"),
+            vec![
+                Run {
+                    text: "T".into(),
+                    sup: false
+                },
+                Run {
+                    text: "3/2".into(),
+                    sup: true
+                },
+                Run {
+                    text: " x".into(),
+                    sup: false
+                },
+            ]
+        );
+        assert_eq!(runs("no markup").len(), 1);
+        assert_eq!(runs("open ^{ brace").len(), 1);
+    }
+
+    #[test]
+    fn metrics_come_from_the_font() {
+        // A wider string is wider; width scales linearly with size (to f32 rounding).
+        let a = plain_width("10", 8.0, false);
+        let b = plain_width("1000", 8.0, false);
+        assert!(b > 1.9 * a && a > 4.0, "{a} {b}");
+        assert!((plain_width("1000", 16.0, false) - 2.0 * b).abs() < 1e-3);
+        let (asc, desc) = vertical_metrics(false);
+        assert!(
+            asc > 0.7 && asc < 1.2 && desc > 0.1 && desc < 0.4,
+            "{asc} {desc}"
+        );
+        assert!(extent("10^{3}", 8.0, false).ascent > extent("10", 8.0, false).ascent);
+    }
 }

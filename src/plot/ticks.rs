@@ -41,7 +41,10 @@ pub fn is_one_two_five(v: f64) -> bool {
 /// Ticks of a linear axis over `[lo, hi]`, about `target` intervals.
 pub fn linear(lo: f64, hi: f64, target: usize) -> Ticks {
     let (step, major) = at_least_three(lo, hi, nice_step(hi - lo, target));
-    let labels = major.iter().map(|&v| label_linear(v, step, &major)).collect();
+    let labels = major
+        .iter()
+        .map(|&v| label_linear(v, step, &major))
+        .collect();
     Ticks {
         major,
         labels,
@@ -179,7 +182,11 @@ pub fn scientific(v: f64) -> String {
     let k = v.abs().log10().floor() as i32;
     let m = v / 10f64.powi(k);
     let m = (m * 1000.0).round() / 1000.0;
-    let (m, k) = if m.abs() >= 10.0 { (m / 10.0, k + 1) } else { (m, k) };
+    let (m, k) = if m.abs() >= 10.0 {
+        (m / 10.0, k + 1)
+    } else {
+        (m, k)
+    };
     let exp = format!("10^{{{}}}", minus(&k.to_string()));
     if (m - 1.0).abs() < 1e-9 {
         exp
@@ -230,7 +237,7 @@ mod tests {
             assert!(is_one_two_five(s), "{span}: step {s}");
             // Nearest in ratio among 1, 2, 5: within a factor √(5/2) of five intervals.
             let k = span / s / 5.0;
-            assert!(k <= 1.59 && k >= 1.0 / 1.59, "{span}: step {s}");
+            assert!((1.0 / 1.59..=1.59).contains(&k), "{span}: step {s}");
         }
         assert!(!is_one_two_five(3.0));
         assert!(!is_one_two_five(3.162));
@@ -249,7 +256,10 @@ mod tests {
         let t = linear(-0.04, 1.04, 5);
         assert_eq!(t.labels, ["0", "0.2", "0.4", "0.6", "0.8", "1"]);
         // A narrow range still gets three labelled ticks.
-        assert_eq!(linear(0.55, 0.66, 4).labels, ["0.56", "0.58", "0.6", "0.62", "0.64", "0.66"]);
+        assert_eq!(
+            linear(0.55, 0.66, 4).labels,
+            ["0.56", "0.58", "0.6", "0.62", "0.64", "0.66"]
+        );
         let t = linear(-2.0, 2.0, 4);
         assert_eq!(t.labels[0], "\u{2212}2");
         assert_eq!(scientific(2e5), "2×10^{5}");
