@@ -6,6 +6,7 @@ mod backend;
 mod check;
 mod cost;
 mod fetch;
+mod plot;
 mod real;
 mod report;
 mod secondary;
@@ -42,6 +43,8 @@ enum Command {
     Fetch(fetch::Args),
     /// Run a real model (or an activations file) and measure paper A's statistics.
     Real(real::Args),
+    /// Redraw a figure from its data file (`figures/<name>.json`) in another style.
+    Plot(plot::Args),
 }
 
 /// Parses the arguments and runs the subcommand; returns the process exit code.
@@ -58,6 +61,7 @@ pub fn main() -> i32 {
         Command::Train(a) => train::run(a),
         Command::Fetch(a) => fetch::run(a),
         Command::Real(a) => real::run(a),
+        Command::Plot(a) => plot::run(a),
     };
     match r {
         Ok(code) => code,

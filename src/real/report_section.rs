@@ -188,13 +188,19 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
                 .map(|l| (l.layer as f64, f(l)))
                 .collect::<Vec<_>>()
         };
-        let panel = Panel {
+        // A fraction that is 0 at every layer is said in the legend, not drawn as a flat line.
+        let no_nonpos = rep.layers.iter().all(|l| l.bos_cos_frac_nonpos == 0.0);
+        let mut panel = Panel {
             title: format!("{name}: BOS cosine and attention to the first token"),
             x_label: "layer".into(),
             y_label: "value".into(),
             series: vec![
                 Series::new(
-                    "mean cos(h_i, h_0)",
+                    if no_nonpos {
+                        "mean cos(h_i, h_0) (cos ≤ 0 at no position)"
+                    } else {
+                        "mean cos(h_i, h_0)"
+                    },
                     pts(&|l| l.bos_cos_mean),
                     Style::LinePoints,
                     0,
@@ -214,6 +220,9 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             ],
             ..Panel::default()
         };
+        if no_nonpos {
+            panel.series.pop();
+        }
         figures.extend(render(&stem, &panel.title.clone(), &[panel])?);
         let hm = Heatmap {
             title: format!("{name}: Gu α_0 per layer × head"),

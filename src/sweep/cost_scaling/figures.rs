@@ -33,6 +33,7 @@ pub fn analyze(
     let mut panels = Vec::new();
     for norm in &norms {
         let mut series = Vec::new();
+        let mut closed = None;
         let mut color = 0;
         for ((source, emb, n, pattern), rs) in &g {
             if n != norm {
@@ -42,7 +43,7 @@ pub fn analyze(
             if pts.is_empty() {
                 continue;
             }
-            let label = format!("{pattern} ({source}, {emb})");
+            let mut label = format!("{pattern} ({source}, {emb})");
             if let Some(f) = fits.iter().find(|f| {
                 &f.source == source && &f.embedding == emb && &f.norm == n && &f.pattern == pattern
             }) {
@@ -54,15 +55,12 @@ pub fn analyze(
                     .iter()
                     .map(|p| (p.0, (cy + f.fit.exponent * (p.0.ln() - cx)).exp()))
                     .collect();
-                let mut s = Series::new(
-                    format!(
-                        "{label}: T^{:.3} [{:.3}, {:.3}]",
-                        f.fit.exponent, f.fit.ci_low, f.fit.ci_high
-                    ),
-                    line,
-                    Style::Dashed,
-                    color,
+                // Line and points share one legend entry: the label carries the fit.
+                label = format!(
+                    "{label}: T^{{{:.2}}} [{:.2}, {:.2}]",
+                    f.fit.exponent, f.fit.ci_low, f.fit.ci_high
                 );
+                let mut s = Series::new(label.clone(), line, Style::Dashed, color);
                 s.band = pts
                     .iter()
                     .map(|p| {
@@ -74,10 +72,30 @@ pub fn analyze(
                     .collect();
                 series.push(s);
             }
+            // §6 closed form C^F = Δ√(T − H_T) (orthonormal, Frobenius, both patterns).
+            if (n.as_str(), source.as_str(), emb.as_str()) == ("fro", "exact", "orthonormal")
+                && let Some(delta) = rs.iter().find_map(|r| r.delta)
+            {
+                let (t0, t1) = (pts[0].0 as usize, pts[pts.len() - 1].0 as usize);
+                let curve = (t0.max(2)..=t1)
+                    .map(|t| (t as f64, crate::cost::fro_orthonormal(t, delta)))
+                    .collect();
+                closed = Some(Series::new(
+                    "Δ√(T − H_T) (§6 closed form)",
+                    curve,
+                    Style::Line,
+                    plot::REFERENCE_COLOR,
+                ));
+            }
             series.push(Series::new(label, pts, Style::Points, color));
             color += 1;
         }
+        series.extend(closed);
         if !series.is_empty() {
+            // Reference slopes of the claim (A5): T^1 and T^{3/2}, through the data's centre.
+            let all: Vec<(f64, f64)> = series.iter().flat_map(|s| s.points.clone()).collect();
+            series.extend(plot::slope_guide("T^{1} (guide)", 1.0, &all, true));
+            series.extend(plot::slope_guide("T^{3/2} (guide)", 1.5, &all, false));
             panels.push(Panel {
                 title: format!("cost: {norm}"),
                 x_label: "T".into(),

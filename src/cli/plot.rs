@@ -1,0 +1,48 @@
+//! `sinklab plot <data file>`: redraw a figure from the `<stem>.json` written
+//! beside it, in another style, without recomputing anything.
+
+use anyhow::Result;
+use sinklab::plot::{self, Options};
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Data files written beside figures (`figures/<name>.json`).
+    #[arg(required = true)]
+    data: Vec<PathBuf>,
+    /// Printed width in inches (default 3.4 for one panel, 7 for more).
+    #[arg(long)]
+    width: Option<f64>,
+    /// Font size in points of every label (default 8).
+    #[arg(long)]
+    font_size: Option<f64>,
+    /// Draw every axis linear.
+    #[arg(long, conflicts_with = "log")]
+    linear: bool,
+    /// Draw every axis logarithmic (points ≤ 0 are not drawn).
+    #[arg(long)]
+    log: bool,
+    /// Output directory (default: beside each data file, replacing its SVG and PNG).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+pub fn run(a: Args) -> Result<i32> {
+    let opts = Options {
+        width_in: a.width,
+        font_pt: a.font_size,
+        log: if a.log {
+            Some(true)
+        } else if a.linear {
+            Some(false)
+        } else {
+            None
+        },
+    };
+    for d in &a.data {
+        for f in plot::redraw(d, &opts, a.out.as_deref())? {
+            println!("{}", f.display());
+        }
+    }
+    Ok(0)
+}

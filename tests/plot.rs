@@ -1,0 +1,426 @@
+//! Figures checked by test: legends cover no data, ticks are nice numbers that
+//! span the data, no text leaves the canvas, one legend entry per series, and
+//! `sinklab plot` redraws a figure from its data file byte for byte.
+
+use proptest::prelude::*;
+use sinklab::plot::scene::Scene;
+use sinklab::plot::{self, Figure, Heatmap, Options, Panel, Series, Style, ticks};
+use std::path::Path;
+use std::process::Command;
+
+/// Every property the issue asks of a drawn figure.
+fn check_scene(sc: &Scene, what: &str) {
+    let canvas = plot::scene::Rect::new(0.0, 0.0, sc.width, sc.height);
+    for t in sc.text_boxes() {
+        // 0.01 pt: the SVG writes coordinates to two decimals.
+        assert!(
+            canvas.contains(&t, 0.01),
+            "{what}: text {t:?} outside the canvas {canvas:?}"
+        );
+    }
+    for (i, f) in sc.panels.iter().enumerate() {
+        if let Some(l) = f.legend {
+            for m in &f.marks {
+                assert!(
+                    !l.intersects(m),
+                    "{what} panel {i}: legend {l:?} covers marker {m:?}"
+                );
+            }
+            for &(a, b) in &f.segments {
+                assert!(
+                    !l.hits_segment(a, b),
+                    "{what} panel {i}: legend covers a line"
+                );
+            }
+            assert!(
+                canvas.contains(&l, 0.01),
+                "{what} panel {i}: legend outside the canvas"
+            );
+        }
+        let mut seen = f.entries.clone();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(
+            seen.len(),
+            f.entries.len(),
+            "{what} panel {i}: a label listed twice"
+        );
+        for (ts, (lo, hi), log) in [
+            (&f.x_ticks, f.x_data, f.log.0),
+            (&f.y_ticks, f.y_data, f.log.1),
+        ] {
+            if ts.is_empty() && lo == hi {
+                continue;
+            }
+            assert!(
+                ts.len() >= 2,
+                "{what} panel {i}: ticks {ts:?} for data {lo}..{hi}"
+            );
+            // Covered: no end gap wider than the widest tick step, measured where the
+            // ticks are evenly spaced (axis coordinates; values for a narrow log axis).
+            let covers = |ts: &[f64], lo: f64, hi: f64| {
+                let gap = ts.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
+                let tol = 1e-9 * (1.0 + lo.abs().max(hi.abs()));
+                ts[0] - lo <= gap + tol && hi - ts[ts.len() - 1] <= gap + tol
+            };
+            let vals: Vec<f64> = ts.iter().map(|p| 10f64.powf(*p)).collect();
+            assert!(
+                covers(ts, lo, hi) || log && covers(&vals, 10f64.powf(lo), 10f64.powf(hi)),
+                "{what} panel {i}: ticks {ts:?} leave data {lo}..{hi} uncovered"
+            );
+            for &t in ts.iter() {
+                assert!(
+                    nice(t, log, ts),
+                    "{what} panel {i}: tick {t} of {ts:?} is not a nice number"
+                );
+            }
+        }
+    }
+}
+
+/// A tick is nice: a multiple of a 1-2-5 step on a linear axis; on a log axis a
+/// value $m \times 10^k$ with $m \in \{1, 2, 5\}$ or a multiple of a 1-2-5 step.
+fn nice(t: f64, log: bool, all: &[f64]) -> bool {
+    let vals: Vec<f64> = if log {
+        all.iter().map(|p| 10f64.powf(*p)).collect()
+    } else {
+        all.to_vec()
+    };
+    let v = if log { 10f64.powf(t) } else { t };
+    if log && ticks::is_one_two_five(v) {
+        return true;
+    }
+    let step = vals
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .fold(f64::INFINITY, f64::min);
+    let k = v / step;
+    ticks::is_one_two_five(step)
+        && (k - k.round()).abs() < 1e-6
+        && vals
+            .windows(2)
+            .all(|w| ((w[1] - w[0]) / step - 1.0).abs() < 1e-6)
+        || v == 0.0
+}
+
+fn scaling_panel(n: usize, slope: f64, log: bool) -> Panel {
+    let mut series = Vec::new();
+    for c in 0..n {
+        let pts: Vec<(f64, f64)> = (3..10)
+            .map(|k| {
+                let t = 2f64.powi(k);
+                (t, (1.0 + c as f64) * t.powf(slope + 0.1 * c as f64))
+            })
+            .collect();
+        let name = format!(
+            "pattern {c}: T^{{{:.2}}} [{:.2}, {:.2}]",
+            slope,
+            slope - 0.05,
+            slope + 0.05
+        );
+        let mut line = Series::new(name.clone(), pts.clone(), Style::Dashed, c);
+        line.band = pts.iter().map(|&(x, y)| (x, 0.9 * y, 1.1 * y)).collect();
+        series.push(line);
+        series.push(Series::new(name, pts, Style::Points, c));
+    }
+    let all: Vec<(f64, f64)> = series.iter().flat_map(|s| s.points.clone()).collect();
+    series.extend(plot::slope_guide("T^{1}", 1.0, &all, true));
+    series.extend(plot::slope_guide("T^{3/2}", 1.5, &all, false));
+    Panel {
+        title: "cost: nuclear".into(),
+        x_label: "T".into(),
+        y_label: "minimal cost".into(),
+        log_x: log,
+        log_y: log,
+        series,
+    }
+}
+
+#[test]
+fn scaling_figure_has_one_entry_per_series_and_guides() {
+    let fig = Figure::Panels {
+        title: "Cost against T".into(),
+        panels: vec![
+            scaling_panel(3, 1.0, true),
+            scaling_panel(1, 1.5, true),
+            scaling_panel(2, 0.5, false),
+        ],
+    };
+    let sc = plot::layout(&fig, &Options::default()).unwrap();
+    check_scene(&sc, "scaling");
+    // Line + markers of a pattern are one entry; the two guides are two more.
+    assert_eq!(
+        sc.panels[0].entries.len(),
+        3 + 2,
+        "{:?}",
+        sc.panels[0].entries
+    );
+    assert!(sc.panels[0].entries.iter().any(|e| e == "T^{3/2}"));
+    // Log axes over T = 8..512: decade ticks 10 and 100 (axis coordinates 1 and 2).
+    assert_eq!(sc.panels[0].x_ticks, vec![1.0, 2.0]);
+    // The figure title is drawn once, at the title size.
+    let titles = sc
+        .prims
+        .iter()
+        .filter(|p| matches!(p, plot::scene::Prim::Text { s, .. } if s == "Cost against T"))
+        .count();
+    assert_eq!(titles, 1);
+}
+
+#[test]
+fn single_panel_titled_like_the_figure_draws_the_title_once() {
+    let p = Panel {
+        title: "model: BOS cosine".into(),
+        series: vec![Series::new(
+            "a",
+            vec![(0.0, 1.0), (1.0, 2.0), (2.0, 1.5)],
+            Style::LinePoints,
+            0,
+        )],
+        ..Default::default()
+    };
+    let sc = plot::layout(
+        &Figure::Panels {
+            title: p.title.clone(),
+            panels: vec![p],
+        },
+        &Options::default(),
+    )
+    .unwrap();
+    let n = sc
+        .prims
+        .iter()
+        .filter(|x| matches!(x, plot::scene::Prim::Text { s, .. } if s == "model: BOS cosine"))
+        .count();
+    assert_eq!(n, 1);
+    check_scene(&sc, "single");
+}
+
+#[test]
+fn heatmap_colour_bar_stays_inside_the_canvas() {
+    // Wide tick labels (−1234.5 … ) are the case that used to be cut at the right edge.
+    let values: Vec<Vec<f64>> = (0..12)
+        .map(|r| {
+            (0..17)
+                .map(|c| {
+                    if (r + c) % 5 == 0 {
+                        f64::NAN
+                    } else {
+                        -1234.5 + 97.3 * (r * c) as f64
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let h = Heatmap {
+        title: "levels: log10 count".into(),
+        x_label: "lifetime".into(),
+        y_label: "layer".into(),
+        values,
+    };
+    for w in [2.0, 3.4, 7.0] {
+        let sc = plot::layout(
+            &Figure::Heatmap(h.clone()),
+            &Options {
+                width_in: Some(w),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        check_scene(&sc, "heatmap");
+        assert!(sc.prims.iter().any(
+            |p| matches!(p, plot::scene::Prim::Text { s, vertical: true, .. } if s == "log10 count")
+        ));
+    }
+}
+
+fn random_panel() -> impl Strategy<Value = Panel> {
+    (
+        prop::collection::vec(
+            (
+                prop::collection::vec((0.01f64..1e4, -1e3f64..1e3), 1..25),
+                0usize..4,
+                0usize..8,
+                "[a-z]{1,12}( [a-z]{1,20}){0,3}",
+            ),
+            1..6,
+        ),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(ss, lx, ly)| Panel {
+            title: "random panel".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            log_x: lx,
+            log_y: ly,
+            series: ss
+                .into_iter()
+                .enumerate()
+                .map(|(i, (pts, st, c, name))| {
+                    let pts = pts
+                        .into_iter()
+                        .map(|(x, y)| (x, if ly { y.abs() + 1e-3 } else { y }))
+                        .collect();
+                    let style = [Style::Points, Style::Line, Style::LinePoints, Style::Dashed][st];
+                    Series::new(format!("{name} {i}"), pts, style, c)
+                })
+                .collect(),
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, rng_seed: proptest::test_runner::RngSeed::Fixed(16), ..ProptestConfig::default() })]
+    #[test]
+    fn random_figures_keep_every_rule(panels in prop::collection::vec(random_panel(), 1..5), w in 2.5f64..9.0) {
+        let sc = plot::layout(&Figure::Panels { title: "random".into(), panels }, &Options { width_in: Some(w), ..Default::default() }).unwrap();
+        check_scene(&sc, "random");
+    }
+}
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sinklab"))
+}
+
+#[test]
+fn sinklab_plot_redraws_the_same_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let stem = dir.path().join("scaling");
+    plot::render(
+        &stem,
+        "Cost against T",
+        &[scaling_panel(2, 1.0, true), scaling_panel(1, 1.5, true)],
+    )
+    .unwrap();
+    let h = Heatmap {
+        title: "h: α".into(),
+        x_label: "head".into(),
+        y_label: "layer".into(),
+        values: vec![vec![0.1, f64::NAN], vec![0.5, 0.9]],
+    };
+    plot::render_heatmap(&dir.path().join("heat"), &h).unwrap();
+    let out = dir.path().join("again");
+    for name in ["scaling", "heat"] {
+        let st = bin()
+            .args([
+                "plot",
+                dir.path().join(format!("{name}.json")).to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            st.status.success(),
+            "{}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+        for ext in ["svg", "png"] {
+            let a = std::fs::read(dir.path().join(format!("{name}.{ext}"))).unwrap();
+            let b = std::fs::read(out.join(format!("{name}.{ext}"))).unwrap();
+            assert!(a == b, "{name}.{ext}: redraw differs");
+        }
+    }
+    // Style options change the drawing, not the data: a wider PNG, larger text.
+    let st = bin()
+        .args([
+            "plot",
+            stem.with_extension("json").to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--width",
+            "5",
+            "--font-size",
+            "10",
+            "--linear",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let png = std::fs::read(out.join("scaling.png")).unwrap();
+    assert_eq!(u32::from_be_bytes(png[16..20].try_into().unwrap()), 1500);
+    let svg = std::fs::read_to_string(out.join("scaling.svg")).unwrap();
+    assert!(svg.contains(r#"font-size="10""#) && svg.contains("<text"));
+}
+
+fn plot_err(path: &Path, extra: &[&str]) -> String {
+    let mut c = bin();
+    c.arg("plot").arg(path).args(extra);
+    let st = c.output().unwrap();
+    assert!(!st.status.success(), "{path:?} should be refused");
+    let e = String::from_utf8_lossy(&st.stderr).to_string();
+    assert!(!e.contains("panicked"), "{e}");
+    e
+}
+
+#[test]
+fn bad_data_files_are_refused_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = |name: &str, s: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, s).unwrap();
+        p
+    };
+    let e = plot_err(&w("a.json", "not json"), &[]);
+    assert!(e.contains("a.json") && e.contains("not JSON"), "{e}");
+    let e = plot_err(&w("b.json", r#"{"format": "other/2", "figure": {}}"#), &[]);
+    assert!(e.contains("other/2"), "{e}");
+    let e = plot_err(&w("c.json", r#"{"figure": {}}"#), &[]);
+    assert!(e.contains("no \"format\""), "{e}");
+    let e = plot_err(
+        &w(
+            "d.json",
+            r#"{"format": "sinklab-figure/1", "figure": {"kind": "panels", "title": "", "panels": [], "colour": 3}}"#,
+        ),
+        &[],
+    );
+    assert!(e.contains("colour"), "{e}");
+    let e = plot_err(
+        &w(
+            "e.json",
+            r#"{"format": "sinklab-figure/1", "figure": {"kind": "panels", "title": "", "panels": []}}"#,
+        ),
+        &[],
+    );
+    assert!(e.contains("no finite point"), "{e}");
+    let e = plot_err(&dir.path().join("missing.json"), &[]);
+    assert!(e.contains("missing.json"), "{e}");
+    plot::render_heatmap(
+        &dir.path().join("h"),
+        &Heatmap {
+            title: "t".into(),
+            x_label: String::new(),
+            y_label: String::new(),
+            values: vec![vec![1.0, 2.0]],
+        },
+    )
+    .unwrap();
+    let e = plot_err(&dir.path().join("h.json"), &["--log"]);
+    assert!(e.contains("heat-map"), "{e}");
+    let e = plot_err(&dir.path().join("h.json"), &["--width", "0.1"]);
+    assert!(e.contains("--width"), "{e}");
+}
+
+/// Every data file of a report (`SINKLAB_FIGURE_DIR=out/figures`) keeps every rule.
+#[test]
+fn report_figures_keep_every_rule() {
+    let Some(dir) = std::env::var_os("SINKLAB_FIGURE_DIR") else {
+        eprintln!("SINKLAB_FIGURE_DIR unset: skipping the check of a report's figures");
+        return;
+    };
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "json") {
+            let fig = plot::data::read(&p).unwrap();
+            let sc = plot::layout(&fig, &Options::default()).unwrap();
+            check_scene(&sc, &p.display().to_string());
+            n += 1;
+        }
+    }
+    assert!(n > 0, "no data file in {dir:?}");
+}
