@@ -341,7 +341,8 @@ pub struct RunValidity {
     pub frac_flagged: f64,
     /// Sequences that are saturated by the rule.
     pub saturated_sequences: usize,
-    /// The run is saturated (anisotropy, not sinks) iff a majority of its sequences are.
+    /// The run is saturated (anisotropy, not sinks) iff a majority of its sequences are,
+    /// or the pooled fraction flagged exceeds [`super::detector::SATURATION_FRAC`].
     pub saturated: bool,
     /// Per layer: mean over sequences of the median $|\cos(h_t, h_b)|$ over $t > b$.
     pub median_abs_cos: Vec<f64>,
@@ -372,11 +373,13 @@ pub fn run_validity(analyses: &[Analysis], layers: usize) -> RunValidity {
             .collect()
     };
     let saturated_sequences = vs.iter().filter(|v| v.saturated).count();
+    let frac_flagged = flagged / positions.max(1) as f64;
     RunValidity {
         positions,
-        frac_flagged: flagged / positions.max(1) as f64,
+        frac_flagged,
         saturated_sequences,
-        saturated: 2 * saturated_sequences > vs.len(),
+        saturated: 2 * saturated_sequences > vs.len()
+            || frac_flagged > super::detector::SATURATION_FRAC,
         median_abs_cos: per_layer(&|v, l| v.abs_cos_quantiles[l][1]),
         q90_abs_cos: per_layer(&|v, l| v.abs_cos_quantiles[l][2]),
         ordinary_median_abs_cos: per_layer(&|v, l| v.ordinary_median[l])

@@ -407,6 +407,25 @@ fn real_models(
         for (k, st, text) in super::verdict::verdicts(c) {
             writeln!(sentences, "  - {k}: {} — {text}.", st.as_str())?;
         }
+        // The variants that are informative here (not saturated, enough secondary sinks).
+        for var in &vars[1..] {
+            let cv = &var["claims"];
+            if cv["validity"]["saturated"].as_bool().unwrap_or(true)
+                || cv["label_counts"][1].as_u64().unwrap_or(0) < super::verdict::MIN_SINKS
+            {
+                continue;
+            }
+            let list: Vec<String> = super::verdict::verdicts(cv)
+                .into_iter()
+                .map(|(k, st, _)| format!("{k} {}", st.as_str()))
+                .collect();
+            writeln!(
+                sentences,
+                "  - variant `{}` (not the authors' detector; numbers in the table): {}.",
+                var["name"].as_str().unwrap_or("?"),
+                list.join(", ")
+            )?;
+        }
         if *kind == "long" && !c["validity"]["saturated"].as_bool().unwrap_or(true) {
             b5.push((
                 model.clone(),

@@ -52,7 +52,7 @@ pub fn verdicts(c: &Value) -> Vec<(&'static str, Status, String)> {
     let v = &c["validity"];
     if v["saturated"].as_bool().unwrap_or(false) {
         let why = format!(
-            "untestable here: the detector is saturated ({:.0} % of the positions flagged; anisotropy, not sinks)",
+            "the detector is saturated ({:.0} % of the positions flagged; anisotropy, not sinks)",
             100.0 * f(&v["frac_flagged"]).unwrap_or(f64::NAN)
         );
         return ["B1", "B2", "B3", "B4", "B6"]
@@ -61,7 +61,7 @@ pub fn verdicts(c: &Value) -> Vec<(&'static str, Status, String)> {
             .collect();
     }
     let none = format!(
-        "untestable here: {sec} secondary sink(s) (fewer than {MIN_SINKS}) over {} sequence(s)",
+        "{sec} secondary sink(s) (fewer than {MIN_SINKS}) over {} sequence(s)",
         c["sequences"]
     );
     let mut out = Vec::new();
@@ -167,7 +167,7 @@ pub fn b5_across(runs: &[(String, u64, f64, u64)]) -> (Status, String) {
         return (
             Status::Untestable,
             format!(
-                "untestable here: {} model(s) with ≥ {MIN_SINKS} secondary sinks in a non-saturated run (needs two sizes)",
+                "{} model(s) with ≥ {MIN_SINKS} secondary sinks in a non-saturated run (needs two sizes)",
                 r.len()
             ),
         );
