@@ -315,6 +315,7 @@ pub fn patched_hidden(
 
 /// The patching experiment on every sink of `act` whose label is in `labels`:
 /// the donor is the nearest ordinary position (never flagged, not the BOS).
+#[allow(clippy::too_many_arguments)]
 pub fn patch_sinks(
     lm: &LoadedModel,
     tokens: &[u32],
