@@ -144,33 +144,48 @@ fn model_study_outputs_agree_with_its_records() {
         window: WindowMode::AllLayers,
         ..DetectorParams::default()
     };
+    let ids = tempfile::tempdir().unwrap();
     let o = StudyOptions {
         generate: 12,
         patch: 2,
         boot: 200,
         seed: 0,
+        variants: sinklab::secondary::run::standard_variants(&DetectorParams::default()),
+        ids_dir: Some(ids.path().to_path_buf()),
+        ..StudyOptions::default()
     };
     let texts = vec!["Compute 17 times 23 step by step.".to_string()];
     let mut calls = 0;
-    let st = study(&lm, &texts, &p, &o, &mut |_, _| calls += 1).unwrap();
+    let st = study(&lm, &texts, &p, &o, &mut |l: &str| {
+        calls += l.contains("analysed") as usize
+    })
+    .unwrap();
     assert_eq!(calls, 1);
     assert_eq!(st.generated.0, 12);
-    assert_eq!(st.measures.sequences, 1);
-    let (b, s, n) = st.measures.label_counts;
-    assert_eq!(b + s + n, st.records.len());
-    for r in &st.records {
+    assert_eq!(st.variants.len(), 4);
+    assert_eq!(st.primary().name, "all-layers");
+    let m = &st.primary().measures;
+    assert_eq!(m.sequences, 1);
+    let (b, s, n) = m.label_counts;
+    assert_eq!(b + s + n, st.primary().records.len());
+    // Resuming reuses the kept ids: nothing is generated the second time, same tokens.
+    let again = study(&lm, &texts, &p, &o, &mut |_: &str| {}).unwrap();
+    assert_eq!(again.generated.0, 0);
+    assert_eq!(again.seq_tokens, st.seq_tokens);
+    for r in &st.primary().records {
         assert!(r.creation_layer < st.layers && r.lifetime >= 1, "{r:?}");
     }
     for x in &st.patches {
         assert!(x.lifetime_after <= st.layers && x.creation_layer < st.layers);
     }
     let dir = tempfile::tempdir().unwrap();
-    let figs = write_outputs(dir.path(), "smollm2", &p, &o, &st).unwrap();
+    let figs = write_outputs(dir.path(), "smollm2", &o, &st).unwrap();
     let lines = std::fs::read_to_string(dir.path().join("records.jsonl")).unwrap();
-    assert_eq!(lines.lines().count(), st.records.len());
+    assert_eq!(lines.lines().count(), st.primary().records.len());
     let claims: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("claims.json")).unwrap()).unwrap();
-    assert_eq!(claims["claims"]["sequences"], 1);
+    assert_eq!(claims["variants"][0]["claims"]["sequences"], 1);
+    assert_eq!(claims["variants"].as_array().unwrap().len(), 4);
     assert_eq!(claims["generate"], 12);
     let patches: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("patching.json")).unwrap()).unwrap();

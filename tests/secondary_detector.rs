@@ -297,6 +297,7 @@ proptest! {
             bos_candidates: if bos == 0 { vec![0] } else { vec![0, 1] },
             window: if all { WindowMode::AllLayers } else { WindowMode::BosNormJumps },
             labels: LabelRule { bos_margin: margin, noise_max },
+            ..DetectorParams::default()
         };
         prop_assert!(check(&p, &params).is_ok(), "{}", check(&p, &params).unwrap_err());
     }

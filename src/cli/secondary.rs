@@ -1,5 +1,6 @@
 //! `sinklab secondary (--model <name|path> (--prompt S | --file F | --prompts F) [--generate N]
-//! | --activations F) [--tau X] [--json] [--out DIR]`: the paper-B secondary-sink
+//! | --activations F | --long [--models A,B]) [--tau X] [--centered] [--json] [--out DIR]`:
+//! the paper-B secondary-sink
 //! detector on a real model's native forward pass or on captured activations;
 //! one JSON record per detected sink (`--json`, JSON lines on stdout) or a table.
 //! With `--out`, also the B1–B6 measurements (`claims.json`), the patching
@@ -9,8 +10,10 @@ use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use sinklab::real::{fetch, load};
 use sinklab::secondary::activations::Activations;
+use sinklab::secondary::detector::Centering;
+use sinklab::secondary::native::LastLayer;
 use sinklab::secondary::records::{SinkRecord, analyse};
-use sinklab::secondary::run::{StudyOptions, study, write_outputs};
+use sinklab::secondary::run::{StudyOptions, standard_variants, study, write_outputs};
 use sinklab::secondary::{DetectorParams, LabelRule, WindowMode};
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -40,8 +43,31 @@ pub struct Args {
     #[arg(long, default_value_t = sinklab::secondary::detector::PAPER_TAU)]
     tau: f64,
     /// Candidate BOS positions (comma-separated); the one of largest mean norm is used.
-    #[arg(long, value_delimiter = ',', default_value = "0")]
+    /// (The authors' default is 0,1; 0,1,2 under a chat template.)
+    #[arg(long, value_delimiter = ',', default_value = "0,1")]
     bos_candidates: Vec<usize>,
+    /// Anisotropy-corrected variant: cosines after removing the mean token state.
+    #[arg(long)]
+    centered: bool,
+    /// Use the raw residual for the last layer instead of the final-norm output (the authors').
+    #[arg(long)]
+    raw_last_layer: bool,
+    /// Also analyse the standard variants (all-layers, centered) beside the given configuration.
+    #[arg(long)]
+    with_variants: bool,
+    /// Paper B's setting: long greedy generations on --models into out/secondary_long/<model>
+    /// (resumable: generated ids are kept), faithful detector and its variants.
+    #[arg(long, conflicts_with_all = ["model", "activations"])]
+    long: bool,
+    /// Models of --long (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = sinklab::secondary::long::LONG_MODELS.map(String::from))]
+    models: Vec<String>,
+    /// Prompts of --long (the first N of sims/secondary_prompts.txt).
+    #[arg(long, default_value_t = sinklab::secondary::long::LONG_PROMPTS)]
+    long_prompts: usize,
+    /// New tokens per prompt in --long.
+    #[arg(long, default_value_t = sinklab::secondary::long::LONG_GENERATE)]
+    long_generate: usize,
     /// Scan every layer instead of the window from the BOS-norm jumps.
     #[arg(long)]
     no_window: bool,
@@ -83,6 +109,11 @@ fn params(a: &Args) -> Result<DetectorParams> {
         labels: LabelRule {
             bos_margin: a.bos_margin,
             noise_max: a.noise_max,
+        },
+        centering: if a.centered {
+            Centering::MeanToken
+        } else {
+            Centering::None
         },
     })
 }
@@ -136,6 +167,28 @@ fn note_labels(p: &DetectorParams, l: usize) {
 
 pub fn run(a: Args) -> Result<i32> {
     let p = params(&a)?;
+    if a.long {
+        let root = sinklab::secondary::long::long_dir(
+            &a.out.clone().unwrap_or_else(|| PathBuf::from("out")),
+        );
+        let mut failed = 0;
+        for m in &a.models {
+            let dir = root.join(m);
+            let r = sinklab::secondary::long::run_model(
+                m,
+                &dir,
+                a.long_prompts,
+                a.long_generate,
+                a.seed,
+                &mut |l: &str| eprintln!("{l}"),
+            );
+            if let Err(e) = r {
+                eprintln!("{m}: {e:#}");
+                failed += 1;
+            }
+        }
+        return Ok(if failed == a.models.len() { 1 } else { 0 });
+    }
     if let Some(path) = &a.activations {
         let act = Activations::read(path)
             .with_context(|| format!("reading activations {}", path.display()))?;
@@ -157,7 +210,7 @@ pub fn run(a: Args) -> Result<i32> {
         return Ok(0);
     }
     let Some(name) = &a.model else {
-        bail!("give --model NAME|PATH or --activations FILE");
+        bail!("give --model NAME|PATH, --activations FILE or --long");
     };
     let path = fetch::resolve(name)?;
     let lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
@@ -191,10 +244,23 @@ pub fn run(a: Args) -> Result<i32> {
         patch: if a.out.is_some() { a.patch } else { 0 },
         boot: a.boot,
         seed: a.seed,
+        last: if a.raw_last_layer {
+            LastLayer::Raw
+        } else {
+            LastLayer::FinalNorm
+        },
+        variants: if a.with_variants {
+            standard_variants(&p)
+        } else {
+            Vec::new()
+        },
+        ids_dir: None,
     };
-    let st = study(&lm, &texts, &p, &opts, &mut |k, n| {
-        pb.set_message(format!("seq {k}: {n} tokens"));
-        pb.inc(1);
+    let st = study(&lm, &texts, &p, &opts, &mut |line: &str| {
+        if line.contains("analysed") {
+            pb.inc(1);
+        }
+        pb.set_message(line.to_string());
     })?;
     pb.finish_and_clear();
     if let Some(tps) = st.tokens_per_s() {
@@ -203,11 +269,26 @@ pub fn run(a: Args) -> Result<i32> {
             st.generated.0, st.generated.1
         );
     }
-    print_records(&st.records, a.json)?;
+    print_records(&st.primary().records, a.json)?;
+    for v in &st.variants {
+        let val = &v.measures.validity;
+        eprintln!(
+            "{}: {} of {} positions flagged ({:.3}){}",
+            v.name,
+            (val.frac_flagged * val.positions as f64).round(),
+            val.positions,
+            val.frac_flagged,
+            if val.saturated {
+                "; saturated: anisotropy, not sinks"
+            } else {
+                ""
+            }
+        );
+    }
     if let Some(dir) = &a.out {
-        write_outputs(dir, &path.display().to_string(), &p, &opts, &st)?;
+        write_outputs(dir, &path.display().to_string(), &opts, &st)?;
         eprintln!("wrote {}", dir.display());
-        eprintln!("{}", serde_json::to_string_pretty(&st.measures)?);
+        eprintln!("{}", serde_json::to_string_pretty(&st.primary().measures)?);
     }
     Ok(0)
 }

@@ -17,6 +17,20 @@
 //!    `secondary` if $n < \ell < L - m$, `noise` otherwise, with the paper's
 //!    $m = 15$, $n = 4$ as defaults (both parameters).
 //! 6. **Levels**: recurring (creation layer, lifetime) cells.
+//!
+//! Conventions of the authors' `src/hidden_state_base.py` matched by default:
+//! BOS candidates $\{0, 1\}$ (their `[0, 1, 2]` under a chat template is a
+//! parameter), and the BOS's own entry (lifetime = the window length, or $L$ when
+//! several candidates are scanned without a window) labelled by the same rule
+//! ([`Detection::bos_entry`]). Named variants: [`Centering::MeanToken`]
+//! (anisotropy-corrected cosines) and [`WindowMode::AllLayers`].
+//!
+//! **Validity.** Every detection carries [`Validity`]: the per-layer distribution of
+//! $|\cos(h^l_t, h^l_b)|$ over the positions $t > b$ (all, and the ordinary ones,
+//! never flagged), the fraction flagged, and the saturation rule: a run is
+//! *saturated (anisotropy, not sinks)* iff more than [`SATURATION_FRAC`] of the
+//! positions $t > b$ are flagged at some scanned layer, or at some scanned layer
+//! the median of $|\cos|$ over $t > b$ exceeds $\tau$.
 
 use super::hidden::{HiddenStates, Scalar, dot_and_sq};
 use rayon::prelude::*;
@@ -30,9 +44,26 @@ pub const PAPER_TAU: f64 = 0.9;
 pub const PAPER_BOS_MARGIN: usize = 15;
 /// The paper's noise bound: `secondary` needs lifetime > 4.
 pub const PAPER_NOISE_MAX: usize = 4;
+/// The authors' BOS candidates without a chat template (`[0, 1, 2]` with one).
+pub const PAPER_BOS_CANDIDATES: [usize; 2] = [0, 1];
+/// Saturation rule: more than this fraction of the positions after the BOS flagged.
+pub const SATURATION_FRAC: f64 = 0.5;
+
+/// How the cosine against the BOS state is taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Centering {
+    /// $\cos(h^l_t, h^l_b)$, the authors' detector.
+    #[default]
+    None,
+    /// Anisotropy-corrected: $\cos(h^l_t - \mu^l, h^l_b - \mu^l)$ with $\mu^l$ the mean
+    /// state over the positions that are not BOS candidates (removes the common
+    /// direction that makes every state look like the BOS in an anisotropic stream).
+    MeanToken,
+}
 
 /// Which layers the detector scans.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
 pub enum WindowMode {
     /// The window between the largest rise and the following largest drop of the BOS norm.
     #[default]
@@ -42,7 +73,7 @@ pub enum WindowMode {
 }
 
 /// Label rule: thresholds on the lifetime.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct LabelRule {
     /// `bos_sink` iff lifetime ≥ L − `bos_margin` (signed: for L ≤ margin every lifetime qualifies, as in the paper's code).
     pub bos_margin: usize,
@@ -60,7 +91,9 @@ impl Default for LabelRule {
 }
 
 /// Kind of a detected sink.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Label {
     /// Lives as long as the BOS sink.
@@ -103,7 +136,7 @@ impl LabelRule {
 }
 
 /// Detector parameters; `Default` gives the paper's values.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct DetectorParams {
     /// Cosine threshold τ (flag iff |cos| > τ).
     pub tau: f64,
@@ -113,15 +146,50 @@ pub struct DetectorParams {
     pub window: WindowMode,
     /// Lifetime → label rule.
     pub labels: LabelRule,
+    /// Plain (authors') or mean-removed cosines.
+    #[serde(default)]
+    pub centering: Centering,
+}
+
+impl DetectorParams {
+    /// Short name of the configuration, for reports: `faithful` for the authors' one,
+    /// else the differences joined by `+`.
+    pub fn variant_name(&self) -> String {
+        let mut v = Vec::new();
+        if self.window == WindowMode::AllLayers {
+            v.push("all-layers".to_string());
+        }
+        if self.centering == Centering::MeanToken {
+            v.push("centered".to_string());
+        }
+        if self.tau != PAPER_TAU {
+            v.push(format!("tau={}", self.tau));
+        }
+        if self.bos_candidates != PAPER_BOS_CANDIDATES {
+            v.push(format!("bos={:?}", self.bos_candidates));
+        }
+        if self.labels != LabelRule::default() {
+            v.push(format!(
+                "labels={}/{}",
+                self.labels.bos_margin, self.labels.noise_max
+            ));
+        }
+        if v.is_empty() {
+            "faithful".into()
+        } else {
+            v.join("+")
+        }
+    }
 }
 
 impl Default for DetectorParams {
     fn default() -> Self {
         Self {
             tau: PAPER_TAU,
-            bos_candidates: vec![0],
+            bos_candidates: PAPER_BOS_CANDIDATES.to_vec(),
             window: WindowMode::BosNormJumps,
             labels: LabelRule::default(),
+            centering: Centering::None,
         }
     }
 }
@@ -146,7 +214,7 @@ pub enum DetectError {
 }
 
 /// One detected sink position.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct Sink {
     /// Position $t > b$.
     pub position: usize,
@@ -162,8 +230,25 @@ pub struct Sink {
     pub label: Label,
 }
 
+/// Is the detector informative on this sequence? (module doc, "Validity").
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct Validity {
+    /// Positions $t > b$.
+    pub positions: usize,
+    /// Per layer (all $L$): 10 %, 50 %, 90 % quantiles of $|\cos(h^l_t, h^l_b)|$ over $t > b$.
+    pub abs_cos_quantiles: Vec<[f64; 3]>,
+    /// Per layer: median of $|\cos|$ over the ordinary positions (never flagged; NaN when none).
+    pub ordinary_median: Vec<f64>,
+    /// Per layer: fraction of the positions $t > b$ flagged there (0 outside the window).
+    pub frac_flagged_per_layer: Vec<f64>,
+    /// Fraction of the positions $t > b$ flagged at some layer.
+    pub frac_flagged: f64,
+    /// The saturation rule (module doc).
+    pub saturated: bool,
+}
+
 /// Result of running the detector on one sequence.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct Detection {
     /// Chosen BOS position $b$.
     pub bos: usize,
@@ -175,6 +260,12 @@ pub struct Detection {
     pub layers: usize,
     /// Every flagged position, by increasing position.
     pub sinks: Vec<Sink>,
+    /// The BOS's own entry as the authors' code labels it: flagged at every window layer
+    /// (or every layer when several candidates are scanned without a window); `None` with a
+    /// single candidate and no window, where their code makes no entry.
+    pub bos_entry: Option<Sink>,
+    /// Whether the detector is informative here.
+    pub validity: Validity,
 }
 
 impl Detection {
@@ -276,37 +367,73 @@ pub fn detect<S: Scalar>(
         WindowMode::AllLayers => 0..layers,
     };
     let tau = p.tau;
-    // Per scanned layer: the flagged (position, cosine) pairs.
-    let flags: Vec<(usize, Vec<(usize, f64)>)> = window
-        .clone()
+    let nt = h.tokens();
+    let d = h.dim();
+    // Per layer: the mean state over the non-candidate positions (centred variant only).
+    let mean_state = |l: usize| -> Option<Vec<f64>> {
+        if p.centering == Centering::None {
+            return None;
+        }
+        let mut mu = vec![0.0; d];
+        let mut n = 0usize;
+        for t in (0..nt).filter(|t| !p.bos_candidates.contains(t)) {
+            for (m, &x) in mu.iter_mut().zip(h.state(l, t)) {
+                *m += x.into();
+            }
+            n += 1;
+        }
+        mu.iter_mut().for_each(|m| *m /= n.max(1) as f64);
+        Some(mu)
+    };
+    // Per layer: cos(h_t, h_b) for t > b (None where a state is zero or not finite).
+    let cosines: Vec<Vec<Option<f64>>> = (0..layers)
         .into_par_iter()
         .map(|l| {
+            let mu = mean_state(l);
             let hb = h.state(l, b);
-            let nb = bos_norms[l];
-            let mut out = Vec::new();
-            if nb > 0.0 && nb.is_finite() {
-                for t in b + 1..h.tokens() {
-                    let (dot, sq) = dot_and_sq(h.state(l, t), hb);
-                    if sq > 0.0 {
-                        let c = dot / (sq.sqrt() * nb);
-                        if c.abs() > tau {
-                            out.push((t, c.clamp(-1.0, 1.0)));
-                        }
-                    }
+            match mu {
+                None => {
+                    let nb = bos_norms[l];
+                    (b + 1..nt)
+                        .map(|t| {
+                            let (dot, sq) = dot_and_sq(h.state(l, t), hb);
+                            (nb > 0.0 && nb.is_finite() && sq > 0.0)
+                                .then(|| (dot / (sq.sqrt() * nb)).clamp(-1.0, 1.0))
+                        })
+                        .collect()
+                }
+                Some(mu) => {
+                    let cb: Vec<f64> = hb.iter().zip(&mu).map(|(&x, m)| x.into() - m).collect();
+                    let nb = cb.iter().map(|x| x * x).sum::<f64>().sqrt();
+                    (b + 1..nt)
+                        .map(|t| {
+                            let (mut dot, mut sq) = (0.0, 0.0);
+                            for ((&x, m), c) in h.state(l, t).iter().zip(&mu).zip(&cb) {
+                                let y = x.into() - m;
+                                dot += y * c;
+                                sq += y * y;
+                            }
+                            (nb > 0.0 && nb.is_finite() && sq > 0.0)
+                                .then(|| (dot / (sq.sqrt() * nb)).clamp(-1.0, 1.0))
+                        })
+                        .collect()
                 }
             }
-            (l, out)
         })
         .collect();
     let mut by_pos: BTreeMap<usize, (Vec<usize>, Vec<f64>)> = BTreeMap::new();
-    for (l, v) in flags {
-        for (t, c) in v {
-            let e = by_pos.entry(t).or_default();
-            e.0.push(l);
-            e.1.push(c);
+    for l in window.clone() {
+        for (k, c) in cosines[l].iter().enumerate() {
+            if let Some(c) = *c
+                && c.abs() > tau
+            {
+                let e = by_pos.entry(b + 1 + k).or_default();
+                e.0.push(l);
+                e.1.push(c);
+            }
         }
     }
-    let sinks = by_pos
+    let sinks: Vec<Sink> = by_pos
         .into_iter()
         .map(|(position, (ls, cosines))| {
             let lifetime = ls.len();
@@ -320,13 +447,93 @@ pub fn detect<S: Scalar>(
             }
         })
         .collect();
+    let bos_layers: Option<Vec<usize>> = match p.window {
+        WindowMode::BosNormJumps => Some(window.clone().collect()),
+        WindowMode::AllLayers => (p.bos_candidates.len() > 1).then(|| (0..layers).collect()),
+    };
+    let bos_entry = bos_layers.map(|ls| Sink {
+        position: b,
+        creation_layer: ls.first().copied().unwrap_or(0),
+        lifetime: ls.len(),
+        label: p.labels.label(ls.len(), layers),
+        cosines: vec![1.0; ls.len()],
+        layers: ls,
+    });
+    let validity = validity(&cosines, &sinks, &window, b, tau);
     Ok(Detection {
         bos: b,
         window,
         bos_norms,
         layers,
         sinks,
+        bos_entry,
+        validity,
     })
+}
+
+/// Quantile by linear interpolation on sorted data (NaN when empty).
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let x = q * (sorted.len() - 1) as f64;
+    let (i, f) = (x.floor() as usize, x - x.floor());
+    if i + 1 < sorted.len() {
+        sorted[i] * (1.0 - f) + sorted[i + 1] * f
+    } else {
+        sorted[i]
+    }
+}
+
+fn validity(
+    cosines: &[Vec<Option<f64>>],
+    sinks: &[Sink],
+    window: &Range<usize>,
+    bos: usize,
+    tau: f64,
+) -> Validity {
+    // Row k of `cosines[l]` is position bos + 1 + k.
+    let positions = cosines.first().map_or(0, Vec::len);
+    let n = positions.max(1) as f64;
+    let flagged: std::collections::BTreeSet<usize> = sinks.iter().map(|s| s.position).collect();
+    let mut abs_cos_quantiles = Vec::with_capacity(cosines.len());
+    let mut ordinary_median = Vec::with_capacity(cosines.len());
+    let mut frac_flagged_per_layer = vec![0.0; cosines.len()];
+    for s in sinks {
+        for &l in &s.layers {
+            frac_flagged_per_layer[l] += 1.0 / n;
+        }
+    }
+    for row in cosines {
+        let mut all: Vec<f64> = row.iter().map(|c| c.map_or(0.0, f64::abs)).collect();
+        all.sort_by(f64::total_cmp);
+        abs_cos_quantiles.push([
+            quantile(&all, 0.1),
+            quantile(&all, 0.5),
+            quantile(&all, 0.9),
+        ]);
+        let mut ord: Vec<f64> = row
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| !flagged.contains(&(bos + 1 + k)))
+            .map(|(_, c)| c.map_or(0.0, f64::abs))
+            .collect();
+        ord.sort_by(f64::total_cmp);
+        ordinary_median.push(quantile(&ord, 0.5));
+    }
+    let frac_flagged = flagged.len() as f64 / n;
+    let saturated = frac_flagged > SATURATION_FRAC
+        || window
+            .clone()
+            .any(|l| abs_cos_quantiles.get(l).is_some_and(|q| q[1] > tau));
+    Validity {
+        positions,
+        abs_cos_quantiles,
+        ordinary_median,
+        frac_flagged_per_layer,
+        frac_flagged,
+        saturated,
+    }
 }
 
 /// A recurring (creation layer, lifetime) cell.

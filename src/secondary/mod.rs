@@ -8,11 +8,13 @@ pub mod activations;
 pub mod detector;
 pub mod figures;
 pub mod hidden;
+pub mod long;
 pub mod native;
 pub mod records;
 pub mod report;
 pub mod run;
 pub mod synthetic;
+pub mod verdict;
 
 pub use detector::{
     DetectError, Detection, DetectorParams, Label, LabelRule, Level, LevelSummary, Sink,

@@ -3,6 +3,14 @@
 //! whole text into [`Activations`], and the activation-patching experiment
 //! (replace a sink's MLP output at its creation layer by an ordinary token's
 //! and run the detector again).
+//!
+//! Conventions: the last layer's hidden state is the final-norm output by default
+//! ([`LastLayer::FinalNorm`], as transformers' `hidden_states[-1]` that the authors'
+//! code reads); key norms are taken on the keys the attention uses (after the
+//! per-head k-norm of Gemma 3, after RoPE, which keeps norms), and, for models with
+//! a k-norm, also before it ([`Extras::key_norm_pre_knorm`]). Sink scores are
+//! reduced layer by layer during the capture pass, so long sequences never hold the
+//! $L \times H \times T^2$ attention tensor.
 
 use super::activations::{Activations, HeadTensor};
 use super::detector::{DetectorParams, detect};
@@ -10,8 +18,130 @@ use super::hidden::HiddenStates;
 use crate::real::LoadedModel;
 use crate::real::RealError;
 use crate::real::capture::{Capture, Captured};
-use crate::real::forward::KvCache;
+use crate::real::forward::{KvCache, LayerObserver, LayerTensors, linear};
+use crate::real::model::Model;
 use serde::Serialize;
+
+/// Which state stands for the last layer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LastLayer {
+    /// After the model's final norm (transformers' `hidden_states[-1]`; the authors').
+    #[default]
+    FinalNorm,
+    /// The raw residual stream after the last block.
+    Raw,
+}
+
+/// Per-layer quantities reduced during the capture pass.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Extras {
+    /// Sink score $\alpha^l_t$ (Gu's importance, mean over heads), `[L][T]`.
+    pub sink_scores: Option<Vec<Vec<f64>>>,
+    /// Mean over KV heads of the key norm before the per-head k-norm, `[L][T]`
+    /// (only for models with a k-norm; elsewhere it equals the key norm).
+    pub key_norm_pre_knorm: Option<Vec<Vec<f64>>>,
+}
+
+/// Observer computing [`Extras`] layer by layer (one pass without cache).
+struct ExtrasObserver {
+    scores: bool,
+    out: Extras,
+}
+
+impl LayerObserver for ExtrasObserver {
+    fn layer(&mut self, m: &Model, t: &LayerTensors<'_>) {
+        let c = &m.cfg;
+        let (n, nk) = (t.t, t.t_keys);
+        if self.scores {
+            let mut acc = vec![0.0; nk];
+            for h in 0..c.n_head {
+                let a = &t.attn[h * n * nk..(h + 1) * n * nk];
+                let mat = faer::Mat::<f64>::from_fn(n, nk, |i, j| a[i * nk + j] as f64);
+                for (s, v) in acc.iter_mut().zip(crate::patterns::gu_alpha(mat.as_ref())) {
+                    *s += v / c.n_head as f64;
+                }
+            }
+            self.out.sink_scores.get_or_insert_with(Vec::new).push(acc);
+        }
+        let ly = &m.layers[t.layer];
+        if ly.k_norm.is_some() {
+            let k = linear(t.attn_in, n, &ly.wk);
+            let (hk, dh) = (c.n_kv_head, c.head_dim);
+            let v: Vec<f64> = (0..n)
+                .map(|i| {
+                    (0..hk)
+                        .map(|h| {
+                            k[i * hk * dh + h * dh..i * hk * dh + (h + 1) * dh]
+                                .iter()
+                                .map(|&x| (x as f64) * (x as f64))
+                                .sum::<f64>()
+                                .sqrt()
+                        })
+                        .sum::<f64>()
+                        / hk as f64
+                })
+                .collect();
+            self.out
+                .key_norm_pre_knorm
+                .get_or_insert_with(Vec::new)
+                .push(v);
+        }
+    }
+}
+
+/// Calls `f(tokens done)` every `every` generated tokens (counted at layer 0).
+pub struct GenProgress<'a> {
+    /// Prompt length (the first layer-0 call covers it).
+    pub prompt: usize,
+    /// Report period in tokens.
+    pub every: usize,
+    /// The callback.
+    pub f: &'a mut dyn FnMut(usize),
+    done: usize,
+}
+
+impl<'a> GenProgress<'a> {
+    /// A progress observer.
+    pub fn new(prompt: usize, every: usize, f: &'a mut dyn FnMut(usize)) -> Self {
+        Self {
+            prompt,
+            every: every.max(1),
+            f,
+            done: 0,
+        }
+    }
+}
+
+impl LayerObserver for GenProgress<'_> {
+    fn layer(&mut self, _: &Model, t: &LayerTensors<'_>) {
+        if t.layer == 0 && t.pos0 >= self.prompt {
+            self.done += t.t;
+            if self.done.is_multiple_of(self.every) {
+                (self.f)(self.done);
+            }
+        }
+    }
+}
+
+/// Greedy continuation with a progress callback every `every` tokens.
+pub fn generate_with_progress(
+    lm: &LoadedModel,
+    prompt: &[u32],
+    n_new: usize,
+    every: usize,
+    f: &mut dyn FnMut(usize),
+) -> Result<Vec<u32>, NativeError> {
+    let mut obs = GenProgress::new(prompt.len(), every, f);
+    Ok(lm.model.generate_greedy(prompt, n_new, &mut obs)?)
+}
+
+fn apply_last(m: &Model, hidden: &mut [f32], nl: usize, t: usize, last: LastLayer) {
+    let d = m.cfg.d_model;
+    if let (LastLayer::FinalNorm, Some(n)) = (last, &m.final_norm) {
+        n.apply(&mut hidden[(nl - 1) * t * d..nl * t * d]);
+    }
+}
 
 /// Errors of the real-model runs.
 #[derive(Debug, thiserror::Error)]
@@ -49,20 +179,32 @@ fn rows_to_heads(x: &[f32], heads: usize, t: usize, width: usize) -> HeadTensor 
     }
 }
 
-/// One forward pass over `tokens`, capturing hidden states, MLP outputs, keys,
-/// values and (when `attn`) the attention probabilities of every layer.
-pub fn capture(lm: &LoadedModel, tokens: &[u32], attn: bool) -> Result<Activations, NativeError> {
+/// One forward pass over `tokens`, capturing hidden states (the last one as `last`
+/// says), MLP outputs, keys, values and (when `scores`) the sink scores of every layer.
+pub fn capture(
+    lm: &LoadedModel,
+    tokens: &[u32],
+    scores: bool,
+    last: LastLayer,
+) -> Result<(Activations, Extras), NativeError> {
     let m = &lm.model;
     let c = &m.cfg;
     let what = Capture {
         hidden: true,
         mlp_out: true,
-        attn,
         qkv: true,
         ..Capture::default()
     };
-    let mut cap = Captured::new(what);
-    m.forward(tokens, &mut cap, None)?;
+    let attn = false;
+    let mut obs = (
+        Captured::new(what),
+        ExtrasObserver {
+            scores,
+            out: Extras::default(),
+        },
+    );
+    m.forward(tokens, &mut obs, None)?;
+    let (cap, ex) = (obs.0, obs.1.out);
     let (nl, t, d) = (c.n_layer, tokens.len(), c.d_model);
     let miss = |w: &str, l: usize| NativeError::Capture(format!("no {w} for layer {l}"));
     let mut hidden = Vec::with_capacity(nl * t * d);
@@ -96,8 +238,9 @@ pub fn capture(lm: &LoadedModel, tokens: &[u32], attn: bool) -> Result<Activatio
             c.head_dim,
         ));
     }
+    apply_last(m, &mut hidden, nl, t, last);
     let shape = |e: super::hidden::ShapeError| NativeError::Capture(e.to_string());
-    Ok(Activations {
+    let act = Activations {
         hidden: HiddenStates::new(nl, t, d, hidden).map_err(shape)?,
         attn: attn.then_some(att),
         mlp_out: Some(HiddenStates::new(nl, t, d, mlp).map_err(shape)?),
@@ -105,7 +248,8 @@ pub fn capture(lm: &LoadedModel, tokens: &[u32], attn: bool) -> Result<Activatio
         values: Some(values),
         tokens: Some(tokens.iter().map(|&x| x as i64).collect()),
         metadata: [("model".to_string(), lm.path.display().to_string())].into(),
-    })
+    };
+    Ok((act, ex))
 }
 
 /// Outcome of patching one sink.
@@ -140,6 +284,7 @@ pub fn patched_hidden(
     pos: usize,
     donor: usize,
     lc: usize,
+    last: LastLayer,
 ) -> Result<HiddenStates<f32>, NativeError> {
     let m = &lm.model;
     let (nl, d, t) = (m.cfg.n_layer, m.cfg.d_model, tokens.len());
@@ -164,11 +309,13 @@ pub fn patched_hidden(
         }
         hidden.extend_from_slice(&x);
     }
+    apply_last(m, &mut hidden, nl, t, last);
     HiddenStates::new(nl, t, d, hidden).map_err(|e| NativeError::Capture(e.to_string()))
 }
 
 /// The patching experiment on every sink of `act` whose label is in `labels`:
 /// the donor is the nearest ordinary position (never flagged, not the BOS).
+#[allow(clippy::too_many_arguments)]
 pub fn patch_sinks(
     lm: &LoadedModel,
     tokens: &[u32],
@@ -177,6 +324,7 @@ pub fn patch_sinks(
     labels: &[super::detector::Label],
     sequence: usize,
     max_sinks: usize,
+    last: LastLayer,
 ) -> Result<Vec<PatchOutcome>, NativeError> {
     let det = detect(&act.hidden, p)?;
     let flagged: Vec<bool> = (0..tokens.len())
@@ -198,7 +346,7 @@ pub fn patch_sinks(
             .flatten()
             .find(|&o| o > det.bos && o < tokens.len() && !flagged[o]);
         let Some(donor) = donor else { continue };
-        let h = patched_hidden(lm, tokens, act, s.position, donor, s.creation_layer)?;
+        let h = patched_hidden(lm, tokens, act, s.position, donor, s.creation_layer, last)?;
         let after = detect(&h, p)?;
         let life = after
             .sinks

@@ -3,13 +3,21 @@
 //!
 //! The sink score of key $t$ at layer $l$ is Gu et al.'s importance
 //! $\alpha^l_t = \frac{1}{T-t}\sum_{i \ge t} A^l_{it}$ averaged over heads; the
-//! primary-sink strength is the same quantity for the BOS.
+//! primary-sink strength is the same quantity for the BOS. (The authors' sink-score
+//! notebook, `05.sink_score.ipynb`, could not be read here: its blob is missing from
+//! the stored snapshot of their repository, so this definition is ours, not theirs.)
+//!
+//! B6 baseline: the authors' notebook `01.hidden_k_v_norm.ipynb` compares a sink's
+//! norms with the **mean** over the positions outside their sink map (not the BOS, not
+//! flagged); that is [`ClaimMeasures::b6_hidden_ratio`] etc. The median over the same
+//! positions is kept as the named variant `b6_ratios_median_baseline`.
 
 use super::activations::{Activations, HeadTensor};
 use super::detector::{
     DetectError, Detection, DetectorParams, Label, LevelSummary, detect, level_summary,
 };
 use super::hidden::{HiddenStates, dot_and_sq};
+use super::native::Extras;
 use crate::stats::{Estimate, spearman_ci};
 use serde::Serialize;
 
@@ -42,6 +50,8 @@ pub struct SinkRecord {
     pub key_norm: Option<Vec<f64>>,
     /// Mean over KV heads of $\|v^l_t\|$ at every layer, if values were captured.
     pub value_norm: Option<Vec<f64>>,
+    /// Mean over KV heads of the key norm before the per-head k-norm (models with one).
+    pub key_norm_pre_knorm: Option<Vec<f64>>,
     /// $\|m^{l_c}_t\|$, the MLP-output norm at the creation layer.
     pub mlp_out_norm_at_creation: Option<f64>,
     /// $\cos(m^{l_c}_t, h^{l_c}_b)$: the MLP output against the BOS state.
@@ -82,6 +92,16 @@ pub struct SequenceSummary {
     pub median_key_norm: Option<Vec<f64>>,
     /// Same for value norms.
     pub median_value_norm: Option<Vec<f64>>,
+    /// Mean over the same ordinary positions of the hidden norm, per layer (the authors' baseline).
+    pub mean_hidden_norm: Vec<f64>,
+    /// Same for key norms.
+    pub mean_key_norm: Option<Vec<f64>>,
+    /// Same for value norms.
+    pub mean_value_norm: Option<Vec<f64>>,
+    /// Same for pre-k-norm key norms.
+    pub mean_key_norm_pre_knorm: Option<Vec<f64>>,
+    /// BOS pre-k-norm key norm per layer.
+    pub bos_key_norm_pre_knorm: Option<Vec<f64>>,
     /// Primary-sink strength $\alpha^l_b$ (mean over heads) per layer.
     pub primary_strength: Option<Vec<f64>>,
     /// Number of secondary sinks flagged at each layer.
@@ -136,17 +156,39 @@ pub fn sink_scores(attn: &[HeadTensor]) -> Vec<Vec<f64>> {
         .collect()
 }
 
+fn mean(v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
 /// Runs the detector on one sequence and builds its records.
 pub fn analyse(
     act: &Activations,
     p: &DetectorParams,
     sequence: usize,
 ) -> Result<Analysis, DetectError> {
+    analyse_with(act, p, sequence, &Extras::default())
+}
+
+/// [`analyse`] with quantities reduced during capture (sink scores, which then
+/// replace those from `act.attn`; pre-k-norm key norms).
+pub fn analyse_with(
+    act: &Activations,
+    p: &DetectorParams,
+    sequence: usize,
+    ex: &Extras,
+) -> Result<Analysis, DetectError> {
     let h: &HiddenStates<f32> = &act.hidden;
     let det = detect(h, p)?;
     let (nl, nt) = (h.layers(), h.tokens());
     let b = det.bos;
-    let scores = act.attn.as_ref().map(|a| sink_scores(a));
+    let scores = ex
+        .sink_scores
+        .clone()
+        .or_else(|| act.attn.as_ref().map(|a| sink_scores(a)));
+    let kpre = ex.key_norm_pre_knorm.as_ref();
     let norms_of = |x: &Option<Vec<HeadTensor>>, t: usize| {
         x.as_ref()
             .map(|v| v.iter().map(|ht| ht.mean_norm(t)).collect::<Vec<f64>>())
@@ -176,6 +218,7 @@ pub fn analyse(
                 hidden_norm: (0..nl).map(|l| h.norm(l, t)).collect(),
                 key_norm: norms_of(&act.keys, t),
                 value_norm: norms_of(&act.values, t),
+                key_norm_pre_knorm: kpre.map(|k| k.iter().map(|row| row[t]).collect()),
                 mlp_out_norm_at_creation: mlp.map(|m| {
                     m.iter()
                         .map(|&v| (v as f64) * (v as f64))
@@ -198,6 +241,13 @@ pub fn analyse(
     };
     let med_heads =
         |x: &Option<Vec<HeadTensor>>| x.as_ref().map(|v| med(&|l, t| v[l].mean_norm(t)));
+    let avg = |f: &dyn Fn(usize, usize) -> f64| {
+        (0..nl)
+            .map(|l| mean(ordinary.iter().map(|&t| f(l, t)).collect()))
+            .collect::<Vec<f64>>()
+    };
+    let avg_heads =
+        |x: &Option<Vec<HeadTensor>>| x.as_ref().map(|v| avg(&|l, t| v[l].mean_norm(t)));
     let count = |lab| det.sinks.iter().filter(|s| s.label == lab).count();
     let summary = SequenceSummary {
         sequence,
@@ -210,6 +260,11 @@ pub fn analyse(
         median_hidden_norm: med(&|l, t| h.norm(l, t)),
         median_key_norm: med_heads(&act.keys),
         median_value_norm: med_heads(&act.values),
+        mean_hidden_norm: avg(&|l, t| h.norm(l, t)),
+        mean_key_norm: avg_heads(&act.keys),
+        mean_value_norm: avg_heads(&act.values),
+        mean_key_norm_pre_knorm: kpre.map(|k| avg(&|l, t| k[l][t])),
+        bos_key_norm_pre_knorm: kpre.map(|k| k.iter().map(|row| row[b]).collect()),
         primary_strength: scores
             .as_ref()
             .map(|sc| sc.iter().map(|row| row[b]).collect()),
@@ -256,16 +311,90 @@ pub struct ClaimMeasures {
     pub b4_secondary_per_layer: Vec<usize>,
     /// B4: Spearman over layers of primary strength vs secondary count (negative = primary weakens where secondaries appear).
     pub b4_spearman: Option<f64>,
+    /// B4: the same with a bootstrap CI over layers.
+    pub b4_spearman_ci: Option<Estimate>,
     /// B5: level summary of the secondary sinks (levels = cells with ≥ 2 sinks).
     pub b5_levels: LevelSummary,
-    /// B6: median over secondary sinks of hidden norm / median ordinary hidden norm at creation.
+    /// B6: median over secondary sinks of hidden norm / mean ordinary hidden norm at creation
+    /// (the authors' baseline: mean over the positions outside the sink map).
     pub b6_hidden_ratio: Option<f64>,
-    /// B6: same for key norms.
+    /// B6: same for key norms (keys as the attention uses them: after k-norm and RoPE).
     pub b6_key_ratio: Option<f64>,
     /// B6: same for value norms.
     pub b6_value_ratio: Option<f64>,
-    /// B6: the BOS ratios (hidden, key, value), median over sequences and window layers.
+    /// B6: key ratio before the per-head k-norm (models with one, e.g. Gemma 3).
+    pub b6_key_ratio_pre_knorm: Option<f64>,
+    /// B6 variant `median-baseline`: (hidden, key, value) ratios against the median ordinary norm.
+    pub b6_ratios_median_baseline: (Option<f64>, Option<f64>, Option<f64>),
+    /// B6: the BOS ratios (hidden, key, value), median over sequences and window layers (mean baseline).
     pub b6_bos_ratios: (Option<f64>, Option<f64>, Option<f64>),
+    /// Validity of the detector over the run.
+    pub validity: RunValidity,
+}
+
+/// Validity of the detector over a run (the per-sequence [`super::detector::Validity`] pooled).
+#[derive(Clone, Debug, Serialize)]
+pub struct RunValidity {
+    /// Positions after the BOS, summed over sequences.
+    pub positions: usize,
+    /// Fraction of them flagged at some layer.
+    pub frac_flagged: f64,
+    /// Sequences that are saturated by the rule.
+    pub saturated_sequences: usize,
+    /// The run is saturated (anisotropy, not sinks) iff a majority of its sequences are,
+    /// or the pooled fraction flagged exceeds [`super::detector::SATURATION_FRAC`].
+    pub saturated: bool,
+    /// Per layer: mean over sequences of the median $|\cos(h_t, h_b)|$ over $t > b$.
+    pub median_abs_cos: Vec<f64>,
+    /// Per layer: mean over sequences of the 90 % quantile.
+    pub q90_abs_cos: Vec<f64>,
+    /// Per layer: mean over sequences (with ordinary positions) of the ordinary-token median.
+    pub ordinary_median_abs_cos: Vec<Option<f64>>,
+    /// Per layer: fraction of the positions flagged there, pooled.
+    pub frac_flagged_per_layer: Vec<f64>,
+}
+
+/// Pools the per-sequence validity.
+pub fn run_validity(analyses: &[Analysis], layers: usize) -> RunValidity {
+    let vs: Vec<&super::detector::Validity> =
+        analyses.iter().map(|a| &a.detection.validity).collect();
+    let positions: usize = vs.iter().map(|v| v.positions).sum();
+    let flagged: f64 = vs.iter().map(|v| v.frac_flagged * v.positions as f64).sum();
+    let per_layer = |f: &dyn Fn(&super::detector::Validity, usize) -> f64| -> Vec<f64> {
+        (0..layers)
+            .map(|l| {
+                mean(
+                    vs.iter()
+                        .map(|v| f(v, l))
+                        .filter(|x| x.is_finite())
+                        .collect(),
+                )
+            })
+            .collect()
+    };
+    let saturated_sequences = vs.iter().filter(|v| v.saturated).count();
+    let frac_flagged = flagged / positions.max(1) as f64;
+    RunValidity {
+        positions,
+        frac_flagged,
+        saturated_sequences,
+        saturated: 2 * saturated_sequences > vs.len()
+            || frac_flagged > super::detector::SATURATION_FRAC,
+        median_abs_cos: per_layer(&|v, l| v.abs_cos_quantiles[l][1]),
+        q90_abs_cos: per_layer(&|v, l| v.abs_cos_quantiles[l][2]),
+        ordinary_median_abs_cos: per_layer(&|v, l| v.ordinary_median[l])
+            .into_iter()
+            .map(|x| x.is_finite().then_some(x))
+            .collect(),
+        frac_flagged_per_layer: (0..layers)
+            .map(|l| {
+                vs.iter()
+                    .map(|v| v.frac_flagged_per_layer[l] * v.positions as f64)
+                    .sum::<f64>()
+                    / positions.max(1) as f64
+            })
+            .collect(),
+    }
 }
 
 /// Aggregates B1–B6 over analysed sequences (bootstrap with `boot` resamples, seeded).
@@ -331,10 +460,13 @@ pub fn claim_measures(
             *c += n;
         }
     }
-    let b4 = prim.as_ref().and_then(|p| {
-        let c: Vec<f64> = per_layer.iter().map(|&n| n as f64).collect();
-        crate::stats::spearman(p, &c).ok()
-    });
+    let c4: Vec<f64> = per_layer.iter().map(|&n| n as f64).collect();
+    let b4 = prim
+        .as_ref()
+        .and_then(|p| crate::stats::spearman(p, &c4).ok());
+    let b4_ci = prim
+        .as_ref()
+        .and_then(|p| spearman_ci(p, &c4, boot, 0.95, seed.wrapping_add(2)).ok());
     let ratio = |num: &dyn Fn(&SinkRecord) -> Option<f64>,
                  den: &dyn Fn(&Analysis, usize) -> Option<f64>| {
         let v: Vec<f64> = analyses
@@ -352,14 +484,29 @@ pub fn claim_measures(
     };
     let lc_of = |r: &SinkRecord| r.creation_layer;
     let b6h = ratio(&|r| Some(r.hidden_norm[lc_of(r)]), &|a, l| {
-        Some(a.summary.median_hidden_norm[l])
+        Some(a.summary.mean_hidden_norm[l])
     });
     let b6k = ratio(&|r| r.key_norm.as_ref().map(|k| k[lc_of(r)]), &|a, l| {
-        a.summary.median_key_norm.as_ref().map(|k| k[l])
+        a.summary.mean_key_norm.as_ref().map(|k| k[l])
     });
     let b6v = ratio(&|r| r.value_norm.as_ref().map(|k| k[lc_of(r)]), &|a, l| {
-        a.summary.median_value_norm.as_ref().map(|k| k[l])
+        a.summary.mean_value_norm.as_ref().map(|k| k[l])
     });
+    let b6kp = ratio(
+        &|r| r.key_norm_pre_knorm.as_ref().map(|k| k[lc_of(r)]),
+        &|a, l| a.summary.mean_key_norm_pre_knorm.as_ref().map(|k| k[l]),
+    );
+    let b6_med = (
+        ratio(&|r| Some(r.hidden_norm[lc_of(r)]), &|a, l| {
+            Some(a.summary.median_hidden_norm[l])
+        }),
+        ratio(&|r| r.key_norm.as_ref().map(|k| k[lc_of(r)]), &|a, l| {
+            a.summary.median_key_norm.as_ref().map(|k| k[l])
+        }),
+        ratio(&|r| r.value_norm.as_ref().map(|k| k[lc_of(r)]), &|a, l| {
+            a.summary.median_value_norm.as_ref().map(|k| k[l])
+        }),
+    );
     let bos_ratio = |num: &dyn Fn(&SequenceSummary) -> Option<&Vec<f64>>,
                      den: &dyn Fn(&SequenceSummary) -> Option<&Vec<f64>>| {
         let v: Vec<f64> = analyses
@@ -403,21 +550,23 @@ pub fn claim_measures(
         b4_primary_strength: prim,
         b4_secondary_per_layer: per_layer,
         b4_spearman: b4,
+        b4_spearman_ci: b4_ci,
         b5_levels: level_summary(sec.iter().map(|r| (r.creation_layer, r.lifetime)), 2),
         b6_hidden_ratio: b6h,
         b6_key_ratio: b6k,
         b6_value_ratio: b6v,
+        b6_key_ratio_pre_knorm: b6kp,
+        b6_ratios_median_baseline: b6_med,
         b6_bos_ratios: (
             bos_ratio(&|s| Some(&s.bos_hidden_norm), &|s| {
-                Some(&s.median_hidden_norm)
+                Some(&s.mean_hidden_norm)
             }),
-            bos_ratio(&|s| s.bos_key_norm.as_ref(), &|s| {
-                s.median_key_norm.as_ref()
-            }),
+            bos_ratio(&|s| s.bos_key_norm.as_ref(), &|s| s.mean_key_norm.as_ref()),
             bos_ratio(&|s| s.bos_value_norm.as_ref(), &|s| {
-                s.median_value_norm.as_ref()
+                s.mean_value_norm.as_ref()
             }),
         ),
+        validity: run_validity(analyses, layers),
     }
 }
 

@@ -2,11 +2,11 @@
 //! MLP norm $r$, and a population of sinks with random $r$ run through the
 //! same record/claim pipeline as real activations), with its figures.
 
+use super::DetectorParams;
 use super::detector::LabelRule;
 use super::figures::{levels_heatmap, norm_points, norm_scatters, primary_vs_secondary};
 use super::records::{SinkRecord, analyse, claim_measures};
 use super::synthetic::{SyntheticConfig, SyntheticModel, monotone_sweep, r_grid};
-use super::{DetectorParams, WindowMode};
 use crate::plot::{Panel, Series, Style, render};
 use crate::section::{ReportCtx, ReportSection, SectionError};
 use crate::stats::spearman_ci;
@@ -216,172 +216,224 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
 /// The prompts of the report's own runs (`sims/secondary_prompts.txt`).
 pub const REPORT_PROMPTS: &str = include_str!("../../sims/secondary_prompts.txt");
 
-/// The full report's own real-model runs: model, window mode, `bos_margin`, `noise_max`,
-/// tokens generated per prompt. SmolLM2 scans every layer (its BOS-norm window is always
-/// [11, 28) and holds no sink at τ = 0.9); Gemma-3-270M has 18 layers, so the paper's
-/// `bos_margin` of 15 would leave no lifetime that can be secondary and it uses 9 / 2.
-pub const REPORT_RUNS: [(&str, WindowMode, usize, usize, usize); 2] = [
-    (
-        "smollm2",
-        WindowMode::AllLayers,
-        super::detector::PAPER_BOS_MARGIN,
-        super::detector::PAPER_NOISE_MAX,
-        96,
-    ),
-    ("gemma3-270m", WindowMode::BosNormJumps, 9, 2, 48),
-];
+/// The report's own short real-model runs: model, tokens generated per prompt. Every
+/// run reports the faithful detector and its named variants
+/// ([`super::long::configurations`]).
+pub const REPORT_RUNS: [(&str, usize); 2] = [("smollm2", 96), ("gemma3-270m", 48)];
 
-/// Runs [`REPORT_RUNS`] whose directory `out/secondary/<model>/` has no `claims.json` yet
-/// (fetching a model that is not cached, like the real-model section), so the full report
-/// measures B1–B6 on a fresh machine; existing runs are reused.
+/// Runs [`REPORT_RUNS`] whose directory `out/secondary/<model>/` has no finished run yet
+/// (fetching a model that is not cached), so the full report measures B1–B6 on a fresh
+/// machine; existing runs are reused.
 fn run_report_models(ctx: &ReportCtx, md: &mut String) -> Result<(), SectionError> {
-    use crate::real::{fetch, load};
-    let texts: Vec<String> = REPORT_PROMPTS
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(String::from)
-        .collect();
-    for (name, window, bos_margin, noise_max, generate) in REPORT_RUNS {
+    let n = super::long::prompts().len();
+    for (name, generate) in REPORT_RUNS {
         let dir = ctx.out_dir.join("secondary").join(name);
-        if dir.join("claims.json").exists() {
+        if super::long::finished(&dir, n, generate) {
             continue;
         }
-        // `fetch` returns a verified cached copy at once, and downloads only what is missing.
-        let path = match fetch::fetch(name, None, &mut |line: &str| eprintln!("fetch: {line}")) {
-            Ok(p) => p,
-            Err(e) => {
-                writeln!(
-                    md,
-                    "{name}: not in the cache and the fetch failed ({e}); run `sinklab fetch {name}`.\n"
-                )?;
-                continue;
-            }
-        };
-        let lm = load(&path)?;
-        let p = DetectorParams {
-            window,
-            labels: LabelRule {
-                bos_margin,
-                noise_max,
-            },
-            ..DetectorParams::default()
-        };
-        let o = super::run::StudyOptions {
-            generate,
-            patch: 4,
-            boot: 2000,
-            seed: ctx.seed,
-        };
-        eprintln!(
-            "secondary: {name}, {} prompts × {generate} generated tokens",
-            texts.len()
-        );
-        let st = super::run::study(&lm, &texts, &p, &o, &mut |k, n| {
-            eprintln!("secondary: {name} sequence {k}: {n} tokens")
-        })?;
-        super::run::write_outputs(&dir, name, &p, &o, &st)?;
-        writeln!(
-            md,
-            "Ran {name} now: {} prompts of `sims/secondary_prompts.txt`, {generate} tokens generated greedily \
-             after each ({:.1} tokens/s), window {:?}, τ = {}, bos_margin {bos_margin}, noise_max {noise_max}; \
-             patching: {}.\n",
-            texts.len(),
-            st.tokens_per_s().unwrap_or(f64::NAN),
-            window,
-            p.tau,
-            if st.patches.is_empty() {
-                "no sink could be patched (no ordinary, unflagged token to donate an MLP output)"
-                    .to_string()
-            } else {
-                format!(
-                    "{} of {} patched sinks disappear",
-                    st.patches.iter().filter(|x| x.lifetime_after == 0).count(),
-                    st.patches.len()
-                )
-            }
-        )?;
+        let r = super::long::run_model(name, &dir, n, generate, ctx.seed, &mut |l: &str| {
+            eprintln!("secondary: {l}")
+        });
+        if let Err(e) = r {
+            writeln!(md, "{name}: not run ({e}); run `sinklab fetch {name}`.\n")?;
+        }
     }
     Ok(())
 }
 
-/// Summarises the real-model runs found under `out/secondary/<model>/claims.json`
-/// (written by `sinklab secondary --model M --prompts F --generate N --out out/secondary/M`).
+fn fmt(x: &serde_json::Value) -> String {
+    x.as_f64().map_or("n/a".to_string(), |y| format!("{y:.3}"))
+}
+
+fn fmt_est(x: &serde_json::Value) -> String {
+    if x.is_null() {
+        "n/a".to_string()
+    } else {
+        format!(
+            "{} [{}, {}] (n = {})",
+            fmt(&x["value"]),
+            fmt(&x["lo"]),
+            fmt(&x["hi"]),
+            x["n"]
+        )
+    }
+}
+
+/// Range (min–max) of a per-layer array over `[a, b)`.
+fn range_of(v: &serde_json::Value, a: usize, b: usize) -> String {
+    let xs: Vec<f64> = v
+        .as_array()
+        .map(|x| x.iter().filter_map(|y| y.as_f64()).collect())
+        .unwrap_or_default();
+    let w: Vec<f64> = xs.get(a..b.min(xs.len())).unwrap_or(&[]).to_vec();
+    if w.is_empty() {
+        return "n/a".into();
+    }
+    let lo = w.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = w.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{lo:.2}–{hi:.2}")
+}
+
+/// Summarises the real-model runs found under `out/secondary/<model>/claims.json` (short
+/// traces) and `out/secondary_long/<model>/claims.json` (paper B's long traces).
 fn real_models(
     ctx: &ReportCtx,
     md: &mut String,
     figures: &mut Vec<std::path::PathBuf>,
 ) -> Result<(), SectionError> {
-    let root = ctx.out_dir.join("secondary");
-    let mut dirs: Vec<std::path::PathBuf> = match std::fs::read_dir(&root) {
-        Ok(rd) => rd
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.join("claims.json").exists())
-            .collect(),
-        Err(_) => Vec::new(),
-    };
-    dirs.sort();
-    if dirs.is_empty() {
+    let mut dirs: Vec<(String, std::path::PathBuf)> = Vec::new();
+    for (kind, root) in [
+        ("short", ctx.out_dir.join("secondary")),
+        ("long", super::long::long_dir(&ctx.out_dir)),
+    ] {
+        if let Ok(rd) = std::fs::read_dir(&root) {
+            let mut v: Vec<std::path::PathBuf> = rd
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.join("claims.json").exists())
+                .collect();
+            v.sort();
+            dirs.extend(v.into_iter().map(|p| (kind.to_string(), p)));
+        }
+    }
+    writeln!(
+        md,
+        "Real models. Each run shows the faithful detector (the authors' configuration: BOS candidates [0, 1], \
+         BOS-norm window, τ = {}, labels L − 15 / 4, last layer = final-norm output, BOS entry labelled, B6 baseline = \
+         mean over positions outside the sink map) first, then the named variants: `all-layers` (no window), \
+         `centered` (cosines after removing the mean token state: anisotropy-corrected), `labels=a/b` (label \
+         constants scaled to a shallow model). Sink score = Gu's importance averaged over heads (the authors' \
+         `05.sink_score.ipynb` could not be read here: its blob is missing from the stored snapshot). Key norms \
+         are of the keys the attention uses (after Gemma's k-norm; RoPE keeps norms); the B6 sentence also gives \
+         the ratio before k-norm where the model has one. **Saturation rule**: a sequence is saturated when more \
+         than half of its positions after the BOS are flagged, or the median |cos(h_t, h_BOS)| over them exceeds τ at \
+         a scanned layer; a run is saturated when most of its sequences are, and its B1–B6 are not findings.\n",
+        super::detector::PAPER_TAU
+    )?;
+    if !dirs.iter().any(|(k, _)| k == "long") {
         writeln!(
             md,
-            "Real models: no run found under `{}`. Produce one with `sinklab secondary --model smollm2 --prompts \
-             sims/secondary_prompts.txt --generate 256 --out {}/smollm2` and re-run the report.",
-            root.display(),
-            root.display()
+            "Paper B's long traces: no run under `{}`. Make it with `sinklab secondary --long` ({} prompts × {} \
+             greedy tokens per model, models {:?}; resumable; see README for the measured time) and re-run the report.\n",
+            super::long::long_dir(&ctx.out_dir).display(),
+            super::long::LONG_PROMPTS,
+            super::long::LONG_GENERATE,
+            super::long::LONG_MODELS
         )?;
+    }
+    if dirs.is_empty() {
         return Ok(());
     }
     writeln!(
         md,
-        "Real models (B1–B6; one row per run directory under `{}`):\n",
-        root.display()
+        "| run | model | configuration | seqs (tokens) | saturated | frac flagged | median abs cos (scanned layers) | bos_sink / secondary / noise | B1 mid-third | B2 abs cos MLP, pre | B3 ρ(norm, score) | B3 ρ(norm, life) | B4 ρ [CI] | B5 levels, bits | B6 hidden / key / value |"
     )?;
     writeln!(
         md,
-        "| model | seqs | bos_sink / secondary / noise | B1 middle-third frac | B2 median abs cos (MLP, pre-MLP) | B3 ρ(norm, score) | B3 ρ(norm, lifetime) | B4 ρ(primary, #secondary) | B5 levels (frac in levels) | B6 hidden / key / value ratio | gen tok/s |"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )?;
-    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|")?;
-    for d in &dirs {
+    let mut sentences = String::new();
+    let mut b5: Vec<(String, u64, f64, u64)> = Vec::new();
+    for (kind, d) in &dirs {
         let v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(d.join("claims.json"))?)?;
-        let c = &v["claims"];
-        let f = |x: &serde_json::Value| x.as_f64().map_or("n/a".to_string(), |y| format!("{y:.3}"));
-        let e = |x: &serde_json::Value| {
-            if x.is_null() {
-                "n/a".to_string()
-            } else {
-                format!(
-                    "{} [{}, {}] (n = {})",
-                    f(&x["value"]),
-                    f(&x["lo"]),
-                    f(&x["hi"]),
-                    x["n"]
-                )
-            }
+        let model = d
+            .file_name()
+            .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        let Some(vars) = v["variants"].as_array() else {
+            writeln!(
+                md,
+                "| {kind} | {model} | old format: re-run it | | | | | | | | | | | | |"
+            )?;
+            continue;
         };
-        let lc = &c["label_counts"];
+        let toks = v["sequence_tokens"]
+            .as_array()
+            .map(|x| {
+                let t: Vec<u64> = x.iter().filter_map(|y| y.as_u64()).collect();
+                format!(
+                    "{}–{}",
+                    t.iter().min().unwrap_or(&0),
+                    t.iter().max().unwrap_or(&0)
+                )
+            })
+            .unwrap_or_default();
+        for var in vars {
+            let c = &var["claims"];
+            let val = &c["validity"];
+            let seqs = var["sequences"].as_array();
+            let (wa, wb) = seqs.and_then(|s| s.first()).map_or((0, 0), |s| {
+                (
+                    s["window"][0].as_u64().unwrap_or(0) as usize,
+                    s["window"][1].as_u64().unwrap_or(0) as usize,
+                )
+            });
+            let lc = &c["label_counts"];
+            writeln!(
+                md,
+                "| {kind} | {model} | {} | {} ({toks}) | {} | {} | {} | {} / {} / {} | {} | {}, {} | {} | {} | {} | {} ({}), {} | {} / {} / {} |",
+                var["name"].as_str().unwrap_or("?"),
+                c["sequences"],
+                if val["saturated"].as_bool().unwrap_or(false) {
+                    "**saturated: anisotropy, not sinks**"
+                } else {
+                    "no"
+                },
+                fmt(&val["frac_flagged"]),
+                range_of(&val["median_abs_cos"], wa, wb),
+                lc[0],
+                lc[1],
+                lc[2],
+                fmt(&c["b1_frac_middle_third"]),
+                fmt(&c["b2_median_abs_cos_mlp"]),
+                fmt(&c["b2_median_abs_cos_pre"]),
+                fmt_est(&c["b3_norm_vs_score"]),
+                fmt_est(&c["b3_norm_vs_lifetime"]),
+                fmt_est(&c["b4_spearman_ci"]),
+                c["b5_levels"]["levels"],
+                fmt(&c["b5_levels"]["frac_in_levels"]),
+                fmt(&c["b5_levels"]["entropy_bits"]),
+                fmt(&c["b6_hidden_ratio"]),
+                fmt(&c["b6_key_ratio"]),
+                fmt(&c["b6_value_ratio"]),
+            )?;
+        }
+        // Verdicts: the faithful configuration (first).
+        let c = &vars[0]["claims"];
         writeln!(
-            md,
-            "| {} | {} | {} / {} / {} | {} | {}, {} | {} | {} | {} | {} ({}) | {} / {} / {} | {} |",
-            d.file_name()
-                .map_or(String::new(), |n| n.to_string_lossy().into_owned()),
-            c["sequences"],
-            lc[0],
-            lc[1],
-            lc[2],
-            f(&c["b1_frac_middle_third"]),
-            f(&c["b2_median_abs_cos_mlp"]),
-            f(&c["b2_median_abs_cos_pre"]),
-            e(&c["b3_norm_vs_score"]),
-            e(&c["b3_norm_vs_lifetime"]),
-            f(&c["b4_spearman"]),
-            c["b5_levels"]["levels"],
-            f(&c["b5_levels"]["frac_in_levels"]),
-            f(&c["b6_hidden_ratio"]),
-            f(&c["b6_key_ratio"]),
-            f(&c["b6_value_ratio"]),
-            f(&v["generation_tokens_per_s"]),
+            sentences,
+            "- **{model}** ({kind} traces, {} configuration):",
+            vars[0]["name"].as_str().unwrap_or("?")
         )?;
+        for (k, st, text) in super::verdict::verdicts(c) {
+            writeln!(sentences, "  - {k}: {} — {text}.", st.as_str())?;
+        }
+        // The variants that are informative here (not saturated, enough secondary sinks).
+        for var in &vars[1..] {
+            let cv = &var["claims"];
+            if cv["validity"]["saturated"].as_bool().unwrap_or(true)
+                || cv["label_counts"][1].as_u64().unwrap_or(0) < super::verdict::MIN_SINKS
+            {
+                continue;
+            }
+            let list: Vec<String> = super::verdict::verdicts(cv)
+                .into_iter()
+                .map(|(k, st, _)| format!("{k} {}", st.as_str()))
+                .collect();
+            writeln!(
+                sentences,
+                "  - variant `{}` (not the authors' detector; numbers in the table): {}.",
+                var["name"].as_str().unwrap_or("?"),
+                list.join(", ")
+            )?;
+        }
+        if *kind == "long" && !c["validity"]["saturated"].as_bool().unwrap_or(true) {
+            b5.push((
+                model.clone(),
+                v["layers"].as_u64().unwrap_or(0),
+                c["b5_levels"]["entropy_bits"].as_f64().unwrap_or(f64::NAN),
+                c["label_counts"][1].as_u64().unwrap_or(0),
+            ));
+        }
         for fig in ["levels", "norm_scatter", "primary_vs_secondary"] {
             let png = d.join(format!("{fig}.png"));
             if png.exists() {
@@ -390,5 +442,11 @@ fn real_models(
         }
     }
     writeln!(md)?;
+    let (st, text) = super::verdict::b5_across(&b5);
+    writeln!(
+        md,
+        "Reading the result (one sentence per claim and model, faithful configuration; the variants are in the table):\n\n{sentences}- B5 (across models, long traces, faithful): {} — {text}.\n",
+        st.as_str()
+    )?;
     Ok(())
 }

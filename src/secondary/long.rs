@@ -1,0 +1,106 @@
+//! Paper B's setting: long greedy generations (KV cache) after prompts that ask
+//! for step-by-step reasoning, on a configurable list of models, as a resumable
+//! study: the generated ids of each sequence are kept under
+//! `out/secondary_long/<model>/ids/`, so an interrupted run regenerates nothing it
+//! already has; a model whose `claims.json` matches the request is skipped.
+
+use super::detector::{DetectorParams, LabelRule};
+use super::run::{RunError, StudyOptions, standard_variants, study, write_outputs};
+use crate::real::{fetch, load};
+use std::path::{Path, PathBuf};
+
+/// Models of the long study by default (paper B's Qwen family, and SmolLM2).
+pub const LONG_MODELS: [&str; 2] = ["qwen2.5-coder-0.5b", "smollm2"];
+/// New tokens per prompt.
+pub const LONG_GENERATE: usize = 1024;
+/// Prompts of `sims/secondary_prompts.txt` used (the first N).
+pub const LONG_PROMPTS: usize = 4;
+
+/// The prompts of the secondary-sink runs (`sims/secondary_prompts.txt`).
+pub fn prompts() -> Vec<String> {
+    super::report::REPORT_PROMPTS
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect()
+}
+
+/// Directory of the long study under an output root.
+pub fn long_dir(out: &Path) -> PathBuf {
+    out.join("secondary_long")
+}
+
+/// The configurations every real-model run reports: the faithful detector first, then
+/// the standard variants, and, when the paper's label constants leave no lifetime that
+/// can be `secondary` (L ≤ 20), the same with `bos_margin = L/2`, `noise_max = 2`.
+pub fn configurations(layers: usize) -> (DetectorParams, Vec<DetectorParams>) {
+    let faithful = DetectorParams::default();
+    let mut v = standard_variants(&faithful);
+    if !faithful.labels.secondary_possible(layers) {
+        let scaled = DetectorParams {
+            labels: LabelRule {
+                bos_margin: layers / 2,
+                noise_max: 2,
+            },
+            ..faithful.clone()
+        };
+        v.push(scaled.clone());
+        v.extend(standard_variants(&scaled));
+    }
+    (faithful, v)
+}
+
+/// Whether `dir/claims.json` holds a finished run of `n` sequences with `generate` new tokens.
+pub fn finished(dir: &Path, n: usize, generate: usize) -> bool {
+    let Ok(s) = std::fs::read_to_string(dir.join("claims.json")) else {
+        return false;
+    };
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(&s) else {
+        return false;
+    };
+    v["generate"].as_u64() == Some(generate as u64)
+        && v["sequence_tokens"].as_array().map(Vec::len) == Some(n)
+}
+
+/// Runs (or resumes) one model of the study into `dir`; `progress` gets one line per event.
+pub fn run_model(
+    model: &str,
+    dir: &Path,
+    n_prompts: usize,
+    generate: usize,
+    seed: u64,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(), RunError> {
+    let texts: Vec<String> = prompts().into_iter().take(n_prompts).collect();
+    if finished(dir, texts.len(), generate) {
+        progress(&format!("{model}: finished run found in {}", dir.display()));
+        return Ok(());
+    }
+    let path = fetch::fetch(model, None, &mut |line: &str| {
+        progress(&format!("fetch: {line}"))
+    })
+    .map_err(|e| RunError::Invalid(format!("{model}: fetch failed ({e})")))?;
+    let lm = load(&path)?;
+    let (p, variants) = configurations(lm.model.cfg.n_layer);
+    let o = StudyOptions {
+        generate,
+        patch: 4,
+        boot: 2000,
+        seed,
+        variants,
+        ids_dir: Some(dir.join("ids")),
+        ..StudyOptions::default()
+    };
+    let t0 = std::time::Instant::now();
+    let st = study(&lm, &texts, &p, &o, &mut |line| {
+        progress(&format!("{model}: {line}"))
+    })?;
+    write_outputs(dir, model, &o, &st)?;
+    progress(&format!(
+        "{model}: done in {:.0} s, wrote {}",
+        t0.elapsed().as_secs_f64(),
+        dir.display()
+    ));
+    Ok(())
+}
