@@ -14,6 +14,7 @@ pub mod fetch;
 pub mod forward;
 pub mod gguf;
 pub mod halfspace_real;
+pub mod head_space;
 pub mod model;
 pub mod oversmooth_real;
 pub mod report_section;
