@@ -176,3 +176,43 @@ fn layer_inputs_and_the_cosine_observable() {
     let l0 = layer(&p, 0, A1Options::default(), false);
     assert!(l0.raw_cos_nonpos > 0.0 && l0.raw_cos_nonpos < 1.0, "{l0:?}");
 }
+
+/// The pooled analysis on the cached real models (skipped when not fetched; fails instead
+/// under `SINKLAB_REQUIRE_MODELS=1`): causal models share one BOS key across texts and pool
+/// T ≫ d_head points; the bidirectional MiniLM is reported untestable pooled.
+#[test]
+fn pooled_a1_on_cached_models() {
+    use sinklab::real::head_space::{TEXTS, analyze, markdown};
+    use sinklab::real::{fetch, tokenizer::Bos};
+    for (name, bos, causal) in [
+        ("smollm2", Bos::Yes, true),
+        ("gemma3-270m", Bos::Yes, true),
+        ("minilm", Bos::Auto, false),
+    ] {
+        let Some(path) = fetch::cached(name) else {
+            assert!(
+                std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
+                "{name} not fetched"
+            );
+            eprintln!("SKIP: {name} not fetched");
+            continue;
+        };
+        let lm = load(&path).unwrap();
+        let tok = lm.tok.as_ref().unwrap();
+        let n = std::env::var("SINKLAB_A1_TEXTS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3usize);
+        let texts: Vec<Vec<u32>> = TEXTS[..n].iter().map(|t| tok.encode(t, bos).unwrap()).collect();
+        let hull = std::env::var("SINKLAB_A1_HULL").as_deref() == Ok("1");
+        let r = analyze(&lm.model, &texts, A1Options::default(), hull).unwrap();
+        eprintln!("== {name}\n{}", markdown(&r));
+        assert_eq!(r.layers.len(), lm.model.cfg.n_layer);
+        if causal {
+            assert!(r.heads_error.is_none(), "{:?}", r.heads_error);
+            assert_eq!(r.heads.len(), lm.model.cfg.n_layer * lm.model.cfg.n_head);
+        } else {
+            assert!(r.heads_error.is_some());
+        }
+    }
+}

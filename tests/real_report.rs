@@ -29,14 +29,18 @@ fn real_models_section_writes_tables_verdicts_and_figures() {
         "{}",
         s.markdown
     );
-    // 24 tokens, 30 layers: one table row per layer.
+    // 30 layers: one row per layer in the statistics table (24 tokens) and one in the pooled
+    // A1 table (`head_space`).
     assert_eq!(
         s.markdown
             .lines()
             .filter(|l| l.starts_with("| ") && !l.starts_with("| layer"))
             .count(),
-        30
+        60
     );
+    // The A1 section names its spaces and carries its null controls.
+    assert!(s.markdown.contains("Null controls: ordinary tokens"), "{}", s.markdown);
+    assert!(s.markdown.contains("in the raw residual stream and"), "{}", s.markdown);
     assert!(
         s.figures.len() >= 2 && s.figures.iter().all(|f| f.exists()),
         "{:?}",

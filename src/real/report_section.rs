@@ -5,7 +5,7 @@
 
 use super::analysis::{RealReport, analyze};
 use super::tokenizer::Bos;
-use super::{fetch, halfspace_real, load, oversmooth_real};
+use super::{fetch, halfspace_real, head_space, load, oversmooth_real};
 use crate::plot::{Heatmap, Panel, Series, Style, render, render_heatmap};
 use crate::report::{ReportCtx, ReportSection, SectionError};
 use std::fmt::Write as _;
@@ -110,7 +110,7 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         let holds = cor.iter().filter(|c| c.holds).count();
         writeln!(
             md,
-            "| layer | attn→first | BOS cos mean | frac cos ≤ 0 | ‖h_0‖ | median ‖h_i‖ | Gu ε=0.3 | Gu ε=0.8 | massive | A1 corollary (max cos) |"
+            "| layer | attn→first | BOS cos mean (raw h after l) | frac cos ≤ 0 (raw h after l) | ‖h_0‖ | median ‖h_i‖ | Gu ε=0.3 | Gu ε=0.8 | massive | A1 corollary on N₁(x) entering l (max cos) |"
         )?;
         writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
         for (l, c) in rep.layers.iter().zip(&cor) {
@@ -135,28 +135,27 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             "\nA1 (corollary: cos(BOS, x_i) < 0 for all i ≥ 1 gives a sink witness W = −c·s sᵀ): holds on {holds} of {} layers.\n",
             cor.len()
         )?;
-        let mut rep_layers = 0;
-        let mut verified = 0;
-        for x in &inputs {
-            let v = halfspace_real::verdict(x, false)?;
-            rep_layers += usize::from(v.queries_in_half_space && v.sink_separable);
-            verified += usize::from(v.certificate_verified);
-        }
-        let informative = toks.len() - 1 > rep.config.d_model;
-        writeln!(
-            md,
-            "A1 verdict (half-space theorem through `geometry`, ε = {}): a sink is representable on {rep_layers} of {} layers; certificates verified on {verified}. With T − 1 = {} {} d = {}, {}.\n",
-            halfspace_real::A1_EPS,
-            inputs.len(),
-            toks.len() - 1,
-            if informative { ">" } else { "≤" },
-            rep.config.d_model,
-            if informative {
-                "so the verdict is informative"
-            } else {
-                "so (a) and (b) hold for generic points: run `sinklab real --a1` on a text longer than d for an informative verdict"
-            }
+        // A1 pooled over the fixed texts, with null controls (`head_space`).
+        let n_texts = if ctx.quick { 3 } else { head_space::TEXTS.len() };
+        let tok = lm.tok.as_ref().ok_or("no tokenizer")?;
+        let pooled: Vec<Vec<u32>> = head_space::TEXTS[..n_texts]
+            .iter()
+            // Pooling needs one shared sink token at position 0: decoders get their BOS
+            // prepended (SmolLM2's own default adds none), encoders keep their [CLS] template.
+            .map(|t| {
+                tok.encode(
+                    t,
+                    if lm.model.cfg.causal { Bos::Yes } else { bos },
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        let a1 = head_space::analyze(
+            &lm.model,
+            &pooled,
+            head_space::A1Options::default(),
+            !ctx.quick,
         )?;
+        md.push_str(&head_space::markdown(&a1));
         // A2.
         let a2_toks: Vec<u32> = toks
             .iter()
