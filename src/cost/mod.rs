@@ -33,6 +33,7 @@
 //! $r = \mathrm{rank}\, X$). For orthonormal embeddings the logits matrix
 //! $M = X W X^\top$ itself is the variable.
 
+pub mod exact;
 pub mod head;
 pub mod trained;
 
