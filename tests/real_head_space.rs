@@ -216,3 +216,25 @@ fn pooled_a1_on_cached_models() {
         }
     }
 }
+
+/// A2 split z = b + c on tiny models: without a post-attention norm the identity intervention
+/// gives exactly b + u (f32 rounding: 1e-5 on a mean cosine); the skill figures are finite.
+#[test]
+fn a2_split_is_exact_without_post_norm() {
+    use sinklab::real::a2_skill::analyze;
+    let (_d, lm) = synth(&SynthSpec::default(), 8);
+    let toks = &texts(1, 20, 40, 5)[0];
+    let (hs, s) = analyze(&lm.model, toks).unwrap();
+    assert_eq!(hs.len(), 2 * 4);
+    for h in &hs {
+        assert!(h.split_error < 1e-5, "{h:?}");
+        assert!(h.entropy > 0.0 && h.entropy <= 1.0 + 1e-9, "{h:?}");
+        // The predicted gap has the sign of the condition (same formula, monotone in the noise).
+        assert!(h.condition * h.predicted_gap >= 0.0, "{h:?}");
+    }
+    assert_eq!(s.heads, 8);
+    // Gemma: the post-attention norm makes the split a linearisation, not an identity.
+    let (_d, lm) = synth(&SynthSpec { gemma: true, ..SynthSpec::default() }, 8);
+    let (hs, _) = analyze(&lm.model, &toks[..14]).unwrap();
+    assert!(hs.iter().all(|h| h.split_error.is_finite()));
+}

@@ -7,6 +7,7 @@
 //! layer's tensors to an observer ([`forward::LayerObserver`]) while they exist, so that
 //! [`capture`] keeps only what is asked for and [`stats`] reduces while streaming.
 
+pub mod a2_skill;
 pub mod activations;
 pub mod analysis;
 pub mod capture;
