@@ -47,3 +47,20 @@ fn real_models_section_writes_tables_verdicts_and_figures() {
         s.figures
     );
 }
+
+/// The full (non-quick) section on the cached models, printed with its wall time:
+/// `cargo test --test real_report full_section -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn full_section_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ReportCtx {
+        out_dir: dir.path().to_path_buf(),
+        seed: 0,
+        quick: false,
+    };
+    std::fs::create_dir_all(ctx.fig_dir()).unwrap();
+    let t0 = std::time::Instant::now();
+    let s = report_section::section(&ctx).unwrap();
+    println!("{}\nSECTION TIME {:.1} s", s.markdown, t0.elapsed().as_secs_f64());
+}
