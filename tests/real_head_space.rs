@@ -63,7 +63,10 @@ fn pooled_queries_and_keys_reproduce_the_attention() {
                         let q = &p.q[l][(s0 + i) * h * dh + head * dh..][..dh];
                         let logit = |j: usize| -> f64 {
                             let k = &p.k[l][(s0 + j) * hk * dh + kv * dh..][..dh];
-                            q.iter().zip(k).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>()
+                            q.iter()
+                                .zip(k)
+                                .map(|(a, b)| *a as f64 * *b as f64)
+                                .sum::<f64>()
                                 * p.scale as f64
                         };
                         let z: Vec<f64> = (0..=i).map(logit).collect();
@@ -203,7 +206,10 @@ fn pooled_a1_on_cached_models() {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(3usize);
-        let texts: Vec<Vec<u32>> = TEXTS[..n].iter().map(|t| tok.encode(t, bos).unwrap()).collect();
+        let texts: Vec<Vec<u32>> = TEXTS[..n]
+            .iter()
+            .map(|t| tok.encode(t, bos).unwrap())
+            .collect();
         let hull = std::env::var("SINKLAB_A1_HULL").as_deref() == Ok("1");
         let r = analyze(&lm.model, &texts, A1Options::default(), hull).unwrap();
         eprintln!("== {name}\n{}", markdown(&r));
@@ -234,7 +240,13 @@ fn a2_split_is_exact_without_post_norm() {
     }
     assert_eq!(s.heads, 8);
     // Gemma: the post-attention norm makes the split a linearisation, not an identity.
-    let (_d, lm) = synth(&SynthSpec { gemma: true, ..SynthSpec::default() }, 8);
+    let (_d, lm) = synth(
+        &SynthSpec {
+            gemma: true,
+            ..SynthSpec::default()
+        },
+        8,
+    );
     let (hs, _) = analyze(&lm.model, &toks[..14]).unwrap();
     assert!(hs.iter().all(|h| h.split_error.is_finite()));
 }

@@ -39,8 +39,16 @@ fn real_models_section_writes_tables_verdicts_and_figures() {
         60
     );
     // The A1 section names its spaces and carries its null controls.
-    assert!(s.markdown.contains("Null controls: ordinary tokens"), "{}", s.markdown);
-    assert!(s.markdown.contains("in the raw residual stream and"), "{}", s.markdown);
+    assert!(
+        s.markdown.contains("Null controls: ordinary tokens"),
+        "{}",
+        s.markdown
+    );
+    assert!(
+        s.markdown.contains("in the raw residual stream and"),
+        "{}",
+        s.markdown
+    );
     assert!(
         s.figures.len() >= 2 && s.figures.iter().all(|f| f.exists()),
         "{:?}",
@@ -62,5 +70,9 @@ fn full_section_prints() {
     std::fs::create_dir_all(ctx.fig_dir()).unwrap();
     let t0 = std::time::Instant::now();
     let s = report_section::section(&ctx).unwrap();
-    println!("{}\nSECTION TIME {:.1} s", s.markdown, t0.elapsed().as_secs_f64());
+    println!(
+        "{}\nSECTION TIME {:.1} s",
+        s.markdown,
+        t0.elapsed().as_secs_f64()
+    );
 }

@@ -101,9 +101,7 @@ pub fn dual(p: &GapProgram, pattern: Pattern) -> Result<Vec<f64>, CostError> {
             let (i, j) = (i as usize, j as usize);
             match (pattern, p.targets[i]) {
                 (Pattern::Sink, Some(0)) => Ok(if j == i { 1.0 / t.sqrt() } else { 0.0 }),
-                (Pattern::Diagonal, Some(ti)) if ti == i => {
-                    Ok(1.0 / ((i * (i + 1)) as f64).sqrt())
-                }
+                (Pattern::Diagonal, Some(ti)) if ti == i => Ok(1.0 / ((i * (i + 1)) as f64).sqrt()),
                 _ => Err(CostError::Invalid(format!(
                     "exact dual: row {i} does not target the {pattern} column"
                 ))),
@@ -291,7 +289,10 @@ mod tests {
                 assert!(c.optimal, "{pattern} T={t}: {c:?}");
                 assert!(c.spectral <= 1.0 + 1e-12, "{c:?}");
                 let exact = nuclear_orthonormal(pattern, t, delta);
-                assert!((c.primal - exact).abs() <= 1e-12 * exact, "{c:?} vs {exact}");
+                assert!(
+                    (c.primal - exact).abs() <= 1e-12 * exact,
+                    "{c:?} vs {exact}"
+                );
             }
         }
     }
@@ -311,7 +312,10 @@ mod tests {
             // Feasible perturbation: add noise, then rescale until every gap is ≥ Δ again.
             let noise = Mat::from_fn(t, t, |_, _| 1e-4 * (rng.random::<f64>() - 0.5));
             let mut mp = &m + &noise;
-            let g = p.forward(mp.as_ref()).into_iter().fold(f64::INFINITY, f64::min);
+            let g = p
+                .forward(mp.as_ref())
+                .into_iter()
+                .fold(f64::INFINITY, f64::min);
             mp *= faer::Scale(delta / g);
             let c = check(&p, &mp, &lam);
             assert!(c.min_gap >= 1.0 - 1e-12, "{c:?}");
@@ -351,8 +355,15 @@ mod tests {
                 let exact = nuclear_orthonormal(pattern, t, delta);
                 let (v, lo) = (s.value.unwrap(), s.lower.unwrap());
                 // Validity: the bracket is certified, so it must contain the exact value.
-                assert!(lo <= exact * (1.0 + 1e-12) && v >= exact * (1.0 - 1e-12), "{pattern} T={t}: [{lo}, {v}] vs {exact}");
-                assert!(((v - exact) / exact).abs() <= 1e-6, "{pattern} T={t}: {v} vs {exact} ({} its)", s.iterations);
+                assert!(
+                    lo <= exact * (1.0 + 1e-12) && v >= exact * (1.0 - 1e-12),
+                    "{pattern} T={t}: [{lo}, {v}] vs {exact}"
+                );
+                assert!(
+                    ((v - exact) / exact).abs() <= 1e-6,
+                    "{pattern} T={t}: {v} vs {exact} ({} its)",
+                    s.iterations
+                );
             }
         }
     }
@@ -372,7 +383,11 @@ mod tests {
         let v = verdict(&[8, 16, 32, 64], &[(Pattern::Sink, NormKind::Nuclear, 0.9)]);
         assert!(v.contains("DISAGREES"), "{v}");
         // The exact curve's own grid fit agrees with itself through the string interface.
-        let g = grid_slope(Pattern::Diagonal, NormKind::Nuclear, &[8, 16, 32, 64, 128, 256, 512]);
+        let g = grid_slope(
+            Pattern::Diagonal,
+            NormKind::Nuclear,
+            &[8, 16, 32, 64, 128, 256, 512],
+        );
         let v = verdict_doubling(8, 512, &[("diagonal", "nuclear", g)]);
         assert!(v.contains("agrees") && !v.contains("DISAGREES"), "{v}");
     }

@@ -263,7 +263,12 @@ pub fn separation_test(
     let mut pass = 0usize;
     for &m in idx.iter().take(n_null) {
         let mut others: Vec<&[f64]> = Vec::with_capacity(keys.len());
-        others.extend(kr.iter().enumerate().filter(|(j, _)| *j != m).map(|(_, r)| *r));
+        others.extend(
+            kr.iter()
+                .enumerate()
+                .filter(|(j, _)| *j != m)
+                .map(|(_, r)| *r),
+        );
         others.push(sink);
         if let Some((o, d, v)) = hull_test(&others, &keys[m]) {
             verified &= v;
@@ -279,8 +284,16 @@ pub fn separation_test(
         gamma_b,
         verified,
         null_n: n,
-        null_pass: if n == 0 { f64::NAN } else { pass as f64 / n as f64 },
-        gamma_b_percentile: if n == 0 { f64::NAN } else { below as f64 / n as f64 },
+        null_pass: if n == 0 {
+            f64::NAN
+        } else {
+            pass as f64 / n as f64
+        },
+        gamma_b_percentile: if n == 0 {
+            f64::NAN
+        } else {
+            below as f64 / n as f64
+        },
         null_gamma_b_median: median(&mut margins),
     })
 }
@@ -351,7 +364,12 @@ fn realised(
     let (h, hk, dh) = (p.h, p.hk, p.dh);
     let qrow = |r: usize| &q[r * h * dh + head * dh..r * h * dh + (head + 1) * dh];
     let krow = |r: usize| &k[r * hk * dh + kv * dh..r * hk * dh + (kv + 1) * dh];
-    let dotf = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum::<f64>();
+    let dotf = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| *x as f64 * *y as f64)
+            .sum::<f64>()
+    };
     let (mut pos, mut tot) = (0usize, 0usize);
     let (mut npos, mut ntot) = (0usize, 0usize);
     for (s, &len) in p.starts().iter().zip(&p.lens) {
@@ -377,7 +395,13 @@ fn realised(
             }
         }
     }
-    let f = |a: usize, b: usize| if b == 0 { f64::NAN } else { a as f64 / b as f64 };
+    let f = |a: usize, b: usize| {
+        if b == 0 {
+            f64::NAN
+        } else {
+            a as f64 / b as f64
+        }
+    };
     (f(pos, tot), f(npos, ntot))
 }
 
@@ -449,7 +473,12 @@ fn cos_frac_nonpos(p: &Pool, buf: &[f32]) -> f64 {
     let d = p.d;
     let (mut n, mut tot) = (0usize, 0usize);
     for (s, &len) in p.starts().iter().zip(&p.lens) {
-        let row = |i: usize| -> Vec<f64> { buf[(s + i) * d..(s + i + 1) * d].iter().map(|&v| v as f64).collect() };
+        let row = |i: usize| -> Vec<f64> {
+            buf[(s + i) * d..(s + i + 1) * d]
+                .iter()
+                .map(|&v| v as f64)
+                .collect()
+        };
         let r0 = row(0);
         for i in 1..len {
             tot += 1;
@@ -465,7 +494,10 @@ pub fn layer(p: &Pool, l: usize, o: A1Options, with_hull: bool) -> LayerA1 {
     let a = &p.a_in[l];
     let starts = p.starts();
     // Corollary and its null (per text: ordinary token m against the other tokens of its text).
-    let rows: Vec<Vec<f64>> = a.chunks(d).map(|r| r.iter().map(|&v| v as f64).collect()).collect();
+    let rows: Vec<Vec<f64>> = a
+        .chunks(d)
+        .map(|r| r.iter().map(|&v| v as f64).collect())
+        .collect();
     let cos = |x: &[f64], y: &[f64]| crate::linalg::cosine(x, y).unwrap_or(0.0);
     let corollary = starts
         .iter()
@@ -477,7 +509,11 @@ pub fn layer(p: &Pool, l: usize, o: A1Options, with_hull: bool) -> LayerA1 {
         for _ in 0..4 {
             let m = rng.random_range(1..len);
             ct += 1;
-            cn += usize::from((0..len).filter(|&i| i != m).all(|i| cos(&rows[s + m], &rows[s + i]) < 0.0));
+            cn += usize::from(
+                (0..len)
+                    .filter(|&i| i != m)
+                    .all(|i| cos(&rows[s + m], &rows[s + i]) < 0.0),
+            );
         }
     }
     let (qa, sep) = if with_hull {
@@ -559,10 +595,17 @@ pub struct ModelA1 {
 
 /// Runs the pooled A1 analysis on `texts` (token ids, sink first); `layer_hull` also runs the
 /// convex tests on the layer inputs (d-dimensional, the costlier part).
-pub fn analyze(m: &Model, texts: &[Vec<u32>], o: A1Options, layer_hull: bool) -> Result<ModelA1, RealError> {
+pub fn analyze(
+    m: &Model,
+    texts: &[Vec<u32>],
+    o: A1Options,
+    layer_hull: bool,
+) -> Result<ModelA1, RealError> {
     let t0 = std::time::Instant::now();
     let p = Pool::collect(m, texts)?;
-    let layers: Vec<LayerA1> = (0..p.n_layer()).map(|l| layer(&p, l, o, layer_hull)).collect();
+    let layers: Vec<LayerA1> = (0..p.n_layer())
+        .map(|l| layer(&p, l, o, layer_hull))
+        .collect();
     let mut heads = Vec::new();
     let mut heads_error = None;
     for l in 0..p.n_layer() {
@@ -617,7 +660,10 @@ pub fn markdown(r: &ModelA1) -> String {
     for la in &r.layers {
         let hs: Vec<&HeadA1> = r.heads.iter().filter(|h| h.layer == la.layer).collect();
         let rep = hs.iter().filter(|h| h.representable()).count();
-        let disc = hs.iter().filter(|h| h.sep.label() == "discriminates").count();
+        let disc = hs
+            .iter()
+            .filter(|h| h.sep.label() == "discriminates")
+            .count();
         let real = hs.iter().filter(|h| h.realised >= REALISED).count();
         let mr = hs.iter().map(|h| h.realised).sum::<f64>() / hs.len().max(1) as f64;
         let mn = hs.iter().map(|h| h.null_realised).sum::<f64>() / hs.len().max(1) as f64;
@@ -660,7 +706,8 @@ pub fn markdown(r: &ModelA1) -> String {
         );
     }
     let cor = r.layers.iter().filter(|l| l.corollary).count();
-    let cor_null = r.layers.iter().map(|l| l.corollary_null).sum::<f64>() / r.layers.len().max(1) as f64;
+    let cor_null =
+        r.layers.iter().map(|l| l.corollary_null).sum::<f64>() / r.layers.len().max(1) as f64;
     let _ = writeln!(
         md,
         "Corollary (all cos(a_0, a_i) < 0 on the normalised inputs, W = −c·s sᵀ a witness): holds on {cor}/{} layers; ordinary tokens satisfy it at a mean rate of {cor_null:.2}.\n",
@@ -678,12 +725,28 @@ pub fn markdown(r: &ModelA1) -> String {
             let rep = r.heads.iter().filter(|h| h.representable()).count();
             let qa = r.heads.iter().filter(|h| h.queries_in_half_space).count();
             let sb = r.heads.iter().filter(|h| h.sep.sink_separable).count();
-            let disc = r.heads.iter().filter(|h| h.sep.label() == "discriminates").count();
-            let unin = r.heads.iter().filter(|h| h.sep.label() == "uninformative").count();
+            let disc = r
+                .heads
+                .iter()
+                .filter(|h| h.sep.label() == "discriminates")
+                .count();
+            let unin = r
+                .heads
+                .iter()
+                .filter(|h| h.sep.label() == "uninformative")
+                .count();
             let null = r.heads.iter().map(|h| h.sep.null_pass).sum::<f64>() / n.max(1) as f64;
-            let top = r.heads.iter().filter(|h| h.sep.gamma_b_percentile >= 1.0).count();
+            let top = r
+                .heads
+                .iter()
+                .filter(|h| h.sep.gamma_b_percentile >= 1.0)
+                .count();
             let real = r.heads.iter().filter(|h| h.realised >= REALISED).count();
-            let real_null = r.heads.iter().filter(|h| h.null_realised >= REALISED).count();
+            let real_null = r
+                .heads
+                .iter()
+                .filter(|h| h.null_realised >= REALISED)
+                .count();
             let ver = r.heads.iter().filter(|h| h.verified).count();
             let mut ga: Vec<f64> = r.heads.iter().map(|h| h.gamma_a).collect();
             let mut gb: Vec<f64> = r.heads.iter().map(|h| h.sep.gamma_b).collect();

@@ -130,18 +130,17 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         }
         md.push('\n');
         // A1 pooled over the fixed texts, with null controls (`head_space`).
-        let n_texts = if ctx.quick { 3 } else { head_space::TEXTS.len() };
+        let n_texts = if ctx.quick {
+            3
+        } else {
+            head_space::TEXTS.len()
+        };
         let tok = lm.tok.as_ref().ok_or("no tokenizer")?;
         let pooled: Vec<Vec<u32>> = head_space::TEXTS[..n_texts]
             .iter()
             // Pooling needs one shared sink token at position 0: decoders get their BOS
             // prepended (SmolLM2's own default adds none), encoders keep their [CLS] template.
-            .map(|t| {
-                tok.encode(
-                    t,
-                    if lm.model.cfg.causal { Bos::Yes } else { bos },
-                )
-            })
+            .map(|t| tok.encode(t, if lm.model.cfg.causal { Bos::Yes } else { bos }))
             .collect::<Result<_, _>>()?;
         let a1 = head_space::analyze(
             &lm.model,
