@@ -250,3 +250,32 @@ fn a2_split_is_exact_without_post_norm() {
     let (hs, _) = analyze(&lm.model, &toks[..14]).unwrap();
     assert!(hs.iter().all(|h| h.split_error.is_finite()));
 }
+
+/// Invariants of the A4/A6 decomposition on a tiny random model: finite sizes, a derangement
+/// null that never pairs a query with itself (e_0 > 0), random heads are not token-wise, and the
+/// same seed gives the same bytes.
+#[test]
+fn switch_decomposition_is_well_defined() {
+    use sinklab::real::switch_real::analyze;
+    let (_d, lm) = synth(&SynthSpec::default(), 8);
+    let toks = &texts(1, 20, 40, 5)[0];
+    let hs = analyze(&lm.model, toks, 3).unwrap();
+    assert_eq!(hs.len(), 8);
+    for h in &hs {
+        assert!(h.size.is_finite() && h.size > 0.0, "{h:?}");
+        assert!(h.null_residual > 0.0, "{h:?}");
+        // Random weights: the output mixes, it is neither ≈ 0 nor ≈ own value.
+        assert!(h.diag_residual > 0.05, "{h:?}");
+    }
+    // Same seed, same result.
+    let again = analyze(&lm.model, toks, 3).unwrap();
+    assert_eq!(
+        hs.iter()
+            .map(|h| h.null_residual.to_bits())
+            .collect::<Vec<_>>(),
+        again
+            .iter()
+            .map(|h| h.null_residual.to_bits())
+            .collect::<Vec<_>>()
+    );
+}

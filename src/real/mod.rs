@@ -21,6 +21,7 @@ pub mod oversmooth_real;
 pub mod report_section;
 pub mod safetensors;
 pub mod stats;
+pub mod switch_real;
 pub mod synth;
 pub mod tokenizer;
 

@@ -5,7 +5,7 @@
 
 use super::analysis::{RealReport, analyze};
 use super::tokenizer::Bos;
-use super::{a2_skill, fetch, halfspace_real, head_space, load};
+use super::{a2_skill, fetch, halfspace_real, head_space, load, switch_real};
 use crate::plot::{Heatmap, Panel, Series, Style, render, render_heatmap};
 use crate::report::{ReportCtx, ReportSection, SectionError};
 use std::fmt::Write as _;
@@ -157,6 +157,9 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             .collect();
         let (_, a2) = a2_skill::analyze(&lm.model, &a2_toks)?;
         md.push_str(&a2_skill::markdown(&a2, a2_toks.len()));
+        md.push('\n');
+        let sw = switch_real::analyze(&lm.model, &a2_toks, ctx.seed)?;
+        md.push_str(&switch_real::markdown(&sw, &rep));
         md.push('\n');
         if let Some((sq, sv, rq, rv, ns, nr)) = cost_split(&rep) {
             writeln!(
