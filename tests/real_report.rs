@@ -29,17 +29,50 @@ fn real_models_section_writes_tables_verdicts_and_figures() {
         "{}",
         s.markdown
     );
-    // 24 tokens, 30 layers: one table row per layer.
+    // 30 layers: one row per layer in the statistics table (24 tokens) and one in the pooled
+    // A1 table (`head_space`).
     assert_eq!(
         s.markdown
             .lines()
             .filter(|l| l.starts_with("| ") && !l.starts_with("| layer"))
             .count(),
-        30
+        60
+    );
+    // The A1 section names its spaces and carries its null controls.
+    assert!(
+        s.markdown.contains("Null controls: ordinary tokens"),
+        "{}",
+        s.markdown
+    );
+    assert!(
+        s.markdown.contains("in the raw residual stream and"),
+        "{}",
+        s.markdown
     );
     assert!(
         s.figures.len() >= 2 && s.figures.iter().all(|f| f.exists()),
         "{:?}",
         s.figures
+    );
+}
+
+/// The full (non-quick) section on the cached models, printed with its wall time:
+/// `cargo test --test real_report full_section -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn full_section_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = ReportCtx {
+        out_dir: dir.path().to_path_buf(),
+        seed: 0,
+        quick: false,
+    };
+    std::fs::create_dir_all(ctx.fig_dir()).unwrap();
+    let t0 = std::time::Instant::now();
+    let s = report_section::section(&ctx).unwrap();
+    println!(
+        "{}\nSECTION TIME {:.1} s",
+        s.markdown,
+        t0.elapsed().as_secs_f64()
     );
 }

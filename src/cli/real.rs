@@ -83,6 +83,7 @@ pub fn run(a: Args) -> Result<i32> {
     let mut rep = analysis::analyze(&lm, &tokens, a.a1, &mut ())?;
     if a.a2 {
         rep.a2 = Some(sinklab::real::oversmooth_real::analyze(&lm.model, &tokens)?);
+        rep.a2_skill = Some(sinklab::real::a2_skill::analyze(&lm.model, &tokens)?.1);
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rep)?);
@@ -98,8 +99,9 @@ pub fn run(a: Args) -> Result<i32> {
         );
         print_layers(&rep.layers);
         let holds = rep.a1.iter().filter(|c| c.holds).count();
+        let null = rep.a1.iter().map(|c| c.null_rate).sum::<f64>() / rep.a1.len().max(1) as f64;
         println!(
-            "A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): holds on {holds} of {} layers",
+            "A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): holds on {holds} of {} layers; null control: ordinary tokens satisfy it at a mean rate of {null:.2}",
             rep.a1.len()
         );
         if let Some(v) = &rep.a1_verdicts {
@@ -115,6 +117,14 @@ pub fn run(a: Args) -> Result<i32> {
                     x.n_points,
                     x.dim
                 );
+                if let Some(n) = &x.null {
+                    println!(
+                        "   null control: ordinary tokens pass (b) at {:.2}, BOS margin percentile {:.0}%: {}",
+                        n.null_pass,
+                        100.0 * n.gamma_b_percentile,
+                        n.label()
+                    );
+                }
             }
         }
         if let Some((_, s)) = &rep.a2 {
@@ -126,6 +136,9 @@ pub fn run(a: Args) -> Result<i32> {
                 100.0 * s.agreement,
                 s.mean_delta
             );
+        }
+        if let Some(s) = &rep.a2_skill {
+            print!("{}", sinklab::real::a2_skill::markdown(s, rep.tokens.len()));
         }
     }
     Ok(0)

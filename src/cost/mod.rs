@@ -43,6 +43,7 @@
 mod check;
 mod closed_form;
 mod embeddings;
+pub mod exact;
 mod feasibility;
 pub mod head;
 mod hildreth;

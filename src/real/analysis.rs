@@ -56,6 +56,8 @@ pub struct RealReport {
         Vec<super::oversmooth_real::HeadA2>,
         super::oversmooth_real::A2Summary,
     )>,
+    /// A2 with skill figures (`real::a2_skill`), when asked for (`sinklab real --a2`).
+    pub a2_skill: Option<super::a2_skill::SkillSummary>,
 }
 
 fn gain(n: &Option<Norm>, d: usize) -> Vec<f64> {
@@ -184,5 +186,6 @@ pub fn analyze(
         a1,
         a1_verdicts,
         a2: None,
+        a2_skill: None,
     })
 }

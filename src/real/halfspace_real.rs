@@ -37,6 +37,9 @@ pub struct A1Corollary {
     pub max_cos: f64,
     /// Whether all cosines are < 0 (then W = −c s sᵀ is a witness).
     pub holds: bool,
+    /// Null control: the fraction of ordinary tokens m ≥ 1 for which every cos(a_m, a_i) < 0
+    /// (i ≠ m) — how often the condition holds for a token that is not the sink.
+    pub null_rate: f64,
 }
 
 /// Collects the A1 inputs of every layer on `tokens`.
@@ -87,10 +90,20 @@ pub fn corollary(x: &A1Inputs) -> A1Corollary {
         .iter()
         .map(|q| crate::linalg::cosine(&x.sink, q).unwrap_or(0.0))
         .fold(f64::NEG_INFINITY, f64::max);
+    let all: Vec<&Vec<f64>> = std::iter::once(&x.sink).chain(&x.queries).collect();
+    let cos = |a: &[f64], b: &[f64]| crate::linalg::cosine(a, b).unwrap_or(0.0);
+    let passing = (1..all.len())
+        .filter(|&m| {
+            (0..all.len())
+                .filter(|&i| i != m)
+                .all(|i| cos(all[m], all[i]) < 0.0)
+        })
+        .count();
     A1Corollary {
         layer: x.layer,
         max_cos,
         holds: max_cos < 0.0,
+        null_rate: passing as f64 / (all.len() - 1).max(1) as f64,
     }
 }
 
@@ -121,7 +134,13 @@ pub struct A1Verdict {
     pub n_points: usize,
     /// Embedding dimension (after homogenisation).
     pub dim: usize,
+    /// Null control of (b): ordinary keys in the sink's place ([`super::head_space::separation_test`],
+    /// [`NULL_DRAWS`] draws); None when the solver was inconclusive.
+    pub null: Option<super::head_space::SeparationTest>,
 }
+
+/// Ordinary tokens tried in the sink's place per layer.
+pub const NULL_DRAWS: usize = 6;
 
 /// The ε of the witness (sink mass ≥ 1 − ε on every query).
 pub const A1_EPS: f64 = 0.01;
@@ -152,5 +171,6 @@ pub fn verdict(x: &A1Inputs, biased: bool) -> Result<A1Verdict, RealError> {
         certificate_verified: v.verify(&qs, &s, &ks),
         n_points: qs.len(),
         dim: s.len(),
+        null: super::head_space::separation_test(&k, &s, NULL_DRAWS, 14 ^ x.layer as u64),
     })
 }

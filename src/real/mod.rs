@@ -8,6 +8,7 @@
 //! layer's tensors to an observer ([`forward::LayerObserver`]) while they exist, so that
 //! [`capture`] keeps only what is asked for and [`stats`] reduces while streaming.
 
+pub mod a2_skill;
 pub mod activations;
 pub mod analysis;
 pub mod arch;
@@ -16,11 +17,13 @@ pub mod fetch;
 pub mod forward;
 pub mod gguf;
 pub mod halfspace_real;
+pub mod head_space;
 pub mod model;
 pub mod oversmooth_real;
 pub mod report_section;
 pub mod safetensors;
 pub mod stats;
+pub mod switch_real;
 pub mod synth;
 pub mod tokenizer;
 

@@ -5,7 +5,7 @@
 
 use super::analysis::{RealReport, analyze};
 use super::tokenizer::Bos;
-use super::{fetch, halfspace_real, load, oversmooth_real};
+use super::{a2_skill, fetch, halfspace_real, head_space, load, switch_real};
 use crate::plot::{Heatmap, Panel, Series, Style, render, render_heatmap};
 use crate::section::{ReportCtx, ReportSection, SectionError};
 use std::fmt::Write as _;
@@ -107,16 +107,15 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         // A1.
         let inputs = halfspace_real::inputs(&lm.model, &toks)?;
         let cor: Vec<_> = inputs.iter().map(halfspace_real::corollary).collect();
-        let holds = cor.iter().filter(|c| c.holds).count();
         writeln!(
             md,
-            "| layer | attn→first | BOS cos mean | frac cos ≤ 0 | ‖h_0‖ | median ‖h_i‖ | Gu ε=0.3 | Gu ε=0.8 | massive | A1 corollary (max cos) |"
+            "| layer | attn→first | BOS cos mean (raw h after l) | frac cos ≤ 0 (raw h after l) | ‖h_0‖ | median ‖h_i‖ | Gu ε=0.3 | Gu ε=0.8 | massive | max cos(BOS, a_i), a = N₁(x) entering l |"
         )?;
         writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
         for (l, c) in rep.layers.iter().zip(&cor) {
             writeln!(
                 md,
-                "| {} | {:.3} | {:.3} | {:.2} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {} ({:.3}) |",
+                "| {} | {:.3} | {:.3} | {:.2} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {:.3} |",
                 l.layer,
                 l.attn_to_first.unwrap_or(f64::NAN),
                 l.bos_cos_mean,
@@ -126,54 +125,42 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
                 l.sink_gu_eps03.unwrap_or(f64::NAN),
                 l.sink_gu_eps08.unwrap_or(f64::NAN),
                 l.massive.len(),
-                if c.holds { "holds" } else { "fails" },
                 c.max_cos
             )?;
         }
-        writeln!(
-            md,
-            "\nA1 (corollary: cos(BOS, x_i) < 0 for all i ≥ 1 gives a sink witness W = −c·s sᵀ): holds on {holds} of {} layers.\n",
-            cor.len()
+        md.push('\n');
+        // A1 pooled over the fixed texts, with null controls (`head_space`).
+        let n_texts = if ctx.quick {
+            3
+        } else {
+            head_space::TEXTS.len()
+        };
+        let tok = lm.tok.as_ref().ok_or("no tokenizer")?;
+        let pooled: Vec<Vec<u32>> = head_space::TEXTS[..n_texts]
+            .iter()
+            // Pooling needs one shared sink token at position 0: decoders get their BOS
+            // prepended (SmolLM2's own default adds none), encoders keep their [CLS] template.
+            .map(|t| tok.encode(t, if lm.model.cfg.causal { Bos::Yes } else { bos }))
+            .collect::<Result<_, _>>()?;
+        let a1 = head_space::analyze(
+            &lm.model,
+            &pooled,
+            head_space::A1Options::default(),
+            !ctx.quick,
         )?;
-        let mut rep_layers = 0;
-        let mut verified = 0;
-        for x in &inputs {
-            let v = halfspace_real::verdict(x, false)?;
-            rep_layers += usize::from(v.queries_in_half_space && v.sink_separable);
-            verified += usize::from(v.certificate_verified);
-        }
-        let informative = toks.len() - 1 > rep.config.d_model;
-        writeln!(
-            md,
-            "A1 verdict (half-space theorem through `geometry`, ε = {}): a sink is representable on {rep_layers} of {} layers; certificates verified on {verified}. With T − 1 = {} {} d = {}, {}.\n",
-            halfspace_real::A1_EPS,
-            inputs.len(),
-            toks.len() - 1,
-            if informative { ">" } else { "≤" },
-            rep.config.d_model,
-            if informative {
-                "so the verdict is informative"
-            } else {
-                "so (a) and (b) hold for generic points: run `sinklab real --a1` on a text longer than d for an informative verdict"
-            }
-        )?;
+        md.push_str(&head_space::markdown(&a1));
         // A2.
         let a2_toks: Vec<u32> = toks
             .iter()
             .copied()
             .take(if ctx.quick { 16 } else { 48 })
             .collect();
-        let (_, a2) = oversmooth_real::analyze(&lm.model, &a2_toks)?;
-        writeln!(
-            md,
-            "A2 over {} heads (T = {}): §7 predicts dense attention smooths more than identity for {:.0}% of heads; the intervention measures it for {:.0}% (mean cos_U − cos_I = {:+.4}); prediction and measurement agree on {:.0}%.\n",
-            a2.heads,
-            a2_toks.len(),
-            100.0 * a2.predicted_frac,
-            100.0 * a2.measured_frac,
-            a2.mean_delta,
-            100.0 * a2.agreement
-        )?;
+        let (_, a2) = a2_skill::analyze(&lm.model, &a2_toks)?;
+        md.push_str(&a2_skill::markdown(&a2, a2_toks.len()));
+        md.push('\n');
+        let sw = switch_real::analyze(&lm.model, &a2_toks, ctx.seed)?;
+        md.push_str(&switch_real::markdown(&sw, &rep));
+        md.push('\n');
         if let Some((sq, sv, rq, rv, ns, nr)) = cost_split(&rep) {
             writeln!(
                 md,

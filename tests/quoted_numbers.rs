@@ -1,0 +1,109 @@
+//! Numbers quoted in README.md and theorems/README.md, regenerated: the test fails when a quoted
+//! number drifts from what the code computes at the current commit. Real-model rows are checked
+//! when the models are cached (skipped otherwise; required under `SINKLAB_REQUIRE_MODELS=1`).
+
+use sinklab::cost::exact::grid_slope;
+use sinklab::cost::{NormKind, Pattern};
+use sinklab::real::head_space::{A1Options, REALISED, TEXTS, analyze, middle_mean};
+use sinklab::real::{fetch, load, tokenizer::Bos};
+
+fn docs() -> (String, String) {
+    let root = env!("CARGO_MANIFEST_DIR");
+    (
+        std::fs::read_to_string(format!("{root}/README.md")).unwrap(),
+        std::fs::read_to_string(format!("{root}/theorems/README.md")).unwrap(),
+    )
+}
+
+fn has(doc: &str, name: &str, s: &str) {
+    assert!(
+        doc.contains(s),
+        "{name} does not quote `{s}` (the code now computes it)"
+    );
+}
+
+#[test]
+fn exact_cost_slopes_are_quoted() {
+    let (readme, theorems) = docs();
+    let grid = [8, 16, 32, 64, 128, 256, 512];
+    let sink = format!("{:.3}", grid_slope(Pattern::Sink, NormKind::Nuclear, &grid));
+    let diag = format!(
+        "{:.3}",
+        grid_slope(Pattern::Diagonal, NormKind::Nuclear, &grid)
+    );
+    let fro = format!("{:.3}", grid_slope(Pattern::Sink, NormKind::Fro, &grid));
+    has(&readme, "README.md", &format!("{sink}\n  and {diag}"));
+    has(
+        &theorems,
+        "theorems/README.md",
+        &format!("sink nuclear {sink}, diagonal nuclear {diag}, Frobenius {fro}"),
+    );
+}
+
+/// The head-space A1 aggregates of the report (12 texts, BOS prepended, default options).
+#[test]
+fn real_model_a1_aggregates_are_quoted() {
+    let (readme, theorems) = docs();
+    for (name, label, n_heads) in [
+        ("smollm2", "SmolLM2", 270usize),
+        ("gemma3-270m", "Gemma 3", 72),
+    ] {
+        let Some(path) = fetch::cached(name) else {
+            assert!(
+                std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
+                "{name} not fetched"
+            );
+            eprintln!("SKIP: {name} not fetched");
+            continue;
+        };
+        let lm = load(&path).unwrap();
+        let tok = lm.tok.as_ref().unwrap();
+        let texts: Vec<Vec<u32>> = TEXTS
+            .iter()
+            .map(|t| tok.encode(t, Bos::Yes).unwrap())
+            .collect();
+        let r = analyze(&lm.model, &texts, A1Options::default(), false).unwrap();
+        let n = r.heads.len();
+        assert_eq!(n, n_heads);
+        let rep = r.heads.iter().filter(|h| h.representable()).count();
+        let top = r
+            .heads
+            .iter()
+            .filter(|h| h.sep.gamma_b_percentile >= 1.0)
+            .count();
+        let real = r.heads.iter().filter(|h| h.realised >= REALISED).count();
+        let null = r.heads.iter().map(|h| h.sep.null_pass).sum::<f64>() / n as f64;
+        let raw = middle_mean(&r.layers, |l| l.raw_cos_nonpos);
+        let nrm = middle_mean(&r.layers, |l| l.normed_cos_nonpos);
+        has(
+            &theorems,
+            "theorems/README.md",
+            &format!("{} tokens, d_head = {}", r.n_tokens, r.d_head),
+        );
+        has(
+            &theorems,
+            "theorems/README.md",
+            &format!("ordinary keys pass (b) at {null:.2}"),
+        );
+        has(
+            &theorems,
+            "theorems/README.md",
+            &format!("{label}, 12 texts, {} tokens", r.n_tokens).replace(
+                ", 12 texts",
+                if name == "smollm2" { ", 12 texts" } else { "" },
+            ),
+        );
+        has(
+            &theorems,
+            "theorems/README.md",
+            &format!("{raw:.2} raw / {nrm:.2} normalised"),
+        );
+        let top_s = format!("{top}/{n}");
+        let real_s = format!("{real}/{n}");
+        let rep_s = format!("{rep}/{n}");
+        for s in [&top_s, &real_s, &rep_s] {
+            has(&theorems, "theorems/README.md", s);
+            has(&readme, "README.md", s);
+        }
+    }
+}
