@@ -143,6 +143,11 @@ fn invalid_spec_values_name_file_key_and_value() {
         (format!("{exact}tol = -1.0\n"), "exact[0].tol", "-1"),
         (format!("{exact}max_iter = 0\n"), "exact[0].max_iter", "0"),
         (
+            exact.replace("t = [4]", "t = [2]\nscopes = [\"head\"]"),
+            "exact[0].t",
+            "2",
+        ),
+        (
             trained.replace("lr = 0.01", "lr = nan"),
             "trained.lr",
             "NaN",

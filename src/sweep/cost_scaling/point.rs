@@ -50,7 +50,9 @@ enum IdentityPoint<'a> {
 impl Point {
     /// Stable identifier (the resume key): a readable prefix and a hash of every parameter
     /// that can change the point's records ([`COMPUTE_VERSION`], the crate version, the whole
-    /// query or training configuration and, for exact points, the solver options).
+    /// query or training configuration and, for exact points, the solver options). The dense
+    /// backend of trained points is not in it: the cpu and gpu paths agree within f32
+    /// tolerance (BENCHMARKS.md), so a sweep may be resumed on either.
     pub fn id(&self) -> String {
         let readable = match self {
             Point::Exact(q, _) => format!(
