@@ -210,6 +210,9 @@ pub fn verdict(grid: &[usize], fitted: &[(Pattern, NormKind, f64)]) -> String {
         (Pattern::Diagonal, NormKind::Nuclear),
         (Pattern::Sink, NormKind::Fro),
     ] {
+        if grid.len() < 2 {
+            break;
+        }
         let _ = write!(
             s,
             " {pat}/{norm}: local slope {:.3} at T = {lo}, {:.3} at T = {hi}, grid fit {:.3} (asymptote {}).",
@@ -237,15 +240,24 @@ pub fn verdict(grid: &[usize], fitted: &[(Pattern, NormKind, f64)]) -> String {
     s
 }
 
-/// [`verdict`] for a doubling grid `t_min, 2·t_min, …, t_max` (the sweep's grids) and fits named
-/// by strings (`"sink"`/`"diagonal"`, `"fro"`/`"nuclear"`); unknown names are skipped.
-pub fn verdict_doubling(t_min: usize, t_max: usize, fitted: &[(&str, &str, f64)]) -> String {
+/// Doubling grid `t_min, 2·t_min, …, ≤ t_max` (the sweep's grids).
+pub fn doubling(t_min: usize, t_max: usize) -> Vec<usize> {
     let mut grid = Vec::new();
     let mut t = t_min.max(2);
     while t <= t_max {
         grid.push(t);
         t *= 2;
     }
+    grid
+}
+
+/// The A5 sentence for fitted exponents named by strings (`"sink"`/`"diagonal"`,
+/// `"fro"`/`"nuclear"`; other names, e.g. whole-head costs, are skipped), each over its own
+/// doubling grid `t_min..=t_max`: the exact exponents, and per fit the exact curve's grid slope
+/// it must match. Call site (cost-scaling verdict): one tuple per exact orthonormal fit,
+/// `(pattern, norm, exponent, t_min, t_max)`.
+pub fn verdict_fits(fitted: &[(&str, &str, f64, usize, usize)]) -> String {
+    use std::fmt::Write as _;
     let parse = |p: &str, n: &str| {
         let p = match p {
             "sink" => Pattern::Sink,
@@ -259,11 +271,24 @@ pub fn verdict_doubling(t_min: usize, t_max: usize, fitted: &[(&str, &str, f64)]
         };
         Some((p, n))
     };
-    let f: Vec<(Pattern, NormKind, f64)> = fitted
-        .iter()
-        .filter_map(|&(p, n, e)| parse(p, n).map(|(p, n)| (p, n, e)))
-        .collect();
-    verdict(&grid, &f)
+    let mut s = verdict(&[], &[]);
+    for &(p, n, e, lo, hi) in fitted {
+        let Some((pat, norm)) = parse(p, n) else {
+            continue;
+        };
+        let g = grid_slope(pat, norm, &doubling(lo, hi));
+        let _ = write!(
+            s,
+            " Measured {pat}/{norm} T^{e:.3} over T = {lo}–{hi}; the exact curve's slope over that grid is {g:.3} (asymptote {}): {}.",
+            asymptotic_exponent(pat, norm),
+            if (e - g).abs() <= 0.01 {
+                "agrees"
+            } else {
+                "DISAGREES"
+            }
+        );
+    }
+    s
 }
 
 #[cfg(test)]
@@ -388,7 +413,10 @@ mod tests {
             NormKind::Nuclear,
             &[8, 16, 32, 64, 128, 256, 512],
         );
-        let v = verdict_doubling(8, 512, &[("diagonal", "nuclear", g)]);
+        let v = verdict_fits(&[
+            ("diagonal", "nuclear", g, 8, 512),
+            ("sink", "head_fro", 0.0, 8, 64),
+        ]);
         assert!(v.contains("agrees") && !v.contains("DISAGREES"), "{v}");
     }
 }
