@@ -62,6 +62,13 @@ pub fn verdict_markdown(fits: &[GroupFit]) -> String {
             }
         ));
     }
+    // Exact asymptotic exponents where closed forms exist (orthonormal, W_QK alone).
+    let exact: Vec<(&str, &str, f64, usize, usize)> = fits
+        .iter()
+        .filter(|f| f.source == "exact" && f.embedding == "orthonormal")
+        .map(|f| (f.pattern.as_str(), f.norm.as_str(), f.fit.exponent, f.t_min, f.t_max))
+        .collect();
+    md.push_str(&format!("\n{}\n", crate::cost::exact::verdict_fits(&exact)));
     md
 }
 
