@@ -313,7 +313,8 @@ fn real_models(
         writeln!(
             md,
             "Paper B's long traces: no run under `{}`. Make it with `sinklab secondary --long` ({} prompts × {} \
-             greedy tokens per model, models {:?}; resumable; see README for the measured time) and re-run the report.\n",
+             greedy tokens per model, models {:?}; resumable; measured: SmolLM2 28 min 39 s on 2 cores at load 11–14, \
+             about 4× that for a 0.5 B model) and re-run the report.\n",
             super::long::long_dir(&ctx.out_dir).display(),
             super::long::LONG_PROMPTS,
             super::long::LONG_GENERATE,
