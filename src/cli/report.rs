@@ -1,4 +1,8 @@
-//! `sinklab report [--out DIR] [--seed S] [--quick]`.
+//! `sinklab report [--out DIR] [--seed S] [--quick | --full]`.
+//!
+//! `--full` first runs (or resumes) the long studies — paper B's long greedy traces
+//! (`sinklab secondary --long`, tens of minutes per model on 2 cores) — into `out/`,
+//! then writes the same report, which includes their results when present.
 
 use anyhow::{Result, anyhow};
 use sinklab::report::{ReportCtx, write_report};
@@ -15,15 +19,37 @@ pub struct Args {
     /// Smaller checks and sims (minutes → seconds).
     #[arg(long)]
     quick: bool,
+    /// Also run (or resume) the long studies first: paper B's long traces on
+    /// `secondary::long::LONG_MODELS` (SmolLM2 measured at ≈ 29 min on 2 loaded cores;
+    /// about 4× that for Qwen2.5-Coder-0.5B). Resumable: rerun after an interruption.
+    #[arg(long, conflicts_with = "quick")]
+    full: bool,
 }
 
 pub fn run(a: Args) -> Result<i32> {
     let ctx = ReportCtx {
-        out_dir: a.out,
+        out_dir: a.out.clone(),
         seed: a.seed,
         quick: a.quick,
     };
     let t0 = std::time::Instant::now();
+    if a.full {
+        use sinklab::secondary::long;
+        let root = long::long_dir(&ctx.out_dir);
+        for m in long::LONG_MODELS {
+            let r = long::run_model(
+                m,
+                &root.join(m),
+                long::LONG_PROMPTS,
+                long::LONG_GENERATE,
+                ctx.seed,
+                &mut |l: &str| eprintln!("[{:>6.1}s] long {m}: {l}", t0.elapsed().as_secs_f64()),
+            );
+            if let Err(e) = r {
+                eprintln!("long study {m}: {e:#} (the report says it is missing)");
+            }
+        }
+    }
     let (path, outs, errs) = write_report(&ctx, |s| {
         eprintln!("[{:>6.1}s] {s}", t0.elapsed().as_secs_f64())
     })

@@ -88,7 +88,8 @@ pub fn check_budget(
                     one
                 };
                 if q.embedding == cost::EmbeddingKind::Trained {
-                    budget::training(q.t, q.d, q.d, 1, 0, 8, 8, crate::train::embeddings::STEPS).then(e)
+                    budget::training(q.t, q.d, q.d, 1, 0, 8, 8, crate::train::embeddings::STEPS)
+                        .then(e)
                 } else {
                     e
                 }

@@ -66,7 +66,15 @@ pub fn verdict_markdown(fits: &[GroupFit]) -> String {
     let exact: Vec<(&str, &str, f64, usize, usize)> = fits
         .iter()
         .filter(|f| f.source == "exact" && f.embedding == "orthonormal")
-        .map(|f| (f.pattern.as_str(), f.norm.as_str(), f.fit.exponent, f.t_min, f.t_max))
+        .map(|f| {
+            (
+                f.pattern.as_str(),
+                f.norm.as_str(),
+                f.fit.exponent,
+                f.t_min,
+                f.t_max,
+            )
+        })
         .collect();
     md.push_str(&format!("\n{}\n", crate::cost::exact::verdict_fits(&exact)));
     md
