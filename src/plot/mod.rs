@@ -227,7 +227,7 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), PlotError> {
 
 /// Writes the data file `<stem>.json` of `fig`, then draws the figure from the
 /// file's contents (so `sinklab plot <stem>.json` reproduces it byte for byte).
-/// Returns the SVG, PNG and data-file paths.
+/// Returns the SVG and PNG paths (the data file is always `<stem>.json`).
 pub fn render_figure(stem: &Path, fig: &Figure) -> Result<Vec<PathBuf>, PlotError> {
     mkdir(stem)?;
     let json_path = stem.with_extension("json");
@@ -237,13 +237,11 @@ pub fn render_figure(stem: &Path, fig: &Figure) -> Result<Vec<PathBuf>, PlotErro
         path: json_path.clone(),
         msg,
     })?;
-    let mut out = draw(stem, &back, &Options::default())?;
-    out.push(json_path);
-    Ok(out)
+    draw(stem, &back, &Options::default())
 }
 
 /// Draws `panels` (at most [`MAX_COLUMNS`] a row) under `title` into `stem.svg`
-/// and `stem.png`, with the data in `stem.json`; returns the three paths.
+/// and `stem.png`, with the data in `stem.json`; returns the SVG and PNG paths.
 pub fn render(stem: &Path, title: &str, panels: &[Panel]) -> Result<Vec<PathBuf>, PlotError> {
     let finite = panels.iter().any(|p| {
         p.series
@@ -262,7 +260,8 @@ pub fn render(stem: &Path, title: &str, panels: &[Panel]) -> Result<Vec<PathBuf>
     )
 }
 
-/// Draws a heat-map into `stem.svg` and `stem.png`, with its data in `stem.json`.
+/// Draws a heat-map into `stem.svg` and `stem.png`, with its data in `stem.json`;
+/// returns the SVG and PNG paths.
 pub fn render_heatmap(stem: &Path, h: &Heatmap) -> Result<Vec<PathBuf>, PlotError> {
     if !h.values.iter().flatten().any(|v| v.is_finite()) {
         return Err(PlotError::Empty(stem.display().to_string()));
@@ -310,7 +309,8 @@ mod tests {
             series: vec![s],
         };
         let files = render(&dir.path().join("fig"), "test", &[p.clone(), p]).unwrap();
-        assert_eq!(files.len(), 3);
+        assert_eq!(files.len(), 2);
+        assert!(dir.path().join("fig.json").exists());
         for f in &files {
             assert!(std::fs::metadata(f).unwrap().len() > 500, "{f:?} too small");
         }
@@ -321,7 +321,8 @@ mod tests {
             values: vec![vec![0.0, 1.0], vec![f64::NAN, 0.5]],
         };
         let files = render_heatmap(&dir.path().join("heat"), &h).unwrap();
-        assert_eq!(files.len(), 3);
+        assert_eq!(files.len(), 2);
+        assert!(dir.path().join("heat.json").exists());
         let empty = Panel {
             series: vec![Series::new("x", vec![(f64::NAN, 1.0)], Style::Line, 0)],
             ..Default::default()
