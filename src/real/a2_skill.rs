@@ -6,7 +6,7 @@
 //! $x_i + N_{\rm post}(\text{attn}_i)$; post-norm BERT: the sum before its LayerNorm). For head
 //! h write $z_i = b_i + c_i$, with $c_i$ the head's own contribution and $b_i$ everything else
 //! (the residual and the other heads, which do not depend on h's pattern). Replacing h's
-//! pattern by the identity gives $c_i = u_i := D_i W_O^{[:,h]} v_i$ (its value at the query
+//! pattern by the identity gives $c_i = u_i := D_i W_O^{\[:,h\]} v_i$ (its value at the query
 //! itself); by dense attention, $\bar u$ (bidirectional §7 model, $n \to \infty$). Here $D_i = I$,
 //! except for Gemma where $D_i = \text{diag}(g)/\text{rms}(\text{attn}^{\rm pre}_i)$ freezes the
 //! post-attention norm's scale at its real value (a linearisation, stated). With

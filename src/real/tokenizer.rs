@@ -23,7 +23,7 @@ use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 /// Whether to put a BOS token first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 pub enum Bos {
-    /// The model's own default (GGUF `add_bos_token`, BERT's [CLS] … [SEP] template).
+    /// The model's own default (GGUF `add_bos_token`, BERT's `[CLS] … [SEP]` template).
     Auto,
     /// Always prepend BOS (if not already first).
     Yes,
@@ -39,7 +39,7 @@ pub struct Tok {
     pub bos_id: Option<u32>,
     /// Whether BOS is added by default.
     pub add_bos: bool,
-    /// Special tokens come from a post-processor template (BERT's [CLS] … [SEP]).
+    /// Special tokens come from a post-processor template (BERT's `[CLS] … [SEP]`).
     pub template: bool,
 }
 
