@@ -276,3 +276,103 @@ fn shards_merge_into_the_full_sweep() {
         .unwrap();
     assert!(!st.status.success());
 }
+
+/// Runs `sinklab sweep` and asserts success.
+fn sweep_ok(args: &[&str]) {
+    let st = bin().arg("sweep").args(args).output().unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+}
+
+fn sh(program: &str, script: &Path, env: &[(&str, String)]) -> std::process::Output {
+    let mut c = Command::new(program);
+    c.arg(script);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+#[test]
+fn emitted_manifest_and_slurm_jobs_reproduce_the_unsharded_fit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write_spec(tmp.path());
+    let spec_s = spec.to_str().unwrap();
+    let direct = tmp.path().join("direct");
+    sweep_ok(&[spec_s, "--out", direct.to_str().unwrap()]);
+    let want = std::fs::read(direct.join("fit.json")).unwrap();
+
+    // Manifest: one command a line, run here one after the other, then merge.sh.
+    let man = tmp.path().join("with space");
+    sweep_ok(&[
+        spec_s,
+        "--out",
+        man.to_str().unwrap(),
+        "--emit",
+        "manifest",
+        "--shards",
+        "3",
+    ]);
+    assert!(
+        !man.join("results.jsonl").exists(),
+        "--emit must not compute"
+    );
+    let lines = std::fs::read_to_string(man.join("jobs/shards.txt")).unwrap();
+    assert_eq!(lines.lines().count(), 3);
+    for l in lines.lines() {
+        let o = Command::new("sh").arg("-c").arg(l).output().unwrap();
+        assert!(
+            o.status.success(),
+            "{l}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let o = sh("sh", &man.join("jobs/merge.sh"), &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(man.join("fit.json")).unwrap(), want);
+
+    // Slurm: the array script run as tasks 0..2, then the merge script.
+    let sl = tmp.path().join("slurm");
+    sweep_ok(&[
+        spec_s,
+        "--out",
+        sl.to_str().unwrap(),
+        "--emit",
+        "slurm",
+        "--shards",
+        "2",
+    ]);
+    let script = sl.join("jobs/sweep.sbatch");
+    let text = std::fs::read_to_string(&script).unwrap();
+    assert!(text.contains("#SBATCH --array=0-1"), "{text}");
+    assert!(sl.join("jobs/submit.sh").exists());
+    // Outside an array job the script refuses to guess a task.
+    assert!(!sh("bash", &script, &[]).status.success());
+    for i in 0..2 {
+        let o = sh("bash", &script, &[("SLURM_ARRAY_TASK_ID", i.to_string())]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let o = sh("bash", &sl.join("jobs/merge.sbatch"), &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(sl.join("fit.json")).unwrap(), want);
+
+    // Bad requests are refused.
+    for bad in [
+        vec![spec_s, "--emit", "slurm"],
+        vec![spec_s, "--emit", "pbs", "--shards", "2"],
+        vec![spec_s, "--emit", "manifest", "--shards", "0"],
+    ] {
+        assert!(
+            !bin()
+                .arg("sweep")
+                .args(&bad)
+                .output()
+                .unwrap()
+                .status
+                .success()
+        );
+    }
+}

@@ -1,4 +1,5 @@
-//! `sinklab sweep sims/<name>.toml [--out DIR] [--shard i/N] [--threads K]` and
+//! `sinklab sweep sims/<name>.toml [--out DIR] [--shard i/N] [--threads K]`,
+//! `sinklab sweep sims/<name>.toml --emit manifest|slurm --shards N [--out DIR]` and
 //! `sinklab merge --out DIR SHARD_DIR...`.
 
 use anyhow::{Context, Result};
@@ -34,6 +35,14 @@ pub struct Args {
     /// Time limit of a single point's lower-bound estimate (e.g. 12h; default 1h).
     #[arg(long)]
     max_time: Option<String>,
+    /// Write job files instead of computing: `manifest` (OUT/jobs/shards.txt, one command a
+    /// shard, for GNU parallel or any job array, + merge.sh) or `slurm` (OUT/jobs/sweep.sbatch
+    /// array job, merge.sbatch, submit.sh).
+    #[arg(long, requires = "shards", conflicts_with = "shard")]
+    emit: Option<sinklab::sweep::jobs::JobKind>,
+    /// Number of shards of --emit.
+    #[arg(long, requires = "emit")]
+    shards: Option<usize>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -69,6 +78,35 @@ pub fn run(a: Args) -> Result<i32> {
     });
     if let Some(k) = a.threads {
         sinklab::budget::check_threads(k)?;
+    }
+    if let (Some(kind), Some(shards)) = (a.emit, a.shards) {
+        let plan = sinklab::sweep::jobs::JobPlan {
+            exe: std::env::current_exe().context("locating the sinklab executable")?,
+            spec: a.spec.clone(),
+            out: out.clone(),
+            shards,
+            threads: a.threads,
+            bootstrap: spec.bootstrap,
+            seed: a.seed,
+            name: spec.name.clone(),
+        }
+        .normalised()?;
+        for p in plan.write(kind)? {
+            println!("wrote {}", p.display());
+        }
+        let jobs = plan.out.join("jobs");
+        match kind {
+            sinklab::sweep::jobs::JobKind::Manifest => eprintln!(
+                "run: parallel < {0}/shards.txt && sh {0}/merge.sh  ({shards} shards, each into {1}/shard<i>)",
+                jobs.display(),
+                plan.out.display()
+            ),
+            sinklab::sweep::jobs::JobKind::Slurm => eprintln!(
+                "run: sh {}/submit.sh  (array of {shards} tasks, then the merge once all succeeded)",
+                jobs.display()
+            ),
+        }
+        return Ok(0);
     }
     let budget = sinklab::budget::Budget::with(a.max_mem.as_deref(), a.max_time.as_deref())?;
     let threads = a.threads.unwrap_or_else(rayon::current_num_threads);

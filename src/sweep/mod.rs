@@ -20,10 +20,14 @@
 //! - **Order.** [`read_records`] returns records sorted by (point id, part), so everything
 //!   computed from them is the same whatever the thread count, interruptions or merge order.
 //!
+//! - **Beyond one machine.** [`jobs`] writes the job files (a plain manifest or a Slurm
+//!   array script) that run the `N` shards elsewhere and merge them.
+//!
 //! The one experiment today is the cost-scaling sweep of claim A5, [`cost_scaling`].
 
 pub mod cost_scaling;
 mod engine;
+pub mod jobs;
 pub mod lock;
 mod results;
 mod shard;
