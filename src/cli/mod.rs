@@ -8,6 +8,7 @@ mod cost;
 mod fetch;
 mod plot;
 mod real;
+mod real_batch;
 mod report;
 mod secondary;
 mod sweep;

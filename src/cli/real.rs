@@ -1,5 +1,6 @@
 //! `sinklab real --model <name|path> (--text S | --file F | --tokens IDS) [--bos auto|yes|no] [--json]`
-//! and `sinklab real --activations F`.
+//! `sinklab real --model M --file inputs.jsonl [--results R.jsonl]` (many inputs, one load:
+//! [`super::real_batch`]) and `sinklab real --activations F`.
 
 use anyhow::{Context, Result, bail};
 use sinklab::real::tokenizer::{Bos, apply_bos};
@@ -14,9 +15,14 @@ pub struct Args {
     /// Input text.
     #[arg(long, conflicts_with_all = ["file", "tokens"])]
     text: Option<String>,
-    /// Input text file.
+    /// Input text file; a `.jsonl` file is many inputs, one per line (a JSON string, an array
+    /// of token ids, or {"text"|"tokens", "id"}), run through one loaded model with a progress
+    /// bar into --results, one JSON line per input (resumable).
     #[arg(long, conflicts_with = "tokens")]
     file: Option<PathBuf>,
+    /// Results of a `.jsonl` --file (default: <file stem>.results.jsonl beside it).
+    #[arg(long, requires = "file")]
+    results: Option<PathBuf>,
     /// Token ids, comma or space separated.
     #[arg(long)]
     tokens: Option<String>,
@@ -49,7 +55,21 @@ pub fn run(a: Args) -> Result<i32> {
     }
     let name = a.model.as_deref().unwrap_or_default();
     let path = fetch::resolve(name)?;
+    let batch = a
+        .file
+        .as_ref()
+        .filter(|f| f.extension().is_some_and(|e| e == "jsonl"));
+    if let Some(f) = batch {
+        if a.json {
+            bail!("--json prints one report; a .jsonl --file writes its reports to --results");
+        }
+        // Validate the whole input before loading the model.
+        super::real_batch::read_inputs(f, "")?;
+    }
     let lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
+    if let Some(f) = batch {
+        return super::real_batch::run(&lm, &path, f, a.results.clone(), a.bos, a.a1, a.a2);
+    }
     let tokens: Vec<u32> = if let Some(t) = &a.tokens {
         let mut ids: Vec<u32> = t
             .split(|c: char| c == ',' || c.is_whitespace())
