@@ -192,3 +192,58 @@ fn model_study_outputs_agree_with_its_records() {
     assert_eq!(patches.as_array().unwrap().len(), st.patches.len());
     assert!(figs.iter().all(|f| f.exists()), "{figs:?}");
 }
+
+/// The BOS policy of a study reaches the prompts: on SmolLM2 (whose default adds no BOS)
+/// `Bos::Yes` puts the model's BOS id first and `Bos::Auto` does not; `long::model_dir`
+/// keeps runs of different policies apart.
+#[test]
+fn study_bos_policy_reaches_the_prompt() {
+    use sinklab::real::tokenizer::Bos;
+    use sinklab::real::{fetch, load};
+    use sinklab::secondary::run::{StudyOptions, study};
+    use sinklab::secondary::{DetectorParams, long};
+    let Some(path) = fetch::cached("smollm2") else {
+        let msg = "model `smollm2` not in the cache (run `sinklab fetch smollm2`)";
+        assert!(
+            std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
+            "{msg}"
+        );
+        eprintln!("SKIP: {msg}");
+        return;
+    };
+    let lm = load(&path).unwrap();
+    let bos_id = lm.model.cfg.bos_id.expect("SmolLM2 has a BOS id");
+    let texts = vec!["Compute 17 times 23 step by step.".to_string()];
+    let mut lens = Vec::new();
+    let mut heads = Vec::new();
+    for bos in [Bos::Auto, Bos::Yes] {
+        let ids = tempfile::tempdir().unwrap();
+        let o = StudyOptions {
+            generate: 1,
+            boot: 50,
+            bos,
+            ids_dir: Some(ids.path().to_path_buf()),
+            ..StudyOptions::default()
+        };
+        let st = study(
+            &lm,
+            &texts,
+            &DetectorParams::default(),
+            &o,
+            &mut |_: &str| {},
+        )
+        .unwrap();
+        lens.push(st.seq_tokens[0]);
+        let kept: Vec<u32> =
+            serde_json::from_str(&std::fs::read_to_string(ids.path().join("seq_0.json")).unwrap())
+                .unwrap();
+        heads.push(kept[0]);
+    }
+    // Bos::Yes puts the BOS id first (one token more); Auto leaves SmolLM2's prompt as it is.
+    assert_eq!(heads[1], bos_id);
+    assert_ne!(heads[0], bos_id);
+    assert_eq!(lens[1], lens[0] + 1);
+    let root = std::path::Path::new("/r");
+    assert_eq!(long::model_dir(root, "m", Bos::Auto), root.join("m"));
+    assert_eq!(long::model_dir(root, "m", Bos::Yes), root.join("m+bos-yes"));
+}

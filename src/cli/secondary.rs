@@ -68,6 +68,10 @@ pub struct Args {
     /// New tokens per prompt in --long.
     #[arg(long, default_value_t = sinklab::secondary::long::LONG_GENERATE)]
     long_generate: usize,
+    /// BOS policy of the prompts: the model's default, always, never (a run with a
+    /// non-default policy goes to `<model>+bos-yes|no`).
+    #[arg(long, value_enum, default_value_t = sinklab::real::tokenizer::Bos::Auto)]
+    bos: sinklab::real::tokenizer::Bos,
     /// Scan every layer instead of the window from the BOS-norm jumps.
     #[arg(long)]
     no_window: bool,
@@ -173,13 +177,14 @@ pub fn run(a: Args) -> Result<i32> {
         );
         let mut failed = 0;
         for m in &a.models {
-            let dir = root.join(m);
-            let r = sinklab::secondary::long::run_model(
+            let dir = sinklab::secondary::long::model_dir(&root, m, a.bos);
+            let r = sinklab::secondary::long::run_model_with_bos(
                 m,
                 &dir,
                 a.long_prompts,
                 a.long_generate,
                 a.seed,
+                a.bos,
                 &mut |l: &str| eprintln!("{l}"),
             );
             if let Err(e) = r {
@@ -255,6 +260,7 @@ pub fn run(a: Args) -> Result<i32> {
             Vec::new()
         },
         ids_dir: None,
+        bos: a.bos,
     };
     let st = study(&lm, &texts, &p, &opts, &mut |line: &str| {
         if line.contains("analysed") {

@@ -6,6 +6,7 @@
 
 use super::detector::{DetectorParams, LabelRule};
 use super::run::{RunError, StudyOptions, standard_variants, study, write_outputs};
+use crate::real::tokenizer::Bos;
 use crate::real::{fetch, load};
 use std::path::{Path, PathBuf};
 
@@ -72,6 +73,29 @@ pub fn run_model(
     seed: u64,
     progress: &mut dyn FnMut(&str),
 ) -> Result<(), RunError> {
+    run_model_with_bos(model, dir, n_prompts, generate, seed, Bos::Auto, progress)
+}
+
+/// Directory of one model's long run: `root/<model>`, or `root/<model>+bos-yes|no` when the
+/// BOS policy is not the model's default (so runs of different policies never share ids).
+pub fn model_dir(root: &Path, model: &str, bos: Bos) -> PathBuf {
+    match bos {
+        Bos::Auto => root.join(model),
+        Bos::Yes => root.join(format!("{model}+bos-yes")),
+        Bos::No => root.join(format!("{model}+bos-no")),
+    }
+}
+
+/// [`run_model`] with an explicit BOS policy for the prompts.
+pub fn run_model_with_bos(
+    model: &str,
+    dir: &Path,
+    n_prompts: usize,
+    generate: usize,
+    seed: u64,
+    bos: Bos,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(), RunError> {
     let texts: Vec<String> = prompts().into_iter().take(n_prompts).collect();
     if finished(dir, texts.len(), generate) {
         progress(&format!("{model}: finished run found in {}", dir.display()));
@@ -90,6 +114,7 @@ pub fn run_model(
         seed,
         variants,
         ids_dir: Some(dir.join("ids")),
+        bos,
         ..StudyOptions::default()
     };
     let t0 = std::time::Instant::now();

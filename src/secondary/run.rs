@@ -62,6 +62,9 @@ pub struct StudyOptions {
     /// Where generated token ids are kept (`seq_{k}.json`), so that a long run resumes
     /// without regenerating; `None`: keep nothing.
     pub ids_dir: Option<PathBuf>,
+    /// BOS policy of the prompts (`Auto`: the model's own default; Qwen's adds none, so its
+    /// first position is then an ordinary prompt token).
+    pub bos: Bos,
 }
 
 impl Default for StudyOptions {
@@ -74,6 +77,7 @@ impl Default for StudyOptions {
             last: LastLayer::FinalNorm,
             variants: Vec::new(),
             ids_dir: None,
+            bos: Bos::Auto,
         }
     }
 }
@@ -176,7 +180,7 @@ pub fn study(
         std::fs::create_dir_all(d).map_err(io(d))?;
     }
     for (k, text) in texts.iter().enumerate() {
-        let prompt = tok.encode(text, Bos::Auto)?;
+        let prompt = tok.encode(text, o.bos)?;
         if prompt.len() < 2 {
             return Err(RunError::Invalid(format!(
                 "prompt {k} encodes to {} token(s); the detector needs a BOS and at least one more",
