@@ -21,7 +21,7 @@ const TEXTS: &[&str] = &[
     "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n",
 ];
 
-fn write_hf_dir(m: &sinklab::real::model::Model, dir: &Path) {
+fn write_hf_dir(m: &sinklab::real::model::Pretrained, dir: &Path) {
     let fx = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/smollm2_hf");
     for f in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
         std::fs::copy(fx.join(f), dir.join(f)).unwrap();
@@ -40,8 +40,8 @@ fn write_hf_dir(m: &sinklab::real::model::Model, dir: &Path) {
         vec![c.vocab, c.d_model],
         &m.embed,
     );
-    let gain = |n: &Option<sinklab::real::model::Norm>| match n {
-        Some(sinklab::real::model::Norm::Rms { w, .. }) => w.clone(),
+    let gain = |n: &Option<sinklab::real::model::NormLayer>| match n {
+        Some(sinklab::real::model::NormLayer::Rms { w, .. }) => w.clone(),
         _ => panic!("SmolLM2 uses RMSNorm"),
     };
     put(

@@ -210,7 +210,7 @@ fn statistics_are_consistent_with_captured_tensors() {
     impl sinklab::real::forward::LayerObserver for Both<'_> {
         fn layer(
             &mut self,
-            m: &sinklab::real::model::Model,
+            m: &sinklab::real::model::Pretrained,
             t: &sinklab::real::forward::LayerTensors<'_>,
         ) {
             self.0.layer(m, t);

@@ -54,7 +54,7 @@ struct Both<'a>(
 impl LayerObserver for Both<'_> {
     fn layer(
         &mut self,
-        m: &sinklab::real::model::Model,
+        m: &sinklab::real::model::Pretrained,
         t: &sinklab::real::forward::LayerTensors<'_>,
     ) {
         self.0.layer(m, t);

@@ -30,7 +30,7 @@
 use super::RealError;
 use super::capture::{Capture, Captured};
 use super::forward::{Intervention, KvCache, Replace, linear};
-use super::model::{Model, Norm};
+use super::model::{NormLayer, Pretrained};
 use super::stats::mean_pairwise_cos;
 
 /// |Δcos| at or below which a head has no measured effect. Mean cosines are averages of
@@ -113,11 +113,11 @@ pub fn predict(b: &[Vec<f64>], u: &[Vec<f64>]) -> (f64, f64) {
 
 /// Pre-norm sum of the heads' outputs through W_O and the post-attention norm's frozen scale
 /// $D_i$ per token (Gemma), else ones.
-fn frozen_scale(m: &Model, l: usize, head_out: &[f32], t: usize) -> Vec<Vec<f64>> {
+fn frozen_scale(m: &Pretrained, l: usize, head_out: &[f32], t: usize) -> Vec<Vec<f64>> {
     let ly = &m.layers[l];
     let d = m.cfg.d_model;
     match &ly.post_attn_norm {
-        Some(Norm::Rms { w, eps }) if !m.cfg.post_norm => {
+        Some(NormLayer::Rms { w, eps }) if !m.cfg.post_norm => {
             let pre = linear(head_out, t, &ly.wo);
             (0..t)
                 .map(|i| {
@@ -133,7 +133,10 @@ fn frozen_scale(m: &Model, l: usize, head_out: &[f32], t: usize) -> Vec<Vec<f64>
 }
 
 /// Runs the per-head analysis on `tokens`.
-pub fn analyze(m: &Model, tokens: &[u32]) -> Result<(Vec<HeadSkill>, SkillSummary), RealError> {
+pub fn analyze(
+    m: &Pretrained,
+    tokens: &[u32],
+) -> Result<(Vec<HeadSkill>, SkillSummary), RealError> {
     let c = &m.cfg;
     let (d, dh, h, hk) = (c.d_model, c.head_dim, c.n_head, c.n_kv_head);
     let t = tokens.len();
@@ -145,7 +148,7 @@ pub fn analyze(m: &Model, tokens: &[u32]) -> Result<(Vec<HeadSkill>, SkillSummar
     if let Some(l) = m
         .layers
         .iter()
-        .position(|ly| !c.post_norm && matches!(ly.post_attn_norm, Some(Norm::Layer { .. })))
+        .position(|ly| !c.post_norm && matches!(ly.post_attn_norm, Some(NormLayer::Layer { .. })))
     {
         return Err(RealError::Input(format!(
             "A2: layer {l} has a LayerNorm after attention, whose frozen-scale linearisation is not implemented"

@@ -3,7 +3,7 @@
 
 use super::capture::{Capture, Captured};
 use super::forward::LayerObserver;
-use super::model::{Arch, Config, Model, Norm};
+use super::model::{Arch, Config, NormLayer, Pretrained};
 use super::stats::{LayerStats, StatsObserver};
 use super::{LoadedModel, RealError};
 use faer::Mat;
@@ -60,9 +60,9 @@ pub struct RealReport {
     pub a2_skill: Option<super::a2_skill::SkillSummary>,
 }
 
-fn gain(n: &Option<Norm>, d: usize) -> Vec<f64> {
+fn gain(n: &Option<NormLayer>, d: usize) -> Vec<f64> {
     match n {
-        Some(Norm::Rms { w, .. }) | Some(Norm::Layer { w, .. }) => {
+        Some(NormLayer::Rms { w, .. }) | Some(NormLayer::Layer { w, .. }) => {
             w.iter().map(|&v| v as f64).collect()
         }
         None => vec![1.0; d],
@@ -78,7 +78,7 @@ pub fn thin_product_singular_values(a: &Mat<f64>, b: &Mat<f64>) -> Vec<f64> {
 }
 
 /// Per-head costs of every layer.
-pub fn head_costs(m: &Model) -> Vec<HeadCost> {
+pub fn head_costs(m: &Pretrained) -> Vec<HeadCost> {
     let c: &Config = &m.cfg;
     let (d, dh, h, hk) = (c.d_model, c.head_dim, c.n_head, c.n_kv_head);
     let mut out = Vec::new();
@@ -131,7 +131,7 @@ pub fn analyze(
         b: &'a mut dyn LayerObserver,
     }
     impl LayerObserver for Both<'_> {
-        fn layer(&mut self, m: &Model, t: &super::forward::LayerTensors<'_>) {
+        fn layer(&mut self, m: &Pretrained, t: &super::forward::LayerTensors<'_>) {
             self.a.layer(m, t);
             self.c.layer(m, t);
             self.b.layer(m, t);

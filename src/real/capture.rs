@@ -11,7 +11,7 @@
 //! ```
 
 use super::forward::{LayerObserver, LayerTensors};
-use super::model::Model;
+use super::model::Pretrained;
 
 /// Which tensors to keep, per layer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -137,7 +137,7 @@ impl Captured {
 }
 
 impl LayerObserver for Captured {
-    fn layer(&mut self, m: &Model, t: &LayerTensors<'_>) {
+    fn layer(&mut self, m: &Pretrained, t: &LayerTensors<'_>) {
         let c = &m.cfg;
         if self.layers.len() <= t.layer {
             self.layers.resize(t.layer + 1, LayerCapture::default());

@@ -10,7 +10,7 @@
 //! memory stays O(model + T·d + H·T²) for one layer at a time.
 
 use super::RealError;
-use super::model::{Act, Linear, Model, Norm, Rope};
+use super::model::{Act, Linear, NormLayer, Pretrained, Rope};
 use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
@@ -72,15 +72,15 @@ pub struct LayerTensors<'a> {
 /// Receives each layer's tensors during the forward pass.
 pub trait LayerObserver {
     /// Called once per layer, in order.
-    fn layer(&mut self, m: &Model, t: &LayerTensors<'_>);
+    fn layer(&mut self, m: &Pretrained, t: &LayerTensors<'_>);
 }
 
 impl LayerObserver for () {
-    fn layer(&mut self, _: &Model, _: &LayerTensors<'_>) {}
+    fn layer(&mut self, _: &Pretrained, _: &LayerTensors<'_>) {}
 }
 
 impl<A: LayerObserver, B: LayerObserver> LayerObserver for (A, B) {
-    fn layer(&mut self, m: &Model, t: &LayerTensors<'_>) {
+    fn layer(&mut self, m: &Pretrained, t: &LayerTensors<'_>) {
         self.0.layer(m, t);
         self.1.layer(m, t);
     }
@@ -188,7 +188,7 @@ fn rope(x: &mut [f32], n_heads: usize, head_dim: usize, pos0: usize, r: &Rope, s
 }
 
 /// Per-head norm on `[T, n_heads·dim]`.
-fn head_norm(x: &mut [f32], n: &Norm) {
+fn head_norm(x: &mut [f32], n: &NormLayer) {
     n.apply(x); // rows of width `dim` are exactly the heads
 }
 
@@ -201,7 +201,7 @@ pub struct Output {
     pub normed: Vec<f32>,
 }
 
-impl Model {
+impl Pretrained {
     /// Embeds `tokens` at absolute positions `pos0..`.
     pub fn embed(&self, tokens: &[u32], pos0: usize) -> Result<Vec<f32>, RealError> {
         let d = self.cfg.d_model;

@@ -3,7 +3,7 @@
 //! which conventions (e.g. the Llama-only q/k row permutation) is [`super::arch`]'s business.
 
 use super::RealError;
-use super::model::{Linear, Model};
+use super::model::{Linear, Pretrained};
 use candle_core::quantized::gguf_file::{Content, Value};
 use std::fs::File;
 use std::io::BufReader;
@@ -237,6 +237,6 @@ pub fn value_usize(v: &Value) -> Option<usize> {
 pub use super::arch::llama::unpermute_rows;
 
 /// Loads a GGUF model; see [`super::arch::load_gguf`].
-pub fn load(path: &Path) -> Result<Model, RealError> {
+pub fn load(path: &Path) -> Result<Pretrained, RealError> {
     super::arch::load_gguf(path)
 }

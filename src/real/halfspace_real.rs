@@ -13,7 +13,7 @@
 
 use super::RealError;
 use super::capture::{Capture, Captured};
-use super::model::Model;
+use super::model::Pretrained;
 
 /// The A1 inputs of one layer (f64 rows).
 #[derive(Debug, Clone)]
@@ -43,7 +43,7 @@ pub struct A1Corollary {
 }
 
 /// Collects the A1 inputs of every layer on `tokens`.
-pub fn inputs(m: &Model, tokens: &[u32]) -> Result<Vec<A1Inputs>, RealError> {
+pub fn inputs(m: &Pretrained, tokens: &[u32]) -> Result<Vec<A1Inputs>, RealError> {
     if tokens.len() < 2 {
         return Err(RealError::Input("A1 needs at least 2 tokens".into()));
     }
@@ -56,7 +56,7 @@ pub fn inputs(m: &Model, tokens: &[u32]) -> Result<Vec<A1Inputs>, RealError> {
 }
 
 /// The A1 inputs from a capture holding `hidden_in` of every layer.
-pub fn inputs_from(m: &Model, cap: &Captured, t: usize) -> Vec<A1Inputs> {
+pub fn inputs_from(m: &Pretrained, cap: &Captured, t: usize) -> Vec<A1Inputs> {
     let d = m.cfg.d_model;
     m.layers
         .iter()

@@ -30,7 +30,7 @@
 
 use super::RealError;
 use super::forward::{LayerObserver, LayerTensors};
-use super::model::Model;
+use super::model::Pretrained;
 use crate::geometry::hull::{HullVerdict, hull_verdict};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -82,7 +82,7 @@ pub struct Pool {
 }
 
 impl LayerObserver for Pool {
-    fn layer(&mut self, _: &Model, t: &LayerTensors<'_>) {
+    fn layer(&mut self, _: &Pretrained, t: &LayerTensors<'_>) {
         let l = t.layer;
         if self.x_in.len() <= l {
             self.x_in.resize(l + 1, Vec::new());
@@ -100,7 +100,7 @@ impl LayerObserver for Pool {
 impl Pool {
     /// Runs the model on each token sequence (each must start with the sink token) and keeps
     /// the layer inputs, queries and keys.
-    pub fn collect(m: &Model, texts: &[Vec<u32>]) -> Result<Pool, RealError> {
+    pub fn collect(m: &Pretrained, texts: &[Vec<u32>]) -> Result<Pool, RealError> {
         let c = &m.cfg;
         let mut p = Pool {
             d: c.d_model,
@@ -596,7 +596,7 @@ pub struct ModelA1 {
 /// Runs the pooled A1 analysis on `texts` (token ids, sink first); `layer_hull` also runs the
 /// convex tests on the layer inputs (d-dimensional, the costlier part).
 pub fn analyze(
-    m: &Model,
+    m: &Pretrained,
     texts: &[Vec<u32>],
     o: A1Options,
     layer_hull: bool,

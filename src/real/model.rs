@@ -33,7 +33,7 @@ pub enum Arch {
 
 /// Normalisation layer.
 #[derive(Debug, Clone)]
-pub enum Norm {
+pub enum NormLayer {
     /// `x · w / sqrt(mean(x²) + eps)`.
     Rms {
         /// Gain (for Gemma it already includes the `+1`).
@@ -52,11 +52,11 @@ pub enum Norm {
     },
 }
 
-impl Norm {
+impl NormLayer {
     /// Normalises each row of a row-major `[rows, w.len()]` buffer in place.
     pub fn apply(&self, x: &mut [f32]) {
         match self {
-            Norm::Rms { w, eps } => {
+            NormLayer::Rms { w, eps } => {
                 for row in x.chunks_mut(w.len()) {
                     let ms = row.iter().map(|v| v * v).sum::<f32>() / w.len() as f32;
                     let r = 1.0 / (ms + eps).sqrt();
@@ -65,7 +65,7 @@ impl Norm {
                     }
                 }
             }
-            Norm::Layer { w, b, eps } => {
+            NormLayer::Layer { w, b, eps } => {
                 let n = w.len() as f32;
                 for row in x.chunks_mut(w.len()) {
                     let mean = row.iter().sum::<f32>() / n;
@@ -81,7 +81,7 @@ impl Norm {
     /// Width.
     pub fn dim(&self) -> usize {
         match self {
-            Norm::Rms { w, .. } | Norm::Layer { w, .. } => w.len(),
+            NormLayer::Rms { w, .. } | NormLayer::Layer { w, .. } => w.len(),
         }
     }
 }
@@ -171,7 +171,7 @@ pub fn default_inv_freq(base: f32, dim: usize) -> Vec<f32> {
 #[derive(Debug, Clone)]
 pub struct Layer {
     /// Pre-attention norm (None for post-norm BERT).
-    pub attn_norm: Option<Norm>,
+    pub attn_norm: Option<NormLayer>,
     /// Query projection `[H·d_head, d]`.
     pub wq: Linear,
     /// Key projection `[H_kv·d_head, d]`.
@@ -181,15 +181,15 @@ pub struct Layer {
     /// Output projection `[d, H·d_head]`.
     pub wo: Linear,
     /// Per-head RMSNorm on queries (Gemma 3).
-    pub q_norm: Option<Norm>,
+    pub q_norm: Option<NormLayer>,
     /// Per-head RMSNorm on keys (Gemma 3).
-    pub k_norm: Option<Norm>,
+    pub k_norm: Option<NormLayer>,
     /// Norm applied to the attention output before the residual add (Gemma 3), or after the add (BERT).
-    pub post_attn_norm: Option<Norm>,
+    pub post_attn_norm: Option<NormLayer>,
     /// Pre-MLP norm.
-    pub ffn_norm: Option<Norm>,
+    pub ffn_norm: Option<NormLayer>,
     /// Norm on the MLP output before the residual add (Gemma 3), or after the add (BERT).
-    pub post_ffn_norm: Option<Norm>,
+    pub post_ffn_norm: Option<NormLayer>,
     /// Gate projection of a gated MLP.
     pub gate: Option<Linear>,
     /// Up projection.
@@ -243,7 +243,7 @@ pub struct Config {
 
 /// A loaded model.
 #[derive(Debug, Clone)]
-pub struct Model {
+pub struct Pretrained {
     /// Hyper-parameters.
     pub cfg: Config,
     /// Token embeddings, row-major `[vocab, d]`.
@@ -253,18 +253,18 @@ pub struct Model {
     /// Token-type-0 embedding (BERT), length d.
     pub type_embed: Option<Vec<f32>>,
     /// Norm right after the embeddings (BERT).
-    pub embed_norm: Option<Norm>,
+    pub embed_norm: Option<NormLayer>,
     /// Blocks.
     pub layers: Vec<Layer>,
     /// Final norm before the LM head (decoders).
-    pub final_norm: Option<Norm>,
+    pub final_norm: Option<NormLayer>,
     /// LM head `[vocab, d]`; None with a decoder means tied to `embed`.
     pub lm_head: Option<Linear>,
     /// Has a language-model head (decoders).
     pub has_lm_head: bool,
 }
 
-impl Model {
+impl Pretrained {
     /// Checks shapes and finiteness; `path` names the file in the error.
     pub fn validate(&self, path: &Path) -> Result<(), RealError> {
         let c = &self.cfg;

@@ -12,7 +12,7 @@
 use super::RealError;
 use super::capture::{Capture, Captured};
 use super::forward::{Intervention, KvCache, Replace};
-use super::model::Model;
+use super::model::Pretrained;
 use super::stats::mean_pairwise_cos;
 use faer::Mat;
 
@@ -89,7 +89,7 @@ pub fn noise_trace_identity(fo: &Mat<f64>, fv: &Mat<f64>, sigma: &Mat<f64>) -> f
 }
 
 /// Runs the per-head A2 analysis on `tokens` (decoders and encoders alike).
-pub fn analyze(m: &Model, tokens: &[u32]) -> Result<(Vec<HeadA2>, A2Summary), RealError> {
+pub fn analyze(m: &Pretrained, tokens: &[u32]) -> Result<(Vec<HeadA2>, A2Summary), RealError> {
     let c = &m.cfg;
     let (d, dh, h, hk) = (c.d_model, c.head_dim, c.n_head, c.n_kv_head);
     let t = tokens.len();

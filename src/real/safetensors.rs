@@ -3,7 +3,7 @@
 //! reads files; the architectures that use them live in [`super::arch`].
 
 use super::RealError;
-use super::model::{Linear, Model, Norm};
+use super::model::{Linear, NormLayer, Pretrained};
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -267,8 +267,8 @@ impl Checkpoint {
     }
 
     /// A LayerNorm `name.weight`, `name.bias`.
-    pub fn layer_norm(&self, name: &str, d: usize, eps: f32) -> Result<Norm, RealError> {
-        Ok(Norm::Layer {
+    pub fn layer_norm(&self, name: &str, d: usize, eps: f32) -> Result<NormLayer, RealError> {
+        Ok(NormLayer::Layer {
             w: self.shaped(&format!("{name}.weight"), &[d])?,
             b: self.shaped(&format!("{name}.bias"), &[d])?,
             eps,
@@ -278,6 +278,6 @@ impl Checkpoint {
 
 /// Loads a Hugging Face directory (or a `model.safetensors` inside one); see
 /// [`super::arch::load_hf`].
-pub fn load(path: &Path) -> Result<Model, RealError> {
+pub fn load(path: &Path) -> Result<Pretrained, RealError> {
     super::arch::load_hf(path)
 }

@@ -14,7 +14,7 @@
 //! - mean pairwise token cosine after the layer (the A2 observable).
 
 use super::forward::{LayerObserver, LayerTensors};
-use super::model::Model;
+use super::model::Pretrained;
 use crate::patterns::{self, ValueClass};
 use faer::Mat;
 
@@ -249,7 +249,7 @@ pub fn layer_stats(
 }
 
 impl LayerObserver for StatsObserver {
-    fn layer(&mut self, m: &Model, lt: &LayerTensors<'_>) {
+    fn layer(&mut self, m: &Pretrained, lt: &LayerTensors<'_>) {
         let c = &m.cfg;
         let dm = Dims {
             t: lt.t,

@@ -16,7 +16,7 @@
 use super::RealError;
 use super::analysis::RealReport;
 use super::capture::{Capture, Captured};
-use super::model::Model;
+use super::model::Pretrained;
 use crate::patterns::ValueClass;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -65,7 +65,7 @@ impl HeadSwitch {
 }
 
 /// Runs the per-head decomposition on `tokens`.
-pub fn analyze(m: &Model, tokens: &[u32], seed: u64) -> Result<Vec<HeadSwitch>, RealError> {
+pub fn analyze(m: &Pretrained, tokens: &[u32], seed: u64) -> Result<Vec<HeadSwitch>, RealError> {
     let c = &m.cfg;
     let (h, hk, dh) = (c.n_head, c.n_kv_head, c.head_dim);
     let t = tokens.len();

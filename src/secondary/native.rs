@@ -19,7 +19,7 @@ use crate::real::LoadedModel;
 use crate::real::RealError;
 use crate::real::capture::{Capture, Captured};
 use crate::real::forward::{KvCache, LayerObserver, LayerTensors, linear};
-use crate::real::model::Model;
+use crate::real::model::Pretrained;
 use serde::Serialize;
 
 /// Which state stands for the last layer.
@@ -50,7 +50,7 @@ struct ExtrasObserver {
 }
 
 impl LayerObserver for ExtrasObserver {
-    fn layer(&mut self, m: &Model, t: &LayerTensors<'_>) {
+    fn layer(&mut self, m: &Pretrained, t: &LayerTensors<'_>) {
         let c = &m.cfg;
         let (n, nk) = (t.t, t.t_keys);
         if self.scores {
@@ -114,7 +114,7 @@ impl<'a> GenProgress<'a> {
 }
 
 impl LayerObserver for GenProgress<'_> {
-    fn layer(&mut self, _: &Model, t: &LayerTensors<'_>) {
+    fn layer(&mut self, _: &Pretrained, t: &LayerTensors<'_>) {
         if t.layer == 0 && t.pos0 >= self.prompt {
             self.done += t.t;
             if self.done.is_multiple_of(self.every) {
@@ -136,7 +136,7 @@ pub fn generate_with_progress(
     Ok(lm.model.generate_greedy(prompt, n_new, &mut obs)?)
 }
 
-fn apply_last(m: &Model, hidden: &mut [f32], nl: usize, t: usize, last: LastLayer) {
+fn apply_last(m: &Pretrained, hidden: &mut [f32], nl: usize, t: usize, last: LastLayer) {
     let d = m.cfg.d_model;
     if let (LastLayer::FinalNorm, Some(n)) = (last, &m.final_norm) {
         n.apply(&mut hidden[(nl - 1) * t * d..nl * t * d]);

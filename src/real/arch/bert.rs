@@ -4,7 +4,7 @@
 
 use super::{HfCfg, MAX_DIM, MAX_LAYERS, activation, refuse_quantized};
 use crate::real::RealError;
-use crate::real::model::{Arch, Config, Layer, Model};
+use crate::real::model::{Arch, Config, Layer, Pretrained};
 use crate::real::safetensors::Checkpoint;
 use serde_json::Value;
 
@@ -25,7 +25,7 @@ pub const KEYS: &[&str] = &[
 ];
 
 /// Loads a `bert` Hugging Face directory (the encoder; heads are ignored).
-pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Model, RealError> {
+pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Pretrained, RealError> {
     refuse_quantized(c)?;
     let d = c.dim("hidden_size", MAX_DIM)?;
     let n_layer = c.dim("num_hidden_layers", MAX_LAYERS)?;
@@ -104,7 +104,7 @@ pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Model, RealError> {
             window: None,
         });
     }
-    Ok(Model {
+    Ok(Pretrained {
         cfg: Config {
             arch: Arch::Bert,
             n_layer,

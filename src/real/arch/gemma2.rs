@@ -10,7 +10,7 @@ use super::{
     refuse_quantized, rope,
 };
 use crate::real::RealError;
-use crate::real::model::{Arch, Model};
+use crate::real::model::{Arch, Pretrained};
 use crate::real::safetensors::Checkpoint;
 use serde_json::Value;
 
@@ -91,7 +91,7 @@ pub fn gemma_act(c: &HfCfg) -> Result<crate::real::model::Act, RealError> {
 }
 
 /// Loads a `gemma2` Hugging Face directory.
-pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Model, RealError> {
+pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Pretrained, RealError> {
     common_refusals(c)?;
     let dims = DecoderDims::read(c, "rms_norm_eps", 1e-6)?;
     let act = gemma_act(c)?;

@@ -14,7 +14,7 @@ use super::{
 };
 use crate::real::RealError;
 use crate::real::gguf::{GgufFile, value_usize};
-use crate::real::model::{Act, Arch, Config, Layer, Linear, Model, Norm, Rope};
+use crate::real::model::{Act, Arch, Config, Layer, Linear, NormLayer, Pretrained, Rope};
 use crate::real::safetensors::Checkpoint;
 use candle_core::quantized::gguf_file::Value as GValue;
 
@@ -66,7 +66,7 @@ pub const GGUF_KEYS: &[&str] = &[
 ];
 
 /// Loads a `gemma3_text` Hugging Face directory.
-pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Model, RealError> {
+pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Pretrained, RealError> {
     common_refusals(c)?;
     let dims = DecoderDims::read(c, "rms_norm_eps", 1e-6)?;
     let act = gemma_act(c)?;
@@ -146,7 +146,7 @@ pub fn gguf_bos(g: &GgufFile, default: bool) -> (Option<u32>, bool) {
 }
 
 /// Loads a `gemma3` GGUF.
-pub fn from_gguf(g: &mut GgufFile) -> Result<Model, RealError> {
+pub fn from_gguf(g: &mut GgufFile) -> Result<Pretrained, RealError> {
     check_gguf_keys(g, "gemma3", GGUF_KEYS)?;
     let dims = GgufDims::read(g, "gemma3")?;
     let GgufDims {
@@ -169,7 +169,7 @@ pub fn from_gguf(g: &mut GgufFile) -> Result<Model, RealError> {
     let window = g
         .meta("gemma3.attention.sliding_window")
         .and_then(value_usize);
-    let rms = |w: Vec<f32>| Norm::Rms { w, eps };
+    let rms = |w: Vec<f32>| NormLayer::Rms { w, eps };
     let (hq, hk) = (n_head * dh, n_kv * dh);
     let mut layers = Vec::with_capacity(n_layer);
     for l in 0..n_layer {
@@ -213,7 +213,7 @@ pub fn from_gguf(g: &mut GgufFile) -> Result<Model, RealError> {
         None
     };
     let (bos_id, add_bos) = gguf_bos(g, true);
-    Ok(Model {
+    Ok(Pretrained {
         cfg: Config {
             arch: Arch::Gemma3,
             n_layer,

@@ -3,7 +3,7 @@
 
 use super::{HfCfg, MAX_DIM, MAX_LAYERS, refuse_quantized};
 use crate::real::RealError;
-use crate::real::model::{Act, Arch, Config, Layer, Linear, Model};
+use crate::real::model::{Act, Arch, Config, Layer, Linear, Pretrained};
 use crate::real::safetensors::Checkpoint;
 use serde_json::Value;
 
@@ -35,7 +35,7 @@ fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 }
 
 /// Loads a `gpt2` Hugging Face directory.
-pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Model, RealError> {
+pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Pretrained, RealError> {
     refuse_quantized(c)?;
     let d = c.dim("n_embd", MAX_DIM)?;
     let n_layer = c.dim("n_layer", MAX_LAYERS)?;
@@ -117,7 +117,7 @@ pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Model, RealError> {
             window: None,
         });
     }
-    Ok(Model {
+    Ok(Pretrained {
         cfg: Config {
             arch: Arch::Gpt2,
             n_layer,

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::real::RealError;
 use crate::real::gguf::GgufFile;
-use crate::real::model::{Act, Arch, Model, Rope};
+use crate::real::model::{Act, Arch, Pretrained, Rope};
 use crate::real::safetensors::Checkpoint;
 use serde_json::Value;
 
@@ -60,7 +60,7 @@ pub const GGUF_KEYS: &[&str] = &[
 ];
 
 /// Loads a `llama` or `mistral` Hugging Face directory.
-pub fn from_hf(c: &HfCfg, w: &Checkpoint, mt: &str) -> Result<Model, RealError> {
+pub fn from_hf(c: &HfCfg, w: &Checkpoint, mt: &str) -> Result<Pretrained, RealError> {
     refuse_quantized(c)?;
     let dims = DecoderDims::read(c, "rms_norm_eps", 1e-6)?;
     c.require(
@@ -159,7 +159,7 @@ pub fn gguf_rope(g: &mut GgufFile, arch: &str, dims: &GgufDims) -> Result<Rope, 
 }
 
 /// Loads a `llama` / `mistral` GGUF (q/k rows un-permuted).
-pub fn from_gguf(g: &mut GgufFile, arch: &str) -> Result<Model, RealError> {
+pub fn from_gguf(g: &mut GgufFile, arch: &str) -> Result<Pretrained, RealError> {
     check_gguf_keys(g, arch, GGUF_KEYS)?;
     let dims = GgufDims::read(g, arch)?;
     let r = gguf_rope(g, arch, &dims)?;

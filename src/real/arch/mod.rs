@@ -3,7 +3,7 @@
 //! soft-capping, sliding windows, biases, tied or untied head, embedding scale) for both GGUF
 //! files and Hugging Face directories. The format readers ([`super::gguf`],
 //! [`super::safetensors`]) only read files; the modules here turn what they read into a
-//! [`Model`].
+//! [`Pretrained`].
 //!
 //! Refuse, never guess: every `config.json` key is either read by the architecture (listed in
 //! its `KEYS`), or known not to change the forward pass ([`INERT`]); any other key stops the
@@ -23,7 +23,7 @@ pub mod rope;
 
 use super::RealError;
 use super::gguf::GgufFile;
-use super::model::{Act, Arch, Config, Layer, Linear, Model, Norm, Rope};
+use super::model::{Act, Arch, Config, Layer, Linear, NormLayer, Pretrained, Rope};
 use super::safetensors::Checkpoint;
 use serde_json::Value;
 use std::cell::RefCell;
@@ -334,7 +334,7 @@ pub fn decoder_hf(
     max_context: usize,
     attn_scale: f32,
     softcaps: (Option<f32>, Option<f32>),
-) -> Result<Model, RealError> {
+) -> Result<Pretrained, RealError> {
     let DecoderDims {
         n_layer,
         d,
@@ -354,8 +354,8 @@ pub fn decoder_hf(
             v
         }
     };
-    let rms = |name: &str, n: usize| -> Result<Norm, RealError> {
-        Ok(Norm::Rms {
+    let rms = |name: &str, n: usize| -> Result<NormLayer, RealError> {
+        Ok(NormLayer::Rms {
             w: gain(w.shaped(name, &[n])?),
             eps,
         })
@@ -445,7 +445,7 @@ pub fn decoder_hf(
         .and_then(Value::as_u64)
         .filter(|&b| (b as usize) < vocab)
         .map(|v| v as u32);
-    Ok(Model {
+    Ok(Pretrained {
         cfg: Config {
             arch: spec.arch,
             n_layer,
@@ -518,7 +518,7 @@ pub fn layer_types(
 
 /// Loads a Hugging Face directory (or a `.safetensors` file inside one): reads `config.json`
 /// and dispatches on `model_type`.
-pub fn load_hf(path: &Path) -> Result<Model, RealError> {
+pub fn load_hf(path: &Path) -> Result<Pretrained, RealError> {
     load_hf_keys(path).map(|(m, _)| m)
 }
 
@@ -539,7 +539,7 @@ pub fn keys_of(model_type: &str) -> Option<&'static [&'static str]> {
 
 /// [`load_hf`], also returning the `config.json` keys the loader read (for the test that the
 /// `KEYS` lists are truthful).
-pub fn load_hf_keys(path: &Path) -> Result<(Model, BTreeSet<String>), RealError> {
+pub fn load_hf_keys(path: &Path) -> Result<(Pretrained, BTreeSet<String>), RealError> {
     let dir = if path.is_dir() {
         path.to_path_buf()
     } else {
@@ -590,7 +590,7 @@ pub const HF_TYPES: &[&str] = &[
 pub const GGUF_ARCHS: &[&str] = &["llama", "mistral", "qwen2", "gemma3"];
 
 /// Loads a GGUF file: dispatches on `general.architecture`.
-pub fn load_gguf(path: &Path) -> Result<Model, RealError> {
+pub fn load_gguf(path: &Path) -> Result<Pretrained, RealError> {
     let mut g = GgufFile::open(path)?;
     let arch = g
         .meta_str("general.architecture")

@@ -6,7 +6,7 @@
 
 use super::{DecoderDims, DecoderSpec, HfCfg, LayerPlan, decoder_hf, refuse_quantized, rope};
 use crate::real::RealError;
-use crate::real::model::{Act, Arch, Model};
+use crate::real::model::{Act, Arch, Pretrained};
 use crate::real::safetensors::Checkpoint;
 use serde_json::Value;
 
@@ -31,7 +31,7 @@ pub const KEYS: &[&str] = &[
 ];
 
 /// Loads a `phi3` Hugging Face directory.
-pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Model, RealError> {
+pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Pretrained, RealError> {
     refuse_quantized(c)?;
     let dims = DecoderDims::read(c, "rms_norm_eps", 1e-5)?;
     c.require(

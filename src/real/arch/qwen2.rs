@@ -12,7 +12,7 @@ use super::{
 };
 use crate::real::RealError;
 use crate::real::gguf::GgufFile;
-use crate::real::model::{Act, Arch, Config, Layer, Linear, Model, Norm, Rope};
+use crate::real::model::{Act, Arch, Config, Layer, Linear, NormLayer, Pretrained, Rope};
 use crate::real::safetensors::Checkpoint;
 use serde_json::Value;
 
@@ -75,7 +75,7 @@ pub fn windows(c: &HfCfg, n_layer: usize) -> Result<Vec<Option<usize>>, RealErro
 const MAX: usize = super::MAX_LAYERS;
 
 /// Loads a `qwen2` Hugging Face directory.
-pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Model, RealError> {
+pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Pretrained, RealError> {
     refuse_quantized(c)?;
     let dims = DecoderDims::read(c, "rms_norm_eps", 1e-6)?;
     c.require(
@@ -109,7 +109,7 @@ pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Model, RealError> {
 }
 
 /// Loads a `qwen2` GGUF (q/k in Hugging Face order, biases from `attn_{q,k,v}.bias`).
-pub fn from_gguf(g: &mut GgufFile) -> Result<Model, RealError> {
+pub fn from_gguf(g: &mut GgufFile) -> Result<Pretrained, RealError> {
     check_gguf_keys(g, "qwen2", GGUF_KEYS)?;
     let dims = GgufDims::read(g, "qwen2")?;
     let r = Rope::plain(dims.base, dims.dh);
@@ -123,7 +123,7 @@ pub fn gguf_decoder(
     dims: &GgufDims,
     arch: Arch,
     rope: Rope,
-) -> Result<Model, RealError> {
+) -> Result<Pretrained, RealError> {
     let GgufDims {
         n_layer,
         d,
@@ -141,7 +141,7 @@ pub fn gguf_decoder(
         )));
     }
     let vocab = edims[0];
-    let rms = |w: Vec<f32>| Norm::Rms { w, eps };
+    let rms = |w: Vec<f32>| NormLayer::Rms { w, eps };
     let (hq, hk) = (n_head * dh, n_kv * dh);
     let mut layers = Vec::with_capacity(n_layer);
     for l in 0..n_layer {
@@ -193,7 +193,7 @@ pub fn gguf_decoder(
         None
     };
     let (bos_id, add_bos) = super::gemma3::gguf_bos(g, false);
-    Ok(Model {
+    Ok(Pretrained {
         cfg: Config {
             arch,
             n_layer,
