@@ -1,0 +1,230 @@
+//! The compute kernels, one per file: `<name>.rs` holds the host side
+//! (parameter struct, bindings, dispatch sizes, shape checks) and sits next to
+//! `<name>.wgsl`, the kernel body. Shared WGSL: `prelude.wgsl` (every module),
+//! `elementwise.wgsl` (entry point of the one-invocation-per-element kernels)
+//! and `rows.wgsl` (the two entry points of the row kernels and their
+//! workgroup reductions). See `pipeline.rs` for how a module is assembled.
+//!
+//! A kernel with two implementations (the tiled/workgroup-reduction one for
+//! hardware adapters, the direct/row-wise one for software adapters, chosen
+//! by [`MatmulKernel`]) has both entry points in one WGSL file.
+
+use super::Wgpu;
+use super::adapter::MatmulKernel;
+use super::pipeline::Shader;
+use crate::backend::{BackendError, Result};
+
+/// Invocations per workgroup of the elementwise kernels.
+pub(crate) const ELEM_WG: usize = 256;
+/// Workgroup width of the row kernels: invocations sharing one row
+/// (`main_group`) or rows per workgroup (`main_rowwise`).
+pub(crate) const ROW_WG: usize = 64;
+
+/// WGSL entry point of the elementwise kernels (defines `fn main`, calls the
+/// kernel's `fn element(i: u32)`).
+const ELEMENTWISE: &str = include_str!("elementwise.wgsl");
+/// WGSL entry points of the row kernels (`main_group`, `main_rowwise`).
+const ROWS: &str = include_str!("rows.wgsl");
+
+/// A uniform parameter struct: `#[repr(C)]`, `Pod`, and the same struct in
+/// WGSL as the associated `WGSL` text (named `Params`, the name every shader
+/// uses). Fields are `u32` or `f32` (the Rust and WGSL names agree), so the
+/// layout is the same on both sides; the size is checked at compile time to
+/// be a multiple of 16 bytes within the bound block.
+macro_rules! params {
+    ($(#[$m:meta])* struct $name:ident { $($(#[$fm:meta])* $f:ident: $t:ident),* $(,)? }) => {
+        $(#[$m])*
+        #[repr(C)]
+        #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+        pub(crate) struct $name {
+            $($(#[$fm])* pub $f: $t,)*
+        }
+
+        impl $name {
+            /// This struct in WGSL, as `struct Params`.
+            pub(crate) const WGSL: &'static str = concat!(
+                "struct Params {\n",
+                $("    ", stringify!($f), ": ", stringify!($t), ",\n",)*
+                "}\n"
+            );
+        }
+
+        const _: () = {
+            let n = std::mem::size_of::<$name>();
+            assert!(n <= $crate::backend::gpu::batch::PARAM_BYTES && n % 16 == 0);
+        };
+    };
+}
+
+/// What every kernel file imports.
+mod prelude {
+    pub(super) use super::super::pipeline::Access::{Read, Write};
+    pub(super) use super::super::pipeline::Shader;
+    pub(super) use super::super::{GpuTensor, Wgpu};
+    pub(super) use super::{ELEMENTWISE, LenParams, ROWS, Variants};
+    pub(super) use crate::backend::{Result, Shape, check_same};
+}
+
+pub(super) mod adamw;
+pub(super) mod axpby;
+pub(super) mod embed;
+pub(super) mod embed_backward;
+pub(super) mod matmul;
+pub(super) mod relu;
+pub(super) mod relu_backward;
+pub(super) mod softmax;
+pub(super) mod softmax_backward;
+pub(super) mod xent;
+
+/// A kernel's shader, or one shader per kernel set.
+pub(super) enum Variants {
+    /// The same shader on every adapter.
+    One(Shader),
+    /// `Tiled` for hardware adapters, `Direct` for software ones.
+    PerSet { tiled: Shader, direct: Shader },
+}
+
+impl Variants {
+    /// The shader a device running kernel set `set` compiles.
+    pub(super) fn pick(&self, set: MatmulKernel) -> &Shader {
+        match self {
+            Variants::One(s) => s,
+            Variants::PerSet { direct, .. } if set == MatmulKernel::Direct => direct,
+            Variants::PerSet { tiled, .. } => tiled,
+        }
+    }
+}
+
+/// Every kernel; each device compiles the variant of its kernel set when it
+/// opens. A kernel missing here is an error at its first dispatch.
+pub(super) const ALL: &[&Variants] = &[
+    &matmul::SHADERS,
+    &softmax::SHADERS,
+    &softmax_backward::SHADERS,
+    &axpby::SHADERS,
+    &adamw::SHADERS,
+    &embed::SHADERS,
+    &embed_backward::SHADERS,
+    &relu::SHADERS,
+    &relu_backward::SHADERS,
+    &xent::SHADERS,
+];
+
+params! {
+    /// Parameters of an elementwise kernel that needs only its length.
+    struct LenParams {
+        len: u32,
+        pad0: u32,
+        pad1: u32,
+        pad2: u32,
+    }
+}
+
+impl LenParams {
+    fn new(len: usize) -> Self {
+        Self {
+            len: len as u32,
+            pad0: 0,
+            pad1: 0,
+            pad2: 0,
+        }
+    }
+}
+
+impl Wgpu {
+    /// This device's shader of a kernel.
+    fn shader<'a>(&self, v: &'a Variants) -> &'a Shader {
+        v.pick(self.set)
+    }
+
+    /// One elementwise dispatch over `len` elements ([`ELEM_WG`] invocations
+    /// per workgroup); nothing when `len = 0`.
+    fn elementwise<P: bytemuck::Pod>(
+        &self,
+        what: &'static str,
+        kernel: &Variants,
+        tensors: &[&super::GpuTensor],
+        params: &P,
+        len: usize,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let (gx, gy) = self.grid(what, len.div_ceil(ELEM_WG))?;
+        self.dispatch(what, self.shader(kernel), tensors, params, (gx, gy, 1))
+    }
+
+    /// One dispatch of a row kernel over `rows` rows: a workgroup per row
+    /// (`main_group`) or [`ROW_WG`] rows per workgroup (`main_rowwise`).
+    fn rows<P: bytemuck::Pod>(
+        &self,
+        what: &'static str,
+        kernel: &Variants,
+        tensors: &[&super::GpuTensor],
+        params: &P,
+        rows: usize,
+    ) -> Result<()> {
+        let per_group = if self.direct() { ROW_WG } else { 1 };
+        let (gx, gy) = self.grid(what, rows.div_ceil(per_group))?;
+        self.dispatch(what, self.shader(kernel), tensors, params, (gx, gy, 1))
+    }
+
+    /// Splits `groups` workgroups into a 2-D grid within the per-dimension
+    /// limit (the shaders flatten it back with `group_index`).
+    fn grid(&self, what: &str, groups: usize) -> Result<(u32, u32)> {
+        let lim = self.limits.max_compute_workgroups_per_dimension as usize;
+        if groups <= lim {
+            return Ok((groups.max(1) as u32, 1));
+        }
+        let y = groups.div_ceil(lim);
+        if y > lim {
+            return Err(BackendError::TooManyWorkgroups {
+                what: what.into(),
+                groups: groups as u64,
+                limit: lim as u32,
+            });
+        }
+        Ok((lim as u32, y as u32))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The assembled modules declare what the host binds: storage bindings
+    /// `0..n` with the listed access, the uniform block at `n`, and the
+    /// entry point; kernel names are unique within each kernel set.
+    #[test]
+    fn modules_declare_the_host_bindings() {
+        for set in [MatmulKernel::Tiled, MatmulKernel::Direct] {
+            let mut names = Vec::new();
+            for v in ALL {
+                let s = v.pick(set);
+                let src = s.module_source();
+                for (i, (name, access)) in s.bindings.iter().enumerate() {
+                    let mode = match access {
+                        super::super::pipeline::Access::Read => "read",
+                        super::super::pipeline::Access::Write => "read_write",
+                    };
+                    let decl = format!("@binding({i}) var<storage, {mode}> {name}: array<f32>;");
+                    assert!(src.contains(&decl), "{}: {decl}", s.name);
+                }
+                let n = s.bindings.len();
+                assert!(src.contains(&format!("@binding({n}) var<uniform> p: Params;")));
+                assert!(src.contains(&format!("fn {}(", s.entry)), "{}", s.name);
+                assert_eq!(src.matches("@binding(").count(), n + 1, "{}", s.name);
+                assert!(!names.contains(&s.name), "{} twice", s.name);
+                names.push(s.name);
+            }
+        }
+    }
+
+    #[test]
+    fn params_wgsl_lists_the_fields_in_order() {
+        assert_eq!(
+            LenParams::WGSL,
+            "struct Params {\n    len: u32,\n    pad0: u32,\n    pad1: u32,\n    pad2: u32,\n}\n"
+        );
+    }
+}

@@ -1,0 +1,25 @@
+//! Backward of ReLU at its input, $\partial x = \partial y \cdot [x > 0]$
+//! (`relu_backward.wgsl`).
+
+use super::prelude::*;
+
+pub(in crate::backend::gpu) const SHADERS: Variants = Variants::One(Shader {
+    name: "relu_backward",
+    bindings: &[("x", Read), ("dy", Read), ("dx", Write)],
+    params: LenParams::WGSL,
+    sources: &[ELEMENTWISE, include_str!("relu_backward.wgsl")],
+    entry: "main",
+});
+
+pub(in crate::backend::gpu) fn run(
+    gpu: &Wgpu,
+    x: &GpuTensor,
+    dy: &GpuTensor,
+    dx: &mut GpuTensor,
+) -> Result<()> {
+    check_same("relu_backward", x.shape, dy.shape)?;
+    check_same("relu_backward", x.shape, dx.shape)?;
+    let len = x.shape.len();
+    let what = "relu_backward";
+    gpu.elementwise(what, &SHADERS, &[x, dy, dx], &LenParams::new(len), len)
+}

@@ -1,0 +1,54 @@
+//! Backward of the row softmax given its output,
+//! $\partial X = s\,Y \odot (\partial Y - \mathrm{rowsum}(Y \odot \partial Y))$
+//! (`softmax_backward.wgsl`, a row kernel).
+
+use super::prelude::*;
+
+params! {
+    /// Columns, rows over the batch and the scale $s$.
+    struct SoftmaxBackwardParams {
+        cols: u32,
+        total_rows: u32,
+        scale: f32,
+        pad: u32,
+    }
+}
+
+const fn shader(name: &'static str, entry: &'static str) -> Shader {
+    Shader {
+        name,
+        bindings: &[("y", Read), ("dy", Read), ("dx", Write)],
+        params: SoftmaxBackwardParams::WGSL,
+        sources: &[ROWS, include_str!("softmax_backward.wgsl")],
+        entry,
+    }
+}
+
+pub(in crate::backend::gpu) const SHADERS: Variants = Variants::PerSet {
+    tiled: shader("softmax_backward", "main_group"),
+    direct: shader("softmax_backward_rowwise", "main_rowwise"),
+};
+
+pub(in crate::backend::gpu) fn run(
+    gpu: &Wgpu,
+    y: &GpuTensor,
+    dy: &GpuTensor,
+    scale: f64,
+    dx: &mut GpuTensor,
+) -> Result<()> {
+    let what = "softmax_rows_backward";
+    check_same(what, y.shape, dy.shape)?;
+    check_same(what, y.shape, dx.shape)?;
+    let s = y.shape;
+    if s.is_empty() {
+        return Ok(());
+    }
+    let total = s.batch * s.rows;
+    let params = SoftmaxBackwardParams {
+        cols: s.cols as u32,
+        total_rows: total as u32,
+        scale: scale as f32,
+        pad: 0,
+    };
+    gpu.rows(what, &SHADERS, &[y, dy, dx], &params, total)
+}
