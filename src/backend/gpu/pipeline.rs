@@ -12,7 +12,7 @@
 //! struct Params { … }                       from the Rust parameter struct
 //! @group(0) @binding(i) var<storage, …> …;  from Shader::bindings
 //! @group(0) @binding(n) var<uniform> p: Params;
-//! the kernel's WGSL pieces                  e.g. kernels/rows.wgsl + kernels/softmax.wgsl
+//! shared entry points, then the body       e.g. kernels/rows.wgsl, kernels/softmax.wgsl
 //! ```
 //!
 //! Every kernel of [`super::kernels::ALL`] is compiled when the device opens
@@ -42,9 +42,12 @@ pub(crate) struct Shader {
     pub bindings: &'static [(&'static str, Access)],
     /// `struct Params { … }` in WGSL, bound as `p` at binding `n`.
     pub params: &'static str,
-    /// WGSL pieces, in order, after the generated declarations.
-    pub sources: &'static [&'static str],
-    /// Entry point among the pieces.
+    /// Shared WGSL entry points the body plugs into (`kernels/elementwise.wgsl`,
+    /// `kernels/rows.wgsl`), or `""` when the body has its own.
+    pub entries: &'static str,
+    /// The kernel's own WGSL (`kernels/<name>.wgsl`).
+    pub body: &'static str,
+    /// Entry point of the module this pipeline runs.
     pub entry: &'static str,
 }
 
@@ -76,9 +79,8 @@ impl Shader {
         }
         let n = self.bindings.len();
         let _ = writeln!(s, "@group(0) @binding({n}) var<uniform> p: Params;");
-        for piece in self.sources {
-            s.push_str(piece);
-        }
+        s.push_str(self.entries);
+        s.push_str(self.body);
         s
     }
 }

@@ -24,18 +24,17 @@ params! {
     }
 }
 
-pub(in crate::backend::gpu) const SHADERS: Variants = Variants::One(Shader {
-    name: "adamw",
-    bindings: &[
+pub(in crate::backend::gpu) const SHADERS: Variants = Variants::elementwise(
+    "adamw",
+    &[
         ("param", Write),
         ("grad", Read),
         ("m1", Write),
         ("m2", Write),
     ],
-    params: AdamWParams::WGSL,
-    sources: &[ELEMENTWISE, include_str!("adamw.wgsl")],
-    entry: "main",
-});
+    AdamWParams::WGSL,
+    include_str!("adamw.wgsl"),
+);
 
 pub(in crate::backend::gpu) fn run(
     gpu: &Wgpu,
@@ -65,5 +64,5 @@ pub(in crate::backend::gpu) fn run(
         pad0: 0,
         pad1: 0,
     };
-    gpu.elementwise("adamw", &SHADERS, &[p, g, m, v], &params, len)
+    gpu.launch("adamw", &SHADERS, &[p, g, m, v], &params, (len, ELEM_WG))
 }

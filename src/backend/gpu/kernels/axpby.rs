@@ -12,13 +12,12 @@ params! {
     }
 }
 
-pub(in crate::backend::gpu) const SHADERS: Variants = Variants::One(Shader {
-    name: "axpby",
-    bindings: &[("x", Read), ("y", Write)],
-    params: AxpbyParams::WGSL,
-    sources: &[ELEMENTWISE, include_str!("axpby.wgsl")],
-    entry: "main",
-});
+pub(in crate::backend::gpu) const SHADERS: Variants = Variants::elementwise(
+    "axpby",
+    &[("x", Read), ("y", Write)],
+    AxpbyParams::WGSL,
+    include_str!("axpby.wgsl"),
+);
 
 pub(in crate::backend::gpu) fn run(
     gpu: &Wgpu,
@@ -35,5 +34,5 @@ pub(in crate::backend::gpu) fn run(
         b: b as f32,
         pad: 0,
     };
-    gpu.elementwise("axpby", &SHADERS, &[x, y], &params, len)
+    gpu.launch("axpby", &SHADERS, &[x, y], &params, (len, ELEM_WG))
 }

@@ -14,13 +14,12 @@ params! {
     }
 }
 
-pub(in crate::backend::gpu) const SHADERS: Variants = Variants::One(Shader {
-    name: "embed",
-    bindings: &[("emb", Read), ("pos", Read), ("ids", Read), ("out", Write)],
-    params: EmbedParams::WGSL,
-    sources: &[ELEMENTWISE, include_str!("embed.wgsl")],
-    entry: "main",
-});
+pub(in crate::backend::gpu) const SHADERS: Variants = Variants::elementwise(
+    "embed",
+    &[("emb", Read), ("pos", Read), ("ids", Read), ("out", Write)],
+    EmbedParams::WGSL,
+    include_str!("embed.wgsl"),
+);
 
 pub(in crate::backend::gpu) fn run(
     gpu: &Wgpu,
@@ -37,5 +36,11 @@ pub(in crate::backend::gpu) fn run(
         t: ids.shape.rows as u32,
         vocab: emb.shape.rows as u32,
     };
-    gpu.elementwise("embed", &SHADERS, &[emb, pos, ids, out], &params, len)
+    gpu.launch(
+        "embed",
+        &SHADERS,
+        &[emb, pos, ids, out],
+        &params,
+        (len, ELEM_WG),
+    )
 }

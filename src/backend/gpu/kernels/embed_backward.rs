@@ -19,18 +19,17 @@ params! {
     }
 }
 
-pub(in crate::backend::gpu) const SHADERS: Variants = Variants::One(Shader {
-    name: "embed_backward",
-    bindings: &[
+pub(in crate::backend::gpu) const SHADERS: Variants = Variants::elementwise(
+    "embed_backward",
+    &[
         ("dh", Read),
         ("ids", Read),
         ("d_emb", Write),
         ("d_pos", Write),
     ],
-    params: EmbedBackwardParams::WGSL,
-    sources: &[ELEMENTWISE, include_str!("embed_backward.wgsl")],
-    entry: "main",
-});
+    EmbedBackwardParams::WGSL,
+    include_str!("embed_backward.wgsl"),
+);
 
 pub(in crate::backend::gpu) fn run(
     gpu: &Wgpu,
@@ -53,5 +52,11 @@ pub(in crate::backend::gpu) fn run(
         pad1: 0,
     };
     let what = "embed_backward";
-    gpu.elementwise(what, &SHADERS, &[dh, ids, d_emb, d_pos], &params, len)
+    gpu.launch(
+        what,
+        &SHADERS,
+        &[dh, ids, d_emb, d_pos],
+        &params,
+        (len, ELEM_WG),
+    )
 }

@@ -30,7 +30,8 @@ const fn shader(name: &'static str, entry: &'static str) -> Shader {
         name,
         bindings: &[("a", Read), ("b", Read), ("c", Write)],
         params: MatmulParams::WGSL,
-        sources: &[include_str!("matmul.wgsl")],
+        entries: "",
+        body: include_str!("matmul.wgsl"),
         entry,
     }
 }

@@ -48,41 +48,21 @@ fn main_tiled(
     var acc3 = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < p.k; k0 += TK) {
         for (var l = 0u; l < 4u; l++) {
+            // Element (r, kk) of the op(A) slice and (kb, col) of the op(B)
+            // slice, as (outer, k) pairs.
             let e = li + l * 256u;
-            // Element (r, kk) of the op(A) slice.
-            var r: u32;
-            var kk: u32;
-            if (p.trans_a == 0u) {
-                kk = e % TK;
-                r = e / TK;
-            } else {
-                r = e % TM;
-                kk = e / TM;
-            }
-            let gr = row0 + r;
-            let gk = k0 + kk;
+            let ea = slice_element(e, p.trans_a == 0u);
+            let eb = slice_element(e, p.trans_b != 0u);
             var va = 0.0;
-            if (gr < p.m && gk < p.k) {
-                va = load_a(a_base, gr, gk);
+            if (k0 + ea.y < p.k) {
+                va = load_a_or_0(a_base, row0 + ea.x, k0 + ea.y);
             }
-            tile_a[kk * TM + r] = va;
-            // Element (kb, col) of the op(B) slice.
-            var col: u32;
-            var kb: u32;
-            if (p.trans_b == 0u) {
-                col = e % TN;
-                kb = e / TN;
-            } else {
-                kb = e % TK;
-                col = e / TK;
-            }
-            let gc = col0 + col;
-            let gkb = k0 + kb;
+            tile_a[ea.y * TM + ea.x] = va;
             var vb = 0.0;
-            if (gc < p.n && gkb < p.k) {
-                vb = load_b(b_base, gkb, gc);
+            if (k0 + eb.y < p.k) {
+                vb = load_b_or_0(b_base, k0 + eb.y, col0 + eb.x);
             }
-            tile_b[kb * TN + col] = vb;
+            tile_b[eb.y * TN + eb.x] = vb;
         }
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk++) {
@@ -136,6 +116,17 @@ fn main_direct(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup
     store4(c_base, r0 + 3u, c0, 1u, acc3);
 }
 
+// The (outer, k) position of element e of a staged 64×TK slice, e < 1024:
+// k fastest when the slice is stored with k contiguous (op(A) = A, op(B) = Bᵀ),
+// else the outer index fastest, so consecutive invocations read consecutive
+// addresses. TM = TN = 64 is the outer size of both slices.
+fn slice_element(e: u32, k_fastest: bool) -> vec2<u32> {
+    if (k_fastest) {
+        return vec2<u32>(e / TK, e % TK);
+    }
+    return vec2<u32>(e % TM, e / TM);
+}
+
 // op(A)[r, l] (in range).
 fn load_a(base: u32, r: u32, l: u32) -> f32 {
     if (p.trans_a == 0u) {
@@ -152,7 +143,7 @@ fn load_b(base: u32, l: u32, col: u32) -> f32 {
     return b[base + col * p.k + l];
 }
 
-// op(A)[r, l], 0 for a row outside the matrix (l < k holds in main_direct).
+// op(A)[r, l], 0 for a row outside the matrix (callers ensure l < k).
 fn load_a_or_0(base: u32, r: u32, l: u32) -> f32 {
     if (r >= p.m) {
         return 0.0;

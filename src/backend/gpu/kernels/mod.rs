@@ -11,7 +11,7 @@
 
 use super::Wgpu;
 use super::adapter::MatmulKernel;
-use super::pipeline::Shader;
+use super::pipeline::{Access, Shader};
 use crate::backend::{BackendError, Result};
 
 /// Invocations per workgroup of the elementwise kernels.
@@ -61,7 +61,7 @@ mod prelude {
     pub(super) use super::super::pipeline::Access::{Read, Write};
     pub(super) use super::super::pipeline::Shader;
     pub(super) use super::super::{GpuTensor, Wgpu};
-    pub(super) use super::{ELEMENTWISE, LenParams, ROWS, Variants};
+    pub(super) use super::{ELEM_WG, LenParams, Variants};
     pub(super) use crate::backend::{Result, Shape, check_same};
 }
 
@@ -85,6 +85,55 @@ pub(super) enum Variants {
 }
 
 impl Variants {
+    /// An elementwise kernel: entry `main` of `elementwise.wgsl`, calling the
+    /// body's `fn element(i: u32)`.
+    const fn elementwise(
+        name: &'static str,
+        bindings: &'static [(&'static str, Access)],
+        params: &'static str,
+        body: &'static str,
+    ) -> Self {
+        let entries = ELEMENTWISE;
+        Variants::One(Shader {
+            name,
+            bindings,
+            params,
+            entries,
+            body,
+            entry: "main",
+        })
+    }
+
+    /// A row kernel named `[tiled, direct]`: one workgroup per row
+    /// (`main_group`) or one invocation per row (`main_rowwise`) of `rows.wgsl`.
+    const fn rows(
+        names: [&'static str; 2],
+        bindings: &'static [(&'static str, Access)],
+        params: &'static str,
+        body: &'static str,
+    ) -> Self {
+        let [tiled, direct] = names;
+        let entries = ROWS;
+        Variants::PerSet {
+            tiled: Shader {
+                name: tiled,
+                bindings,
+                params,
+                entries,
+                body,
+                entry: "main_group",
+            },
+            direct: Shader {
+                name: direct,
+                bindings,
+                params,
+                entries,
+                body,
+                entry: "main_rowwise",
+            },
+        }
+    }
+
     /// The shader a device running kernel set `set` compiles.
     pub(super) fn pick(&self, set: MatmulKernel) -> &Shader {
         match self {
@@ -137,36 +186,27 @@ impl Wgpu {
         v.pick(self.set)
     }
 
-    /// One elementwise dispatch over `len` elements ([`ELEM_WG`] invocations
-    /// per workgroup); nothing when `len = 0`.
-    fn elementwise<P: bytemuck::Pod>(
+    /// One dispatch of `kernel` over `items` elements or rows, `per_group`
+    /// of them to a workgroup; nothing when `items = 0`.
+    fn launch<P: bytemuck::Pod>(
         &self,
         what: &'static str,
         kernel: &Variants,
         tensors: &[&super::GpuTensor],
         params: &P,
-        len: usize,
+        (items, per_group): (usize, usize),
     ) -> Result<()> {
-        if len == 0 {
+        if items == 0 {
             return Ok(());
         }
-        let (gx, gy) = self.grid(what, len.div_ceil(ELEM_WG))?;
+        let (gx, gy) = self.grid(what, items.div_ceil(per_group))?;
         self.dispatch(what, self.shader(kernel), tensors, params, (gx, gy, 1))
     }
 
-    /// One dispatch of a row kernel over `rows` rows: a workgroup per row
-    /// (`main_group`) or [`ROW_WG`] rows per workgroup (`main_rowwise`).
-    fn rows<P: bytemuck::Pod>(
-        &self,
-        what: &'static str,
-        kernel: &Variants,
-        tensors: &[&super::GpuTensor],
-        params: &P,
-        rows: usize,
-    ) -> Result<()> {
-        let per_group = if self.direct() { ROW_WG } else { 1 };
-        let (gx, gy) = self.grid(what, rows.div_ceil(per_group))?;
-        self.dispatch(what, self.shader(kernel), tensors, params, (gx, gy, 1))
+    /// Rows one workgroup of a row kernel covers: 1 (`main_group`) or
+    /// [`ROW_WG`] (`main_rowwise`).
+    fn rows_per_group(&self) -> usize {
+        if self.direct() { ROW_WG } else { 1 }
     }
 
     /// Splits `groups` workgroups into a 2-D grid within the per-dimension

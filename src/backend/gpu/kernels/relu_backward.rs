@@ -3,13 +3,12 @@
 
 use super::prelude::*;
 
-pub(in crate::backend::gpu) const SHADERS: Variants = Variants::One(Shader {
-    name: "relu_backward",
-    bindings: &[("x", Read), ("dy", Read), ("dx", Write)],
-    params: LenParams::WGSL,
-    sources: &[ELEMENTWISE, include_str!("relu_backward.wgsl")],
-    entry: "main",
-});
+pub(in crate::backend::gpu) const SHADERS: Variants = Variants::elementwise(
+    "relu_backward",
+    &[("x", Read), ("dy", Read), ("dx", Write)],
+    LenParams::WGSL,
+    include_str!("relu_backward.wgsl"),
+);
 
 pub(in crate::backend::gpu) fn run(
     gpu: &Wgpu,
@@ -21,5 +20,11 @@ pub(in crate::backend::gpu) fn run(
     check_same("relu_backward", x.shape, dx.shape)?;
     let len = x.shape.len();
     let what = "relu_backward";
-    gpu.elementwise(what, &SHADERS, &[x, dy, dx], &LenParams::new(len), len)
+    gpu.launch(
+        what,
+        &SHADERS,
+        &[x, dy, dx],
+        &LenParams::new(len),
+        (len, ELEM_WG),
+    )
 }

@@ -19,20 +19,12 @@ params! {
     }
 }
 
-const fn shader(name: &'static str, entry: &'static str) -> Shader {
-    Shader {
-        name,
-        bindings: &[("x", Read), ("y", Write)],
-        params: SoftmaxParams::WGSL,
-        sources: &[ROWS, include_str!("softmax.wgsl")],
-        entry,
-    }
-}
-
-pub(in crate::backend::gpu) const SHADERS: Variants = Variants::PerSet {
-    tiled: shader("softmax", "main_group"),
-    direct: shader("softmax_rowwise", "main_rowwise"),
-};
+pub(in crate::backend::gpu) const SHADERS: Variants = Variants::rows(
+    ["softmax", "softmax_rowwise"],
+    &[("x", Read), ("y", Write)],
+    SoftmaxParams::WGSL,
+    include_str!("softmax.wgsl"),
+);
 
 pub(in crate::backend::gpu) fn run(
     gpu: &Wgpu,
@@ -61,5 +53,11 @@ pub(in crate::backend::gpu) fn run(
         pad1: 0,
         pad2: 0,
     };
-    gpu.rows("softmax_rows", &SHADERS, &[x, y], &params, total)
+    gpu.launch(
+        "softmax_rows",
+        &SHADERS,
+        &[x, y],
+        &params,
+        (total, gpu.rows_per_group()),
+    )
 }

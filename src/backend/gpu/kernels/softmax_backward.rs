@@ -14,20 +14,12 @@ params! {
     }
 }
 
-const fn shader(name: &'static str, entry: &'static str) -> Shader {
-    Shader {
-        name,
-        bindings: &[("y", Read), ("dy", Read), ("dx", Write)],
-        params: SoftmaxBackwardParams::WGSL,
-        sources: &[ROWS, include_str!("softmax_backward.wgsl")],
-        entry,
-    }
-}
-
-pub(in crate::backend::gpu) const SHADERS: Variants = Variants::PerSet {
-    tiled: shader("softmax_backward", "main_group"),
-    direct: shader("softmax_backward_rowwise", "main_rowwise"),
-};
+pub(in crate::backend::gpu) const SHADERS: Variants = Variants::rows(
+    ["softmax_backward", "softmax_backward_rowwise"],
+    &[("y", Read), ("dy", Read), ("dx", Write)],
+    SoftmaxBackwardParams::WGSL,
+    include_str!("softmax_backward.wgsl"),
+);
 
 pub(in crate::backend::gpu) fn run(
     gpu: &Wgpu,
@@ -50,5 +42,11 @@ pub(in crate::backend::gpu) fn run(
         scale: scale as f32,
         pad: 0,
     };
-    gpu.rows(what, &SHADERS, &[y, dy, dx], &params, total)
+    gpu.launch(
+        what,
+        &SHADERS,
+        &[y, dy, dx],
+        &params,
+        (total, gpu.rows_per_group()),
+    )
 }

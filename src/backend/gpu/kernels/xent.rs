@@ -14,26 +14,18 @@ params! {
     }
 }
 
-const fn shader(name: &'static str, entry: &'static str) -> Shader {
-    Shader {
-        name,
-        bindings: &[
-            ("z", Read),
-            ("targets", Read),
-            ("coef", Read),
-            ("dz", Write),
-            ("loss", Write),
-        ],
-        params: XentParams::WGSL,
-        sources: &[ROWS, include_str!("xent.wgsl")],
-        entry,
-    }
-}
-
-pub(in crate::backend::gpu) const SHADERS: Variants = Variants::PerSet {
-    tiled: shader("xent", "main_group"),
-    direct: shader("xent_rowwise", "main_rowwise"),
-};
+pub(in crate::backend::gpu) const SHADERS: Variants = Variants::rows(
+    ["xent", "xent_rowwise"],
+    &[
+        ("z", Read),
+        ("targets", Read),
+        ("coef", Read),
+        ("dz", Write),
+        ("loss", Write),
+    ],
+    XentParams::WGSL,
+    include_str!("xent.wgsl"),
+);
 
 pub(in crate::backend::gpu) fn run(
     gpu: &Wgpu,
@@ -55,5 +47,11 @@ pub(in crate::backend::gpu) fn run(
         pad0: 0,
         pad1: 0,
     };
-    gpu.rows("softmax_xent", &SHADERS, &[z, y, c, dz, l], &params, total)
+    gpu.launch(
+        "softmax_xent",
+        &SHADERS,
+        &[z, y, c, dz, l],
+        &params,
+        (total, gpu.rows_per_group()),
+    )
 }
