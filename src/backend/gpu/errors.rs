@@ -56,10 +56,10 @@ impl Health {
     /// Records `msg`; `overwrite` replaces an earlier message (device loss is
     /// the final word), otherwise the first message is kept.
     pub(super) fn record(&self, msg: String, overwrite: bool) {
-        if let Ok(mut g) = self.0.lock() {
-            if overwrite || g.is_none() {
-                *g = Some(msg);
-            }
+        if let Ok(mut g) = self.0.lock()
+            && (overwrite || g.is_none())
+        {
+            *g = Some(msg);
         }
     }
 

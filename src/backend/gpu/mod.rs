@@ -14,7 +14,7 @@
 //! batch is submitted (one `queue.submit`) when the host needs a result or
 //! hands data over ([`Backend::read`], [`Backend::write`], [`Backend::sync`]),
 //! on [`Backend::flush`] (once per training step in `train::device`), or when
-//! the parameter ring below is full. Order is kept: wgpu makes every dispatch
+//! the parameter ring (`batch.rs`) is full. Order is kept: wgpu makes every dispatch
 //! of a compute pass its own usage scope and inserts the barriers between a
 //! dispatch that writes a buffer and a later one that reads it, and
 //! `queue.write_buffer` data lands before the commands of the *next* submit,
@@ -29,7 +29,7 @@
 //! The host waits only in `read` and `sync`; every wait has a timeout. Error
 //! scopes (out-of-memory, validation, internal) are checked once per submit
 //! (and around allocations and cache misses), so a lost device, an
-//! out-of-memory or a validation failure becomes a [`BackendError`] rather
+//! out-of-memory or a validation failure becomes a [`BackendError`](super::BackendError) rather
 //! than a panic or a hang — reported by the call that submits the batch, not
 //! necessarily by the op that caused it. Buffer sizes are checked against
 //! the device's `max_buffer_size` and `max_storage_buffer_binding_size`

@@ -1,4 +1,4 @@
-//! Backward of ReLU at its input, $\partial x = \partial y \cdot [x > 0]$
+//! Backward of ReLU at its input, $\partial x = \partial y \cdot \[x > 0\]$
 //! (`relu_backward.wgsl`).
 
 use super::prelude::*;
