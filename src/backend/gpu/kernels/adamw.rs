@@ -61,8 +61,7 @@ pub(in crate::backend::gpu) fn run(
         c2: c.inv_bc2 as f32,
         one_minus_beta1: (1.0 - h.beta1) as f32,
         one_minus_beta2: (1.0 - h.beta2) as f32,
-        pad0: 0,
-        pad1: 0,
+        ..Zeroable::zeroed()
     };
     gpu.launch("adamw", &SHADERS, &[p, g, m, v], &params, (len, ELEM_WG))
 }

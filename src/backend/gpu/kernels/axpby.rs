@@ -32,7 +32,7 @@ pub(in crate::backend::gpu) fn run(
         len: len as u32,
         a: a as f32,
         b: b as f32,
-        pad: 0,
+        ..Zeroable::zeroed()
     };
     gpu.launch("axpby", &SHADERS, &[x, y], &params, (len, ELEM_WG))
 }

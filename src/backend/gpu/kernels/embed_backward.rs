@@ -48,8 +48,7 @@ pub(in crate::backend::gpu) fn run(
         vocab: e.rows as u32,
         pos_rows: p.rows as u32,
         len: len as u32,
-        pad0: 0,
-        pad1: 0,
+        ..Zeroable::zeroed()
     };
     let what = "embed_backward";
     gpu.launch(

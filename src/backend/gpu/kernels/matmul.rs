@@ -91,7 +91,7 @@ pub(in crate::backend::gpu) fn run(
         batch_offset: 0,
         alpha: alpha as f32,
         beta: beta as f32,
-        pad: 0,
+        ..Zeroable::zeroed()
     };
     // Batches beyond the z-dimension limit go in several dispatches.
     let shader = gpu.shader(&SHADERS);

@@ -63,6 +63,7 @@ mod prelude {
     pub(super) use super::super::{GpuTensor, Wgpu};
     pub(super) use super::{ELEM_WG, LenParams, Variants};
     pub(super) use crate::backend::{Result, Shape, check_same};
+    pub(super) use bytemuck::Zeroable;
 }
 
 pub(super) mod adamw;
@@ -173,9 +174,7 @@ impl LenParams {
     fn new(len: usize) -> Self {
         Self {
             len: len as u32,
-            pad0: 0,
-            pad1: 0,
-            pad2: 0,
+            ..bytemuck::Zeroable::zeroed()
         }
     }
 }

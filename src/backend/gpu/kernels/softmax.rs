@@ -49,9 +49,7 @@ pub(in crate::backend::gpu) fn run(
             SoftmaxMask::CausalNoFirstKey => 2,
         },
         scale: scale as f32,
-        pad0: 0,
-        pad1: 0,
-        pad2: 0,
+        ..Zeroable::zeroed()
     };
     gpu.launch(
         "softmax_rows",

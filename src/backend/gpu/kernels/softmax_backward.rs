@@ -40,7 +40,7 @@ pub(in crate::backend::gpu) fn run(
         cols: s.cols as u32,
         total_rows: total as u32,
         scale: scale as f32,
-        pad: 0,
+        ..Zeroable::zeroed()
     };
     gpu.launch(
         what,

@@ -44,8 +44,7 @@ pub(in crate::backend::gpu) fn run(
     let params = XentParams {
         cols: z.shape.cols as u32,
         total_rows: total as u32,
-        pad0: 0,
-        pad1: 0,
+        ..Zeroable::zeroed()
     };
     gpu.launch(
         "softmax_xent",
