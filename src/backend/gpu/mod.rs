@@ -52,10 +52,6 @@ pub use tensor::GpuTensor;
 use super::{AdamWHyper, Backend, Op, Result, Shape, SoftmaxMask, check_len};
 use batch::Batch;
 use errors::Health;
-use kernels::{
-    adamw, axpby, embed, embed_backward, matmul, relu, relu_backward, softmax, softmax_backward,
-    xent,
-};
 use pipeline::Pipelines;
 
 /// The wgpu backend (f32).
@@ -172,11 +168,11 @@ impl Backend for Wgpu {
         beta: f64,
         c: &mut GpuTensor,
     ) -> Result<()> {
-        matmul::run(self, alpha, a, op_a, b, op_b, beta, c)
+        kernels::matmul::run(self, alpha, a, op_a, b, op_b, beta, c)
     }
 
     fn softmax_rows(&self, x: &GpuTensor, s: f64, m: SoftmaxMask, y: &mut GpuTensor) -> Result<()> {
-        softmax::run(self, x, s, m, y)
+        kernels::softmax::run(self, x, s, m, y)
     }
 
     fn softmax_rows_backward(
@@ -186,11 +182,11 @@ impl Backend for Wgpu {
         scale: f64,
         dx: &mut GpuTensor,
     ) -> Result<()> {
-        softmax_backward::run(self, y, dy, scale, dx)
+        kernels::softmax_backward::run(self, y, dy, scale, dx)
     }
 
     fn axpby(&self, a: f64, x: &GpuTensor, b: f64, y: &mut GpuTensor) -> Result<()> {
-        axpby::run(self, a, x, b, y)
+        kernels::axpby::run(self, a, x, b, y)
     }
 
     fn adamw(
@@ -202,7 +198,7 @@ impl Backend for Wgpu {
         m: &mut GpuTensor,
         v: &mut GpuTensor,
     ) -> Result<()> {
-        adamw::run(self, h, t, p, g, m, v)
+        kernels::adamw::run(self, h, t, p, g, m, v)
     }
 
     fn embed(
@@ -212,7 +208,7 @@ impl Backend for Wgpu {
         ids: &GpuTensor,
         out: &mut GpuTensor,
     ) -> Result<()> {
-        embed::run(self, emb, pos, ids, out)
+        kernels::embed::run(self, emb, pos, ids, out)
     }
 
     fn embed_backward(
@@ -222,15 +218,15 @@ impl Backend for Wgpu {
         d_emb: &mut GpuTensor,
         d_pos: &mut GpuTensor,
     ) -> Result<()> {
-        embed_backward::run(self, dh, ids, d_emb, d_pos)
+        kernels::embed_backward::run(self, dh, ids, d_emb, d_pos)
     }
 
     fn relu(&self, x: &GpuTensor, y: &mut GpuTensor) -> Result<()> {
-        relu::run(self, x, y)
+        kernels::relu::run(self, x, y)
     }
 
     fn relu_backward(&self, x: &GpuTensor, dy: &GpuTensor, dx: &mut GpuTensor) -> Result<()> {
-        relu_backward::run(self, x, dy, dx)
+        kernels::relu_backward::run(self, x, dy, dx)
     }
 
     fn softmax_xent(
@@ -241,7 +237,7 @@ impl Backend for Wgpu {
         dlogits: &mut GpuTensor,
         loss: &mut GpuTensor,
     ) -> Result<()> {
-        xent::run(self, logits, targets, coef, dlogits, loss)
+        kernels::xent::run(self, logits, targets, coef, dlogits, loss)
     }
 
     fn flush(&self) -> Result<()> {
