@@ -774,3 +774,20 @@ pub fn decoder_gguf(
     };
     decoder(&mut GgufWeights { g }, &spec, dims.shape(), plans, head)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{HF_TYPES, keys_of};
+    use std::collections::BTreeSet;
+
+    /// A family lists only its own keys: none repeats a shared one (or its own), so that the
+    /// union `keys_of` is what each module declares once.
+    #[test]
+    fn no_family_lists_a_key_twice() {
+        for t in HF_TYPES {
+            let keys = keys_of(t).unwrap();
+            let set: BTreeSet<_> = keys.iter().collect();
+            assert_eq!(set.len(), keys.len(), "{t}: a key is listed twice: {keys:?}");
+        }
+    }
+}
