@@ -787,7 +787,11 @@ mod tests {
         for t in HF_TYPES {
             let keys = keys_of(t).unwrap();
             let set: BTreeSet<_> = keys.iter().collect();
-            assert_eq!(set.len(), keys.len(), "{t}: a key is listed twice: {keys:?}");
+            assert_eq!(
+                set.len(),
+                keys.len(),
+                "{t}: a key is listed twice: {keys:?}"
+            );
         }
     }
 }
