@@ -77,6 +77,46 @@ fn sweep_then_resume_recomputes_nothing() {
         8,
         "2 embeddings × 2 norms × 2 patterns"
     );
+    // The nuclear panel draws the exact minima of `cost::exact`; the solver's orthonormal
+    // points must lie on them: each value sits in a certified bracket of relative width
+    // ≤ tol = 1e-3 around the minimum, so the seed mean is within 2·tol of the curve.
+    let fig: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("figures/cost_scaling.json")).unwrap(),
+    )
+    .unwrap();
+    let panel = fig["figure"]["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["title"] == "cost: nuclear")
+        .expect("nuclear panel");
+    let series = panel["series"].as_array().unwrap();
+    let points = |s: &serde_json::Value| -> Vec<(f64, f64)> {
+        s["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p[0].as_f64().unwrap(), p[1].as_f64().unwrap()))
+            .collect()
+    };
+    for (pattern, curve) in [
+        ("sink", "Δ(T − 1)/√T (exact, sink)"),
+        ("diagonal", "Δ Σ √(i/(i+1)) (exact, diagonal)"),
+    ] {
+        let c = points(series.iter().find(|s| s["name"] == curve).expect(curve));
+        let label = format!("{pattern} (exact, orthonormal)");
+        let data = series
+            .iter()
+            .find(|s| s["style"] == "points" && s["name"].as_str().unwrap().starts_with(&label))
+            .expect("orthonormal points");
+        for (t, v) in points(data) {
+            let (_, want) = c.iter().find(|q| q.0 == t).expect("curve covers the grid");
+            assert!(
+                (v / want - 1.0).abs() <= 2e-3,
+                "{pattern} T = {t}: solver {v} vs exact {want}"
+            );
+        }
+    }
     let before = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
     let st = bin()
         .args([

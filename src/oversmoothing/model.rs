@@ -158,32 +158,41 @@ pub fn block_output(
 
 /// Unit rows $\hat y_i = y_i/\|y_i\|$; error if a row is zero.
 fn unit_rows(y: MatRef<'_, f64>) -> Result<Vec<Vec<f64>>, E> {
-    (0..y.nrows())
-        .map(|i| {
-            let r = linalg::row(y, i);
-            let nr = linalg::norm(&r);
-            if nr > 0.0 && nr.is_finite() {
-                Ok(r.into_iter().map(|v| v / nr).collect())
-            } else {
-                Err(E::ZeroToken)
-            }
-        })
-        .collect()
+    (0..y.nrows()).map(|i| unit(linalg::row(y, i))).collect()
+}
+
+/// $y/\|y\|$; error if $y$ is zero (or not finite).
+fn unit(r: Vec<f64>) -> Result<Vec<f64>, E> {
+    let nr = linalg::norm(&r);
+    if nr > 0.0 && nr.is_finite() {
+        Ok(r.into_iter().map(|v| v / nr).collect())
+    } else {
+        Err(E::ZeroToken)
+    }
 }
 
 /// Mean pairwise cosine $\frac{2}{n(n-1)}\sum_{i<j}\hat y_i\cdot\hat y_j
 /// = \frac{\|\sum_i \hat y_i\|^2 - n}{n(n-1)}$, in $O(nd)$.
 pub fn mean_pairwise_cosine(y: MatRef<'_, f64>) -> Result<f64, E> {
-    let n = y.nrows();
-    if n < 2 {
-        return Err(E::Param(format!("need at least 2 tokens, got {n}")));
-    }
-    let units = unit_rows(y)?;
-    let mut s = vec![0.0; y.ncols()];
-    for u in &units {
-        for (a, b) in s.iter_mut().zip(u) {
+    mean_pairwise_cosine_rows((0..y.nrows()).map(|i| linalg::row(y, i)))
+}
+
+/// [`mean_pairwise_cosine`] of the given rows (the one definition; `real::stats` uses it too).
+pub fn mean_pairwise_cosine_rows(rows: impl IntoIterator<Item = Vec<f64>>) -> Result<f64, E> {
+    let mut s: Vec<f64> = Vec::new();
+    let mut n = 0usize;
+    for r in rows {
+        let u = unit(r)?;
+        if s.is_empty() {
+            s = vec![0.0; u.len()];
+        }
+        for (a, b) in s.iter_mut().zip(&u) {
             *a += b;
         }
+        n += 1;
+    }
+    if n < 2 {
+        return Err(E::Param(format!("need at least 2 tokens, got {n}")));
     }
     let nf = n as f64;
     Ok((linalg::dot(&s, &s) - nf) / (nf * (nf - 1.0)))

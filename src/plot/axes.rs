@@ -408,17 +408,7 @@ fn draw_panel(
     }
     facts.segments = obs.segments.clone();
     // Frame and ticks (outward, bottom and left).
-    scene.push(Prim::Line {
-        pts: vec![
-            (ax.x0, ax.y0),
-            (ax.x1, ax.y0),
-            (ax.x1, ax.y1),
-            (ax.x0, ax.y1),
-            (ax.x0, ax.y0),
-        ],
-        color: BLACK,
-        width: z.axis,
-    });
+    scene.frame(&ax, z.axis);
     for (ts, len) in [(&q.xt.major, z.tick), (&q.xt.minor, 0.55 * z.tick)] {
         for &t in ts {
             let x = f.px(t);

@@ -120,7 +120,7 @@ pub fn layout(h: &Heatmap, opts: &Options) -> Result<Scene, String> {
             });
         }
     }
-    frame(&mut scene, &ax, z.axis);
+    scene.frame(&ax, z.axis);
     let xt = index_ticks(nc, 8);
     let xbase = ax.y1 + z.tick + 0.4 * z.pad + asc * z.font;
     for &c in &xt {
@@ -197,7 +197,7 @@ pub fn layout(h: &Heatmap, opts: &Options) -> Result<Scene, String> {
             color: viridis((t0 + t1) / 2.0),
         });
     }
-    frame(&mut scene, &bar, z.axis);
+    scene.frame(&bar, z.axis);
     let by = |v: f64| bar.y1 - (v - b0) / (b1 - b0) * bar.h();
     for (v, l) in bar_ticks.major.iter().zip(&bar_ticks.labels) {
         let yy = by(*v);
@@ -262,20 +262,6 @@ pub fn layout(h: &Heatmap, opts: &Options) -> Result<Scene, String> {
     });
     scene.height = bottom + 2.0 * z.pad;
     Ok(scene)
-}
-
-fn frame(scene: &mut Scene, r: &Rect, w: f64) {
-    scene.push(Prim::Line {
-        pts: vec![
-            (r.x0, r.y0),
-            (r.x1, r.y0),
-            (r.x1, r.y1),
-            (r.x0, r.y1),
-            (r.x0, r.y0),
-        ],
-        color: BLACK,
-        width: w,
-    });
 }
 
 fn tick(scene: &mut Scene, a: (f64, f64), b: (f64, f64), w: f64) {

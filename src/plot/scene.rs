@@ -229,6 +229,20 @@ impl Scene {
     pub fn push(&mut self, p: Prim) {
         self.prims.push(p);
     }
+    /// Adds the outline of `r` (a closed black line of width `w`).
+    pub fn frame(&mut self, r: &Rect, w: f64) {
+        self.push(Prim::Line {
+            pts: vec![
+                (r.x0, r.y0),
+                (r.x1, r.y0),
+                (r.x1, r.y1),
+                (r.x0, r.y1),
+                (r.x0, r.y0),
+            ],
+            color: super::style::BLACK,
+            width: w,
+        });
+    }
     /// Adds a text primitive.
     #[allow(clippy::too_many_arguments)]
     pub fn text(

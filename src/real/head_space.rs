@@ -200,7 +200,9 @@ fn hull_test(points: &[&[f64]], p: &[f64]) -> Option<(bool, f64, bool)> {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
+/// The upper median $v_{(\lfloor n/2\rfloor)}$ (the larger middle value for even n; NaN when
+/// empty): not the type-7 quantile of [`crate::stats::quantile_sorted`].
+fn upper_median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -210,7 +212,7 @@ fn median(v: &mut [f64]) -> f64 {
 
 fn median_norm(rows: &[Vec<f64>]) -> f64 {
     let mut n: Vec<f64> = rows.iter().map(|r| crate::linalg::norm(r)).collect();
-    median(&mut n)
+    upper_median(&mut n)
 }
 
 /// Condition (b) and its null control on one point set.
@@ -294,7 +296,7 @@ pub fn separation_test(
         } else {
             below as f64 / n as f64
         },
-        null_gamma_b_median: median(&mut margins),
+        null_gamma_b_median: upper_median(&mut margins),
     })
 }
 
@@ -754,9 +756,9 @@ pub fn markdown(r: &ModelA1) -> String {
             let _ = writeln!(
                 md,
                 "Head space ({n} heads, certificates verified on {ver}): (a) holds on {qa}, (b) on {sb}, both (a sink is representable) on {rep}; ordinary keys pass (b) at a mean rate of {null:.2}, so (b) discriminates on {disc} heads and is uninformative on {unin}. The BOS margin is the largest of all ordinary margins on {top} heads (median γ_b: BOS {:.3}, ordinary {:.3}; median γ_a {:.3}). The learned head realises the sink (BOS logit above every other visible key on ≥ 99 % of pairs) on {real} heads; an ordinary key in the BOS's place does so on {real_null}.\n",
-                median(&mut gb),
-                median(&mut gn),
-                median(&mut ga)
+                upper_median(&mut gb),
+                upper_median(&mut gn),
+                upper_median(&mut ga)
             );
             let k = A1Options::default().null_heads;
             let verdict = if rep * 2 <= n {

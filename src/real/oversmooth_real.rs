@@ -8,6 +8,10 @@
 //! than the identity iff `tr((I+W)Σ(I+W)ᵀ) > tr(Σ)`, i.e. iff `2 tr(WΣ) + tr(WΣWᵀ) > 0`.
 //! Measured: `Δ = cos_U − cos_I`, the mean pairwise cosine of the residual stream after the
 //! layer with the head uniform minus with it identity (positions i ≥ 1; everything else real).
+//!
+//! The report's A2 is [`super::a2_skill`] (the condition at the attention output, scored
+//! against the constant predictor); this module is the earlier `x := a` form, kept because
+//! `sinklab real --a2 --json` writes both (`a2` beside `a2_skill`).
 
 use super::RealError;
 use super::capture::{Capture, Captured};

@@ -85,28 +85,11 @@ fn rows_f64(x: &[f32], t: usize, d: usize) -> Vec<Vec<f64>> {
         .collect()
 }
 
-/// Mean pairwise cosine over distinct pairs of rows.
+/// Mean pairwise cosine over distinct pairs of rows
+/// ([`crate::oversmoothing::model::mean_pairwise_cosine_rows`]); NaN when undefined (fewer than
+/// two rows, or a zero row).
 pub fn mean_pairwise_cos(rows: &[Vec<f64>]) -> f64 {
-    let unit: Vec<Vec<f64>> = rows
-        .iter()
-        .map(|r| {
-            let n = crate::linalg::norm(r).max(f64::MIN_POSITIVE);
-            r.iter().map(|v| v / n).collect()
-        })
-        .collect();
-    let t = unit.len();
-    if t < 2 {
-        return f64::NAN;
-    }
-    // Σ_{i≠j} u_i·u_j = ‖Σ u_i‖² − t.
-    let d = unit[0].len();
-    let mut s = vec![0f64; d];
-    for u in &unit {
-        for (a, b) in s.iter_mut().zip(u) {
-            *a += b;
-        }
-    }
-    (s.iter().map(|v| v * v).sum::<f64>() - t as f64) / (t * (t - 1)) as f64
+    crate::oversmoothing::model::mean_pairwise_cosine_rows(rows.iter().cloned()).unwrap_or(f64::NAN)
 }
 
 /// Shapes of one layer's tensors for [`layer_stats`].

@@ -33,6 +33,7 @@
 //! the median of $|\cos|$ over $t > b$ exceeds $\tau$.
 
 use super::hidden::{HiddenStates, Scalar, dot_and_sq};
+use crate::stats::quantile_sorted;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -471,20 +472,6 @@ pub fn detect<S: Scalar>(
     })
 }
 
-/// Quantile by linear interpolation on sorted data (NaN when empty).
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let x = q * (sorted.len() - 1) as f64;
-    let (i, f) = (x.floor() as usize, x - x.floor());
-    if i + 1 < sorted.len() {
-        sorted[i] * (1.0 - f) + sorted[i + 1] * f
-    } else {
-        sorted[i]
-    }
-}
-
 fn validity(
     cosines: &[Vec<Option<f64>>],
     sinks: &[Sink],
@@ -508,9 +495,9 @@ fn validity(
         let mut all: Vec<f64> = row.iter().map(|c| c.map_or(0.0, f64::abs)).collect();
         all.sort_by(f64::total_cmp);
         abs_cos_quantiles.push([
-            quantile(&all, 0.1),
-            quantile(&all, 0.5),
-            quantile(&all, 0.9),
+            quantile_sorted(&all, 0.1),
+            quantile_sorted(&all, 0.5),
+            quantile_sorted(&all, 0.9),
         ]);
         let mut ord: Vec<f64> = row
             .iter()
@@ -519,7 +506,7 @@ fn validity(
             .map(|(_, c)| c.map_or(0.0, f64::abs))
             .collect();
         ord.sort_by(f64::total_cmp);
-        ordinary_median.push(quantile(&ord, 0.5));
+        ordinary_median.push(quantile_sorted(&ord, 0.5));
     }
     let frac_flagged = flagged.len() as f64 / n;
     let saturated = frac_flagged > SATURATION_FRAC

@@ -127,17 +127,10 @@ fn cos<S: super::hidden::Scalar>(a: &[S], b: &[S]) -> Option<f64> {
     (sa > 0.0 && sb > 0.0).then(|| (d / (sa.sqrt() * sb.sqrt())).clamp(-1.0, 1.0))
 }
 
+/// The median (type-7 quantile ½: the mean of the two middle values for even n; NaN when empty).
 fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
     v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
-    }
+    crate::stats::quantile_sorted(&v, 0.5)
 }
 
 /// Sink scores $\alpha^l_t$ averaged over heads, `[L][T]`.

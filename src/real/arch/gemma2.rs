@@ -6,27 +6,17 @@
 //! every even layer), tied head. Hugging Face directories only.
 
 use super::{
-    DecoderDims, DecoderSpec, HfCfg, LayerPlan, activation, decoder_hf, layer_types,
-    refuse_quantized, rope,
+    DecoderDims, DecoderSpec, HfCfg, activation, layer_types, one_rope_hf, refuse_quantized,
 };
 use crate::real::RealError;
-use crate::real::model::{Arch, Pretrained};
+use crate::real::model::{Act, Arch, Pretrained};
 use crate::real::safetensors::Checkpoint;
 use serde_json::Value;
 
-/// `config.json` keys read (besides [`super::INERT`] and [`super::COMMON_KEYS`]).
+/// `config.json` keys read (besides [`super::DECODER_KEYS`], [`super::INERT`] and
+/// [`super::COMMON_KEYS`]); Gemma 3 reads these too.
 pub const KEYS: &[&str] = &[
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "intermediate_size",
-    "vocab_size",
-    "max_position_embeddings",
-    "rms_norm_eps",
-    "head_dim",
     "hidden_activation",
-    "hidden_act",
     "attention_bias",
     "query_pre_attn_scalar",
     "attn_logit_softcapping",
@@ -34,11 +24,6 @@ pub const KEYS: &[&str] = &[
     "sliding_window",
     "layer_types",
     "use_bidirectional_attention",
-    "rope_theta",
-    "rope_scaling",
-    "rope_parameters",
-    "partial_rotary_factor",
-    "original_max_position_embeddings",
 ];
 
 /// Reads an optional positive soft cap.
@@ -82,7 +67,7 @@ pub fn common_refusals(c: &HfCfg) -> Result<(), RealError> {
 }
 
 /// The MLP activation (`hidden_activation`, falling back to `hidden_act`).
-pub fn gemma_act(c: &HfCfg) -> Result<crate::real::model::Act, RealError> {
+pub fn gemma_act(c: &HfCfg) -> Result<Act, RealError> {
     if c.get("hidden_activation").is_some() {
         activation(c, "hidden_activation", "gelu_pytorch_tanh")
     } else {
@@ -90,45 +75,61 @@ pub fn gemma_act(c: &HfCfg) -> Result<crate::real::model::Act, RealError> {
     }
 }
 
+/// What Gemma 2 and Gemma 3 read alike.
+pub struct GemmaCommon {
+    /// The common decoder dimensions.
+    pub dims: DecoderDims,
+    /// MLP activation.
+    pub act: Act,
+    /// `sliding_window`, the window of the sliding layers.
+    pub window: Option<usize>,
+    /// Attention and final logit soft caps.
+    pub softcaps: (Option<f32>, Option<f32>),
+    /// Attention logit scale ([`attn_scale`]).
+    pub attn_scale: f32,
+}
+
+impl GemmaCommon {
+    /// Reads the keys Gemma 2 and 3 share (after [`common_refusals`]).
+    pub fn read(c: &HfCfg) -> Result<Self, RealError> {
+        common_refusals(c)?;
+        let dims = DecoderDims::read(c, "rms_norm_eps", 1e-6)?;
+        let act = gemma_act(c)?;
+        let window = c.dim_opt("sliding_window", 1 << 30)?;
+        let softcaps = (
+            softcap(c, "attn_logit_softcapping")?,
+            softcap(c, "final_logit_softcapping")?,
+        );
+        let attn_scale = attn_scale(c, dims.dh)?;
+        Ok(Self {
+            dims,
+            act,
+            window,
+            softcaps,
+            attn_scale,
+        })
+    }
+
+    /// The window of a layer: `sliding_window` when `sliding`, refused if it is not given.
+    pub fn window_of(&self, c: &HfCfg, sliding: bool) -> Result<Option<usize>, RealError> {
+        if !sliding {
+            return Ok(None);
+        }
+        let w = self
+            .window
+            .ok_or_else(|| c.err("sliding layers without a `sliding_window` value"))?;
+        Ok(Some(w))
+    }
+}
+
 /// Loads a `gemma2` Hugging Face directory.
 pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Pretrained, RealError> {
-    common_refusals(c)?;
-    let dims = DecoderDims::read(c, "rms_norm_eps", 1e-6)?;
-    let act = gemma_act(c)?;
-    let sw = c.dim_opt("sliding_window", 1 << 30)?;
-    let kinds = layer_types(c, dims.n_layer, |l| (l + 1) % 2 != 0)?;
-    let (name, p) = rope::params(c, None, 10000.0)?;
-    let (r, ctx) = rope::build(c, &name, &p, dims.dh, dims.max_pos)?;
-    let plans = kinds
+    let g = GemmaCommon::read(c)?;
+    let kinds = layer_types(c, g.dims.n_layer, |l| (l + 1) % 2 != 0)?;
+    let windows = kinds
         .into_iter()
-        .map(|s| {
-            Ok(LayerPlan {
-                rope: r.clone(),
-                window: if s {
-                    Some(
-                        sw.ok_or_else(|| c.err("sliding layers without a `sliding_window` value"))?,
-                    )
-                } else {
-                    None
-                },
-            })
-        })
+        .map(|s| g.window_of(c, s))
         .collect::<Result<Vec<_>, RealError>>()?;
-    let spec = DecoderSpec {
-        arch: Arch::Gemma2,
-        qkv_bias: false,
-        o_bias: false,
-        mlp_bias: false,
-        qk_norm: false,
-        gemma: true,
-        fused: false,
-        act,
-        tie_default: true,
-    };
-    let caps = (
-        softcap(c, "attn_logit_softcapping")?,
-        softcap(c, "final_logit_softcapping")?,
-    );
-    let scale = attn_scale(c, dims.dh)?;
-    decoder_hf(c, w, spec, &dims, plans, ctx, scale, caps)
+    let spec = DecoderSpec::gemma(Arch::Gemma2, g.act, false);
+    one_rope_hf(c, w, spec, &g.dims, windows, g.attn_scale, g.softcaps)
 }

@@ -8,51 +8,21 @@
 //! is Hugging Face row $s\,d_h/2 + j$. [`unpermute_rows`] undoes it.
 
 use super::{
-    DecoderDims, DecoderSpec, GgufDims, HfCfg, LayerPlan, check_gguf_keys, decoder_hf,
-    refuse_quantized, rope,
+    DecoderSpec, GgufDims, HfCfg, check_gguf_keys, decoder_gguf, one_rope_hf, plain_scale,
+    same_rope, swiglu_dims,
 };
 use crate::real::RealError;
 use crate::real::gguf::GgufFile;
-use crate::real::model::{Act, Arch, Pretrained, Rope};
+use crate::real::model::{Arch, Pretrained, Rope};
 use crate::real::safetensors::Checkpoint;
 use serde_json::Value;
 
-/// `config.json` keys read (besides [`super::INERT`] and [`super::COMMON_KEYS`]).
-pub const KEYS: &[&str] = &[
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "intermediate_size",
-    "vocab_size",
-    "max_position_embeddings",
-    "rms_norm_eps",
-    "head_dim",
-    "hidden_act",
-    "attention_bias",
-    "mlp_bias",
-    "rope_theta",
-    "rope_scaling",
-    "rope_parameters",
-    "partial_rotary_factor",
-    "original_max_position_embeddings",
-    "sliding_window",
-];
+/// `config.json` keys read (besides [`super::DECODER_KEYS`], [`super::INERT`] and
+/// [`super::COMMON_KEYS`]).
+pub const KEYS: &[&str] = &["attention_bias", "mlp_bias", "sliding_window"];
 
-/// GGUF metadata read under `llama.` (or `mistral.`).
+/// GGUF metadata read under `llama.` (or `mistral.`), besides [`super::GGUF_DECODER_KEYS`].
 pub const GGUF_KEYS: &[&str] = &[
-    "block_count",
-    "context_length",
-    "embedding_length",
-    "feed_forward_length",
-    "attention.head_count",
-    "attention.head_count_kv",
-    "attention.key_length",
-    "attention.value_length",
-    "attention.layer_norm_rms_epsilon",
-    "rope.freq_base",
-    "rope.dimension_count",
-    "vocab_size",
     "rope.scaling.type",
     "rope.scaling.factor",
     "rope.scaling.original_context_length",
@@ -61,13 +31,7 @@ pub const GGUF_KEYS: &[&str] = &[
 
 /// Loads a `llama` or `mistral` Hugging Face directory.
 pub fn from_hf(c: &HfCfg, w: &Checkpoint, mt: &str) -> Result<Pretrained, RealError> {
-    refuse_quantized(c)?;
-    let dims = DecoderDims::read(c, "rms_norm_eps", 1e-6)?;
-    c.require(
-        "hidden_act",
-        &Value::from("silu"),
-        "the Llama MLP is SwiGLU",
-    )?;
+    let dims = swiglu_dims(c, "Llama", 1e-6)?;
     let bias = c.bool_or("attention_bias", false)?;
     let mlp_bias = c.bool_or("mlp_bias", false)?;
     let window = if mt == "mistral" {
@@ -80,27 +44,15 @@ pub fn from_hf(c: &HfCfg, w: &Checkpoint, mt: &str) -> Result<Pretrained, RealEr
         )?;
         None
     };
-    let (name, p) = rope::params(c, None, 10000.0)?;
-    let (r, ctx) = rope::build(c, &name, &p, dims.dh, dims.max_pos)?;
-    let plans = (0..dims.n_layer)
-        .map(|_| LayerPlan {
-            rope: r.clone(),
-            window,
-        })
-        .collect();
     let spec = DecoderSpec {
-        arch: Arch::Llama,
         qkv_bias: bias,
         o_bias: bias,
         mlp_bias,
-        qk_norm: false,
-        gemma: false,
-        fused: false,
-        act: Act::Silu,
-        tie_default: false,
+        ..DecoderSpec::llama(Arch::Llama)
     };
-    let scale = 1.0 / (dims.dh as f32).sqrt();
-    decoder_hf(c, w, spec, &dims, plans, ctx, scale, (None, None))
+    let windows = vec![window; dims.n_layer];
+    let scale = plain_scale(dims.dh);
+    one_rope_hf(c, w, spec, &dims, windows, scale, (None, None))
 }
 
 /// Undoes llama.cpp's Q/K row permutation: within each head, GGUF row `2j+s` → HF row `s·half+j`.
@@ -163,7 +115,8 @@ pub fn from_gguf(g: &mut GgufFile, arch: &str) -> Result<Pretrained, RealError> 
     check_gguf_keys(g, arch, GGUF_KEYS)?;
     let dims = GgufDims::read(g, arch)?;
     let r = gguf_rope(g, arch, &dims)?;
-    let mut m = super::qwen2::gguf_decoder(g, arch, &dims, Arch::Llama, r)?;
+    let plans = same_rope(&r, vec![None; dims.n_layer]);
+    let mut m = decoder_gguf(g, DecoderSpec::llama(Arch::Llama), &dims, plans, false)?;
     for ly in &mut m.layers {
         ly.wq.w = unpermute_rows(&ly.wq.w, dims.n_head, dims.dh, dims.d);
         ly.wk.w = unpermute_rows(&ly.wk.w, dims.n_kv, dims.dh, dims.d);

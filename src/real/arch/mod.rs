@@ -12,6 +12,7 @@
 //! metadata under `<arch>.` is checked against the architecture's `GGUF_KEYS` likewise.
 
 pub mod bert;
+pub mod decoder;
 pub mod gemma2;
 pub mod gemma3;
 pub mod gpt2;
@@ -23,8 +24,13 @@ pub mod rope;
 
 use super::RealError;
 use super::gguf::GgufFile;
-use super::model::{Act, Arch, Config, Layer, Linear, NormLayer, Pretrained, Rope};
+use super::model::{Act, Pretrained};
 use super::safetensors::Checkpoint;
+pub use decoder::{
+    DECODER_KEYS, DecoderDims, DecoderSpec, GGUF_DECODER_KEYS, GgufDims, LayerPlan,
+    check_gguf_keys, decoder_gguf, decoder_hf, gguf_bos, one_rope_hf, plain_scale, same_rope,
+    swiglu_dims,
+};
 use serde_json::Value;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -231,251 +237,6 @@ pub fn refuse_quantized(c: &HfCfg) -> Result<(), RealError> {
     Ok(())
 }
 
-/// How a Llama-like Hugging Face decoder stores and uses its tensors.
-#[derive(Debug, Clone, Copy)]
-pub struct DecoderSpec {
-    /// Family.
-    pub arch: Arch,
-    /// q/k/v projections carry biases.
-    pub qkv_bias: bool,
-    /// The output projection carries a bias.
-    pub o_bias: bool,
-    /// The MLP projections carry biases.
-    pub mlp_bias: bool,
-    /// Per-head RMSNorm on q and k.
-    pub qk_norm: bool,
-    /// Gemma's sandwich norms (post-attention, pre- and post-feed-forward) and `1 + w` gains.
-    pub gemma: bool,
-    /// Phi-3's fused `qkv_proj` and `gate_up_proj`.
-    pub fused: bool,
-    /// MLP activation.
-    pub act: Act,
-    /// Default of `tie_word_embeddings`.
-    pub tie_default: bool,
-}
-
-/// Per-layer attention geometry decided by the architecture module.
-pub struct LayerPlan {
-    /// RoPE of the layer.
-    pub rope: Rope,
-    /// Sliding window.
-    pub window: Option<usize>,
-}
-
-/// Hyper-parameters every Llama-like decoder reads from `config.json`.
-pub struct DecoderDims {
-    /// Layers.
-    pub n_layer: usize,
-    /// Width.
-    pub d: usize,
-    /// Query heads.
-    pub n_head: usize,
-    /// Key/value heads.
-    pub n_kv: usize,
-    /// Head dimension.
-    pub dh: usize,
-    /// MLP width.
-    pub dff: usize,
-    /// Vocabulary.
-    pub vocab: usize,
-    /// `max_position_embeddings`.
-    pub max_pos: usize,
-    /// RMSNorm ε.
-    pub eps: f32,
-}
-
-impl DecoderDims {
-    /// Reads the common keys.
-    pub fn read(c: &HfCfg, eps_key: &str, eps_default: f64) -> Result<Self, RealError> {
-        let d = c.dim("hidden_size", MAX_DIM)?;
-        let n_layer = c.dim("num_hidden_layers", MAX_LAYERS)?;
-        let n_head = c.dim("num_attention_heads", MAX_DIM)?;
-        let n_kv = c.dim_opt("num_key_value_heads", MAX_DIM)?.unwrap_or(n_head);
-        let dff = c.dim("intermediate_size", MAX_DIM)?;
-        let vocab = c.dim("vocab_size", MAX_DIM)?;
-        let max_pos = c.dim("max_position_embeddings", 1 << 30)?;
-        let eps = c.eps_or(eps_key, eps_default)?;
-        let dh = match c.dim_opt("head_dim", MAX_DIM)? {
-            Some(h) => h,
-            None if d.is_multiple_of(n_head) => d / n_head,
-            None => {
-                return Err(c.err(format!(
-                    "hidden_size {d} is not a multiple of num_attention_heads {n_head} and no head_dim is given"
-                )));
-            }
-        };
-        if !n_head.is_multiple_of(n_kv) {
-            return Err(c.err(format!(
-                "num_attention_heads {n_head} is not a multiple of num_key_value_heads {n_kv}"
-            )));
-        }
-        Ok(Self {
-            n_layer,
-            d,
-            n_head,
-            n_kv,
-            dh,
-            dff,
-            vocab,
-            max_pos,
-            eps,
-        })
-    }
-}
-
-/// Builds a Llama-like decoder from a Hugging Face checkpoint (names `model.layers.{l}.…`).
-#[allow(clippy::too_many_arguments)]
-pub fn decoder_hf(
-    c: &HfCfg,
-    w: &Checkpoint,
-    spec: DecoderSpec,
-    dims: &DecoderDims,
-    plans: Vec<LayerPlan>,
-    max_context: usize,
-    attn_scale: f32,
-    softcaps: (Option<f32>, Option<f32>),
-) -> Result<Pretrained, RealError> {
-    let DecoderDims {
-        n_layer,
-        d,
-        n_head,
-        n_kv,
-        dh,
-        dff,
-        vocab,
-        eps,
-        ..
-    } = *dims;
-    let tie = c.bool_or("tie_word_embeddings", spec.tie_default)?;
-    let gain = |v: Vec<f32>| -> Vec<f32> {
-        if spec.gemma {
-            v.into_iter().map(|x| 1.0 + x).collect()
-        } else {
-            v
-        }
-    };
-    let rms = |name: &str, n: usize| -> Result<NormLayer, RealError> {
-        Ok(NormLayer::Rms {
-            w: gain(w.shaped(name, &[n])?),
-            eps,
-        })
-    };
-    let embed = w.shaped("model.embed_tokens.weight", &[vocab, d])?;
-    let (hq, hk) = (n_head * dh, n_kv * dh);
-    let mut layers = Vec::with_capacity(n_layer);
-    for (l, plan) in plans.into_iter().enumerate() {
-        let b = format!("model.layers.{l}.");
-        let (wq, wk, wv, gate, up) = if spec.fused {
-            let qkv = w.linear(&format!("{b}self_attn.qkv_proj"), hq + 2 * hk, d, false)?;
-            let rows = |r0: usize, n: usize| Linear {
-                w: qkv.w[r0 * d..(r0 + n) * d].to_vec(),
-                out: n,
-                inp: d,
-                b: qkv.b.as_ref().map(|b| b[r0..r0 + n].to_vec()),
-            };
-            let gu = w.linear(&format!("{b}mlp.gate_up_proj"), 2 * dff, d, false)?;
-            let half = |r0: usize| Linear {
-                w: gu.w[r0 * d..(r0 + dff) * d].to_vec(),
-                out: dff,
-                inp: d,
-                b: gu.b.as_ref().map(|b| b[r0..r0 + dff].to_vec()),
-            };
-            (
-                rows(0, hq),
-                rows(hq, hk),
-                rows(hq + hk, hk),
-                half(0),
-                half(dff),
-            )
-        } else {
-            (
-                w.linear(&format!("{b}self_attn.q_proj"), hq, d, spec.qkv_bias)?,
-                w.linear(&format!("{b}self_attn.k_proj"), hk, d, spec.qkv_bias)?,
-                w.linear(&format!("{b}self_attn.v_proj"), hk, d, spec.qkv_bias)?,
-                w.linear(&format!("{b}mlp.gate_proj"), dff, d, spec.mlp_bias)?,
-                w.linear(&format!("{b}mlp.up_proj"), dff, d, spec.mlp_bias)?,
-            )
-        };
-        let (q_norm, k_norm) = if spec.qk_norm {
-            (
-                Some(rms(&format!("{b}self_attn.q_norm.weight"), dh)?),
-                Some(rms(&format!("{b}self_attn.k_norm.weight"), dh)?),
-            )
-        } else {
-            (None, None)
-        };
-        let (post_attn_norm, ffn_norm, post_ffn_norm) = if spec.gemma {
-            (
-                Some(rms(&format!("{b}post_attention_layernorm.weight"), d)?),
-                Some(rms(&format!("{b}pre_feedforward_layernorm.weight"), d)?),
-                Some(rms(&format!("{b}post_feedforward_layernorm.weight"), d)?),
-            )
-        } else {
-            (
-                None,
-                Some(rms(&format!("{b}post_attention_layernorm.weight"), d)?),
-                None,
-            )
-        };
-        layers.push(Layer {
-            attn_norm: Some(rms(&format!("{b}input_layernorm.weight"), d)?),
-            wq,
-            wk,
-            wv,
-            wo: w.linear(&format!("{b}self_attn.o_proj"), d, hq, spec.o_bias)?,
-            q_norm,
-            k_norm,
-            post_attn_norm,
-            ffn_norm,
-            post_ffn_norm,
-            gate: Some(gate),
-            up,
-            down: w.linear(&format!("{b}mlp.down_proj"), d, dff, spec.mlp_bias)?,
-            rope: Some(plan.rope),
-            window: plan.window,
-        });
-    }
-    let lm_head = if tie {
-        None
-    } else {
-        Some(w.linear("lm_head", vocab, d, false)?)
-    };
-    let bos_id = c
-        .get("bos_token_id")
-        .and_then(Value::as_u64)
-        .filter(|&b| (b as usize) < vocab)
-        .map(|v| v as u32);
-    Ok(Pretrained {
-        cfg: Config {
-            arch: spec.arch,
-            n_layer,
-            d_model: d,
-            n_head,
-            n_kv_head: n_kv,
-            head_dim: dh,
-            vocab,
-            max_context,
-            causal: true,
-            act: spec.act,
-            attn_scale,
-            embed_scale: if spec.gemma { (d as f32).sqrt() } else { 1.0 },
-            bos_id,
-            add_bos: true,
-            post_norm: false,
-            attn_softcap: softcaps.0,
-            final_softcap: softcaps.1,
-        },
-        embed,
-        pos_embed: None,
-        type_embed: None,
-        embed_norm: None,
-        layers,
-        final_norm: Some(rms("model.norm.weight", d)?),
-        lm_head,
-        has_lm_head: true,
-    })
-}
-
 /// The MLP activation named by `hidden_act` / `hidden_activation`.
 pub fn activation(c: &HfCfg, key: &str, default: &str) -> Result<Act, RealError> {
     let a = c.str_or(key, default)?;
@@ -522,19 +283,21 @@ pub fn load_hf(path: &Path) -> Result<Pretrained, RealError> {
     load_hf_keys(path).map(|(m, _)| m)
 }
 
-/// The `config.json` keys an architecture reads (`KEYS` of its module), by `model_type`.
-pub fn keys_of(model_type: &str) -> Option<&'static [&'static str]> {
-    Some(match model_type {
-        "bert" => bert::KEYS,
-        "gpt2" => gpt2::KEYS,
-        "llama" | "mistral" => llama::KEYS,
-        "qwen2" => qwen2::KEYS,
-        "qwen3" => qwen3::KEYS,
-        "gemma2" => gemma2::KEYS,
-        "gemma3_text" => gemma3::KEYS,
-        "phi3" => phi3::KEYS,
+/// The `config.json` keys an architecture reads, by `model_type`: the `KEYS` of its module,
+/// with [`DECODER_KEYS`] for the Llama-like decoders (and Gemma 2's for Gemma 3).
+pub fn keys_of(model_type: &str) -> Option<Vec<&'static str>> {
+    let parts: &[&[&str]] = match model_type {
+        "bert" => &[bert::KEYS],
+        "gpt2" => &[gpt2::KEYS],
+        "llama" | "mistral" => &[DECODER_KEYS, llama::KEYS],
+        "qwen2" => &[DECODER_KEYS, qwen2::KEYS],
+        "qwen3" => &[DECODER_KEYS, qwen3::KEYS],
+        "gemma2" => &[DECODER_KEYS, gemma2::KEYS],
+        "gemma3_text" => &[DECODER_KEYS, gemma2::KEYS, gemma3::KEYS],
+        "phi3" => &[DECODER_KEYS, phi3::KEYS],
         _ => return None,
-    })
+    };
+    Some(parts.concat())
 }
 
 /// [`load_hf`], also returning the `config.json` keys the loader read (for the test that the
@@ -610,116 +373,4 @@ pub fn load_gguf(path: &Path) -> Result<Pretrained, RealError> {
     };
     m.validate(path)?;
     Ok(m)
-}
-
-/// Refuses GGUF metadata under `<arch>.` that the architecture does not read.
-pub fn check_gguf_keys(g: &GgufFile, arch: &str, known: &[&str]) -> Result<(), RealError> {
-    let pre = format!("{arch}.");
-    for k in g.content().metadata.keys() {
-        if let Some(rest) = k.strip_prefix(&pre)
-            && !known.contains(&rest)
-        {
-            return Err(g.err(format!(
-                "metadata `{k}` is not known to the {arch} loader and may change the forward \
-                 pass; refusing rather than guessing"
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// The dimensions of a Llama-like GGUF, checked before anything is allocated.
-pub struct GgufDims {
-    /// Layers.
-    pub n_layer: usize,
-    /// Width.
-    pub d: usize,
-    /// Query heads.
-    pub n_head: usize,
-    /// Key/value heads.
-    pub n_kv: usize,
-    /// Head dimension.
-    pub dh: usize,
-    /// Context length.
-    pub ctx: usize,
-    /// RMSNorm ε.
-    pub eps: f32,
-    /// RoPE base θ.
-    pub base: f32,
-}
-
-impl GgufDims {
-    /// Reads and range-checks the common metadata of `<arch>.`.
-    pub fn read(g: &GgufFile, arch: &str) -> Result<Self, RealError> {
-        let k = |s: &str| format!("{arch}.{s}");
-        let bounded = |key: &str, max: usize| -> Result<usize, RealError> {
-            let v = g.meta_usize(key)?;
-            if v == 0 || v > max {
-                return Err(g.err(format!("metadata `{key}` = {v} is not in 1..={max}")));
-            }
-            Ok(v)
-        };
-        let n_layer = bounded(&k("block_count"), MAX_LAYERS)?;
-        let d = bounded(&k("embedding_length"), MAX_DIM)?;
-        let n_head = bounded(&k("attention.head_count"), MAX_DIM)?;
-        let n_kv = match g.meta(&k("attention.head_count_kv")) {
-            Some(_) => bounded(&k("attention.head_count_kv"), MAX_DIM)?,
-            None => n_head,
-        };
-        let dh = match g.meta(&k("attention.key_length")) {
-            Some(_) => bounded(&k("attention.key_length"), MAX_DIM)?,
-            None => d / n_head,
-        };
-        if let Some(v) = g.meta(&k("attention.value_length"))
-            && super::gguf::value_usize(v) != Some(dh)
-        {
-            return Err(g.err(format!(
-                "metadata `{}` = {v:?} differs from the key length {dh} (not supported)",
-                k("attention.value_length")
-            )));
-        }
-        let ctx = bounded(&k("context_length"), 1 << 30)?;
-        // Tensors for every declared block must exist (checked before any allocation).
-        for l in [0, n_layer - 1] {
-            let name = format!("blk.{l}.attn_norm.weight");
-            if !g.has(&name) {
-                return Err(g.err(format!(
-                    "metadata `{}` = {n_layer}, but tensor `{name}` is missing",
-                    k("block_count")
-                )));
-            }
-        }
-        let eps_key = k("attention.layer_norm_rms_epsilon");
-        let eps = g.meta_f32_or(&eps_key, 1e-6)?;
-        if !(eps.is_finite() && eps > 0.0) {
-            return Err(g.err(format!(
-                "metadata `{eps_key}` = {eps} must be finite and > 0"
-            )));
-        }
-        let base_key = k("rope.freq_base");
-        let base = g.meta_f32_or(&base_key, 10000.0)?;
-        if !(base.is_finite() && base > 1.0) {
-            return Err(g.err(format!(
-                "metadata `{base_key}` = {base} must be finite and > 1"
-            )));
-        }
-        if let Some(v) = g.meta(&k("rope.dimension_count"))
-            && super::gguf::value_usize(v) != Some(dh)
-        {
-            return Err(g.err(format!(
-                "metadata `{}` = {v:?}: partial rotary (≠ head dim {dh}) is not supported for GGUF",
-                k("rope.dimension_count")
-            )));
-        }
-        Ok(Self {
-            n_layer,
-            d,
-            n_head,
-            n_kv,
-            dh,
-            ctx,
-            eps,
-            base,
-        })
-    }
 }

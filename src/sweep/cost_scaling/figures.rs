@@ -33,7 +33,7 @@ pub fn analyze(
     let mut panels = Vec::new();
     for norm in &norms {
         let mut series = Vec::new();
-        let mut closed = None;
+        let mut closed = Vec::new();
         let mut color = 0;
         for ((source, emb, n, pattern), rs) in &g {
             if n != norm {
@@ -72,16 +72,19 @@ pub fn analyze(
                     .collect();
                 series.push(s);
             }
-            // §6 closed form C^F = Δ√(T − H_T) (orthonormal, Frobenius, both patterns).
-            if (n.as_str(), source.as_str(), emb.as_str()) == ("fro", "exact", "orthonormal")
+            // §6 exact minima on orthonormal embeddings ([`crate::cost::exact`]): Frobenius
+            // Δ√(T − H_T) for both patterns (drawn once), nuclear per pattern.
+            if (source.as_str(), emb.as_str()) == ("exact", "orthonormal")
                 && let Some(delta) = rs.iter().find_map(|r| r.delta)
+                && let Some((norm_kind, label)) = closed_form(n, pattern)
+                && !closed.iter().any(|s: &Series| s.name == label)
             {
                 let (t0, t1) = (pts[0].0 as usize, pts[pts.len() - 1].0 as usize);
                 let curve = (t0.max(2)..=t1)
-                    .map(|t| (t as f64, crate::cost::fro_orthonormal(t, delta)))
+                    .map(|t| (t as f64, norm_kind(t, delta)))
                     .collect();
-                closed = Some(Series::new(
-                    "Δ√(T − H_T) (§6 closed form)",
+                closed.push(Series::new(
+                    label,
                     curve,
                     Style::Line,
                     plot::REFERENCE_COLOR,
@@ -155,4 +158,26 @@ pub fn analyze(
         figs.extend(plot::render(&fig_dir.join("cost_ratio"), "", &[panel])?);
     }
     Ok((fits, figs))
+}
+
+/// An exact closed form of the §6 minimum on orthonormal embeddings for (`norm`, `pattern`)
+/// and its legend label, if there is one.
+#[allow(clippy::type_complexity)]
+fn closed_form(norm: &str, pattern: &str) -> Option<(Box<dyn Fn(usize, f64) -> f64>, String)> {
+    use crate::cost::{Pattern, exact::nuclear_orthonormal, fro_orthonormal};
+    Some(match (norm, pattern) {
+        ("fro", _) => (
+            Box::new(fro_orthonormal),
+            "Δ√(T − H_T) (§6 closed form)".to_string(),
+        ),
+        ("nuclear", "sink") => (
+            Box::new(|t, delta| nuclear_orthonormal(Pattern::Sink, t, delta)),
+            "Δ(T − 1)/√T (exact, sink)".to_string(),
+        ),
+        ("nuclear", "diagonal") => (
+            Box::new(|t, delta| nuclear_orthonormal(Pattern::Diagonal, t, delta)),
+            "Δ Σ √(i/(i+1)) (exact, diagonal)".to_string(),
+        ),
+        _ => return None,
+    })
 }

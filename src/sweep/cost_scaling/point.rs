@@ -266,19 +266,7 @@ pub fn compute(p: &Point) -> Vec<Record> {
                         Err(e) => (None, None, None, None, None, None, Some(e.to_string())),
                     };
                     Record {
-                        id: p.id(),
-                        pattern: pattern.into(),
-                        norm: norm.into(),
-                        source: "trained".into(),
-                        embedding: "trained".into(),
-                        t: c.t,
-                        d: c.d,
-                        seed: c.seed,
                         value,
-                        lower: None,
-                        rel_gap: None,
-                        feasible: None,
-                        delta: None,
                         learned,
                         sink_score: ss,
                         diagonal_score: ds,
@@ -288,6 +276,7 @@ pub fn compute(p: &Point) -> Vec<Record> {
                         steps_run: rep.as_ref().ok().map(|r| r.steps_run),
                         error: err,
                         seconds: start.elapsed().as_secs_f64(),
+                        ..failed_trained(p, c, pattern, norm)
                     }
                 })
                 .collect()
@@ -295,6 +284,7 @@ pub fn compute(p: &Point) -> Vec<Record> {
     }
 }
 
+/// The record of a trained point with no result (yet): identity fields only.
 fn failed_trained(p: &Point, c: &TrainConfig, pattern: &str, norm: &str) -> Record {
     Record {
         id: p.id(),

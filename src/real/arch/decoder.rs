@@ -1,0 +1,797 @@
+//! The one builder of a Llama-like decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, Phi-3),
+//! whichever file it comes from. Each block is
+//! $h \mathrel{+}= \mathrm{post}(\mathrm{attn}(\mathrm{norm}(h)))$,
+//! $h \mathrel{+}= \mathrm{post}(W_{down}(\sigma(W_{gate}\,n) \odot W_{up}\,n))$ with
+//! $n = \mathrm{norm}'(h)$; the families differ only in what [`DecoderSpec`] and the per-layer
+//! [`LayerPlan`]s say (biases, q/k norms, Gemma's sandwich norms and `1 + w` gains, fused
+//! projections, activation, RoPE and window per layer).
+//!
+//! The file formats differ only in how tensors are named and stored: [`DecoderWeights`] asks
+//! for them by role, with one implementation for Hugging Face checkpoints ([`HfWeights`],
+//! names `model.layers.{l}.…`) and one for GGUF files ([`GgufWeights`], names `blk.{l}.…`).
+//! The hyper-parameters common to every family are read once, by [`DecoderDims`] from
+//! `config.json` (keys [`DECODER_KEYS`]) and by [`GgufDims`] from GGUF metadata (keys
+//! [`GGUF_DECODER_KEYS`]).
+
+use super::{HfCfg, MAX_DIM, MAX_LAYERS};
+use crate::real::RealError;
+use crate::real::gguf::{GgufFile, value_usize};
+use crate::real::model::{Act, Arch, Config, Layer, Linear, NormLayer, Pretrained, Rope};
+use crate::real::safetensors::Checkpoint;
+use candle_core::quantized::gguf_file::Value as GValue;
+use serde_json::Value;
+
+/// `config.json` keys every Llama-like decoder reads: the dimensions of [`DecoderDims`], the
+/// MLP activation and the RoPE parameters of [`super::rope::params`] (each family lists only
+/// its own keys besides these, [`super::INERT`] and [`super::COMMON_KEYS`]).
+pub const DECODER_KEYS: &[&str] = &[
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "head_dim",
+    "hidden_act",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "partial_rotary_factor",
+    "original_max_position_embeddings",
+];
+
+/// GGUF metadata (under `<arch>.`) every Llama-like GGUF may carry: what [`GgufDims`] reads,
+/// plus `feed_forward_length` and `vocab_size`, which the tensor shapes give and are not read.
+pub const GGUF_DECODER_KEYS: &[&str] = &[
+    "block_count",
+    "context_length",
+    "embedding_length",
+    "feed_forward_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "attention.value_length",
+    "attention.layer_norm_rms_epsilon",
+    "rope.freq_base",
+    "rope.dimension_count",
+    "vocab_size",
+];
+
+/// How a Llama-like decoder stores and uses its tensors.
+#[derive(Debug, Clone, Copy)]
+pub struct DecoderSpec {
+    /// Family.
+    pub arch: Arch,
+    /// q/k/v projections carry biases (Hugging Face; a GGUF carries the biases it has).
+    pub qkv_bias: bool,
+    /// The output projection carries a bias (Hugging Face).
+    pub o_bias: bool,
+    /// The MLP projections carry biases (Hugging Face).
+    pub mlp_bias: bool,
+    /// Per-head RMSNorm on q and k.
+    pub qk_norm: bool,
+    /// Gemma's sandwich norms (post-attention, pre- and post-feed-forward), `1 + w` gains and
+    /// embeddings scaled by $\sqrt d$.
+    pub gemma: bool,
+    /// Phi-3's fused `qkv_proj` and `gate_up_proj` (Hugging Face).
+    pub fused: bool,
+    /// MLP activation.
+    pub act: Act,
+    /// Default of `tie_word_embeddings` (Hugging Face; a GGUF is tied iff it has no
+    /// `output.weight`).
+    pub tie_default: bool,
+}
+
+impl DecoderSpec {
+    /// The plain Llama block of `arch`: SwiGLU, no biases, no extra norms, untied head.
+    pub fn llama(arch: Arch) -> Self {
+        Self {
+            arch,
+            qkv_bias: false,
+            o_bias: false,
+            mlp_bias: false,
+            qk_norm: false,
+            gemma: false,
+            fused: false,
+            act: Act::Silu,
+            tie_default: false,
+        }
+    }
+
+    /// The Gemma block of `arch` (sandwich norms, tied head), q/k norms iff `qk_norm`.
+    pub fn gemma(arch: Arch, act: Act, qk_norm: bool) -> Self {
+        Self {
+            qk_norm,
+            gemma: true,
+            act,
+            tie_default: true,
+            ..Self::llama(arch)
+        }
+    }
+}
+
+/// Per-layer attention geometry decided by the architecture module.
+pub struct LayerPlan {
+    /// RoPE of the layer.
+    pub rope: Rope,
+    /// Sliding window.
+    pub window: Option<usize>,
+}
+
+/// The same RoPE on every layer, with the given per-layer windows.
+pub fn same_rope(rope: &Rope, windows: impl IntoIterator<Item = Option<usize>>) -> Vec<LayerPlan> {
+    windows
+        .into_iter()
+        .map(|window| LayerPlan {
+            rope: rope.clone(),
+            window,
+        })
+        .collect()
+}
+
+/// What the blocks do not determine: context, logit scale and caps, BOS.
+pub struct DecoderHead {
+    /// Usable context.
+    pub max_context: usize,
+    /// Attention logit scale.
+    pub attn_scale: f32,
+    /// Attention and final logit soft caps.
+    pub softcaps: (Option<f32>, Option<f32>),
+    /// BOS id.
+    pub bos_id: Option<u32>,
+    /// Whether the tokenizer adds a BOS by default.
+    pub add_bos: bool,
+}
+
+/// Where an RMSNorm gain sits.
+#[derive(Debug, Clone, Copy)]
+pub enum Gain {
+    /// Before attention, layer `l`.
+    Input(usize),
+    /// Per-head on the queries.
+    Q(usize),
+    /// Per-head on the keys.
+    K(usize),
+    /// After attention (Gemma).
+    PostAttn(usize),
+    /// Before the MLP.
+    PreFfn(usize),
+    /// After the MLP (Gemma).
+    PostFfn(usize),
+    /// After the last block.
+    Final,
+}
+
+/// A decoder's tensors, asked for by role.
+pub trait DecoderWeights {
+    /// The token embedding `[vocab, d]` and `vocab`.
+    fn embed(&mut self, d: usize) -> Result<(Vec<f32>, usize), RealError>;
+    /// An RMSNorm gain of length `n`, as the forward pass multiplies by it.
+    fn gain(&mut self, at: Gain, n: usize) -> Result<Vec<f32>, RealError>;
+    /// The q, k and v projections of layer `l` (`hq`, `hk`, `hk` rows, `d` columns).
+    fn qkv(&mut self, l: usize, hq: usize, hk: usize, d: usize) -> Result<[Linear; 3], RealError>;
+    /// The output projection of layer `l`.
+    fn o(&mut self, l: usize, d: usize, hq: usize) -> Result<Linear, RealError>;
+    /// The gate and up projections of layer `l` and the MLP width.
+    fn gate_up(&mut self, l: usize, d: usize) -> Result<(Linear, Linear, usize), RealError>;
+    /// The down projection of layer `l`.
+    fn down(&mut self, l: usize, d: usize, dff: usize) -> Result<Linear, RealError>;
+    /// The output head (`None` when tied to the embedding).
+    fn head(&mut self, vocab: usize, d: usize) -> Result<Option<Linear>, RealError>;
+}
+
+/// The shape every block shares.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockShape {
+    /// Layers.
+    pub n_layer: usize,
+    /// Width.
+    pub d: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads.
+    pub n_kv: usize,
+    /// Head dimension.
+    pub dh: usize,
+    /// RMSNorm ε.
+    pub eps: f32,
+}
+
+/// Builds a Llama-like decoder: one layer per plan.
+pub fn decoder<S: DecoderWeights>(
+    src: &mut S,
+    spec: &DecoderSpec,
+    shape: BlockShape,
+    plans: Vec<LayerPlan>,
+    head: DecoderHead,
+) -> Result<Pretrained, RealError> {
+    let BlockShape {
+        n_layer,
+        d,
+        n_head,
+        n_kv,
+        dh,
+        eps,
+    } = shape;
+    let (embed, vocab) = src.embed(d)?;
+    let rms = |src: &mut S, at: Gain, n: usize| -> Result<Option<NormLayer>, RealError> {
+        Ok(Some(NormLayer::Rms {
+            w: src.gain(at, n)?,
+            eps,
+        }))
+    };
+    let (hq, hk) = (n_head * dh, n_kv * dh);
+    let mut layers = Vec::with_capacity(n_layer);
+    for (l, plan) in plans.into_iter().enumerate() {
+        let attn_norm = rms(src, Gain::Input(l), d)?;
+        let [wq, wk, wv] = src.qkv(l, hq, hk, d)?;
+        let wo = src.o(l, d, hq)?;
+        let (q_norm, k_norm) = if spec.qk_norm {
+            (rms(src, Gain::Q(l), dh)?, rms(src, Gain::K(l), dh)?)
+        } else {
+            (None, None)
+        };
+        let post_attn_norm = match spec.gemma {
+            true => rms(src, Gain::PostAttn(l), d)?,
+            false => None,
+        };
+        let ffn_norm = rms(src, Gain::PreFfn(l), d)?;
+        let post_ffn_norm = match spec.gemma {
+            true => rms(src, Gain::PostFfn(l), d)?,
+            false => None,
+        };
+        let (gate, up, dff) = src.gate_up(l, d)?;
+        let down = src.down(l, d, dff)?;
+        layers.push(Layer {
+            attn_norm,
+            wq,
+            wk,
+            wv,
+            wo,
+            q_norm,
+            k_norm,
+            post_attn_norm,
+            ffn_norm,
+            post_ffn_norm,
+            gate: Some(gate),
+            up,
+            down,
+            rope: Some(plan.rope),
+            window: plan.window,
+        });
+    }
+    let final_norm = rms(src, Gain::Final, d)?;
+    let lm_head = src.head(vocab, d)?;
+    Ok(Pretrained {
+        cfg: Config {
+            arch: spec.arch,
+            n_layer,
+            d_model: d,
+            n_head,
+            n_kv_head: n_kv,
+            head_dim: dh,
+            vocab,
+            max_context: head.max_context,
+            causal: true,
+            act: spec.act,
+            attn_scale: head.attn_scale,
+            embed_scale: if spec.gemma { (d as f32).sqrt() } else { 1.0 },
+            bos_id: head.bos_id,
+            add_bos: head.add_bos,
+            post_norm: false,
+            attn_softcap: head.softcaps.0,
+            final_softcap: head.softcaps.1,
+        },
+        embed,
+        pos_embed: None,
+        type_embed: None,
+        embed_norm: None,
+        layers,
+        final_norm,
+        lm_head,
+        has_lm_head: true,
+    })
+}
+
+/// Rows `r0..r0 + n` of a projection (a block of a fused one).
+fn row_block(lin: &Linear, r0: usize, n: usize) -> Linear {
+    let d = lin.inp;
+    Linear {
+        w: lin.w[r0 * d..(r0 + n) * d].to_vec(),
+        out: n,
+        inp: d,
+        b: lin.b.as_ref().map(|b| b[r0..r0 + n].to_vec()),
+    }
+}
+
+/// Hyper-parameters every Llama-like decoder reads from `config.json`.
+pub struct DecoderDims {
+    /// Layers.
+    pub n_layer: usize,
+    /// Width.
+    pub d: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads.
+    pub n_kv: usize,
+    /// Head dimension.
+    pub dh: usize,
+    /// MLP width.
+    pub dff: usize,
+    /// Vocabulary.
+    pub vocab: usize,
+    /// `max_position_embeddings`.
+    pub max_pos: usize,
+    /// RMSNorm ε.
+    pub eps: f32,
+}
+
+impl DecoderDims {
+    /// Reads the common keys.
+    pub fn read(c: &HfCfg, eps_key: &str, eps_default: f64) -> Result<Self, RealError> {
+        let d = c.dim("hidden_size", MAX_DIM)?;
+        let n_layer = c.dim("num_hidden_layers", MAX_LAYERS)?;
+        let n_head = c.dim("num_attention_heads", MAX_DIM)?;
+        let n_kv = c.dim_opt("num_key_value_heads", MAX_DIM)?.unwrap_or(n_head);
+        let dff = c.dim("intermediate_size", MAX_DIM)?;
+        let vocab = c.dim("vocab_size", MAX_DIM)?;
+        let max_pos = c.dim("max_position_embeddings", 1 << 30)?;
+        let eps = c.eps_or(eps_key, eps_default)?;
+        let dh = match c.dim_opt("head_dim", MAX_DIM)? {
+            Some(h) => h,
+            None if d.is_multiple_of(n_head) => d / n_head,
+            None => {
+                return Err(c.err(format!(
+                    "hidden_size {d} is not a multiple of num_attention_heads {n_head} and no head_dim is given"
+                )));
+            }
+        };
+        if !n_head.is_multiple_of(n_kv) {
+            return Err(c.err(format!(
+                "num_attention_heads {n_head} is not a multiple of num_key_value_heads {n_kv}"
+            )));
+        }
+        Ok(Self {
+            n_layer,
+            d,
+            n_head,
+            n_kv,
+            dh,
+            dff,
+            vocab,
+            max_pos,
+            eps,
+        })
+    }
+
+    /// The block shape.
+    pub fn shape(&self) -> BlockShape {
+        BlockShape {
+            n_layer: self.n_layer,
+            d: self.d,
+            n_head: self.n_head,
+            n_kv: self.n_kv,
+            dh: self.dh,
+            eps: self.eps,
+        }
+    }
+}
+
+/// A Hugging Face checkpoint's tensors (names `model.layers.{l}.…`).
+pub struct HfWeights<'a> {
+    w: &'a Checkpoint,
+    spec: DecoderSpec,
+    vocab: usize,
+    dff: usize,
+    tie: bool,
+}
+
+impl DecoderWeights for HfWeights<'_> {
+    fn embed(&mut self, d: usize) -> Result<(Vec<f32>, usize), RealError> {
+        let e = self
+            .w
+            .shaped("model.embed_tokens.weight", &[self.vocab, d])?;
+        Ok((e, self.vocab))
+    }
+
+    fn gain(&mut self, at: Gain, n: usize) -> Result<Vec<f32>, RealError> {
+        let name = match at {
+            Gain::Input(l) => format!("model.layers.{l}.input_layernorm.weight"),
+            Gain::Q(l) => format!("model.layers.{l}.self_attn.q_norm.weight"),
+            Gain::K(l) => format!("model.layers.{l}.self_attn.k_norm.weight"),
+            Gain::PostAttn(l) => format!("model.layers.{l}.post_attention_layernorm.weight"),
+            Gain::PreFfn(l) if self.spec.gemma => {
+                format!("model.layers.{l}.pre_feedforward_layernorm.weight")
+            }
+            Gain::PreFfn(l) => format!("model.layers.{l}.post_attention_layernorm.weight"),
+            Gain::PostFfn(l) => format!("model.layers.{l}.post_feedforward_layernorm.weight"),
+            Gain::Final => "model.norm.weight".to_string(),
+        };
+        let v = self.w.shaped(&name, &[n])?;
+        Ok(if self.spec.gemma {
+            v.into_iter().map(|x| 1.0 + x).collect()
+        } else {
+            v
+        })
+    }
+
+    fn qkv(&mut self, l: usize, hq: usize, hk: usize, d: usize) -> Result<[Linear; 3], RealError> {
+        let b = format!("model.layers.{l}.self_attn.");
+        if self.spec.fused {
+            let qkv = self
+                .w
+                .linear(&format!("{b}qkv_proj"), hq + 2 * hk, d, false)?;
+            return Ok([
+                row_block(&qkv, 0, hq),
+                row_block(&qkv, hq, hk),
+                row_block(&qkv, hq + hk, hk),
+            ]);
+        }
+        let bias = self.spec.qkv_bias;
+        Ok([
+            self.w.linear(&format!("{b}q_proj"), hq, d, bias)?,
+            self.w.linear(&format!("{b}k_proj"), hk, d, bias)?,
+            self.w.linear(&format!("{b}v_proj"), hk, d, bias)?,
+        ])
+    }
+
+    fn o(&mut self, l: usize, d: usize, hq: usize) -> Result<Linear, RealError> {
+        let name = format!("model.layers.{l}.self_attn.o_proj");
+        self.w.linear(&name, d, hq, self.spec.o_bias)
+    }
+
+    fn gate_up(&mut self, l: usize, d: usize) -> Result<(Linear, Linear, usize), RealError> {
+        let (b, dff) = (format!("model.layers.{l}.mlp."), self.dff);
+        if self.spec.fused {
+            let gu = self
+                .w
+                .linear(&format!("{b}gate_up_proj"), 2 * dff, d, false)?;
+            return Ok((row_block(&gu, 0, dff), row_block(&gu, dff, dff), dff));
+        }
+        let bias = self.spec.mlp_bias;
+        Ok((
+            self.w.linear(&format!("{b}gate_proj"), dff, d, bias)?,
+            self.w.linear(&format!("{b}up_proj"), dff, d, bias)?,
+            dff,
+        ))
+    }
+
+    fn down(&mut self, l: usize, d: usize, dff: usize) -> Result<Linear, RealError> {
+        let name = format!("model.layers.{l}.mlp.down_proj");
+        self.w.linear(&name, d, dff, self.spec.mlp_bias)
+    }
+
+    fn head(&mut self, vocab: usize, d: usize) -> Result<Option<Linear>, RealError> {
+        if self.tie {
+            Ok(None)
+        } else {
+            Ok(Some(self.w.linear("lm_head", vocab, d, false)?))
+        }
+    }
+}
+
+/// Builds a Llama-like decoder from a Hugging Face checkpoint: the BOS comes from
+/// `bos_token_id` (always added), the head is tied per `tie_word_embeddings`.
+#[allow(clippy::too_many_arguments)]
+pub fn decoder_hf(
+    c: &HfCfg,
+    w: &Checkpoint,
+    spec: DecoderSpec,
+    dims: &DecoderDims,
+    plans: Vec<LayerPlan>,
+    max_context: usize,
+    attn_scale: f32,
+    softcaps: (Option<f32>, Option<f32>),
+) -> Result<Pretrained, RealError> {
+    let tie = c.bool_or("tie_word_embeddings", spec.tie_default)?;
+    let bos_id = c
+        .get("bos_token_id")
+        .and_then(Value::as_u64)
+        .filter(|&b| (b as usize) < dims.vocab)
+        .map(|v| v as u32);
+    let mut src = HfWeights {
+        w,
+        spec,
+        vocab: dims.vocab,
+        dff: dims.dff,
+        tie,
+    };
+    let head = DecoderHead {
+        max_context,
+        attn_scale,
+        softcaps,
+        bos_id,
+        add_bos: true,
+    };
+    decoder(&mut src, &spec, dims.shape(), plans, head)
+}
+
+/// The start every SwiGLU family (Llama, Mistral, Qwen2, Qwen3, Phi-3) shares: refuses a
+/// quantized checkpoint, reads [`DecoderDims`] and requires `hidden_act` to be SiLU.
+pub fn swiglu_dims(c: &HfCfg, family: &str, eps_default: f64) -> Result<DecoderDims, RealError> {
+    super::refuse_quantized(c)?;
+    let dims = DecoderDims::read(c, "rms_norm_eps", eps_default)?;
+    let why = format!("the {family} MLP is SwiGLU");
+    c.require("hidden_act", &Value::from("silu"), &why)?;
+    Ok(dims)
+}
+
+/// The logit scale $d_h^{-1/2}$.
+pub fn plain_scale(dh: usize) -> f32 {
+    1.0 / (dh as f32).sqrt()
+}
+
+/// A Hugging Face decoder with one RoPE on every layer (from `rope_theta` / `rope_scaling` /
+/// `rope_parameters`, base $10^4$ by default) and the given per-layer windows.
+pub fn one_rope_hf(
+    c: &HfCfg,
+    w: &Checkpoint,
+    spec: DecoderSpec,
+    dims: &DecoderDims,
+    windows: Vec<Option<usize>>,
+    attn_scale: f32,
+    softcaps: (Option<f32>, Option<f32>),
+) -> Result<Pretrained, RealError> {
+    let (name, p) = super::rope::params(c, None, 10000.0)?;
+    let (r, ctx) = super::rope::build(c, &name, &p, dims.dh, dims.max_pos)?;
+    let plans = same_rope(&r, windows);
+    decoder_hf(c, w, spec, dims, plans, ctx, attn_scale, softcaps)
+}
+
+/// Refuses GGUF metadata under `<arch>.` that is neither in [`GGUF_DECODER_KEYS`] nor in
+/// the architecture's own list `extra`.
+pub fn check_gguf_keys(g: &GgufFile, arch: &str, extra: &[&str]) -> Result<(), RealError> {
+    let pre = format!("{arch}.");
+    for k in g.content().metadata.keys() {
+        if let Some(rest) = k.strip_prefix(&pre)
+            && !GGUF_DECODER_KEYS.contains(&rest)
+            && !extra.contains(&rest)
+        {
+            return Err(g.err(format!(
+                "metadata `{k}` is not known to the {arch} loader and may change the forward \
+                 pass; refusing rather than guessing"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The dimensions of a Llama-like GGUF, checked before anything is allocated.
+pub struct GgufDims {
+    /// Layers.
+    pub n_layer: usize,
+    /// Width.
+    pub d: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads.
+    pub n_kv: usize,
+    /// Head dimension.
+    pub dh: usize,
+    /// Context length.
+    pub ctx: usize,
+    /// RMSNorm ε.
+    pub eps: f32,
+    /// RoPE base θ.
+    pub base: f32,
+}
+
+impl GgufDims {
+    /// Reads and range-checks the common metadata of `<arch>.`.
+    pub fn read(g: &GgufFile, arch: &str) -> Result<Self, RealError> {
+        let k = |s: &str| format!("{arch}.{s}");
+        let bounded = |key: &str, max: usize| -> Result<usize, RealError> {
+            let v = g.meta_usize(key)?;
+            if v == 0 || v > max {
+                return Err(g.err(format!("metadata `{key}` = {v} is not in 1..={max}")));
+            }
+            Ok(v)
+        };
+        let n_layer = bounded(&k("block_count"), MAX_LAYERS)?;
+        let d = bounded(&k("embedding_length"), MAX_DIM)?;
+        let n_head = bounded(&k("attention.head_count"), MAX_DIM)?;
+        let n_kv = match g.meta(&k("attention.head_count_kv")) {
+            Some(_) => bounded(&k("attention.head_count_kv"), MAX_DIM)?,
+            None => n_head,
+        };
+        let dh = match g.meta(&k("attention.key_length")) {
+            Some(_) => bounded(&k("attention.key_length"), MAX_DIM)?,
+            None => d / n_head,
+        };
+        if let Some(v) = g.meta(&k("attention.value_length"))
+            && value_usize(v) != Some(dh)
+        {
+            return Err(g.err(format!(
+                "metadata `{}` = {v:?} differs from the key length {dh} (not supported)",
+                k("attention.value_length")
+            )));
+        }
+        let ctx = bounded(&k("context_length"), 1 << 30)?;
+        // Tensors for every declared block must exist (checked before any allocation).
+        for l in [0, n_layer - 1] {
+            let name = format!("blk.{l}.attn_norm.weight");
+            if !g.has(&name) {
+                return Err(g.err(format!(
+                    "metadata `{}` = {n_layer}, but tensor `{name}` is missing",
+                    k("block_count")
+                )));
+            }
+        }
+        let eps_key = k("attention.layer_norm_rms_epsilon");
+        let eps = g.meta_f32_or(&eps_key, 1e-6)?;
+        if !(eps.is_finite() && eps > 0.0) {
+            return Err(g.err(format!(
+                "metadata `{eps_key}` = {eps} must be finite and > 0"
+            )));
+        }
+        let base_key = k("rope.freq_base");
+        let base = g.meta_f32_or(&base_key, 10000.0)?;
+        if !(base.is_finite() && base > 1.0) {
+            return Err(g.err(format!(
+                "metadata `{base_key}` = {base} must be finite and > 1"
+            )));
+        }
+        if let Some(v) = g.meta(&k("rope.dimension_count"))
+            && value_usize(v) != Some(dh)
+        {
+            return Err(g.err(format!(
+                "metadata `{}` = {v:?}: partial rotary (≠ head dim {dh}) is not supported for GGUF",
+                k("rope.dimension_count")
+            )));
+        }
+        Ok(Self {
+            n_layer,
+            d,
+            n_head,
+            n_kv,
+            dh,
+            ctx,
+            eps,
+            base,
+        })
+    }
+
+    /// The block shape.
+    pub fn shape(&self) -> BlockShape {
+        BlockShape {
+            n_layer: self.n_layer,
+            d: self.d,
+            n_head: self.n_head,
+            n_kv: self.n_kv,
+            dh: self.dh,
+            eps: self.eps,
+        }
+    }
+}
+
+/// BOS id and whether the tokenizer adds it by default (`tokenizer.ggml.add_bos_token`, else
+/// `default`).
+pub fn gguf_bos(g: &GgufFile, default: bool) -> (Option<u32>, bool) {
+    let bos_id = g
+        .meta("tokenizer.ggml.bos_token_id")
+        .and_then(value_usize)
+        .map(|v| v as u32);
+    let add_bos = match g.meta("tokenizer.ggml.add_bos_token") {
+        Some(GValue::Bool(b)) => *b,
+        _ => default,
+    };
+    (bos_id, add_bos)
+}
+
+/// A GGUF file's tensors (names `blk.{l}.…`, llama.cpp's layout): gains stored as the
+/// multiplier (Gemma's `+1` already added), biases where the file has them, the MLP width and
+/// vocabulary taken from the tensor shapes, tied iff there is no `output.weight`.
+pub struct GgufWeights<'a> {
+    g: &'a mut GgufFile,
+}
+
+impl GgufWeights<'_> {
+    /// The row count of a `[rows, d]` tensor, checked before it is read.
+    fn rows(&self, name: &str, d: usize, what: &str) -> Result<usize, RealError> {
+        let dims = match self.g.content().tensor_infos.get(name) {
+            Some(t) => t.shape.dims().to_vec(),
+            None => return Err(self.g.err(format!("missing tensor `{name}`"))),
+        };
+        if dims.len() != 2 || dims[1] != d {
+            return Err(self
+                .g
+                .err(format!("{name} has shape {dims:?}, expected [{what}, {d}]")));
+        }
+        Ok(dims[0])
+    }
+}
+
+impl DecoderWeights for GgufWeights<'_> {
+    fn embed(&mut self, d: usize) -> Result<(Vec<f32>, usize), RealError> {
+        let vocab = self.rows("token_embd.weight", d, "vocab")?;
+        Ok((self.g.matrix("token_embd.weight", vocab, d)?, vocab))
+    }
+
+    fn gain(&mut self, at: Gain, n: usize) -> Result<Vec<f32>, RealError> {
+        let name = match at {
+            Gain::Input(l) => format!("blk.{l}.attn_norm.weight"),
+            Gain::Q(l) => format!("blk.{l}.attn_q_norm.weight"),
+            Gain::K(l) => format!("blk.{l}.attn_k_norm.weight"),
+            Gain::PostAttn(l) => format!("blk.{l}.post_attention_norm.weight"),
+            Gain::PreFfn(l) => format!("blk.{l}.ffn_norm.weight"),
+            Gain::PostFfn(l) => format!("blk.{l}.post_ffw_norm.weight"),
+            Gain::Final => "output_norm.weight".to_string(),
+        };
+        self.g.vector(&name, n)
+    }
+
+    fn qkv(&mut self, l: usize, hq: usize, hk: usize, d: usize) -> Result<[Linear; 3], RealError> {
+        Ok([
+            self.g.linear(&format!("blk.{l}.attn_q"), hq, d)?,
+            self.g.linear(&format!("blk.{l}.attn_k"), hk, d)?,
+            self.g.linear(&format!("blk.{l}.attn_v"), hk, d)?,
+        ])
+    }
+
+    fn o(&mut self, l: usize, d: usize, hq: usize) -> Result<Linear, RealError> {
+        self.g.linear(&format!("blk.{l}.attn_output"), d, hq)
+    }
+
+    fn gate_up(&mut self, l: usize, d: usize) -> Result<(Linear, Linear, usize), RealError> {
+        let dff = self.rows(&format!("blk.{l}.ffn_up.weight"), d, "d_ff")?;
+        let up = self.g.linear(&format!("blk.{l}.ffn_up"), dff, d)?;
+        let gate = self.g.linear(&format!("blk.{l}.ffn_gate"), dff, d)?;
+        Ok((gate, up, dff))
+    }
+
+    fn down(&mut self, l: usize, d: usize, dff: usize) -> Result<Linear, RealError> {
+        self.g.linear(&format!("blk.{l}.ffn_down"), d, dff)
+    }
+
+    fn head(&mut self, vocab: usize, d: usize) -> Result<Option<Linear>, RealError> {
+        if self.g.has("output.weight") {
+            Ok(Some(self.g.linear("output", vocab, d)?))
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+/// Builds a Llama-like decoder from a GGUF file in file order (q/k rows as stored): BOS per
+/// `tokenizer.ggml.*` (added by default iff `add_bos_default`), logit scale $d_h^{-1/2}$, no
+/// soft caps.
+pub fn decoder_gguf(
+    g: &mut GgufFile,
+    spec: DecoderSpec,
+    dims: &GgufDims,
+    plans: Vec<LayerPlan>,
+    add_bos_default: bool,
+) -> Result<Pretrained, RealError> {
+    let (bos_id, add_bos) = gguf_bos(g, add_bos_default);
+    let head = DecoderHead {
+        max_context: dims.ctx,
+        attn_scale: 1.0 / (dims.dh as f32).sqrt(),
+        softcaps: (None, None),
+        bos_id,
+        add_bos,
+    };
+    decoder(&mut GgufWeights { g }, &spec, dims.shape(), plans, head)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{HF_TYPES, keys_of};
+    use std::collections::BTreeSet;
+
+    /// A family lists only its own keys: none repeats a shared one (or its own), so that the
+    /// union `keys_of` is what each module declares once.
+    #[test]
+    fn no_family_lists_a_key_twice() {
+        for t in HF_TYPES {
+            let keys = keys_of(t).unwrap();
+            let set: BTreeSet<_> = keys.iter().collect();
+            assert_eq!(
+                set.len(),
+                keys.len(),
+                "{t}: a key is listed twice: {keys:?}"
+            );
+        }
+    }
+}
