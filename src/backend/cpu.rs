@@ -261,25 +261,7 @@ impl<T: Real> Backend for Cpu<T> {
         check_same("adamw", p.shape, g.shape)?;
         check_same("adamw", p.shape, m.shape)?;
         check_same("adamw", p.shape, v.shape)?;
-        let c = AdamWCoeffs::new(h, t);
-        let f = T::from_f64;
-        let (b1, b2, ib1, ib2) = (f(h.beta1), f(h.beta2), f(1.0 - h.beta1), f(1.0 - h.beta2));
-        let (lr, eps, wd, c1, c2) = (
-            f(h.lr),
-            f(h.eps),
-            f(h.weight_decay),
-            f(c.inv_bc1),
-            f(c.inv_bc2),
-        );
-        for i in 0..p.data.len() {
-            let gi = g.data[i];
-            let mi = b1 * m.data[i] + ib1 * gi;
-            let vi = b2 * v.data[i] + ib2 * gi * gi;
-            m.data[i] = mi;
-            v.data[i] = vi;
-            let step = (mi * c1) / ((vi * c2).sqrt() + eps) + wd * p.data[i];
-            p.data[i] -= lr * step;
-        }
+        adamw_update(h, t, &mut p.data, &g.data, &mut m.data, &mut v.data);
         Ok(())
     }
 
@@ -424,6 +406,46 @@ impl<T: Real> Backend for Cpu<T> {
         t.shape = shape;
         Ok(())
     }
+}
+
+/// The AdamW update of [`Backend::adamw`] on host slices (equal lengths, any
+/// layout: the update is elementwise) at step `t ≥ 1`:
+/// $m \leftarrow \beta_1 m + (1-\beta_1) g$, $v \leftarrow \beta_2 v + (1-\beta_2) g^2$,
+/// $p \leftarrow p - \eta\,\big(\hat m/(\sqrt{\hat v}+\epsilon) + \lambda p\big)$.
+/// The one definition of the optimiser: [`Cpu`] runs it on its tensors and
+/// `train::adamw` on the host reference model's matrices (the GPU kernel
+/// `adamw.wgsl` computes the same expression).
+pub fn adamw_update<T: Real>(
+    h: &AdamWHyper,
+    t: u64,
+    p: &mut [T],
+    g: &[T],
+    m: &mut [T],
+    v: &mut [T],
+) {
+    assert!(
+        g.len() == p.len() && m.len() == p.len() && v.len() == p.len(),
+        "adamw_update: slices of unequal length"
+    );
+        let c = AdamWCoeffs::new(h, t);
+        let f = T::from_f64;
+        let (b1, b2, ib1, ib2) = (f(h.beta1), f(h.beta2), f(1.0 - h.beta1), f(1.0 - h.beta2));
+        let (lr, eps, wd, c1, c2) = (
+            f(h.lr),
+            f(h.eps),
+            f(h.weight_decay),
+            f(c.inv_bc1),
+            f(c.inv_bc2),
+        );
+        for i in 0..p.len() {
+            let gi = g[i];
+            let mi = b1 * m[i] + ib1 * gi;
+            let vi = b2 * v[i] + ib2 * gi * gi;
+            m[i] = mi;
+            v[i] = vi;
+            let step = (mi * c1) / ((vi * c2).sqrt() + eps) + wd * p[i];
+            p[i] -= lr * step;
+        }
 }
 
 /// An id stored as a tensor value, checked to be an integer in `0..n`.

@@ -6,12 +6,20 @@
 //! logits $= h\,U$. Attention: logits $z_{ij} = h_i^\top W_{QK} h_j$ (no $1/\sqrt d$, as in
 //! THEORY.md §1), causal softmax, output $o_i = \sum_j A_{ij} W_{VO} h_j$, with
 //! $W_{QK} = W_Q W_K^\top$, $W_{VO} = W_O W_V^\top$ in factored form.
-//! Every batch-wide product goes through [`super::kernels::matmul`] (and so
-//! can be routed to a GPU); the small per-sequence attention products go
-//! through [`super::kernels::matmul_local`]. The batch is split into chunks of
-//! whole sequences that run forward and backward as independent tasks.
+//! Every batch-wide product goes through [`super::kernels::matmul`]; the small
+//! per-sequence attention products go through [`super::kernels::matmul_local`].
+//! The batch is split into chunks of whole sequences that run forward and
+//! backward as independent tasks.
+//!
+//! This is the *reference* model: in f64 its hand-written gradients are
+//! checked against central finite differences (`tests/train.rs`), and the
+//! training model of [`super::device`], which runs on any
+//! [`crate::backend::Backend`], is checked against it (`tests/train_device.rs`).
+//! [`super::train_on`] initialises the parameters here, trains on the backend
+//! and reads them back into this model once for the evaluation.
 
-use super::kernels::{Real, matmul, matmul_into, matmul_local};
+use super::kernels::{matmul, matmul_into, matmul_local};
+use crate::backend::Real;
 use faer::reborrow::{Reborrow, ReborrowMut};
 use faer::{Mat, MatMut, MatRef};
 use rand::Rng;
@@ -460,12 +468,7 @@ impl<F: Real> Model<F> {
         cache.t = t;
         cache.tokens.clear();
         cache.tokens.extend_from_slice(tokens);
-        // A GPU routed to this thread gets the whole batch's products, unsplit.
-        let n = if F::routing_active() {
-            1
-        } else {
-            (b * t / CHUNK_ROWS).clamp(1, b)
-        };
+        let n = (b * t / CHUNK_ROWS).clamp(1, b);
         cache.chunks.resize_with(n, Chunk::new);
         for (c, ch) in cache.chunks.iter_mut().enumerate() {
             ch.s0 = c * b / n;
