@@ -444,8 +444,12 @@ fn planted_thread_locals_are_flagged() {
         "thread_local! { static R: RefCell<u8> = RefCell::new(0); }"
     ));
     assert!(uses_thread_local("#[thread_local]\nstatic X: u8 = 0;"));
-    assert!(uses_thread_local("fn f(k: &'static std::thread::LocalKey<u8>) {}"));
-    assert!(!uses_thread_local("let thread_locals = 1; fn local_key() {}"));
+    assert!(uses_thread_local(
+        "fn f(k: &'static std::thread::LocalKey<u8>) {}"
+    ));
+    assert!(!uses_thread_local(
+        "let thread_locals = 1; fn local_key() {}"
+    ));
     let code = strip_comments("// thread_local! is gone\nfn f() {}");
     assert!(!uses_thread_local(&code));
 }

@@ -235,11 +235,7 @@ const STEPS: usize = 20;
 
 /// Host loss curve of `m` in precision F (model.rs forward/backward + the
 /// backend's AdamW update on its matrices, `train::adamw`).
-fn host_curve<F: Real>(
-    m: &Model<f64>,
-    batches: &[Vec<u32>],
-    w: &[f64],
-) -> Vec<f64> {
+fn host_curve<F: Real>(m: &Model<f64>, batches: &[Vec<u32>], w: &[f64]) -> Vec<f64> {
     let mut m: Model<F> = m.cast();
     let mut opt = AdamW::new(&m.params, 2e-2, 1e-2);
     batches

@@ -1,8 +1,10 @@
 //! The one scalar trait of the crate's dense numerics, [`Real`] (`f32` for
 //! speed, `f64` for references and gradient checks): what the backends
 //! compute in and what the host reference model of `train::model` is generic
-//! over. Also the vectorisable f32 exponential [`exp_f32`] behind
-//! [`Real::exp_in_place`].
+//! over. Also the slice primitives the CPU kernels and the host model share:
+//! the vectorisable f32 exponential [`exp_f32`] behind [`Real::exp_in_place`],
+//! and reductions in [`LANES`] partial results ([`sum_lanes`], [`dot_lanes`],
+//! [`max_lanes`]).
 
 use std::fmt;
 use std::ops::{Add, AddAssign, Div, DivAssign, Mul, Neg, Sub, SubAssign};
@@ -152,6 +154,65 @@ fn exp_slice(xs: &mut [f32]) {
 #[target_feature(enable = "avx2")]
 unsafe fn exp_slice_avx2(xs: &mut [f32]) {
     exp_slice(xs);
+}
+
+/// Lanes of the element-wise reductions below: independent partial results
+/// that the compiler keeps in SIMD registers (a single running sum would be a
+/// chain of dependent scalar additions).
+pub const LANES: usize = 8;
+
+/// $\sum_k x_k$, summed in [`LANES`] interleaved partial sums.
+pub fn sum_lanes<F: Real>(xs: &[F]) -> F {
+    let zero = F::from_f64(0.0);
+    let mut acc = [zero; LANES];
+    let mut it = xs.chunks_exact(LANES);
+    for c in &mut it {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a += x;
+        }
+    }
+    let mut s = zero;
+    for &x in it.remainder() {
+        s += x;
+    }
+    acc.iter().fold(s, |s, &a| s + a)
+}
+
+/// $\sum_k x_k y_k$ over the common length, in [`LANES`] partial sums.
+pub fn dot_lanes<F: Real>(xs: &[F], ys: &[F]) -> F {
+    let zero = F::from_f64(0.0);
+    let n = xs.len().min(ys.len());
+    let (xs, ys) = (&xs[..n], &ys[..n]);
+    let mut acc = [zero; LANES];
+    let (mut xi, mut yi) = (xs.chunks_exact(LANES), ys.chunks_exact(LANES));
+    for (c, d) in (&mut xi).zip(&mut yi) {
+        for ((a, &x), &y) in acc.iter_mut().zip(c).zip(d) {
+            *a += x * y;
+        }
+    }
+    let mut s = zero;
+    for (&x, &y) in xi.remainder().iter().zip(yi.remainder()) {
+        s += x * y;
+    }
+    acc.iter().fold(s, |s, &a| s + a)
+}
+
+/// $\max_k x_k$ ($-\infty$ for an empty slice).
+pub fn max_lanes<F: Real>(xs: &[F]) -> F {
+    let mut acc = [F::from_f64(f64::NEG_INFINITY); LANES];
+    let mut it = xs.chunks_exact(LANES);
+    for c in &mut it {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a = if x > *a { x } else { *a };
+        }
+    }
+    let mut m = F::from_f64(f64::NEG_INFINITY);
+    for &x in it.remainder().iter().chain(&acc) {
+        if x > m {
+            m = x;
+        }
+    }
+    m
 }
 
 #[cfg(test)]

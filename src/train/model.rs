@@ -20,6 +20,7 @@
 
 use super::kernels::{matmul, matmul_into, matmul_local};
 use crate::backend::Real;
+use crate::backend::real::{dot_lanes, max_lanes, sum_lanes};
 use faer::reborrow::{Reborrow, ReborrowMut};
 use faer::{Mat, MatMut, MatRef};
 use rand::Rng;
@@ -972,65 +973,6 @@ impl<F: Real> Model<F> {
             }
         }
     }
-}
-
-/// Lanes of the element-wise reductions below: independent partial results
-/// that the compiler keeps in SIMD registers (a single running sum would be a
-/// chain of dependent scalar additions).
-const LANES: usize = 8;
-
-/// $\sum_k x_k$, summed in [`LANES`] interleaved partial sums.
-fn sum_lanes<F: Real>(xs: &[F]) -> F {
-    let zero = F::from_f64(0.0);
-    let mut acc = [zero; LANES];
-    let mut it = xs.chunks_exact(LANES);
-    for c in &mut it {
-        for (a, &x) in acc.iter_mut().zip(c) {
-            *a += x;
-        }
-    }
-    let mut s = zero;
-    for &x in it.remainder() {
-        s += x;
-    }
-    acc.iter().fold(s, |s, &a| s + a)
-}
-
-/// $\sum_k x_k y_k$ over the common length, in [`LANES`] partial sums.
-fn dot_lanes<F: Real>(xs: &[F], ys: &[F]) -> F {
-    let zero = F::from_f64(0.0);
-    let n = xs.len().min(ys.len());
-    let (xs, ys) = (&xs[..n], &ys[..n]);
-    let mut acc = [zero; LANES];
-    let (mut xi, mut yi) = (xs.chunks_exact(LANES), ys.chunks_exact(LANES));
-    for (c, d) in (&mut xi).zip(&mut yi) {
-        for ((a, &x), &y) in acc.iter_mut().zip(c).zip(d) {
-            *a += x * y;
-        }
-    }
-    let mut s = zero;
-    for (&x, &y) in xi.remainder().iter().zip(yi.remainder()) {
-        s += x * y;
-    }
-    acc.iter().fold(s, |s, &a| s + a)
-}
-
-/// $\max_k x_k$ ($-\infty$ for an empty slice).
-fn max_lanes<F: Real>(xs: &[F]) -> F {
-    let mut acc = [F::from_f64(f64::NEG_INFINITY); LANES];
-    let mut it = xs.chunks_exact(LANES);
-    for c in &mut it {
-        for (a, &x) in acc.iter_mut().zip(c) {
-            *a = if x > *a { x } else { *a };
-        }
-    }
-    let mut m = F::from_f64(f64::NEG_INFINITY);
-    for &x in it.remainder().iter().chain(&acc) {
-        if x > m {
-            m = x;
-        }
-    }
-    m
 }
 
 fn relu<F: Real>(x: F) -> F {
