@@ -141,11 +141,10 @@ fn train_step(c: &mut Criterion) {
 /// One step (forward, backward, AdamW) of the *train module's* model at the
 /// trained sizes of `sims/cost_scaling.toml` (one layer, factored attention
 /// d = r = 16, no MLP, vocabulary n + 1 = 9, batch 8; T = 32, 64, 128):
-/// `host-cpu-f32` is `train()`'s host path (model.rs + adamw.rs on faer),
-/// `routed-wgpu` the same with every product routed to the GPU
-/// (`backend::route`: upload and read-back per product), `device-cpu-f32` and
-/// `device-wgpu` the device-resident `train::device::DeviceModel` (no
-/// read-back; the GPU step ends with `sync`).
+/// `host-cpu-f32` is the host reference model (model.rs + `train::adamw` on
+/// faer), `device-cpu-f32` and `device-wgpu` the training model
+/// `train::device::DeviceModel` that `train_on` runs (no read-back; the GPU
+/// step ends with `sync`).
 fn train_module_step(c: &mut Criterion) {
     use sinklab::train::adamw::AdamW;
     use sinklab::train::device::DeviceModel;
@@ -197,19 +196,12 @@ fn train_module_step(c: &mut Criterion) {
             b.iter(|| host_step(&mut m, &mut opt))
         });
         let cpu = Cpu::<f32>::new();
-        let opt0 = AdamW::new(&model.params, 1e-2, 1e-2);
+        let opt0 = AdamW::new(&model.params, 1e-2, 1e-2).hyper;
         let mut dev = DeviceModel::new(&cpu, &model, &opt0, batch, t, &w).expect("device");
         g.bench_with_input(BenchmarkId::new("device-cpu-f32", t), &t, |b, _| {
             b.iter(|| dev.step(&cpu, &toks, false).expect("step"))
         });
         if let Some(gpu) = &gpu {
-            let mut m = model.clone();
-            let mut opt = AdamW::new(&m.params, 1e-2, 1e-2);
-            let route = sinklab::backend::route::install(gpu.clone());
-            g.bench_with_input(BenchmarkId::new("routed-wgpu", t), &t, |b, _| {
-                b.iter(|| host_step(&mut m, &mut opt))
-            });
-            drop(route);
             let be: &Wgpu = gpu;
             let mut dev = DeviceModel::new(be, &model, &opt0, batch, t, &w).expect("device");
             g.bench_with_input(BenchmarkId::new("device-wgpu", t), &t, |b, _| {

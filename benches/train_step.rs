@@ -1,13 +1,15 @@
 //! Training-step benchmark, side by side with PyTorch (same model, same batch, f32, CPU):
 //! d = 64, T = 64, batch 32, one layer, factored attention (r = 64) + ReLU MLP (256), vocab 64.
-//! Runs our step, then `benches/train_step_torch.py` with the venv's Python
-//! (`SINKLAB_PYTHON`, default /work/venv/bin/python), and prints the ratio.
+//! Runs our step (the one `train()` runs: `train::device::DeviceModel` on the
+//! default backend `Cpu<f32>`), then `benches/train_step_torch.py` with the
+//! venv's Python (`SINKLAB_PYTHON`, default /work/venv/bin/python), and prints
+//! the ratio.
 //!
 //! `cargo bench --bench train_step`
 
 use rand::{RngExt, SeedableRng};
-use sinklab::train::adamw::AdamW;
-use sinklab::train::model::Cache;
+use sinklab::backend::{AdamWHyper, Cpu};
+use sinklab::train::device::DeviceModel;
 use sinklab::train::{AttnForm, Model, ModelConfig};
 use std::time::Instant;
 
@@ -24,8 +26,12 @@ fn main() {
         init_scale: 1.0,
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(0);
-    let mut model: Model<f32> = Model::new(cfg, &mut rng).expect("model");
-    let mut opt = AdamW::new(&model.params, 1e-3, 1e-2);
+    let model: Model<f32> = Model::new(cfg, &mut rng).expect("model");
+    let opt = AdamWHyper {
+        lr: 1e-3,
+        weight_decay: 1e-2,
+        ..AdamWHyper::default()
+    };
     let toks: Vec<u32> = (0..b * t)
         .map(|_| rng.random_range(0..vocab as u32))
         .collect();
@@ -36,15 +42,11 @@ fn main() {
         .num_threads(2)
         .build()
         .expect("pool");
-    // The cache and the gradients are reused step after step, as in `train()`.
-    let mut cache = Cache::new();
-    let mut g = Vec::new();
+    // Buffers allocated once and reused step after step, as in `train()`.
+    let be = Cpu::<f32>::new();
+    let mut dev = DeviceModel::new(&be, &model, &opt, b, t, &w).expect("device model");
     let mut step = || {
-        model
-            .forward_into(&toks, b, t, &mut cache)
-            .expect("forward");
-        model.backward_into(&mut cache, &w, &mut g);
-        opt.step(&mut model.params, &g, &model.decay);
+        dev.step(&be, &toks, false).expect("step");
     };
     let (warm, n) = (5, 100);
     let ours = pool.install(|| {

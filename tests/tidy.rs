@@ -13,6 +13,9 @@
 //! 4. **Every test file runs**: each `.rs` file directly in `tests/` or `theorems/`
 //!    is a `[[test]]` target of `Cargo.toml` (the package has `autotests = false`),
 //!    and each `.rs` file in a subfolder is a module some target includes.
+//! 5. **No hidden state in training and kernels**: no `thread_local!` in `src/train/`
+//!    or `src/backend/` (the backend is an explicit argument, as faer passes `Par`;
+//!    nothing is chosen by what a caller installed on the thread).
 //!
 //! "Imports" are the `crate::…` paths of a file (in `use` items or inline),
 //! comments removed. The first tests below run the rules on planted inputs, so
@@ -40,6 +43,9 @@ const MATH: &[&str] = &[
 
 /// Kernel layer: as pure as the math (it may use math and leaf modules only).
 const KERNELS: &[&str] = &["backend"];
+
+/// Modules where the backend is passed in, never read from thread-local state.
+const NO_THREAD_LOCAL: &[&str] = &["train", "backend"];
 
 /// Import cycles that exist today and are to be removed (sorted module names).
 /// `real::activations` reads activation files through `secondary::activations`,
@@ -184,6 +190,13 @@ fn uses_fs(code: &str) -> bool {
         rest = &group[end..];
     }
     false
+}
+
+/// Whether a (comment-free) source declares thread-local state
+/// (`thread_local!`, `#[thread_local]`, `std::thread::LocalKey`).
+fn uses_thread_local(code: &str) -> bool {
+    code.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .any(|w| w == "thread_local" || w == "LocalKey")
 }
 
 /// The top-level module of a file under `src/` (`None` for `lib.rs`, `main.rs`, `cli/`:
@@ -426,6 +439,22 @@ fn planted_upward_imports_are_flagged() {
 }
 
 #[test]
+fn planted_thread_locals_are_flagged() {
+    assert!(uses_thread_local(
+        "thread_local! { static R: RefCell<u8> = RefCell::new(0); }"
+    ));
+    assert!(uses_thread_local("#[thread_local]\nstatic X: u8 = 0;"));
+    assert!(uses_thread_local(
+        "fn f(k: &'static std::thread::LocalKey<u8>) {}"
+    ));
+    assert!(!uses_thread_local(
+        "let thread_locals = 1; fn local_key() {}"
+    ));
+    let code = strip_comments("// thread_local! is gone\nfn f() {}");
+    assert!(!uses_thread_local(&code));
+}
+
+#[test]
 fn planted_cycles_are_found_and_stale_allowances_fail() {
     let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut edge = |a: &str, b: &str| {
@@ -478,6 +507,27 @@ fn math_and_leaf_modules_import_no_upper_layer() {
         .flat_map(|(rel, top, code)| layer_violations(rel, top, code))
         .collect();
     assert!(bad.is_empty(), "layering violations:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn no_thread_local_in_train_or_backend() {
+    let files = sources();
+    for m in NO_THREAD_LOCAL {
+        assert!(
+            files.iter().any(|(_, top, _)| top == m),
+            "tidy: no module `{m}` in src/"
+        );
+    }
+    let bad: Vec<String> = files
+        .iter()
+        .filter(|(_, top, code)| NO_THREAD_LOCAL.contains(&top.as_str()) && uses_thread_local(code))
+        .map(|(rel, _, _)| format!("src/{}: thread-local state", rel.display()))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "pass the backend as an argument instead:\n{}",
+        bad.join("\n")
+    );
 }
 
 #[test]

@@ -7,7 +7,9 @@
 //!   in f64 on the same parameters (rounded to the backend's precision, so
 //!   only the computation's rounding differs), for direct and factored
 //!   attention, with and without MLP, 1 and 2 layers, BOS key masked or not.
-//! - Training: a short run gives the host path's loss curve.
+//! - Training: a short run gives the host path's loss curve; `train_on(be, …)`
+//!   is that device loop on `be` (bit for bit) and stays within f32 noise of
+//!   the default `train()` (on `Cpu<f32>`).
 //! - Control: a wrong gradient (the BOS-key mask forgotten; one entry off by
 //!   a little more than the tolerance) fails the same comparison.
 //!
@@ -22,7 +24,7 @@ mod support;
 use faer::Mat;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use sinklab::backend::{Backend, GpuOptions, Real, Wgpu};
+use sinklab::backend::{Backend, Cpu, GpuOptions, Real, Wgpu};
 use sinklab::train::adamw::AdamW;
 use sinklab::train::device::DeviceModel;
 use sinklab::train::{AttnForm, Model, ModelConfig};
@@ -170,7 +172,7 @@ fn both_grads<Bk: Backend>(
     w: &[f64],
 ) -> (Vec<Mat<f64>>, Vec<Mat<f64>>, f64, f64) {
     let opt = AdamW::new(&m.params, 1e-2, 1e-2);
-    let mut dev = DeviceModel::new(be, m, &opt, B, T, w).unwrap();
+    let mut dev = DeviceModel::new(be, m, &opt.hyper, B, T, w).unwrap();
     dev.forward_backward(be, toks).unwrap();
     let got = dev.grads(be).unwrap();
     let loss = dev.loss(be).unwrap();
@@ -231,12 +233,9 @@ fn wrong_gradient_is_caught<Bk: Backend>(be: &Bk) {
 
 const STEPS: usize = 20;
 
-/// Host loss curve of `m` in precision F (model.rs forward/backward + adamw.rs).
-fn host_curve<F: sinklab::train::Real>(
-    m: &Model<f64>,
-    batches: &[Vec<u32>],
-    w: &[f64],
-) -> Vec<f64> {
+/// Host loss curve of `m` in precision F (model.rs forward/backward + the
+/// backend's AdamW update on its matrices, `train::adamw`).
+fn host_curve<F: Real>(m: &Model<f64>, batches: &[Vec<u32>], w: &[f64]) -> Vec<f64> {
     let mut m: Model<F> = m.cast();
     let mut opt = AdamW::new(&m.params, 2e-2, 1e-2);
     batches
@@ -265,7 +264,7 @@ fn training_curve_matches<Bk: Backend>(be: &Bk) {
         let c64 = host_curve::<f64>(&m, &batches, &w);
         let c32 = host_curve::<f32>(&m, &batches, &w);
         let opt = AdamW::new(&m.params, 2e-2, 1e-2);
-        let mut dev = DeviceModel::new(be, &m, &opt, B, T, &w).unwrap();
+        let mut dev = DeviceModel::new(be, &m, &opt.hyper, B, T, &w).unwrap();
         let got: Vec<f64> = batches
             .iter()
             .map(|toks| dev.step(be, toks, true).unwrap().unwrap())
@@ -324,8 +323,8 @@ fn wgpu_training_step_is_one_submit_without_new_bind_groups() {
     let batches: Vec<Vec<u32>> = (0..8).map(|_| tokens(&mut rng, c.vocab, B, T)).collect();
     let w = weights(B, T);
     let opt = AdamW::<f64>::new(&m.params, 1e-2, 1e-2);
-    let mut dev = DeviceModel::new(&g, &m, &opt, B, T, &w).unwrap();
-    let mut twin = DeviceModel::new(shared, &m, &opt, B, T, &w).unwrap();
+    let mut dev = DeviceModel::new(&g, &m, &opt.hyper, B, T, &w).unwrap();
+    let mut twin = DeviceModel::new(shared, &m, &opt.hyper, B, T, &w).unwrap();
     // Warm-up step, with the loss read so its reduction is bound too.
     dev.step(&g, &batches[0], true).unwrap();
     twin.step(shared, &batches[0], true).unwrap();
@@ -348,20 +347,14 @@ fn wgpu_training_step_is_one_submit_without_new_bind_groups() {
     assert!(per_step.unwrap() > 20, "{per_step:?} dispatches per step");
 }
 
-/// `train()` with a GPU routed to its thread (as `--backend gpu` installs it)
-/// runs the device-resident loop: its loss curve is bit for bit the one of a
-/// `DeviceModel<Wgpu>` driven by hand with `train()`'s seed, task,
-/// initialisation and batches (routing each product instead would round
-/// differently), and it stays within f32 noise of the host run.
-#[test]
-fn train_runs_device_resident_on_a_routed_gpu() {
-    use sinklab::backend::route;
+/// `train_on(be, …)` runs the device loop on `be`: its loss curve is bit for
+/// bit the one of a `DeviceModel` driven by hand on `be` with `train()`'s
+/// seed, task, initialisation and batches, and it stays within f32 noise of
+/// the default run (`train()`, on `Cpu<f32>`).
+fn train_on_is_the_device_loop<Bk: Backend>(be: &Bk) {
+    use sinklab::backend::AdamWHyper;
     use sinklab::tasks::BigramCopy;
-    use sinklab::train::{TaskSpec, TrainConfig, train};
-    if wgpu_f32().is_none() {
-        return;
-    }
-    let arc = std::sync::Arc::new(Wgpu::new(&GpuOptions::vulkan()).unwrap());
+    use sinklab::train::{TaskSpec, TrainConfig, train, train_on};
     let cfg = TrainConfig {
         task: TaskSpec::BigramCopy {
             n: 6,
@@ -378,10 +371,7 @@ fn train_runs_device_resident_on_a_routed_gpu() {
         eval_batch: 8,
         ..TrainConfig::default()
     };
-    let on_gpu = {
-        let _route = route::install(arc.clone());
-        train(&cfg, |_, _| {}).unwrap()
-    };
+    let on_be = train_on(be, &cfg, |_, _| {}).unwrap();
     let host = train(&cfg, |_, _| {}).unwrap();
 
     let mut rng = StdRng::seed_from_u64(cfg.seed);
@@ -397,49 +387,50 @@ fn train_runs_device_resident_on_a_routed_gpu() {
         init_scale: 1.0,
     };
     let model: Model<f32> = Model::new(mcfg, &mut rng).unwrap();
-    let opt = AdamW::new(&model.params, cfg.lr, cfg.weight_decay);
+    let opt = AdamWHyper {
+        lr: cfg.lr,
+        weight_decay: cfg.weight_decay,
+        ..AdamWHyper::default()
+    };
     let w: Vec<f64> = (0..cfg.batch * cfg.t)
         .map(|r| if r % cfg.t + 1 < cfg.t { 1.0 } else { 0.0 })
         .collect();
-    let mut dev = DeviceModel::new(&*arc, &model, &opt, cfg.batch, cfg.t, &w).unwrap();
+    let mut dev = DeviceModel::new(be, &model, &opt, cfg.batch, cfg.t, &w).unwrap();
     let by_hand: Vec<f64> = (0..cfg.steps)
         .map(|_| {
             let toks: Vec<u32> = (0..cfg.batch)
                 .flat_map(|_| task.sample(cfg.t, cfg.bos, &mut rng).tokens)
                 .collect();
-            dev.step(&*arc, &toks, true).unwrap().unwrap()
+            dev.step(be, &toks, true).unwrap().unwrap()
         })
         .collect();
-    let got: Vec<f64> = on_gpu.loss_curve.iter().map(|&(_, l)| l).collect();
+    let got: Vec<f64> = on_be.loss_curve.iter().map(|&(_, l)| l).collect();
     assert_eq!(
-        got, by_hand,
-        "train() on a routed GPU is not the device loop"
+        got,
+        by_hand,
+        "{}: train_on() is not the device loop",
+        be.describe()
     );
     let mut worst: f64 = 0.0;
-    for ((_, a), (_, b)) in on_gpu.loss_curve.iter().zip(&host.loss_curve) {
+    for ((_, a), (_, b)) in on_be.loss_curve.iter().zip(&host.loss_curve) {
         worst = worst.max((a - b).abs() / b);
     }
     // The same bound as the loss's own rounding in `gradients_match`
-    // (8·eps·(B·T + V) relative); measured 2.4e-7 here.
+    // (8·eps·(B·T + V) relative, f32: the coarser of the two runs).
     let tol = 8.0 * f32::EPSILON as f64 * (cfg.batch * cfg.t + 7) as f64;
     assert!(
         worst <= tol,
-        "routed train(): relative loss gap {worst:.3e} to the host run > {tol:.3e}"
+        "{}: relative loss gap {worst:.3e} to the default run > {tol:.3e}",
+        be.describe()
     );
 }
 
-/// The convergence criterion on a device-resident run: the probe reads the parameters back
-/// every `PROBE_EVERY` steps, so the run stops at the same probe as the host run (the probe
-/// accuracy is an argmax count, robust to f32 reordering at this clear a margin), and both
-/// report convergence.
-#[test]
-fn convergence_criterion_runs_on_a_routed_gpu() {
-    use sinklab::backend::route;
-    use sinklab::train::{PROBE_EVERY, TaskSpec, TrainConfig, train};
-    if wgpu_f32().is_none() {
-        return;
-    }
-    let arc = std::sync::Arc::new(Wgpu::new(&GpuOptions::vulkan()).unwrap());
+/// The convergence criterion on the device loop: the probe reads the parameters back
+/// every `PROBE_EVERY` steps, so a run on `be` stops at the same probe as the default
+/// run (the probe accuracy is an argmax count, robust to f32 reordering at this clear
+/// a margin), and both report convergence.
+fn convergence_criterion_runs_on_the_backend<Bk: Backend>(be: &Bk) {
+    use sinklab::train::{PROBE_EVERY, TaskSpec, TrainConfig, train, train_on};
     let cfg = TrainConfig {
         task: TaskSpec::BigramCopy {
             n: 6,
@@ -457,14 +448,37 @@ fn convergence_criterion_runs_on_a_routed_gpu() {
         ..TrainConfig::default()
     };
     let host = train(&cfg, |_, _| {}).unwrap();
-    let on_gpu = {
-        let _route = route::install(arc);
-        train(&cfg, |_, _| {}).unwrap()
-    };
+    let on_be = train_on(be, &cfg, |_, _| {}).unwrap();
     assert_eq!(host.converged, Some(true), "host run: {}", host.steps_run);
     assert!(host.steps_run < cfg.steps && host.steps_run % PROBE_EVERY == 0);
     assert_eq!(
-        (on_gpu.converged, on_gpu.steps_run),
-        (host.converged, host.steps_run)
+        (on_be.converged, on_be.steps_run),
+        (host.converged, host.steps_run),
+        "{}",
+        be.describe()
     );
+}
+
+// Not in the suite above: training runs on the default f32 path and on the GPU
+// only (the cpu-f64 and tiled-kernel instantiations add run time, not coverage).
+#[test]
+fn train_on_cpu_f32_runs_the_device_loop() {
+    train_on_is_the_device_loop(&Cpu::<f32>::new());
+}
+
+#[test]
+fn train_on_wgpu_runs_the_device_loop() {
+    let Some(g) = wgpu_f32() else { return };
+    train_on_is_the_device_loop(g);
+}
+
+#[test]
+fn convergence_criterion_runs_on_cpu_f32() {
+    convergence_criterion_runs_on_the_backend(&Cpu::<f32>::new());
+}
+
+#[test]
+fn convergence_criterion_runs_on_wgpu() {
+    let Some(g) = wgpu_f32() else { return };
+    convergence_criterion_runs_on_the_backend(g);
 }

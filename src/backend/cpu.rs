@@ -1,5 +1,6 @@
 //! CPU backend: faer matmuls, plain loops for the row-wise and elementwise
-//! kernels, generic over f64 and f32 ([`Real`]).
+//! kernels (the row reductions and exponentials through the slice primitives
+//! of [`super::real`]), generic over f64 and f32 ([`Real`]).
 //!
 //! Parallelism: faer with 2 threads is 10–20× *slower* than sequential at
 //! n = 64 on the 2-core machine, so a matmul runs with `Par::Seq` unless its
@@ -11,6 +12,7 @@ use std::marker::PhantomData;
 
 use faer::{Accum, MatMut, MatRef, Par};
 
+use super::real::{dot_lanes, max_lanes, sum_lanes};
 use super::{
     AdamWHyper, Backend, BackendError, Op, Real, Result, Shape, SoftmaxMask, check_embed,
     check_len, check_same, check_xent, matmul_dims,
@@ -186,19 +188,17 @@ impl<T: Real> Backend for Cpu<T> {
                 yr.fill(zero);
                 continue;
             }
-            let mut mx = s * xr[lo];
-            for &v in &xr[lo + 1..vis] {
-                let z = s * v;
-                if z > mx {
-                    mx = z;
-                }
+            let live = &mut yr[lo..vis];
+            for (o, &v) in live.iter_mut().zip(&xr[lo..vis]) {
+                *o = s * v;
             }
-            let mut sum = zero;
-            for (o, &v) in yr[lo..vis].iter_mut().zip(&xr[lo..vis]) {
-                *o = (s * v - mx).exp();
-                sum += *o;
+            let mx = max_lanes(live);
+            for o in live.iter_mut() {
+                *o -= mx;
             }
-            for o in &mut yr[lo..vis] {
+            T::exp_in_place(live);
+            let sum = sum_lanes(live);
+            for o in live.iter_mut() {
                 *o /= sum;
             }
             yr[..lo].fill(zero);
@@ -223,10 +223,7 @@ impl<T: Real> Backend for Cpu<T> {
         let s = T::from_f64(scale);
         let rows = y.data.chunks_exact(cols).zip(dy.data.chunks_exact(cols));
         for ((yr, dyr), dxr) in rows.zip(dx.data.chunks_exact_mut(cols)) {
-            let mut dot = T::from_f64(0.0);
-            for (&a, &b) in yr.iter().zip(dyr) {
-                dot += a * b;
-            }
+            let dot = dot_lanes(yr, dyr);
             for ((o, &a), &b) in dxr.iter_mut().zip(yr).zip(dyr) {
                 *o = s * a * (b - dot);
             }
@@ -261,25 +258,7 @@ impl<T: Real> Backend for Cpu<T> {
         check_same("adamw", p.shape, g.shape)?;
         check_same("adamw", p.shape, m.shape)?;
         check_same("adamw", p.shape, v.shape)?;
-        let c = AdamWCoeffs::new(h, t);
-        let f = T::from_f64;
-        let (b1, b2, ib1, ib2) = (f(h.beta1), f(h.beta2), f(1.0 - h.beta1), f(1.0 - h.beta2));
-        let (lr, eps, wd, c1, c2) = (
-            f(h.lr),
-            f(h.eps),
-            f(h.weight_decay),
-            f(c.inv_bc1),
-            f(c.inv_bc2),
-        );
-        for i in 0..p.data.len() {
-            let gi = g.data[i];
-            let mi = b1 * m.data[i] + ib1 * gi;
-            let vi = b2 * v.data[i] + ib2 * gi * gi;
-            m.data[i] = mi;
-            v.data[i] = vi;
-            let step = (mi * c1) / ((vi * c2).sqrt() + eps) + wd * p.data[i];
-            p.data[i] -= lr * step;
-        }
+        adamw_update(h, t, &mut p.data, &g.data, &mut m.data, &mut v.data);
         Ok(())
     }
 
@@ -423,6 +402,46 @@ impl<T: Real> Backend for Cpu<T> {
         check_len(t.shape, shape.len())?;
         t.shape = shape;
         Ok(())
+    }
+}
+
+/// The AdamW update of [`Backend::adamw`] on host slices (equal lengths, any
+/// layout: the update is elementwise) at step `t ≥ 1`:
+/// $m \leftarrow \beta_1 m + (1-\beta_1) g$, $v \leftarrow \beta_2 v + (1-\beta_2) g^2$,
+/// $p \leftarrow p - \eta\,\big(\hat m/(\sqrt{\hat v}+\epsilon) + \lambda p\big)$.
+/// The one definition of the optimiser: [`Cpu`] runs it on its tensors and
+/// `train::adamw` on the host reference model's matrices (the GPU kernel
+/// `adamw.wgsl` computes the same expression).
+pub fn adamw_update<T: Real>(
+    h: &AdamWHyper,
+    t: u64,
+    p: &mut [T],
+    g: &[T],
+    m: &mut [T],
+    v: &mut [T],
+) {
+    assert!(
+        g.len() == p.len() && m.len() == p.len() && v.len() == p.len(),
+        "adamw_update: slices of unequal length"
+    );
+    let c = AdamWCoeffs::new(h, t);
+    let f = T::from_f64;
+    let (b1, b2, ib1, ib2) = (f(h.beta1), f(h.beta2), f(1.0 - h.beta1), f(1.0 - h.beta2));
+    let (lr, eps, wd, c1, c2) = (
+        f(h.lr),
+        f(h.eps),
+        f(h.weight_decay),
+        f(c.inv_bc1),
+        f(c.inv_bc2),
+    );
+    for i in 0..p.len() {
+        let gi = g[i];
+        let mi = b1 * m[i] + ib1 * gi;
+        let vi = b2 * v[i] + ib2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        let step = (mi * c1) / ((vi * c2).sqrt() + eps) + wd * p[i];
+        p[i] -= lr * step;
     }
 }
 

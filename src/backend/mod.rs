@@ -31,14 +31,14 @@
 
 pub mod cpu;
 pub mod gpu;
-pub mod route;
+pub mod real;
 
 use std::fmt;
-use std::ops::{Add, AddAssign, Div, DivAssign, Mul, Neg, Sub, SubAssign};
 use std::str::FromStr;
 
 pub use cpu::{Cpu, CpuTensor};
 pub use gpu::{GpuOptions, GpuStats, GpuTensor, MatmulKernel, Wgpu};
+pub use real::{Real, exp_f32};
 
 /// Errors of the dense backends. GPU failures (no adapter, lost device,
 /// out-of-memory, a buffer over the adapter's limits, a wait that never ends)
@@ -92,73 +92,6 @@ pub enum BackendError {
 
 /// Result alias of this module.
 pub type Result<T> = std::result::Result<T, BackendError>;
-
-/// Real scalars the backends compute in (f32 and f64).
-pub trait Real:
-    faer::traits::RealField
-    + Copy
-    + Send
-    + Sync
-    + fmt::Debug
-    + PartialOrd
-    + Add<Output = Self>
-    + Sub<Output = Self>
-    + Mul<Output = Self>
-    + Div<Output = Self>
-    + Neg<Output = Self>
-    + AddAssign
-    + SubAssign
-    + DivAssign
-    + bytemuck::Pod
-    + 'static
-{
-    /// `"f32"` or `"f64"`.
-    const NAME: &'static str;
-    /// Unit roundoff scale (machine epsilon) of the type.
-    const EPS: f64;
-    /// Rounds an f64 to this type.
-    fn from_f64(x: f64) -> Self;
-    /// Widens to f64.
-    fn to_f64(self) -> f64;
-    /// $e^x$ in this type's precision.
-    fn exp(self) -> Self;
-    /// $\sqrt{x}$ in this type's precision.
-    fn sqrt(self) -> Self;
-}
-
-impl Real for f64 {
-    const NAME: &'static str = "f64";
-    const EPS: f64 = f64::EPSILON;
-    fn from_f64(x: f64) -> Self {
-        x
-    }
-    fn to_f64(self) -> f64 {
-        self
-    }
-    fn exp(self) -> Self {
-        f64::exp(self)
-    }
-    fn sqrt(self) -> Self {
-        f64::sqrt(self)
-    }
-}
-
-impl Real for f32 {
-    const NAME: &'static str = "f32";
-    const EPS: f64 = f32::EPSILON as f64;
-    fn from_f64(x: f64) -> Self {
-        x as f32
-    }
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn exp(self) -> Self {
-        f32::exp(self)
-    }
-    fn sqrt(self) -> Self {
-        f32::sqrt(self)
-    }
-}
 
 /// Shape of a batch of equal-shaped row-major matrices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -592,7 +525,8 @@ impl Selected {
     pub fn is_gpu(&self) -> bool {
         matches!(self, Self::Gpu { .. })
     }
-    /// The GPU, shared, when one was taken (for [`route::install`]).
+    /// The GPU, shared, when one was taken (the caller passes it on explicitly,
+    /// e.g. to `train::train_on` or to a sweep's workers).
     pub fn gpu(&self) -> Option<std::sync::Arc<Wgpu>> {
         match self {
             Self::Gpu { gpu, .. } => Some(gpu.clone()),

@@ -2,7 +2,8 @@
 //! on bigram-copy; prints the loss curve, accuracies, learned pattern and costs.
 
 use anyhow::{Result, bail};
-use sinklab::train::{AttnForm, TaskSpec, TrainConfig, train};
+use sinklab::backend::{Cpu, Selected};
+use sinklab::train::{AttnForm, TaskSpec, TrainConfig, train_on};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -58,7 +59,7 @@ pub struct Args {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
-    /// Dense backend of the products: cpu, gpu (any adapter) or auto (a hardware GPU, else cpu).
+    /// Dense backend the training steps run on: cpu, gpu (any adapter) or auto (a hardware GPU, else cpu).
     #[arg(long, default_value = "cpu")]
     backend: sinklab::backend::BackendKind,
     /// Memory limit (e.g. 64G; default 80% of the machine's memory).
@@ -133,11 +134,14 @@ pub fn run(a: Args) -> Result<i32> {
     let bar = indicatif::ProgressBar::new(a.steps as u64);
     let sel = sinklab::backend::select(a.backend, &sinklab::backend::GpuOptions::default())?;
     eprintln!("{}", sel.note());
-    let _route = sel.gpu().map(sinklab::backend::route::install);
-    let rep = train(&cfg, |s, l| {
+    let progress = |s: usize, l: f64| {
         bar.set_position(s as u64);
         bar.set_message(format!("loss {l:.4}"));
-    })?;
+    };
+    let rep = match &sel {
+        Selected::Cpu { .. } => train_on(&Cpu::<f32>::new(), &cfg, progress)?,
+        Selected::Gpu { gpu, .. } => train_on(&**gpu, &cfg, progress)?,
+    };
     bar.finish_and_clear();
     // A diverged model is an error, never a reported number.
     let costs_finite = rep.costs.iter().all(|c| {

@@ -29,18 +29,17 @@
 //! one), `2·B·T` numbers, and reads back one number, the loss, only when asked
 //! (log steps). The parameters come back once, with [`DeviceModel::store`],
 //! into a [`Model`] that the host-side evaluation then uses unchanged.
-//! `train()` runs this loop when a GPU is routed to its thread
-//! ([`crate::backend::route`]).
-
-use std::sync::Arc;
+//!
+//! This is the one training model: [`super::train_on`] runs it on the backend
+//! its caller passes (`Cpu<f32>` by default, a [`crate::backend::Wgpu`] for
+//! `--backend gpu`); the host model of `model.rs` is the reference its
+//! gradients and loss curves are checked against (`tests/train_device.rs`).
 
 use faer::Mat;
 
 use super::TrainError;
-use super::adamw;
-use super::kernels::Real;
 use super::model::{AttnForm, LayerIdx, Model, ModelConfig, ModelError};
-use crate::backend::{self, AdamWHyper, Backend, Op, Shape, SoftmaxMask, Wgpu};
+use crate::backend::{self, AdamWHyper, Backend, Op, Real, Shape, SoftmaxMask};
 
 /// Largest id a tensor value carries exactly in f32 ($2^{24}$).
 const MAX_EXACT_ID: usize = 1 << 24;
@@ -101,7 +100,7 @@ pub struct DeviceModel<B: Backend> {
 }
 
 fn elem<B: Backend>(x: f64) -> B::Elem {
-    <B::Elem as backend::Real>::from_f64(x)
+    <B::Elem as Real>::from_f64(x)
 }
 
 /// $G \leftarrow \sum_b X_b^\top Z_b$: one product over the batch stacked as rows.
@@ -123,13 +122,13 @@ fn xt_z<B: Backend>(
 impl<B: Backend> DeviceModel<B> {
     /// Uploads `model`'s parameters and allocates every buffer of a step on
     /// `batch` sequences of length `t`, with loss weights `weight` (one per
-    /// row, as for [`Model::loss`]) and the hyper-parameters of `opt`. The
-    /// moments start at zero: `opt` is expected fresh (no step taken), as in
-    /// `train()`.
+    /// row, as for [`Model::loss`]) and the AdamW hyper-parameters `opt`
+    /// (its weight decay applies to the parameters [`Model::decay`] marks;
+    /// the others get none). The moments start at zero.
     pub fn new<F: Real>(
         be: &B,
         model: &Model<F>,
-        opt: &adamw::AdamW<F>,
+        opt: &AdamWHyper,
         batch: usize,
         t: usize,
         weight: &[f64],
@@ -182,11 +181,8 @@ impl<B: Backend> DeviceModel<B> {
             .decay
             .iter()
             .map(|&dec| AdamWHyper {
-                lr: opt.lr,
-                beta1: opt.beta1,
-                beta2: opt.beta2,
-                eps: opt.eps,
                 weight_decay: if dec { opt.weight_decay } else { 0.0 },
+                ..*opt
             })
             .collect();
         // c_r = w_r / Σw over rows with a next token, 0 elsewhere (Model::backward).
@@ -512,43 +508,5 @@ impl<B: Backend> DeviceModel<B> {
             *dst = Mat::from_fn(src.nrows(), src.ncols(), |i, j| F::from_f64(src[(i, j)]));
         }
         Ok(())
-    }
-}
-
-/// The device-resident loop on the GPU that [`crate::backend::route`] has
-/// installed on this thread (what `train()` runs instead of routing products).
-pub(crate) struct Routed {
-    gpu: Arc<Wgpu>,
-    dev: DeviceModel<Wgpu>,
-}
-
-impl Routed {
-    /// `None` when no GPU is routed on this thread.
-    pub(crate) fn new(
-        model: &Model<f32>,
-        opt: &adamw::AdamW<f32>,
-        batch: usize,
-        t: usize,
-        weight: &[f64],
-    ) -> Result<Option<Self>, TrainError> {
-        let Some(gpu) = backend::route::current() else {
-            return Ok(None);
-        };
-        let dev = DeviceModel::new(&*gpu, model, opt, batch, t, weight)?;
-        Ok(Some(Self { gpu, dev }))
-    }
-
-    /// [`DeviceModel::step`] on the routed GPU.
-    pub(crate) fn step(
-        &mut self,
-        tokens: &[u32],
-        want_loss: bool,
-    ) -> Result<Option<f64>, TrainError> {
-        self.dev.step(&*self.gpu, tokens, want_loss)
-    }
-
-    /// [`DeviceModel::store`] from the routed GPU.
-    pub(crate) fn store(&self, model: &mut Model<f32>) -> Result<(), TrainError> {
-        self.dev.store(&*self.gpu, model)
     }
 }

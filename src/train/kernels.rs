@@ -1,164 +1,12 @@
-//! The dense kernels training needs, in one place, so a GPU backend can
-//! replace them: [`matmul`] (with optional transposes) and the scalar trait.
+//! The host products of the reference model [`super::model`] (faer):
+//! [`matmul`] / [`matmul_into`] for batch-wide products (split over threads
+//! above a size) and [`matmul_local`] for the small per-sequence ones.
+//! Training itself runs its products on a [`crate::backend::Backend`]
+//! ([`super::device`]).
 
+use crate::backend::Real;
 use faer::linalg::matmul::matmul as faer_matmul;
 use faer::{Accum, Mat, MatMut, MatRef, Par};
-
-/// The scalar of training: `f32` (speed) or `f64` (gradient checks).
-pub trait Real:
-    faer::traits::RealField + Copy + Send + Sync + Default + std::fmt::Debug + 'static
-{
-    /// Conversion from f64.
-    fn from_f64(v: f64) -> Self;
-    /// Conversion to f64.
-    fn to_f64(self) -> f64;
-    /// $e^x$.
-    fn exp(self) -> Self;
-    /// $\ln x$.
-    fn ln(self) -> Self;
-    /// $\sqrt x$.
-    fn sqrt(self) -> Self;
-    /// $x \leftarrow e^x$ element by element (the softmaxes' exponentials).
-    fn exp_in_place(xs: &mut [Self]) {
-        for x in xs {
-            *x = x.exp();
-        }
-    }
-    /// `dst (+)= op(a) · op(b)` on the GPU routed to this thread
-    /// ([`crate::backend::route`]), if any; `false`: compute it on the CPU.
-    fn routed_matmul(
-        _dst: &mut Mat<Self>,
-        _accumulate: bool,
-        _a: MatRef<'_, Self>,
-        _b: MatRef<'_, Self>,
-        _trans_a: bool,
-        _trans_b: bool,
-    ) -> bool {
-        false
-    }
-    /// Whether [`Real::routed_matmul`] would send this thread's products to a
-    /// GPU (the model then keeps its products on this thread, unsplit).
-    fn routing_active() -> bool {
-        false
-    }
-}
-
-impl Real for f32 {
-    fn routing_active() -> bool {
-        crate::backend::route::active()
-    }
-
-    fn exp_in_place(xs: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has just been found to support AVX2.
-            unsafe { exp_slice_avx2(xs) };
-            return;
-        }
-        exp_slice(xs);
-    }
-
-    fn routed_matmul(
-        dst: &mut Mat<f32>,
-        accumulate: bool,
-        a: MatRef<'_, f32>,
-        b: MatRef<'_, f32>,
-        trans_a: bool,
-        trans_b: bool,
-    ) -> bool {
-        crate::backend::route::matmul_f32(dst.as_mut(), accumulate, a, trans_a, b, trans_b)
-    }
-
-    fn from_f64(v: f64) -> Self {
-        v as f32
-    }
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn exp(self) -> Self {
-        f32::exp(self)
-    }
-    fn ln(self) -> Self {
-        f32::ln(self)
-    }
-    fn sqrt(self) -> Self {
-        f32::sqrt(self)
-    }
-}
-
-impl Real for f64 {
-    fn from_f64(v: f64) -> Self {
-        v
-    }
-    fn to_f64(self) -> f64 {
-        self
-    }
-    fn exp(self) -> Self {
-        f64::exp(self)
-    }
-    fn ln(self) -> Self {
-        f64::ln(self)
-    }
-    fn sqrt(self) -> Self {
-        f64::sqrt(self)
-    }
-}
-
-/// $e^x$ in f32 from arithmetic and bit operations only, so that a loop over a
-/// slice vectorises (libm's `expf` is one call per element). Cody–Waite
-/// reduction $x = n\ln 2 + r$, $|r| \le \tfrac12\ln 2$, with $\ln 2$ split in two,
-/// and Cephes' degree-6 polynomial for $e^r$ (about 1 ulp); $2^n$ is built in
-/// the exponent bits (two factors, so the product stays exact). Results below the smallest normal f32 ($x < -87.34$)
-/// are flushed to 0 (libm returns subnormals there); $x > 88.72$ gives $+\infty$,
-/// NaN stays NaN.
-#[inline(always)]
-pub fn exp_f32(x: f32) -> f32 {
-    const LO: f32 = -87.336_55;
-    const HI: f32 = 88.722_83;
-    // 1.5·2^23: adding it rounds to an integer held in the low mantissa bits.
-    const MAGIC: f32 = 12_582_912.0;
-    let xc = x.clamp(LO, HI);
-    let t = xc * std::f32::consts::LOG2_E + MAGIC;
-    let n = t - MAGIC;
-    let ni = t.to_bits() as i32 - MAGIC.to_bits() as i32;
-    let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
-    let mut p = 1.987_569_1e-4f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 0.5;
-    let y = p * r * r + r + 1.0;
-    // 2^n as two normal factors (n runs from -126 to 128, 2^128 overflows).
-    let pow2 = |k: i32| f32::from_bits(((k + 127) as u32) << 23);
-    let e = y * pow2(ni >> 1) * pow2(ni - (ni >> 1));
-    if x < LO {
-        0.0
-    } else if x > HI {
-        f32::INFINITY
-    } else if x.is_nan() {
-        x
-    } else {
-        e
-    }
-}
-
-#[inline(always)]
-fn exp_slice(xs: &mut [f32]) {
-    for x in xs {
-        *x = exp_f32(*x);
-    }
-}
-
-/// [`exp_slice`] compiled for 8-lane AVX2 (the crate's baseline is SSE2's 4
-/// lanes). Same operations in the same order and no FMA contraction (Rust does
-/// not contract `a * b + c`), so the results are bit for bit those of the
-/// baseline loop.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn exp_slice_avx2(xs: &mut [f32]) {
-    exp_slice(xs);
-}
 
 /// Work (m·n·k) above which a product is split over threads; below it the
 /// thread hand-off costs more than it saves (DESIGN.md: faer at n = 64 with
@@ -174,9 +22,6 @@ pub fn matmul_into<F: Real>(
     trans_a: bool,
     trans_b: bool,
 ) {
-    if F::routed_matmul(dst, accumulate, a, b, trans_a, trans_b) {
-        return;
-    }
     let a = if trans_a { a.transpose() } else { a };
     let b = if trans_b { b.transpose() } else { b };
     let work = a.nrows() * a.ncols() * b.ncols();
@@ -202,9 +47,9 @@ pub fn matmul<F: Real>(a: MatRef<'_, F>, b: MatRef<'_, F>, trans_a: bool, trans_
     c
 }
 
-/// `dst (+)= a · b` on this thread's CPU, never routed nor split: the small
-/// per-sequence products of attention (`T×T`), for which a device round trip
-/// or a thread hand-off costs more than the product.
+/// `dst (+)= a · b` on this thread, never split: the small per-sequence
+/// products of attention (`T×T`), for which a thread hand-off costs more
+/// than the product.
 pub fn matmul_local<F: Real>(
     dst: MatMut<'_, F>,
     accumulate: bool,
@@ -217,45 +62,4 @@ pub fn matmul_local<F: Real>(
         Accum::Replace
     };
     faer_matmul(dst, acc, a, b, F::from_f64(1.0), Par::Seq);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The vectorisable f32 exponential against f64's, over the whole range
-    /// where f32 has normal results: within 1 ulp of the exact value (measured 0.96).
-    #[test]
-    fn exp_f32_is_within_one_ulp() {
-        let mut worst: f64 = 0.0;
-        let n = 400_000;
-        for k in 0..=n {
-            let x = -87.3f32 + (88.7f32 + 87.3) * k as f32 / n as f32;
-            let want = (x as f64).exp();
-            let got = exp_f32(x) as f64;
-            let ulp = (want as f32).to_bits();
-            let ulp = (f32::from_bits(ulp + 1) - f32::from_bits(ulp)) as f64;
-            worst = worst.max((got - want).abs() / ulp);
-        }
-        assert!(worst <= 1.0, "worst error {worst} ulp");
-        let mut xs = [
-            0.0f32,
-            -1e-30,
-            1.0,
-            -88.0,
-            -1e4,
-            89.0,
-            f32::NEG_INFINITY,
-            f32::INFINITY,
-        ];
-        f32::exp_in_place(&mut xs);
-        assert_eq!(&xs[..3], &[1.0, 1.0, std::f32::consts::E]);
-        assert_eq!(&xs[3..], &[0.0, 0.0, f32::INFINITY, 0.0, f32::INFINITY]);
-        assert!(exp_f32(f32::NAN).is_nan());
-        // The dispatched slice loop gives exactly the element-wise values.
-        let mut ys: Vec<f32> = (0..1003).map(|k| -90.0 + 0.179 * k as f32).collect();
-        let want: Vec<u32> = ys.iter().map(|&y| exp_f32(y).to_bits()).collect();
-        f32::exp_in_place(&mut ys);
-        assert_eq!(ys.iter().map(|y| y.to_bits()).collect::<Vec<_>>(), want);
-    }
 }

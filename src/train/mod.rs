@@ -1,21 +1,25 @@
 //! Training small transformers on the §10 tasks with AdamW, and reading off
 //! which pattern the off-queries learn (sink or diagonal) and what it costs.
 //!
-//! - [`kernels`]: the matmul every host product goes through (routable to a GPU);
-//! - [`model`]: the 1–3 layer model, forward and hand-written backward;
-//! - [`adamw`]: the optimiser;
-//! - [`device`]: the same model and optimiser resident on any
+//! - [`device`]: the training model and its AdamW state resident on any
 //!   [`crate::backend::Backend`] (parameters, moments, activations and
 //!   gradients allocated once; per step only token ids go up and, on log
 //!   steps, the loss comes back);
+//! - [`model`]: the same 1–3 layer model on the host (faer), forward and
+//!   hand-written backward, generic over the scalar: the f64 *reference*
+//!   whose gradients are checked against finite differences, and the
+//!   evaluation of a trained model;
+//! - [`kernels`]: the host products of [`model`];
+//! - [`adamw`]: host AdamW state for reference runs of [`model`] (the update is
+//!   the backend's [`crate::backend::cpu::adamw_update`]);
 //! - this module: the loop, the evaluation and the report of one run.
 //!
-//! Training runs in `f32` (the speed path, compared to PyTorch in f32);
-//! gradients are checked in `f64` against central finite differences. When
-//! a GPU is routed to the thread (`--backend gpu`, [`crate::backend::route`]),
-//! [`train`] runs its steps with [`device`] on that GPU and reads the
-//! parameters back once at the end; the evaluation then runs on the host
-//! model (its products still routed).
+//! One training loop, [`train_on`], with the backend an explicit argument
+//! (as faer passes `Par`): the caller chooses it (`sinklab train --backend`,
+//! a sweep spec's `backend`), [`train`] is [`train_on`] with the default
+//! [`Cpu`]`<f32>`. The steps run in `f32` on the backend ([`device`]); the
+//! parameters come back once at the end (and at each convergence probe), and
+//! the evaluation runs on the host model.
 
 pub mod adamw;
 pub mod attn;
@@ -24,9 +28,9 @@ pub mod embeddings;
 pub mod kernels;
 pub mod model;
 
-pub use kernels::Real;
 pub use model::{AttnForm, Model, ModelConfig, ModelError};
 
+use crate::backend::{AdamWHyper, Backend, Cpu};
 use crate::linalg;
 use crate::tasks::{BigramCopy, CopyPaste, Sequence, SourceFamily, TaskError};
 use faer::Mat;
@@ -305,16 +309,35 @@ fn to_f64(m: &Mat<f32>) -> Mat<f64> {
     Mat::from_fn(m.nrows(), m.ncols(), |i, j| m[(i, j)] as f64)
 }
 
-/// Trains one model (f32) and evaluates it; `progress(step, loss)` is called every log step.
+/// [`train_on`] the default backend, [`Cpu`]`<f32>` (faer).
 pub fn train(
     cfg: &TrainConfig,
     progress: impl FnMut(usize, f64),
 ) -> Result<TrainReport, TrainError> {
-    train_model(cfg, progress).map(|(r, _)| r)
+    train_on(&Cpu::<f32>::new(), cfg, progress)
 }
 
-/// [`train`], also returning the trained model.
+/// [`train_model_on`] the default backend, [`Cpu`]`<f32>` (faer).
 pub fn train_model(
+    cfg: &TrainConfig,
+    progress: impl FnMut(usize, f64),
+) -> Result<(TrainReport, Model<f32>), TrainError> {
+    train_model_on(&Cpu::<f32>::new(), cfg, progress)
+}
+
+/// Trains one model on the backend `be` and evaluates it; `progress(step, loss)`
+/// is called every log step.
+pub fn train_on<B: Backend>(
+    be: &B,
+    cfg: &TrainConfig,
+    progress: impl FnMut(usize, f64),
+) -> Result<TrainReport, TrainError> {
+    train_model_on(be, cfg, progress).map(|(r, _)| r)
+}
+
+/// [`train_on`], also returning the trained model (read back to the host, f32).
+pub fn train_model_on<B: Backend>(
+    be: &B,
     cfg: &TrainConfig,
     mut progress: impl FnMut(usize, f64),
 ) -> Result<(TrainReport, Model<f32>), TrainError> {
@@ -347,7 +370,6 @@ pub fn train_model(
         init_scale: 1.0,
     };
     let mut model: Model<f32> = Model::new(mcfg, &mut rng)?;
-    let mut opt = adamw::AdamW::new(&model.params, cfg.lr, cfg.weight_decay);
     let w = weights(cfg.t, cfg.batch);
     let log_every = (cfg.steps / 50).max(1);
     let mut curve = Vec::new();
@@ -366,21 +388,20 @@ pub fn train_model(
     });
     let mut steps_run = 0;
     let mut converged = cfg.target_acc_on.map(|_| false);
-    // A GPU routed to this thread runs the whole step device-resident (device.rs).
-    let mut resident = device::Routed::new(&model, &opt, cfg.batch, cfg.t, &w)?;
-    // Activations, backward scratch and gradients, reused step after step.
-    let mut cache = model::Cache::new();
-    let mut grads = Vec::new();
+    let opt = AdamWHyper {
+        lr: cfg.lr,
+        weight_decay: cfg.weight_decay,
+        ..AdamWHyper::default()
+    };
+    let mut dev = device::DeviceModel::new(be, &model, &opt, cfg.batch, cfg.t, &w)?;
     for step in 0..cfg.steps {
         if let (Some(target), Some((ptoks, pseqs))) = (cfg.target_acc_on, &probe)
             && step > 0
             && step % PROBE_EVERY == 0
         {
-            // On a device-resident run the probe needs the current parameters on the host:
-            // the one read-back the criterion truly needs, every PROBE_EVERY steps.
-            if let Some(dev) = resident.as_ref() {
-                dev.store(&mut model)?;
-            }
+            // The probe needs the current parameters on the host: the one
+            // read-back the criterion truly needs, every PROBE_EVERY steps.
+            dev.store(be, &mut model)?;
             let pc = model.forward(ptoks, PROBE_BATCH, cfg.t)?;
             if on_accuracy(&model, &pc, pseqs, cfg.t) >= target {
                 converged = Some(true);
@@ -389,34 +410,16 @@ pub fn train_model(
         }
         steps_run = step + 1;
         let (toks, _) = batch(&task, cfg, cfg.batch, &mut rng);
-        if let Some(dev) = resident.as_mut() {
-            if let Some(loss) = dev.step(&toks, step % log_every == 0 || step + 1 == cfg.steps)? {
-                if !loss.is_finite() {
-                    return Err(TrainError::Diverged(step, loss));
-                }
-                curve.push((step, loss));
-                progress(step, loss);
-            }
-            continue;
-        }
-        model.forward_into(&toks, cfg.batch, cfg.t, &mut cache)?;
-        model.backward_into(&mut cache, &w, &mut grads);
-        if step % log_every == 0 || step + 1 == cfg.steps {
-            let loss = model.loss(&cache, &w);
+        let log = step % log_every == 0 || step + 1 == cfg.steps;
+        if let Some(loss) = dev.step(be, &toks, log)? {
             if !loss.is_finite() {
                 return Err(TrainError::Diverged(step, loss));
             }
             curve.push((step, loss));
             progress(step, loss);
         }
-        opt.step(&mut model.params, &grads, &model.decay);
-        if let Some(e) = crate::backend::route::take_error() {
-            return Err(TrainError::Backend(e));
-        }
     }
-    if let Some(dev) = resident {
-        dev.store(&mut model)?;
-    }
+    dev.store(be, &mut model)?;
     if converged == Some(false)
         && let (Some(target), Some((ptoks, pseqs))) = (cfg.target_acc_on, &probe)
     {

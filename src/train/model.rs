@@ -6,12 +6,21 @@
 //! logits $= h\,U$. Attention: logits $z_{ij} = h_i^\top W_{QK} h_j$ (no $1/\sqrt d$, as in
 //! THEORY.md §1), causal softmax, output $o_i = \sum_j A_{ij} W_{VO} h_j$, with
 //! $W_{QK} = W_Q W_K^\top$, $W_{VO} = W_O W_V^\top$ in factored form.
-//! Every batch-wide product goes through [`super::kernels::matmul`] (and so
-//! can be routed to a GPU); the small per-sequence attention products go
-//! through [`super::kernels::matmul_local`]. The batch is split into chunks of
-//! whole sequences that run forward and backward as independent tasks.
+//! Every batch-wide product goes through [`super::kernels::matmul`]; the small
+//! per-sequence attention products go through [`super::kernels::matmul_local`].
+//! The batch is split into chunks of whole sequences that run forward and
+//! backward as independent tasks.
+//!
+//! This is the *reference* model: in f64 its hand-written gradients are
+//! checked against central finite differences (`tests/train.rs`), and the
+//! training model of [`super::device`], which runs on any
+//! [`crate::backend::Backend`], is checked against it (`tests/train_device.rs`).
+//! [`super::train_on`] initialises the parameters here, trains on the backend
+//! and reads them back into this model once for the evaluation.
 
-use super::kernels::{Real, matmul, matmul_into, matmul_local};
+use super::kernels::{matmul, matmul_into, matmul_local};
+use crate::backend::Real;
+use crate::backend::real::{dot_lanes, max_lanes, sum_lanes};
 use faer::reborrow::{Reborrow, ReborrowMut};
 use faer::{Mat, MatMut, MatRef};
 use rand::Rng;
@@ -460,12 +469,7 @@ impl<F: Real> Model<F> {
         cache.t = t;
         cache.tokens.clear();
         cache.tokens.extend_from_slice(tokens);
-        // A GPU routed to this thread gets the whole batch's products, unsplit.
-        let n = if F::routing_active() {
-            1
-        } else {
-            (b * t / CHUNK_ROWS).clamp(1, b)
-        };
+        let n = (b * t / CHUNK_ROWS).clamp(1, b);
         cache.chunks.resize_with(n, Chunk::new);
         for (c, ch) in cache.chunks.iter_mut().enumerate() {
             ch.s0 = c * b / n;
@@ -969,65 +973,6 @@ impl<F: Real> Model<F> {
             }
         }
     }
-}
-
-/// Lanes of the element-wise reductions below: independent partial results
-/// that the compiler keeps in SIMD registers (a single running sum would be a
-/// chain of dependent scalar additions).
-const LANES: usize = 8;
-
-/// $\sum_k x_k$, summed in [`LANES`] interleaved partial sums.
-fn sum_lanes<F: Real>(xs: &[F]) -> F {
-    let zero = F::from_f64(0.0);
-    let mut acc = [zero; LANES];
-    let mut it = xs.chunks_exact(LANES);
-    for c in &mut it {
-        for (a, &x) in acc.iter_mut().zip(c) {
-            *a += x;
-        }
-    }
-    let mut s = zero;
-    for &x in it.remainder() {
-        s += x;
-    }
-    acc.iter().fold(s, |s, &a| s + a)
-}
-
-/// $\sum_k x_k y_k$ over the common length, in [`LANES`] partial sums.
-fn dot_lanes<F: Real>(xs: &[F], ys: &[F]) -> F {
-    let zero = F::from_f64(0.0);
-    let n = xs.len().min(ys.len());
-    let (xs, ys) = (&xs[..n], &ys[..n]);
-    let mut acc = [zero; LANES];
-    let (mut xi, mut yi) = (xs.chunks_exact(LANES), ys.chunks_exact(LANES));
-    for (c, d) in (&mut xi).zip(&mut yi) {
-        for ((a, &x), &y) in acc.iter_mut().zip(c).zip(d) {
-            *a += x * y;
-        }
-    }
-    let mut s = zero;
-    for (&x, &y) in xi.remainder().iter().zip(yi.remainder()) {
-        s += x * y;
-    }
-    acc.iter().fold(s, |s, &a| s + a)
-}
-
-/// $\max_k x_k$ ($-\infty$ for an empty slice).
-fn max_lanes<F: Real>(xs: &[F]) -> F {
-    let mut acc = [F::from_f64(f64::NEG_INFINITY); LANES];
-    let mut it = xs.chunks_exact(LANES);
-    for c in &mut it {
-        for (a, &x) in acc.iter_mut().zip(c) {
-            *a = if x > *a { x } else { *a };
-        }
-    }
-    let mut m = F::from_f64(f64::NEG_INFINITY);
-    for &x in it.remainder().iter().chain(&acc) {
-        if x > m {
-            m = x;
-        }
-    }
-    m
 }
 
 fn relu<F: Real>(x: F) -> F {

@@ -35,7 +35,7 @@ pub fn merge(inputs: &[PathBuf], out: &Path) -> Result<usize, SweepError> {
 }
 
 /// Runs (or resumes) the points of `shard` in `dir`, appending to `results.jsonl`.
-/// The trained points' products run on the spec's backend (one device shared by the workers).
+/// The trained points run on the spec's backend (one device, passed to every worker).
 pub fn run(
     spec: &SweepSpec,
     dir: &Path,
@@ -59,10 +59,7 @@ pub fn run(
             }
             Ok(sel.gpu())
         },
-        |gpu, p| {
-            let _route = gpu.clone().map(crate::backend::route::install);
-            compute(p)
-        },
+        |gpu, p| point::compute_on(p, gpu.as_deref()),
     )
 }
 

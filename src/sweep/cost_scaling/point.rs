@@ -189,8 +189,15 @@ pub struct Record {
     pub seconds: f64,
 }
 
-/// Computes the records of one point.
+/// Computes the records of one point on the default backend (the CPU).
 pub fn compute(p: &Point) -> Vec<Record> {
+    compute_on(p, None)
+}
+
+/// Computes the records of one point; a trained point runs on `gpu` when one
+/// is given, else on the CPU (exact points, trained embeddings included, always
+/// run on the CPU).
+pub fn compute_on(p: &Point, gpu: Option<&crate::backend::Wgpu>) -> Vec<Record> {
     let start = std::time::Instant::now();
     match p {
         Point::Exact(q, opts) => {
@@ -227,7 +234,10 @@ pub fn compute(p: &Point) -> Vec<Record> {
             }]
         }
         Point::Trained(c) => {
-            let rep = train::train(c, |_, _| {});
+            let rep = match gpu {
+                Some(g) => train::train_on(g, c, |_, _| {}),
+                None => train::train(c, |_, _| {}),
+            };
             let pattern = if c.mask_bos_key { "diagonal" } else { "sink" };
             TRAINED_NORMS
                 .iter()
