@@ -26,6 +26,7 @@ pub mod stats;
 pub mod switch_real;
 pub mod synth;
 pub mod tokenizer;
+pub mod weights;
 
 use std::path::{Path, PathBuf};
 

@@ -159,7 +159,7 @@ pub fn from_gguf(g: &mut GgufFile) -> Result<Pretrained, RealError> {
         eps,
         base,
     } = dims;
-    let (embed, edims) = g.tensor("token_embd.weight")?;
+    let (embed, edims) = g.weight("token_embd.weight")?;
     if edims.len() != 2 || edims[1] != d {
         return Err(g.err(format!(
             "token_embd.weight has shape {edims:?}, expected [vocab, {d}]"
@@ -175,7 +175,7 @@ pub fn from_gguf(g: &mut GgufFile) -> Result<Pretrained, RealError> {
     for l in 0..n_layer {
         let p = |s: &str| format!("blk.{l}.{s}");
         let global = (l + 1) % 6 == 0;
-        let (up_w, up_dims) = g.tensor(&p("ffn_up.weight"))?;
+        let (up_w, up_dims) = g.weight(&p("ffn_up.weight"))?;
         if up_dims.len() != 2 || up_dims[1] != d {
             return Err(g.err(format!(
                 "{} has shape {up_dims:?}, expected [d_ff, {d}]",
@@ -241,5 +241,6 @@ pub fn from_gguf(g: &mut GgufFile) -> Result<Pretrained, RealError> {
         final_norm,
         lm_head,
         has_lm_head: true,
+        matmul: Default::default(),
     })
 }

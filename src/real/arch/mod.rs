@@ -360,7 +360,7 @@ pub fn decoder_hf(
             eps,
         })
     };
-    let embed = w.shaped("model.embed_tokens.weight", &[vocab, d])?;
+    let embed = w.weight("model.embed_tokens.weight", vocab, d)?;
     let (hq, hk) = (n_head * dh, n_kv * dh);
     let mut layers = Vec::with_capacity(n_layer);
     for (l, plan) in plans.into_iter().enumerate() {
@@ -368,14 +368,14 @@ pub fn decoder_hf(
         let (wq, wk, wv, gate, up) = if spec.fused {
             let qkv = w.linear(&format!("{b}self_attn.qkv_proj"), hq + 2 * hk, d, false)?;
             let rows = |r0: usize, n: usize| Linear {
-                w: qkv.w[r0 * d..(r0 + n) * d].to_vec(),
+                w: qkv.w.rows(r0, n),
                 out: n,
                 inp: d,
                 b: qkv.b.as_ref().map(|b| b[r0..r0 + n].to_vec()),
             };
             let gu = w.linear(&format!("{b}mlp.gate_up_proj"), 2 * dff, d, false)?;
             let half = |r0: usize| Linear {
-                w: gu.w[r0 * d..(r0 + dff) * d].to_vec(),
+                w: gu.w.rows(r0, dff),
                 out: dff,
                 inp: d,
                 b: gu.b.as_ref().map(|b| b[r0..r0 + dff].to_vec()),
@@ -473,6 +473,7 @@ pub fn decoder_hf(
         final_norm: Some(rms("model.norm.weight", d)?),
         lm_head,
         has_lm_head: true,
+        matmul: Default::default(),
     })
 }
 

@@ -134,7 +134,7 @@ pub fn gguf_decoder(
         eps,
         ..
     } = *dims;
-    let (embed, edims) = g.tensor("token_embd.weight")?;
+    let (embed, edims) = g.weight("token_embd.weight")?;
     if edims.len() != 2 || edims[1] != d {
         return Err(g.err(format!(
             "token_embd.weight has shape {edims:?}, expected [vocab, {d}]"
@@ -152,7 +152,7 @@ pub fn gguf_decoder(
         let wv = g.linear(&p("attn_v"), hk, d)?;
         let wo = g.linear(&p("attn_output"), d, hq)?;
         let ffn_norm = Some(rms(g.vector(&p("ffn_norm.weight"), d)?));
-        let (up_w, up_dims) = g.tensor(&p("ffn_up.weight"))?;
+        let (up_w, up_dims) = g.weight(&p("ffn_up.weight"))?;
         if up_dims.len() != 2 || up_dims[1] != d {
             return Err(g.err(format!(
                 "{} has shape {up_dims:?}, expected [d_ff, {d}]",
@@ -221,5 +221,6 @@ pub fn gguf_decoder(
         final_norm,
         lm_head,
         has_lm_head: true,
+        matmul: Default::default(),
     })
 }
