@@ -20,6 +20,7 @@ pub mod halfspace_real;
 pub mod head_space;
 pub mod model;
 pub mod oversmooth_real;
+pub mod q8_deviation;
 pub mod report_section;
 pub mod safetensors;
 pub mod stats;
