@@ -536,6 +536,9 @@ impl Weight {
             );
             return out;
         }
+        // Dequantizing (or quantizing) costs about as much per weight as 8 multiply-adds: a
+        // T = 1 gemv over a large matrix is worth splitting over threads.
+        let par = (t + 8) * r * c >= PAR_FLOPS;
         if mode == Matmul::Q8
             && let Storage::Quantized { dtype, bytes } = &self.storage
         {
