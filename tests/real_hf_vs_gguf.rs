@@ -70,7 +70,11 @@ fn write_hf_dir(m: &sinklab::real::model::Pretrained, dir: &Path) {
             ("mlp.up_proj", &ly.up),
             ("mlp.down_proj", &ly.down),
         ] {
-            put(format!("{b}{n}.weight"), vec![lin.out, lin.inp], &lin.w.to_f32());
+            put(
+                format!("{b}{n}.weight"),
+                vec![lin.out, lin.inp],
+                &lin.w.to_f32(),
+            );
         }
     }
     let views: Vec<(String, TensorView<'_>)> = t

@@ -70,12 +70,24 @@ fn gamma(k: usize) -> f64 {
 }
 
 /// `|y − x Wᵀ|` (f64 reference) within `γ_k Σ|x||w|` for every entry.
-fn assert_f32_product(y: &[f32], x: &[f32], w: &[f32], t: usize, rows: usize, cols: usize, what: &str) {
+fn assert_f32_product(
+    y: &[f32],
+    x: &[f32],
+    w: &[f32],
+    t: usize,
+    rows: usize,
+    cols: usize,
+    what: &str,
+) {
     for i in 0..t {
         for r in 0..rows {
             let (xi, wr) = (&x[i * cols..(i + 1) * cols], &w[r * cols..(r + 1) * cols]);
             let exact: f64 = xi.iter().zip(wr).map(|(a, b)| *a as f64 * *b as f64).sum();
-            let mag: f64 = xi.iter().zip(wr).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
+            let mag: f64 = xi
+                .iter()
+                .zip(wr)
+                .map(|(a, b)| (*a as f64 * *b as f64).abs())
+                .sum();
             let got = y[i * rows + r] as f64;
             assert!(
                 (got - exact).abs() <= gamma(cols) * mag,
@@ -91,7 +103,10 @@ fn block_dequantization_is_candles() {
     for (s, &dt) in QUANT.iter().enumerate() {
         let (w, deq) = quantized(dt, 5, 512, 10 + s as u64);
         assert!(w.is_quantized() && w.dtype() == dt);
-        assert_eq!(w.storage_bytes(), 5 * 512 / dt.block_size() * dt.type_size());
+        assert_eq!(
+            w.storage_bytes(),
+            5 * 512 / dt.block_size() * dt.type_size()
+        );
         assert_eq!(&*w.to_f32(), &deq[..], "{dt:?}");
         let mut row = vec![0f32; 512];
         w.row_f32(3, &mut row);
@@ -121,7 +136,11 @@ fn row_slices_and_permutations_on_bytes_equal_those_on_f32() {
         let (w, deq) = quantized(dt, rows, cols, 60 + s as u64);
         let sl = w.rows(5, 11);
         assert_eq!((sl.n_rows(), sl.n_cols()), (11, cols));
-        assert_eq!(&*sl.to_f32(), &deq[5 * cols..16 * cols], "{dt:?} rows 5..16");
+        assert_eq!(
+            &*sl.to_f32(),
+            &deq[5 * cols..16 * cols],
+            "{dt:?} rows 5..16"
+        );
         let mut perm: Vec<usize> = (0..rows).collect();
         for i in (1..rows).rev() {
             perm.swap(i, rng.random_range(0..=i));
@@ -134,7 +153,11 @@ fn row_slices_and_permutations_on_bytes_equal_those_on_f32() {
         assert_eq!(&*p.to_f32(), &want[..], "{dt:?} permutation");
         // llama.cpp's q/k interleaving undone on bytes = undone on the f32 matrix.
         let un = w.permute_rows(&sinklab::real::arch::llama::unpermute_perm(3, 8));
-        assert_eq!(&*un.to_f32(), &unpermute_rows(&deq, 3, 8, cols)[..], "{dt:?}");
+        assert_eq!(
+            &*un.to_f32(),
+            &unpermute_rows(&deq, 3, 8, cols)[..],
+            "{dt:?}"
+        );
     }
 }
 
@@ -151,14 +174,21 @@ fn q8_product_is_within_its_rounding_bound_and_not_exact() {
         let mut max_ratio = 0f64;
         for i in 0..t {
             for r in 0..rows {
-                let b = q8_bound(dt, &deq[r * cols..(r + 1) * cols], &x[i * cols..(i + 1) * cols]);
+                let b = q8_bound(
+                    dt,
+                    &deq[r * cols..(r + 1) * cols],
+                    &x[i * cols..(i + 1) * cols],
+                );
                 let dev = (q8[i * rows + r] as f64 - exact[i * rows + r] as f64).abs();
                 assert!(dev <= b, "{dt:?} ({i}, {r}): |Δ| {dev} > bound {b}");
                 max_dev = max_dev.max(dev);
                 max_ratio = max_ratio.max(dev / b);
             }
         }
-        assert!(max_dev > 0.0, "{dt:?}: q8 equals exact: the activations were not quantized");
+        assert!(
+            max_dev > 0.0,
+            "{dt:?}: q8 equals exact: the activations were not quantized"
+        );
         eprintln!("{dt:?}: max |Δ| {max_dev:.3e}, max |Δ|/bound {max_ratio:.3}");
     }
 }
@@ -187,7 +217,11 @@ fn block_scales_are_exactly_the_fields_that_make_values_non_finite() {
                 scale_offsets(dt).contains(&o),
                 "{dt:?}: NaN at byte {o} gives non-finite values: {nonfinite}"
             );
-            assert_eq!(p.first_non_finite_row().is_some(), nonfinite, "{dt:?} byte {o}");
+            assert_eq!(
+                p.first_non_finite_row().is_some(),
+                nonfinite,
+                "{dt:?} byte {o}"
+            );
         }
     }
 }
@@ -242,7 +276,14 @@ fn as_f32(m: &Pretrained) -> Pretrained {
     let mut f = m.clone();
     f.embed.f32_mut();
     for ly in &mut f.layers {
-        for lin in [&mut ly.wq, &mut ly.wk, &mut ly.wv, &mut ly.wo, &mut ly.up, &mut ly.down] {
+        for lin in [
+            &mut ly.wq,
+            &mut ly.wk,
+            &mut ly.wv,
+            &mut ly.wo,
+            &mut ly.up,
+            &mut ly.down,
+        ] {
             lin.w.f32_mut();
         }
         if let Some(g) = &mut ly.gate {
@@ -262,12 +303,12 @@ fn logits(m: &Pretrained, toks: &[u32]) -> Vec<f32> {
 
 fn assert_close_logits(a: &[f32], b: &[f32], what: &str) {
     let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let gap = a
-        .iter()
-        .zip(b)
-        .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    let gap = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
     eprintln!("{what}: max |Δ logit| {gap:.3e} (max |logit| {scale:.3})");
-    assert!(gap <= 1e-4 * scale, "{what}: logits differ by {gap} (scale {scale})");
+    assert!(
+        gap <= 1e-4 * scale,
+        "{what}: logits differ by {gap} (scale {scale})"
+    );
 }
 
 const TOKS: &[u32] = &[1, 5, 9, 3, 17, 22, 8, 30, 2, 11];
@@ -310,7 +351,10 @@ fn quantized_gguf_stays_quantized_in_the_map_and_exact_mode_matches_f32() {
         let Storage::Quantized { bytes, .. } = ly.wv.w.storage() else {
             panic!("v projection not quantized")
         };
-        assert!(bytes.is_mapped(), "{dt:?}: v projection was copied out of the map");
+        assert!(
+            bytes.is_mapped(),
+            "{dt:?}: v projection was copied out of the map"
+        );
         let f = as_f32(&lm.model);
         assert_close_logits(
             &logits(&lm.model, TOKS),
@@ -334,7 +378,10 @@ fn q8_mode_deviation_is_measured_bounded_and_nonzero() {
         assert!(dl > 0.0 && dl.is_finite(), "{dt:?}: Δ logit {dl}");
         assert!(dev.max_abs_attn_first.is_finite());
         let (a, b) = (dev.loss_exact.unwrap(), dev.loss_q8.unwrap());
-        assert!(a.is_finite() && b.is_finite() && a != b, "{dt:?}: loss {a} vs {b}");
+        assert!(
+            a.is_finite() && b.is_finite() && a != b,
+            "{dt:?}: loss {a} vs {b}"
+        );
         assert!(
             dev.max_bound_ratio > 0.0 && dev.max_bound_ratio <= 1.0,
             "{dt:?}: a projection left its Q8 rounding bound: ratio {}",
@@ -410,11 +457,24 @@ fn write_hf(m: &Pretrained, dir: &Path, dtype: safetensors::Dtype) {
     ));
     let fnorm = gain(&m.final_norm);
     let f32b = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|a| a.to_le_bytes()).collect() };
-    t.push(("model.norm.weight".into(), vec![c.d_model], f32b(&fnorm), f32d));
+    t.push((
+        "model.norm.weight".into(),
+        vec![c.d_model],
+        f32b(&fnorm),
+        f32d,
+    ));
     for (l, ly) in m.layers.iter().enumerate() {
         let b = format!("model.layers.{l}.");
-        for (n, g) in [("input_layernorm", &ly.attn_norm), ("post_attention_layernorm", &ly.ffn_norm)] {
-            t.push((format!("{b}{n}.weight"), vec![c.d_model], f32b(&gain(g)), f32d));
+        for (n, g) in [
+            ("input_layernorm", &ly.attn_norm),
+            ("post_attention_layernorm", &ly.ffn_norm),
+        ] {
+            t.push((
+                format!("{b}{n}.weight"),
+                vec![c.d_model],
+                f32b(&gain(g)),
+                f32d,
+            ));
         }
         for (n, lin) in [
             ("self_attn.q_proj", &ly.wq),
@@ -425,13 +485,21 @@ fn write_hf(m: &Pretrained, dir: &Path, dtype: safetensors::Dtype) {
             ("mlp.up_proj", &ly.up),
             ("mlp.down_proj", &ly.down),
         ] {
-            t.push((format!("{b}{n}.weight"), vec![lin.out, lin.inp], enc(&lin.w.to_f32()), dtype));
+            t.push((
+                format!("{b}{n}.weight"),
+                vec![lin.out, lin.inp],
+                enc(&lin.w.to_f32()),
+                dtype,
+            ));
         }
     }
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = t
         .iter()
         .map(|(n, s, d, dt)| {
-            (n.clone(), safetensors::tensor::TensorView::new(*dt, s.clone(), d).unwrap())
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(*dt, s.clone(), d).unwrap(),
+            )
         })
         .collect();
     safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
@@ -444,7 +512,9 @@ fn sixteen_bit_safetensors_stay_sixteen_bit_and_match_their_f32_conversion() {
         d_ff: 64,
         ..SynthSpec::default()
     };
-    let base = load(&synth(tmp.path(), "f32.gguf", spec, 91)).unwrap().model;
+    let base = load(&synth(tmp.path(), "f32.gguf", spec, 91))
+        .unwrap()
+        .model;
     for (name, dt, gdt) in [
         ("f16", safetensors::Dtype::F16, GgmlDType::F16),
         ("bf16", safetensors::Dtype::BF16, GgmlDType::BF16),
@@ -452,7 +522,11 @@ fn sixteen_bit_safetensors_stay_sixteen_bit_and_match_their_f32_conversion() {
         let dir = tmp.path().join(name);
         write_hf(&base, &dir, dt);
         let m = load(&dir).unwrap().model;
-        assert_eq!(m.layers[0].wq.w.dtype(), gdt, "{name}: q projection not kept 16-bit");
+        assert_eq!(
+            m.layers[0].wq.w.dtype(),
+            gdt,
+            "{name}: q projection not kept 16-bit"
+        );
         assert_eq!(m.embed.dtype(), gdt, "{name}: embedding not kept 16-bit");
         // The f32 conversion of the same 16-bit values, as a second checkpoint.
         let conv = as_f32(&m);
@@ -461,5 +535,40 @@ fn sixteen_bit_safetensors_stay_sixteen_bit_and_match_their_f32_conversion() {
         let m32 = load(&dir32).unwrap().model;
         assert_eq!(m32.layers[0].wq.w.dtype(), GgmlDType::F32);
         assert_close_logits(&logits(&m, TOKS), &logits(&m32, TOKS), name);
+    }
+}
+
+#[test]
+fn streamed_loss_over_a_quantized_head_equals_the_chunked_loss_of_its_f32_copy() {
+    // 5000 tokens: two vocabulary tiles of the streamed log-sum-exp (4096 rows each).
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = SynthSpec {
+        d_ff: 64,
+        vocab: 5000,
+        ..SynthSpec::default()
+    };
+    let mut m = load(&synth(tmp.path(), "v.gguf", spec, 17)).unwrap().model;
+    let e = Tensor::from_vec(m.embed.to_f32().into_owned(), (5000, 32), &Device::Cpu).unwrap();
+    let q = QTensor::quantize(&e, GgmlDType::Q8_0).unwrap();
+    m.embed =
+        Weight::from_bytes(GgmlDType::Q8_0, Bytes::owned(&q.data().unwrap()), 5000, 32).unwrap();
+    let f = as_f32(&m);
+    let toks: Vec<u32> = (0..60).map(|i| (i * 71 + 3) % 5000).collect();
+    let (oq, of) = (
+        m.forward(&toks, &mut (), None).unwrap(),
+        f.forward(&toks, &mut (), None).unwrap(),
+    );
+    let (a, b) = (
+        m.next_token_nll(&oq.normed, &toks).unwrap(),
+        f.next_token_nll(&of.normed, &toks).unwrap(),
+    );
+    assert_eq!(a.len(), 59);
+    // Same logits up to f32 summation order (≤ 2γ_32 relative, ~4e-6 of |logit| ≤ 3), then a
+    // log-sum-exp in f64: 1e-5 nats.
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(
+            (x - y).abs() <= 1e-5,
+            "position {i}: streamed {x} vs chunked {y}"
+        );
     }
 }

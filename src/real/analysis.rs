@@ -97,12 +97,10 @@ pub fn head_costs(m: &Pretrained) -> Vec<HeadCost> {
             let fq = Mat::<f64>::from_fn(d, dh, |i, r| {
                 g[i] * wq[(hh * dh + r) * d + i] as f64 * c.attn_scale as f64
             });
-            let fk =
-                Mat::<f64>::from_fn(d, dh, |i, r| g[i] * wk[(kv * dh + r) * d + i] as f64);
+            let fk = Mat::<f64>::from_fn(d, dh, |i, r| g[i] * wk[(kv * dh + r) * d + i] as f64);
             // W_VO = W_O[:, h] (W_V diag(g)): factors W_O[:, h] (d × d_head) and (diag(g) W_Vᵀ) (d × d_head).
             let fo = Mat::<f64>::from_fn(d, dh, |i, r| wo[i * ly.wo.inp + hh * dh + r] as f64);
-            let fv =
-                Mat::<f64>::from_fn(d, dh, |i, r| g[i] * wv[(kv * dh + r) * d + i] as f64);
+            let fv = Mat::<f64>::from_fn(d, dh, |i, r| g[i] * wv[(kv * dh + r) * d + i] as f64);
             let sqk = thin_product_singular_values(&fq, &fk);
             let svo = thin_product_singular_values(&fo, &fv);
             out.push(HeadCost {

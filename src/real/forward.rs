@@ -11,6 +11,7 @@
 
 use super::RealError;
 use super::model::{Act, Linear, Matmul, NormLayer, Pretrained, Rope};
+use super::weights::Storage;
 use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
@@ -520,6 +521,10 @@ impl Pretrained {
     pub fn next_token_nll(&self, normed: &[f32], tokens: &[u32]) -> Result<Vec<f64>, RealError> {
         let d = self.cfg.d_model;
         let t = normed.len() / d;
+        let head = self.lm_head.as_ref().map_or(&self.embed, |h| &h.w);
+        if self.has_lm_head && !matches!(head.storage(), Storage::F32(_)) && t > 1 {
+            return self.next_token_nll_streamed(head, normed, tokens);
+        }
         let mut out = Vec::with_capacity(t.saturating_sub(1));
         let chunk = 64;
         let mut i0 = 0;
@@ -534,6 +539,50 @@ impl Pretrained {
             i0 = i1;
         }
         Ok(out)
+    }
+
+    /// [`Self::next_token_nll`] for a head kept quantized or 16-bit: the vocabulary is visited in
+    /// row tiles, each dequantized once for all positions, with a running log-sum-exp per
+    /// position ($m \leftarrow \max(m, \max z)$, $s \leftarrow s\,e^{m_{old}-m} + \sum e^{z-m}$, in
+    /// f64), so neither the `[T, vocab]` logits nor T/64 dequantizations of the head happen.
+    fn next_token_nll_streamed(
+        &self,
+        head: &super::weights::Weight,
+        normed: &[f32],
+        tokens: &[u32],
+    ) -> Result<Vec<f64>, RealError> {
+        let c = &self.cfg;
+        let d = c.d_model;
+        let n = normed.len() / d - 1;
+        let x = &normed[..n * d];
+        let mut m = vec![f64::NEG_INFINITY; n];
+        let mut sum = vec![0f64; n];
+        let mut target = vec![0f64; n];
+        const VTILE: usize = 4096;
+        let mut v0 = 0;
+        while v0 < c.vocab {
+            let nv = VTILE.min(c.vocab - v0);
+            let mut lg = head.rows(v0, nv).matmul_t(x, n, self.matmul);
+            if let Some(cap) = c.final_softcap {
+                for z in &mut lg {
+                    *z = cap * (*z / cap).tanh();
+                }
+            }
+            for (i, row) in lg.chunks(nv).enumerate() {
+                let mx = row.iter().fold(f32::NEG_INFINITY, |a, &z| a.max(z)) as f64;
+                if mx > m[i] {
+                    sum[i] *= (m[i] - mx).exp();
+                    m[i] = mx;
+                }
+                sum[i] += row.iter().map(|&z| (z as f64 - m[i]).exp()).sum::<f64>();
+                let tok = tokens[i + 1] as usize;
+                if (v0..v0 + nv).contains(&tok) {
+                    target[i] = row[tok - v0] as f64;
+                }
+            }
+            v0 += nv;
+        }
+        Ok((0..n).map(|i| m[i] + sum[i].ln() - target[i]).collect())
     }
 
     /// Greedy decoding with a KV cache: appends `n_new` argmax tokens to `prompt`.

@@ -204,12 +204,7 @@ impl GgufFile {
         Ok(w)
     }
 
-    pub(crate) fn linear(
-        &self,
-        name: &str,
-        out: usize,
-        inp: usize,
-    ) -> Result<Linear, RealError> {
+    pub(crate) fn linear(&self, name: &str, out: usize, inp: usize) -> Result<Linear, RealError> {
         let w = self.matrix(&format!("{name}.weight"), out, inp)?;
         let bn = format!("{name}.bias");
         let b = if self.has(&bn) {

@@ -373,7 +373,9 @@ impl Pretrained {
             ));
         }
         let extra = self.layers.iter().enumerate().filter_map(|(l, ly)| {
-            ly.gate.as_ref().map(|g| (format!("layer {l}: gate projection"), g))
+            ly.gate
+                .as_ref()
+                .map(|g| (format!("layer {l}: gate projection"), g))
         });
         for (name, lin) in extra.chain(self.lm_head.iter().map(|h| ("LM head".to_string(), h))) {
             if let Some(r) = lin.w.first_non_finite_row() {

@@ -8,10 +8,10 @@ use super::RealError;
 use super::model::{Linear, NormLayer, Pretrained};
 use super::weights::{Backing, Bytes, Weight};
 use candle_core::quantized::GgmlDType;
-use std::sync::Arc;
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Decodes a tensor's little-endian data to f32 (row-major): floats F32, F16, BF16, F64 and
 /// integers I64, I32, U32, U64; any other dtype is returned as the error. The crate's one

@@ -425,7 +425,10 @@ impl Weight {
     /// Rows `r0 .. r0 + n` as f32 into `out` (`n · cols` values).
     pub fn rows_f32(&self, r0: usize, n: usize, out: &mut [f32]) {
         let c = self.cols;
-        assert!(r0 + n <= self.rows && out.len() == n * c, "row range out of bounds");
+        assert!(
+            r0 + n <= self.rows && out.len() == n * c,
+            "row range out of bounds"
+        );
         let rb = self.row_bytes();
         fn bytes(b: &Bytes, lo: usize, hi: usize) -> &[u8] {
             &b.as_slice()[lo..hi]
@@ -490,12 +493,12 @@ impl Weight {
         match &self.storage {
             Storage::F32(v) => v.iter().position(|x| !x.is_finite()).map(|k| k / c),
             Storage::F16(b) => cast::<u16>(b.as_slice())
-                .iter()
-                .position(|&h| h & 0x7c00 == 0x7c00)
+                .par_iter()
+                .position_first(|&h| h & 0x7c00 == 0x7c00)
                 .map(|k| k / c),
             Storage::Bf16(b) => cast::<u16>(b.as_slice())
-                .iter()
-                .position(|&h| h & 0x7f80 == 0x7f80)
+                .par_iter()
+                .position_first(|&h| h & 0x7f80 == 0x7f80)
                 .map(|k| k / c),
             Storage::Quantized { dtype, bytes } => {
                 let ts = dtype.type_size();
@@ -503,8 +506,8 @@ impl Weight {
                 let wide = *dtype == GgmlDType::Q8K;
                 bytes
                     .as_slice()
-                    .chunks_exact(ts)
-                    .position(|blk| {
+                    .par_chunks_exact(ts)
+                    .position_first(|blk| {
                         offs.iter().any(|&o| {
                             if wide {
                                 let v = [blk[o], blk[o + 1], blk[o + 2], blk[o + 3]];
