@@ -108,7 +108,7 @@ impl Bytes {
         if end > all.len() {
             return None;
         }
-        if (all.as_ptr() as usize + start) % 8 != 0 {
+        if !(all.as_ptr() as usize + start).is_multiple_of(8) {
             return Some(Self::owned(&all[start..end]));
         }
         Some(Bytes { src, start, len })
