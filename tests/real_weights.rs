@@ -274,25 +274,12 @@ fn synth(dir: &Path, name: &str, spec: SynthSpec, seed: u64) -> std::path::PathB
 /// The same model with every weight converted to f32 storage.
 fn as_f32(m: &Pretrained) -> Pretrained {
     let mut f = m.clone();
-    f.embed.f32_mut();
-    for ly in &mut f.layers {
-        for lin in [
-            &mut ly.wq,
-            &mut ly.wk,
-            &mut ly.wv,
-            &mut ly.wo,
-            &mut ly.up,
-            &mut ly.down,
-        ] {
-            lin.w.f32_mut();
-        }
-        if let Some(g) = &mut ly.gate {
-            g.w.f32_mut();
-        }
+    f.make_f32_resident();
+    for ly in &f.layers {
+        assert_eq!(ly.wq.w.dtype(), GgmlDType::F32);
+        assert_eq!(ly.down.w.dtype(), GgmlDType::F32);
     }
-    if let Some(h) = &mut f.lm_head {
-        h.w.f32_mut();
-    }
+    assert_eq!(f.embed.dtype(), GgmlDType::F32);
     f
 }
 

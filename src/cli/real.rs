@@ -1,4 +1,5 @@
-//! `sinklab real --model <name|path> (--text S | --file F | --tokens IDS) [--bos auto|yes|no] [--json]`
+//! `sinklab real --model <name|path> (--text S | --file F | --tokens IDS) [--bos auto|yes|no] [--json]
+//! [--matmul exact|q8]`
 //! `sinklab real --model M --file inputs.jsonl [--results R.jsonl]` (many inputs, one load:
 //! [`super::real_batch`]) and `sinklab real --activations F`.
 
