@@ -133,11 +133,17 @@ pub fn run(a: Args) -> Result<i32> {
         rep.a2_skill = Some(sinklab::real::a2_skill::analyze(&lm.model, &tokens)?.1);
     }
     if a.json {
-        let mut v = serde_json::to_value(&rep)?;
-        if let (Some(d), Some(o)) = (&q8, v.as_object_mut()) {
-            o.insert("q8_deviation".into(), serde_json::to_value(d)?);
+        match &q8 {
+            // The report with the deviation beside it (f32 fields pass through f64 there).
+            Some(d) => {
+                let mut v = serde_json::to_value(&rep)?;
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("q8_deviation".into(), serde_json::to_value(d)?);
+                }
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            }
+            None => println!("{}", serde_json::to_string_pretty(&rep)?),
         }
-        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         if let Some(d) = &q8 {
             println!("{}", d.line());
