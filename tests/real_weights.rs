@@ -559,3 +559,36 @@ fn streamed_loss_over_a_quantized_head_equals_the_chunked_loss_of_its_f32_copy()
         );
     }
 }
+
+#[test]
+fn cli_matmul_q8_prints_its_measured_deviation_and_refuses_batches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, spec) = specs()[1];
+    let p = synth(tmp.path(), "cli.gguf", spec, 5);
+    let bin = || std::process::Command::new(env!("CARGO_BIN_EXE_sinklab"));
+    let o = bin()
+        .args(["real", "--model"])
+        .arg(&p)
+        .args(["--tokens", "1,5,9,3,17,22", "--matmul", "q8", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let d = &v["q8_deviation"];
+    assert_eq!(d["quantized_projections"], 14);
+    let dl = d["max_abs_logit"].as_f64().unwrap();
+    assert!(dl > 0.0 && dl.is_finite(), "{d}");
+    let r = d["max_bound_ratio"].as_f64().unwrap();
+    assert!(r > 0.0 && r <= 1.0, "{d}");
+    let inputs = tmp.path().join("in.jsonl");
+    std::fs::write(&inputs, "[1, 2, 3]\n").unwrap();
+    let o = bin()
+        .args(["real", "--model"])
+        .arg(&p)
+        .args(["--matmul", "q8", "--file"])
+        .arg(&inputs)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--matmul q8"));
+}
