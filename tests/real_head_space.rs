@@ -109,19 +109,19 @@ fn constructed(sign: f32) -> (tempfile::TempDir, LoadedModel) {
     let m = &mut lm.model;
     let (d, dh) = (m.cfg.d_model, m.cfg.head_dim);
     for tok in 0..m.cfg.vocab {
-        m.embed[tok * d] = 0.0;
+        m.embed.f32_mut()[tok * d] = 0.0;
     }
     for c in 0..d {
-        m.embed[d + c] = if c == 0 { 1.0 } else { 0.0 };
+        m.embed.f32_mut()[d + c] = if c == 0 { 1.0 } else { 0.0 };
     }
     let ly = &mut m.layers[0];
     for c in 0..d {
-        ly.wk.w[3 * d + c] = if c == 0 { 5.0 } else { 0.0 };
+        ly.wk.w.f32_mut()[3 * d + c] = if c == 0 { 5.0 } else { 0.0 };
     }
     let mut b = vec![0f32; ly.wq.out];
     for head in 0..2 {
         for c in 0..d {
-            ly.wq.w[(head * dh + 3) * d + c] = 0.0;
+            ly.wq.w.f32_mut()[(head * dh + 3) * d + c] = 0.0;
         }
         b[head * dh + 3] = sign * 10.0;
     }

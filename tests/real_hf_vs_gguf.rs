@@ -38,7 +38,7 @@ fn write_hf_dir(m: &sinklab::real::model::Pretrained, dir: &Path) {
     put(
         "model.embed_tokens.weight".into(),
         vec![c.vocab, c.d_model],
-        &m.embed,
+        &m.embed.to_f32(),
     );
     let gain = |n: &Option<sinklab::real::model::NormLayer>| match n {
         Some(sinklab::real::model::NormLayer::Rms { w, .. }) => w.clone(),
@@ -70,7 +70,11 @@ fn write_hf_dir(m: &sinklab::real::model::Pretrained, dir: &Path) {
             ("mlp.up_proj", &ly.up),
             ("mlp.down_proj", &ly.down),
         ] {
-            put(format!("{b}{n}.weight"), vec![lin.out, lin.inp], &lin.w);
+            put(
+                format!("{b}{n}.weight"),
+                vec![lin.out, lin.inp],
+                &lin.w.to_f32(),
+            );
         }
     }
     let views: Vec<(String, TensorView<'_>)> = t

@@ -1,4 +1,5 @@
-//! `sinklab real --model <name|path> (--text S | --file F | --tokens IDS) [--bos auto|yes|no] [--json]`
+//! `sinklab real --model <name|path> (--text S | --file F | --tokens IDS) [--bos auto|yes|no] [--json]
+//! [--matmul exact|q8]`
 //! `sinklab real --model M --file inputs.jsonl [--results R.jsonl]` (many inputs, one load:
 //! [`super::real_batch`]) and `sinklab real --activations F`.
 
@@ -41,6 +42,20 @@ pub struct Args {
     /// Print the full JSON report.
     #[arg(long)]
     json: bool,
+    /// Products with quantized weights: exact (f32 activations, weights dequantized in tiles)
+    /// or q8 (activations quantized per block, integer dot products as llama.cpp does; its
+    /// deviation from exact on this input is measured and printed).
+    #[arg(long, value_enum, default_value_t = MatmulArg::Exact)]
+    matmul: MatmulArg,
+}
+
+/// `--matmul` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatmulArg {
+    /// f32 activations, weights dequantized in tiles.
+    Exact,
+    /// 8-bit activations, integer block dot products.
+    Q8,
 }
 
 pub fn run(a: Args) -> Result<i32> {
@@ -63,10 +78,15 @@ pub fn run(a: Args) -> Result<i32> {
         if a.json {
             bail!("--json prints one report; a .jsonl --file writes its reports to --results");
         }
+        if a.matmul == MatmulArg::Q8 {
+            bail!(
+                "--matmul q8 with a .jsonl --file is not implemented: run single inputs to see its measured deviation"
+            );
+        }
         // Validate the whole input before loading the model.
         super::real_batch::read_inputs(f, "")?;
     }
-    let lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let mut lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
     if let Some(f) = batch {
         return super::real_batch::run(&lm, &path, f, a.results.clone(), a.bos, a.a1, a.a2);
     }
@@ -100,14 +120,34 @@ pub fn run(a: Args) -> Result<i32> {
     if tokens.is_empty() {
         bail!("no tokens to run");
     }
+    let q8 = if a.matmul == MatmulArg::Q8 {
+        let dev = sinklab::real::q8_deviation::measure(&mut lm.model, &tokens)?;
+        lm.model.matmul = sinklab::real::weights::Matmul::Q8;
+        Some(dev)
+    } else {
+        None
+    };
     let mut rep = analysis::analyze(&lm, &tokens, a.a1, &mut ())?;
     if a.a2 {
         rep.a2 = Some(sinklab::real::oversmooth_real::analyze(&lm.model, &tokens)?);
         rep.a2_skill = Some(sinklab::real::a2_skill::analyze(&lm.model, &tokens)?.1);
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rep)?);
+        match &q8 {
+            // The report with the deviation beside it (f32 fields pass through f64 there).
+            Some(d) => {
+                let mut v = serde_json::to_value(&rep)?;
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("q8_deviation".into(), serde_json::to_value(d)?);
+                }
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            }
+            None => println!("{}", serde_json::to_string_pretty(&rep)?),
+        }
     } else {
+        if let Some(d) = &q8 {
+            println!("{}", d.line());
+        }
         println!(
             "{}: {} tokens, BOS first: {}, nll_mean: {}",
             rep.model,

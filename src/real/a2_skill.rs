@@ -175,6 +175,7 @@ pub fn analyze(
         let zr = rows(&z, t, d);
         let cos_real = mean_pairwise_cos(&zr);
         let scale = frozen_scale(m, l, head_out, t);
+        let wo = ly.wo.w.to_f32();
         for hh in 0..h {
             let g = hh / (h / hk);
             // Head contribution through W_O (and the frozen post-norm scale): c_i from o_i, u_i from v_i.
@@ -182,7 +183,7 @@ pub fn analyze(
                 let s = &src[i * stride + col * dh..i * stride + (col + 1) * dh];
                 (0..d)
                     .map(|r| {
-                        let w = &ly.wo.w[r * ly.wo.inp + hh * dh..r * ly.wo.inp + (hh + 1) * dh];
+                        let w = &wo[r * ly.wo.inp + hh * dh..r * ly.wo.inp + (hh + 1) * dh];
                         scale[i][r]
                             * w.iter()
                                 .zip(s)

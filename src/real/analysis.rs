@@ -84,18 +84,23 @@ pub fn head_costs(m: &Pretrained) -> Vec<HeadCost> {
     let mut out = Vec::new();
     for (l, ly) in m.layers.iter().enumerate() {
         let g = gain(&ly.attn_norm, d);
+        // Dense f32 copies (borrowed when stored as f32): the factors below index single entries.
+        let (wq, wk, wv, wo) = (
+            ly.wq.w.to_f32(),
+            ly.wk.w.to_f32(),
+            ly.wv.w.to_f32(),
+            ly.wo.w.to_f32(),
+        );
         for hh in 0..h {
             let kv = hh / (h / hk);
             // W_QK = s·(diag(g) W_Qᵀ)(diag(g) W_Kᵀ)ᵀ: factors d × d_head.
             let fq = Mat::<f64>::from_fn(d, dh, |i, r| {
-                g[i] * ly.wq.w[(hh * dh + r) * d + i] as f64 * c.attn_scale as f64
+                g[i] * wq[(hh * dh + r) * d + i] as f64 * c.attn_scale as f64
             });
-            let fk =
-                Mat::<f64>::from_fn(d, dh, |i, r| g[i] * ly.wk.w[(kv * dh + r) * d + i] as f64);
+            let fk = Mat::<f64>::from_fn(d, dh, |i, r| g[i] * wk[(kv * dh + r) * d + i] as f64);
             // W_VO = W_O[:, h] (W_V diag(g)): factors W_O[:, h] (d × d_head) and (diag(g) W_Vᵀ) (d × d_head).
-            let fo = Mat::<f64>::from_fn(d, dh, |i, r| ly.wo.w[i * ly.wo.inp + hh * dh + r] as f64);
-            let fv =
-                Mat::<f64>::from_fn(d, dh, |i, r| g[i] * ly.wv.w[(kv * dh + r) * d + i] as f64);
+            let fo = Mat::<f64>::from_fn(d, dh, |i, r| wo[i * ly.wo.inp + hh * dh + r] as f64);
+            let fv = Mat::<f64>::from_fn(d, dh, |i, r| g[i] * wv[(kv * dh + r) * d + i] as f64);
             let sqk = thin_product_singular_values(&fq, &fk);
             let svo = thin_product_singular_values(&fo, &fv);
             out.push(HeadCost {

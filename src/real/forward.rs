@@ -10,7 +10,8 @@
 //! memory stays O(model + T·d + H·T²) for one layer at a time.
 
 use super::RealError;
-use super::model::{Act, Linear, NormLayer, Pretrained, Rope};
+use super::model::{Act, Linear, Matmul, NormLayer, Pretrained, Rope};
+use super::weights::Storage;
 use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
@@ -97,33 +98,15 @@ pub struct KvCache {
     pub len: usize,
 }
 
-/// Above this many multiply-adds a projection uses all threads; below, sequential is faster.
-const PAR_FLOPS: usize = 1 << 22;
-
-fn par_for(flops: usize) -> Par {
-    if flops >= PAR_FLOPS {
-        Par::rayon(0)
-    } else {
-        Par::Seq
-    }
+/// `out[T, out] = x[T, in] · Wᵀ (+ b)`, the exact product ([`Matmul::Exact`]): a quantized or
+/// 16-bit `W` is dequantized in row tiles inside the product ([`super::weights`]).
+pub fn linear(x: &[f32], t: usize, lin: &Linear) -> Vec<f32> {
+    linear_with(x, t, lin, Matmul::Exact)
 }
 
-/// `out[T, out] = x[T, in] · Wᵀ (+ b)`.
-pub fn linear(x: &[f32], t: usize, lin: &Linear) -> Vec<f32> {
-    let mut out = vec![0f32; t * lin.out];
-    {
-        let xm = MatRef::from_row_major_slice(x, t, lin.inp);
-        let wm = MatRef::from_row_major_slice(&lin.w, lin.out, lin.inp);
-        let om = MatMut::from_row_major_slice_mut(&mut out, t, lin.out);
-        faer::linalg::matmul::matmul(
-            om,
-            Accum::Replace,
-            xm,
-            wm.transpose(),
-            1.0f32,
-            par_for(t * lin.out * lin.inp),
-        );
-    }
+/// `out[T, out] = x[T, in] · Wᵀ (+ b)` computed as `mode` says.
+pub fn linear_with(x: &[f32], t: usize, lin: &Linear, mode: Matmul) -> Vec<f32> {
+    let mut out = lin.w.matmul_t(x, t, mode);
     if let Some(b) = &lin.b {
         for row in out.chunks_mut(lin.out) {
             for (v, c) in row.iter_mut().zip(b) {
@@ -214,11 +197,12 @@ impl Pretrained {
                     self.cfg.vocab
                 )));
             }
-            x.extend(
-                self.embed[t * d..(t + 1) * d]
-                    .iter()
-                    .map(|v| v * self.cfg.embed_scale),
-            );
+            let n = x.len();
+            x.resize(n + d, 0.0);
+            self.embed.row_f32(t, &mut x[n..]);
+            for v in &mut x[n..] {
+                *v *= self.cfg.embed_scale;
+            }
             if let Some(p) = &self.pos_embed {
                 let r = &p[(pos0 + i) * d..(pos0 + i + 1) * d];
                 let n = x.len();
@@ -321,9 +305,9 @@ impl Pretrained {
         if let Some(n) = &ly.attn_norm {
             n.apply(&mut a);
         }
-        let mut q = linear(&a, t, &ly.wq);
-        let mut k_new = linear(&a, t, &ly.wk);
-        let v_new = linear(&a, t, &ly.wv);
+        let mut q = linear_with(&a, t, &ly.wq, self.matmul);
+        let mut k_new = linear_with(&a, t, &ly.wk, self.matmul);
+        let v_new = linear_with(&a, t, &ly.wv, self.matmul);
         if let Some(n) = &ly.q_norm {
             head_norm(&mut q, n);
         }
@@ -424,7 +408,7 @@ impl Pretrained {
                     .copy_from_slice(&o[i * dh..(i + 1) * dh]);
             }
         }
-        let mut attn_out = linear(&head_out, t, &ly.wo);
+        let mut attn_out = linear_with(&head_out, t, &ly.wo, self.matmul);
         let mut resid = x.to_vec();
         if c.post_norm {
             for (r, a) in resid.iter_mut().zip(&attn_out) {
@@ -446,10 +430,10 @@ impl Pretrained {
         if let Some(n) = &ly.ffn_norm {
             n.apply(&mut m_in);
         }
-        let mut hid = linear(&m_in, t, &ly.up);
+        let mut hid = linear_with(&m_in, t, &ly.up, self.matmul);
         match &ly.gate {
             Some(g) => {
-                let gv = linear(&m_in, t, g);
+                let gv = linear_with(&m_in, t, g, self.matmul);
                 for (u, gg) in hid.iter_mut().zip(&gv) {
                     *u *= act(c.act, *gg);
                 }
@@ -461,7 +445,7 @@ impl Pretrained {
             }
         }
         drop(m_in);
-        let mut mlp_out = linear(&hid, t, &ly.down);
+        let mut mlp_out = linear_with(&hid, t, &ly.down, self.matmul);
         drop(hid);
         let mut y = resid.clone();
         if c.post_norm {
@@ -521,27 +505,8 @@ impl Pretrained {
         }
         let t = normed.len() / c.d_model;
         let mut lg = match &self.lm_head {
-            Some(lin) => linear(normed, t, lin),
-            None => {
-                let tied = Linear {
-                    w: Vec::new(),
-                    out: c.vocab,
-                    inp: c.d_model,
-                    b: None,
-                };
-                let mut out = vec![0f32; t * c.vocab];
-                let xm = MatRef::from_row_major_slice(normed, t, c.d_model);
-                let wm = MatRef::from_row_major_slice(&self.embed, tied.out, tied.inp);
-                faer::linalg::matmul::matmul(
-                    MatMut::from_row_major_slice_mut(&mut out, t, c.vocab),
-                    Accum::Replace,
-                    xm,
-                    wm.transpose(),
-                    1.0f32,
-                    par_for(t * c.vocab * c.d_model),
-                );
-                out
-            }
+            Some(lin) => linear_with(normed, t, lin, self.matmul),
+            None => self.embed.matmul_t(normed, t, self.matmul),
         };
         if let Some(cap) = c.final_softcap {
             for z in &mut lg {
@@ -556,6 +521,10 @@ impl Pretrained {
     pub fn next_token_nll(&self, normed: &[f32], tokens: &[u32]) -> Result<Vec<f64>, RealError> {
         let d = self.cfg.d_model;
         let t = normed.len() / d;
+        let head = self.lm_head.as_ref().map_or(&self.embed, |h| &h.w);
+        if self.has_lm_head && !matches!(head.storage(), Storage::F32(_)) && t > 1 {
+            return self.next_token_nll_streamed(head, normed, tokens);
+        }
         let mut out = Vec::with_capacity(t.saturating_sub(1));
         let chunk = 64;
         let mut i0 = 0;
@@ -570,6 +539,50 @@ impl Pretrained {
             i0 = i1;
         }
         Ok(out)
+    }
+
+    /// [`Self::next_token_nll`] for a head kept quantized or 16-bit: the vocabulary is visited in
+    /// row tiles, each dequantized once for all positions, with a running log-sum-exp per
+    /// position ($m \leftarrow \max(m, \max z)$, $s \leftarrow s\,e^{m_{old}-m} + \sum e^{z-m}$, in
+    /// f64), so neither the `[T, vocab]` logits nor T/64 dequantizations of the head happen.
+    fn next_token_nll_streamed(
+        &self,
+        head: &super::weights::Weight,
+        normed: &[f32],
+        tokens: &[u32],
+    ) -> Result<Vec<f64>, RealError> {
+        let c = &self.cfg;
+        let d = c.d_model;
+        let n = normed.len() / d - 1;
+        let x = &normed[..n * d];
+        let mut m = vec![f64::NEG_INFINITY; n];
+        let mut sum = vec![0f64; n];
+        let mut target = vec![0f64; n];
+        const VTILE: usize = 4096;
+        let mut v0 = 0;
+        while v0 < c.vocab {
+            let nv = VTILE.min(c.vocab - v0);
+            let mut lg = head.rows(v0, nv).matmul_t(x, n, self.matmul);
+            if let Some(cap) = c.final_softcap {
+                for z in &mut lg {
+                    *z = cap * (*z / cap).tanh();
+                }
+            }
+            for (i, row) in lg.chunks(nv).enumerate() {
+                let mx = row.iter().fold(f32::NEG_INFINITY, |a, &z| a.max(z)) as f64;
+                if mx > m[i] {
+                    sum[i] *= (m[i] - mx).exp();
+                    m[i] = mx;
+                }
+                sum[i] += row.iter().map(|&z| (z as f64 - m[i]).exp()).sum::<f64>();
+                let tok = tokens[i + 1] as usize;
+                if (v0..v0 + nv).contains(&tok) {
+                    target[i] = row[tok - v0] as f64;
+                }
+            }
+            v0 += nv;
+        }
+        Ok((0..n).map(|i| m[i] + sum[i].ln() - target[i]).collect())
     }
 
     /// Greedy decoding with a KV cache: appends `n_new` argmax tokens to `prompt`.

@@ -1,19 +1,22 @@
-//! GGUF model files through candle-core's reader (`quantized::gguf_file`) and its
-//! dequantization to f32. This module only reads files; which architectures load and with
-//! which conventions (e.g. the Llama-only q/k row permutation) is [`super::arch`]'s business.
+//! GGUF model files: the header through candle-core's reader (`quantized::gguf_file`), the
+//! tensor data memory-mapped and kept in its storage format ([`Weight`]: quantized blocks and
+//! f16/bf16 reference the map; f32 tensors are copied once). This module only reads files;
+//! which architectures load and with which conventions (e.g. the Llama-only q/k row
+//! permutation) is [`super::arch`]'s business.
 
 use super::RealError;
 use super::model::{Linear, Pretrained};
+use super::weights::{Backing, Bytes, Weight};
 use candle_core::quantized::gguf_file::{Content, Value};
 use std::fs::File;
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-/// An open GGUF file: header, metadata and tensor directory.
+/// An open GGUF file: header, metadata, tensor directory and the memory map of its data.
 pub struct GgufFile {
     path: PathBuf,
     content: Content,
-    reader: BufReader<File>,
+    map: Arc<Backing>,
 }
 
 /// A candle error's message without the backtrace candle may attach to it.
@@ -28,7 +31,8 @@ impl GgufFile {
     /// Opens and parses the header of a GGUF file.
     pub fn open(path: &Path) -> Result<Self, RealError> {
         let f = File::open(path).map_err(|e| RealError::io(path, e))?;
-        let mut reader = BufReader::new(f);
+        let map = Arc::new(Backing::map(&f).map_err(|e| RealError::io(path, e))?);
+        let mut reader = std::io::Cursor::new(map.bytes());
         let content = Content::read(&mut reader).map_err(|e| {
             let m = candle_msg(&e);
             let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
@@ -89,7 +93,7 @@ impl GgufFile {
         Ok(Self {
             path: path.to_path_buf(),
             content,
-            reader,
+            map,
         })
     }
 
@@ -140,35 +144,36 @@ impl GgufFile {
         self.content.tensor_infos.contains_key(name)
     }
 
-    /// Reads and dequantizes a tensor to f32; returns (row-major data, dims in PyTorch order).
-    pub fn tensor(&mut self, name: &str) -> Result<(Vec<f32>, Vec<usize>), RealError> {
-        if !self.has(name) {
-            return Err(self.err(format!("missing tensor `{name}`")));
-        }
-        let qt = self
+    /// A tensor in its storage format, viewed as a row-major matrix `[∏ dims[..n−1], dims[n−1]]`
+    /// (a 1-D tensor is one row), and its dims in PyTorch order.
+    pub fn weight(&self, name: &str) -> Result<(Weight, Vec<usize>), RealError> {
+        let ti = self
             .content
-            .tensor(&mut self.reader, name, &candle_core::Device::Cpu)
-            .map_err(|e| {
-                let m = candle_msg(&e);
-                let m = if m.contains("failed to fill whole buffer") {
-                    "truncated: the file ends inside this tensor's data".to_string()
-                } else {
-                    m
-                };
-                RealError::file(&self.path, format!("tensor `{name}`: {m}"))
-            })?;
-        let dims = qt.shape().dims().to_vec();
-        let t = qt
-            .dequantize(&candle_core::Device::Cpu)
-            .and_then(|t| t.flatten_all())
-            .and_then(|t| t.to_dtype(candle_core::DType::F32))
-            .and_then(|t| t.to_vec1::<f32>())
-            .map_err(|e| {
-                RealError::file(
-                    &self.path,
-                    format!("tensor `{name}`: dequantization failed: {}", candle_msg(&e)),
-                )
-            })?;
+            .tensor_infos
+            .get(name)
+            .ok_or_else(|| self.err(format!("missing tensor `{name}`")))?;
+        let dims = ti.shape.dims().to_vec();
+        let cols = dims.last().copied().unwrap_or(1);
+        let rows = dims.iter().rev().skip(1).product::<usize>();
+        let dt = ti.ggml_dtype;
+        // Extents were checked against the file length in `open`.
+        let len = rows * cols / dt.block_size() * dt.type_size();
+        let start = self.content.tensor_data_offset as usize + ti.offset as usize;
+        let bytes = Bytes::new(self.map.clone(), start, len).ok_or_else(|| {
+            self.err(format!(
+                "tensor `{name}`: truncated: the file ends inside this tensor's data"
+            ))
+        })?;
+        let w = Weight::from_bytes(dt, bytes, rows, cols)
+            .map_err(|m| self.err(format!("tensor `{name}`: {m}")))?;
+        Ok((w, dims))
+    }
+
+    /// Reads a tensor converted to f32 (refusing non-finite values); returns (row-major data,
+    /// dims in PyTorch order).
+    pub fn tensor(&self, name: &str) -> Result<(Vec<f32>, Vec<usize>), RealError> {
+        let (w, dims) = self.weight(name)?;
+        let t = w.to_f32().into_owned();
         if let Some(k) = t.iter().position(|v| !v.is_finite()) {
             return Err(self.err(format!(
                 "tensor `{name}` has a non-finite value at index {k}"
@@ -177,13 +182,10 @@ impl GgufFile {
         Ok((t, dims))
     }
 
-    pub(crate) fn matrix(
-        &mut self,
-        name: &str,
-        out: usize,
-        inp: usize,
-    ) -> Result<Vec<f32>, RealError> {
-        let (w, dims) = self.tensor(name)?;
+    /// A `[out, inp]` matrix in its storage format (finiteness is checked by
+    /// [`Pretrained::validate`] on the scales, without dequantizing).
+    pub(crate) fn matrix(&self, name: &str, out: usize, inp: usize) -> Result<Weight, RealError> {
+        let (w, dims) = self.weight(name)?;
         if dims != [out, inp] {
             return Err(self.err(format!(
                 "tensor `{name}` has shape {dims:?}, expected [{out}, {inp}]"
@@ -192,7 +194,7 @@ impl GgufFile {
         Ok(w)
     }
 
-    pub(crate) fn vector(&mut self, name: &str, n: usize) -> Result<Vec<f32>, RealError> {
+    pub(crate) fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>, RealError> {
         let (w, dims) = self.tensor(name)?;
         if w.len() != n {
             return Err(self.err(format!(
@@ -202,12 +204,7 @@ impl GgufFile {
         Ok(w)
     }
 
-    pub(crate) fn linear(
-        &mut self,
-        name: &str,
-        out: usize,
-        inp: usize,
-    ) -> Result<Linear, RealError> {
+    pub(crate) fn linear(&self, name: &str, out: usize, inp: usize) -> Result<Linear, RealError> {
         let w = self.matrix(&format!("{name}.weight"), out, inp)?;
         let bn = format!("{name}.bias");
         let b = if self.has(&bn) {

@@ -20,12 +20,14 @@ pub mod halfspace_real;
 pub mod head_space;
 pub mod model;
 pub mod oversmooth_real;
+pub mod q8_deviation;
 pub mod report_section;
 pub mod safetensors;
 pub mod stats;
 pub mod switch_real;
 pub mod synth;
 pub mod tokenizer;
+pub mod weights;
 
 use std::path::{Path, PathBuf};
 

@@ -1,5 +1,7 @@
-//! The in-memory model: architecture description and f32 weights, independent of the file
-//! format it came from (GGUF or safetensors).
+//! The in-memory model: architecture description and weights, independent of the file
+//! format it came from (GGUF or safetensors). Projection matrices and the token embedding
+//! stay in their storage format ([`Weight`]: f32, f16/bf16, or quantized ggml blocks);
+//! norms, biases and position embeddings are f32.
 //!
 //! Weight matrices are row-major `[out, in]` (PyTorch's `nn.Linear` layout), so a projection
 //! is `y = x Wᵀ + b` for a row-major activation `x ∈ R^{T×in}`. Q/K rows are stored in the
@@ -7,6 +9,7 @@
 //! llama.cpp's interleaving (see [`super::arch`]).
 
 use super::RealError;
+pub use super::weights::{Matmul, Weight};
 use std::path::Path;
 
 /// Model family.
@@ -89,8 +92,8 @@ impl NormLayer {
 /// A dense projection `y = x Wᵀ + b`, `W` row-major `[out, in]`.
 #[derive(Debug, Clone)]
 pub struct Linear {
-    /// Weight, row-major `[out, in]`.
-    pub w: Vec<f32>,
+    /// Weight, row-major `[out, in]`, in its storage format.
+    pub w: Weight,
     /// Output width.
     pub out: usize,
     /// Input width.
@@ -246,8 +249,9 @@ pub struct Config {
 pub struct Pretrained {
     /// Hyper-parameters.
     pub cfg: Config,
-    /// Token embeddings, row-major `[vocab, d]`.
-    pub embed: Vec<f32>,
+    /// Token embeddings, row-major `[vocab, d]`, in their storage format (a lookup
+    /// dequantizes only the rows it needs).
+    pub embed: Weight,
     /// Learned absolute positions, row-major `[max_context, d]`.
     pub pos_embed: Option<Vec<f32>>,
     /// Token-type-0 embedding (BERT), length d.
@@ -262,9 +266,36 @@ pub struct Pretrained {
     pub lm_head: Option<Linear>,
     /// Has a language-model head (decoders).
     pub has_lm_head: bool,
+    /// How projections with quantized weights are computed ([`Matmul::Exact`] unless asked).
+    pub matmul: Matmul,
 }
 
 impl Pretrained {
+    /// Converts every projection matrix and the embedding to f32 storage (the pre-quantized
+    /// representation: ≈ 4 bytes per weight resident, no dequantization per product). Exact-mode
+    /// results are unchanged up to f32 summation order; T = 1 decoding is faster when memory allows.
+    pub fn make_f32_resident(&mut self) {
+        self.embed.f32_mut();
+        for ly in &mut self.layers {
+            for l in [
+                &mut ly.wq,
+                &mut ly.wk,
+                &mut ly.wv,
+                &mut ly.wo,
+                &mut ly.up,
+                &mut ly.down,
+            ] {
+                l.w.f32_mut();
+            }
+            if let Some(g) = &mut ly.gate {
+                g.w.f32_mut();
+            }
+        }
+        if let Some(h) = &mut self.lm_head {
+            h.w.f32_mut();
+        }
+    }
+
     /// Checks shapes and finiteness; `path` names the file in the error.
     pub fn validate(&self, path: &Path) -> Result<(), RealError> {
         let c = &self.cfg;
@@ -279,10 +310,11 @@ impl Pretrained {
                 c.n_head, c.n_kv_head
             ));
         }
-        if self.embed.len() != c.vocab * c.d_model {
+        if self.embed.n_rows() != c.vocab || self.embed.n_cols() != c.d_model {
             return bad(format!(
-                "token embedding has {} values, expected vocab {} × d {}",
-                self.embed.len(),
+                "token embedding is [{}, {}], expected vocab {} × d {}",
+                self.embed.n_rows(),
+                self.embed.n_cols(),
                 c.vocab,
                 c.d_model
             ));
@@ -307,7 +339,8 @@ impl Pretrained {
             for (name, lin, o, i) in checks {
                 if lin.out != o
                     || lin.inp != i
-                    || lin.w.len() != o * i
+                    || lin.w.n_rows() != o
+                    || lin.w.n_cols() != i
                     || lin.b.as_ref().is_some_and(|b| b.len() != o)
                 {
                     return bad(format!(
@@ -315,14 +348,17 @@ impl Pretrained {
                         lin.out, lin.inp
                     ));
                 }
-                if let Some(k) = lin.w.iter().position(|v| !v.is_finite()) {
+                if let Some(r) = lin.w.first_non_finite_row() {
                     return bad(format!(
-                        "layer {l}: {name} projection has a non-finite weight at index {k}"
+                        "layer {l}: {name} projection has a non-finite weight in row {r}"
                     ));
                 }
             }
             if let Some(g) = &ly.gate
-                && (g.out != ly.up.out || g.inp != d || g.w.len() != g.out * g.inp)
+                && (g.out != ly.up.out
+                    || g.inp != d
+                    || g.w.n_rows() != g.out
+                    || g.w.n_cols() != g.inp)
             {
                 return bad(format!(
                     "layer {l}: gate projection is [{}, {}], expected [{}, {d}]",
@@ -347,10 +383,29 @@ impl Pretrained {
                 }
             }
         }
-        if let Some(k) = self.embed.iter().position(|v| !v.is_finite()) {
+        if let Some(r) = self.embed.first_non_finite_row() {
+            return bad(format!("token embedding has a non-finite value in row {r}"));
+        }
+        if let Some(h) = &self.lm_head
+            && (h.w.n_rows() != c.vocab || h.w.n_cols() != c.d_model)
+        {
             return bad(format!(
-                "token embedding has a non-finite value at index {k}"
+                "LM head is [{}, {}], expected [{}, {}]",
+                h.w.n_rows(),
+                h.w.n_cols(),
+                c.vocab,
+                c.d_model
             ));
+        }
+        let extra = self.layers.iter().enumerate().filter_map(|(l, ly)| {
+            ly.gate
+                .as_ref()
+                .map(|g| (format!("layer {l}: gate projection"), g))
+        });
+        for (name, lin) in extra.chain(self.lm_head.iter().map(|h| ("LM head".to_string(), h))) {
+            if let Some(r) = lin.w.first_non_finite_row() {
+                return bad(format!("{name} has a non-finite weight in row {r}"));
+            }
         }
         if let Some(p) = &self.pos_embed
             && p.len() < c.max_context * d

@@ -127,11 +127,12 @@ pub fn analyze(m: &Pretrained, tokens: &[u32]) -> Result<(Vec<HeadA2>, A2Summary
                 / n
         });
         let tr_sigma: f64 = (0..d).map(|p| sigma[(p, p)]).sum();
+        let (wo, wv) = (ly.wo.w.to_f32(), ly.wv.w.to_f32());
         for hh in 0..h {
             let g = hh / (h / hk);
             // W = Fo Fvᵀ with Fo = W_O[:, h] (d × dh), Fv = W_Vᵀ rows of group g (d × dh).
-            let fo = Mat::<f64>::from_fn(d, dh, |i, r| ly.wo.w[i * ly.wo.inp + hh * dh + r] as f64);
-            let fv = Mat::<f64>::from_fn(d, dh, |i, r| ly.wv.w[(g * dh + r) * d + i] as f64);
+            let fo = Mat::<f64>::from_fn(d, dh, |i, r| wo[i * ly.wo.inp + hh * dh + r] as f64);
+            let fv = Mat::<f64>::from_fn(d, dh, |i, r| wv[(g * dh + r) * d + i] as f64);
             let tr_b = noise_trace_identity(&fo, &fv, &sigma);
             let mut cosv = [0.0; 2];
             for (k, with) in [Replace::Identity, Replace::Uniform]

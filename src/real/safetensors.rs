@@ -1,12 +1,17 @@
 //! safetensors files (f32, f16 or bf16 weights) and Hugging Face checkpoints: one
-//! `model.safetensors` or shards listed in `model.safetensors.index.json`. This module only
-//! reads files; the architectures that use them live in [`super::arch`].
+//! `model.safetensors` or shards listed in `model.safetensors.index.json`. Files are
+//! memory-mapped; f16/bf16 matrices stay 16-bit in the map ([`Weight`]), converted to f32 in
+//! the product's tile. This module only reads files; the architectures that use them live in
+//! [`super::arch`].
 
 use super::RealError;
 use super::model::{Linear, NormLayer, Pretrained};
+use super::weights::{Backing, Bytes, Weight};
+use candle_core::quantized::GgmlDType;
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Decodes a tensor's little-endian data to f32 (row-major): floats F32, F16, BF16, F64 and
 /// integers I64, I32, U32, U64; any other dtype is returned as the error. The crate's one
@@ -51,17 +56,18 @@ pub fn decode(t: &safetensors::tensor::TensorView<'_>) -> Result<Vec<f32>, Dtype
     })
 }
 
-/// A parsed safetensors file held in memory.
+/// A parsed, memory-mapped safetensors file.
 pub struct StFile {
     path: PathBuf,
-    bytes: Vec<u8>,
+    bytes: Arc<Backing>,
 }
 
 impl StFile {
-    /// Reads a safetensors file and checks its header.
+    /// Maps a safetensors file and checks its header.
     pub fn open(path: &Path) -> Result<Self, RealError> {
-        let bytes = std::fs::read(path).map_err(|e| RealError::io(path, e))?;
-        SafeTensors::deserialize(&bytes)
+        let f = std::fs::File::open(path).map_err(|e| RealError::io(path, e))?;
+        let bytes = Arc::new(Backing::map(&f).map_err(|e| RealError::io(path, e))?);
+        SafeTensors::deserialize(bytes.bytes())
             .map_err(|e| RealError::file(path, format!("not a valid safetensors file: {e}")))?;
         Ok(Self {
             path: path.to_path_buf(),
@@ -71,7 +77,36 @@ impl StFile {
 
     fn st(&self) -> SafeTensors<'_> {
         // Checked in `open`.
-        SafeTensors::deserialize(&self.bytes).expect("validated at open")
+        SafeTensors::deserialize(self.bytes.bytes()).expect("validated at open")
+    }
+
+    /// A finite `[out, inp]` matrix: f16/bf16 kept 16-bit in the map, other dtypes converted
+    /// to f32 (finiteness of 16-bit data is checked by [`Pretrained::validate`]).
+    pub(crate) fn weight(&self, name: &str, out: usize, inp: usize) -> Result<Weight, RealError> {
+        let st = self.st();
+        let t = st
+            .tensor(name)
+            .map_err(|_| RealError::file(&self.path, format!("missing tensor `{name}`")))?;
+        let dt = match t.dtype() {
+            Dtype::F16 => GgmlDType::F16,
+            Dtype::BF16 => GgmlDType::BF16,
+            _ => return Ok(Weight::f32(self.shaped(name, &[out, inp])?, out, inp)),
+        };
+        if t.shape() != [out, inp] {
+            return Err(RealError::file(
+                &self.path,
+                format!(
+                    "tensor `{name}` has shape {:?}, expected {:?}",
+                    t.shape(),
+                    [out, inp]
+                ),
+            ));
+        }
+        let start = t.data().as_ptr() as usize - self.bytes.bytes().as_ptr() as usize;
+        let bytes = Bytes::new(self.bytes.clone(), start, t.data().len())
+            .ok_or_else(|| RealError::file(&self.path, format!("tensor `{name}`: bad extent")))?;
+        Weight::from_bytes(dt, bytes, out, inp)
+            .map_err(|m| RealError::file(&self.path, format!("tensor `{name}`: {m}")))
     }
 
     /// Tensor names.
@@ -243,6 +278,11 @@ impl Checkpoint {
         self.file_of(name)?.finite(name)
     }
 
+    /// A `[out, inp]` matrix in its storage format (f16/bf16 kept, others as f32).
+    pub fn weight(&self, name: &str, out: usize, inp: usize) -> Result<Weight, RealError> {
+        self.file_of(name)?.weight(name, out, inp)
+    }
+
     /// A finite tensor of the given shape.
     pub fn shaped(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, RealError> {
         self.file_of(name)?.shaped(name, shape)
@@ -256,7 +296,7 @@ impl Checkpoint {
         inp: usize,
         bias: bool,
     ) -> Result<Linear, RealError> {
-        let w = self.shaped(&format!("{name}.weight"), &[out, inp])?;
+        let w = self.weight(&format!("{name}.weight"), out, inp)?;
         let bn = format!("{name}.bias");
         let b = if bias || self.has(&bn) {
             Some(self.shaped(&bn, &[out])?)

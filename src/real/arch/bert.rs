@@ -63,10 +63,7 @@ pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Pretrained, RealError> {
     } else {
         ""
     };
-    let embed = st.shaped(
-        &format!("{p}embeddings.word_embeddings.weight"),
-        &[vocab, d],
-    )?;
+    let embed = st.weight(&format!("{p}embeddings.word_embeddings.weight"), vocab, d)?;
     let pos = st.shaped(
         &format!("{p}embeddings.position_embeddings.weight"),
         &[ctx, d],
@@ -132,5 +129,6 @@ pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Pretrained, RealError> {
         final_norm: None,
         lm_head: None,
         has_lm_head: false,
+        matmul: Default::default(),
     })
 }

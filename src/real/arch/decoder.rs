@@ -18,6 +18,7 @@ use crate::real::RealError;
 use crate::real::gguf::{GgufFile, value_usize};
 use crate::real::model::{Act, Arch, Config, Layer, Linear, NormLayer, Pretrained, Rope};
 use crate::real::safetensors::Checkpoint;
+use crate::real::weights::Weight;
 use candle_core::quantized::gguf_file::Value as GValue;
 use serde_json::Value;
 
@@ -167,7 +168,7 @@ pub enum Gain {
 /// A decoder's tensors, asked for by role.
 pub trait DecoderWeights {
     /// The token embedding `[vocab, d]` and `vocab`.
-    fn embed(&mut self, d: usize) -> Result<(Vec<f32>, usize), RealError>;
+    fn embed(&mut self, d: usize) -> Result<(Weight, usize), RealError>;
     /// An RMSNorm gain of length `n`, as the forward pass multiplies by it.
     fn gain(&mut self, at: Gain, n: usize) -> Result<Vec<f32>, RealError>;
     /// The q, k and v projections of layer `l` (`hq`, `hk`, `hk` rows, `d` columns).
@@ -292,6 +293,7 @@ pub fn decoder<S: DecoderWeights>(
         final_norm,
         lm_head,
         has_lm_head: true,
+        matmul: Default::default(),
     })
 }
 
@@ -299,7 +301,7 @@ pub fn decoder<S: DecoderWeights>(
 fn row_block(lin: &Linear, r0: usize, n: usize) -> Linear {
     let d = lin.inp;
     Linear {
-        w: lin.w[r0 * d..(r0 + n) * d].to_vec(),
+        w: lin.w.rows(r0, n),
         out: n,
         inp: d,
         b: lin.b.as_ref().map(|b| b[r0..r0 + n].to_vec()),
@@ -389,10 +391,8 @@ pub struct HfWeights<'a> {
 }
 
 impl DecoderWeights for HfWeights<'_> {
-    fn embed(&mut self, d: usize) -> Result<(Vec<f32>, usize), RealError> {
-        let e = self
-            .w
-            .shaped("model.embed_tokens.weight", &[self.vocab, d])?;
+    fn embed(&mut self, d: usize) -> Result<(Weight, usize), RealError> {
+        let e = self.w.weight("model.embed_tokens.weight", self.vocab, d)?;
         Ok((e, self.vocab))
     }
 
@@ -704,7 +704,7 @@ impl GgufWeights<'_> {
 }
 
 impl DecoderWeights for GgufWeights<'_> {
-    fn embed(&mut self, d: usize) -> Result<(Vec<f32>, usize), RealError> {
+    fn embed(&mut self, d: usize) -> Result<(Weight, usize), RealError> {
         let vocab = self.rows("token_embd.weight", d, "vocab")?;
         Ok((self.g.matrix("token_embd.weight", vocab, d)?, vocab))
     }

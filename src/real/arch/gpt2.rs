@@ -3,7 +3,7 @@
 
 use super::{HfCfg, MAX_DIM, MAX_LAYERS, refuse_quantized};
 use crate::real::RealError;
-use crate::real::model::{Act, Arch, Config, Layer, Linear, Pretrained};
+use crate::real::model::{Act, Arch, Config, Layer, Linear, Pretrained, Weight};
 use crate::real::safetensors::Checkpoint;
 use serde_json::Value;
 
@@ -76,13 +76,14 @@ pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Pretrained, RealError> {
     } else {
         ""
     };
-    let embed = st.shaped(&format!("{p}wte.weight"), &[vocab, d])?;
+    let embed = st.weight(&format!("{p}wte.weight"), vocab, d)?;
     let pos = st.shaped(&format!("{p}wpe.weight"), &[ctx, d])?;
     let conv = |name: &str, inp: usize, out: usize| -> Result<Linear, RealError> {
         let w = st.shaped(&format!("{name}.weight"), &[inp, out])?;
         let b = st.shaped(&format!("{name}.bias"), &[out])?;
         Ok(Linear {
-            w: transpose(&w, inp, out),
+            // Conv1D stores [in, out]: a transpose is not a row operation, so f32.
+            w: Weight::f32(transpose(&w, inp, out), out, inp),
             out,
             inp,
             b: Some(b),
@@ -94,7 +95,7 @@ pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Pretrained, RealError> {
         let qkv = conv(&format!("{b}attn.c_attn"), d, 3 * d)?;
         let bias = qkv.b.clone().unwrap_or_default();
         let part = |k: usize| Linear {
-            w: qkv.w[k * d * d..(k + 1) * d * d].to_vec(),
+            w: qkv.w.rows(k * d, d),
             out: d,
             inp: d,
             b: Some(bias[k * d..(k + 1) * d].to_vec()),
@@ -149,5 +150,6 @@ pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Pretrained, RealError> {
         final_norm: Some(st.layer_norm(&format!("{p}ln_f"), d, eps)?),
         lm_head: None,
         has_lm_head: true,
+        matmul: Default::default(),
     })
 }

@@ -55,6 +55,21 @@ pub fn from_hf(c: &HfCfg, w: &Checkpoint, mt: &str) -> Result<Pretrained, RealEr
     one_rope_hf(c, w, spec, &dims, windows, scale, (None, None))
 }
 
+/// The row permutation [`unpermute_rows`] applies: HF row `dst` is GGUF row `perm[dst]`
+/// (a byte operation on quantized rows, [`crate::real::weights::Weight::permute_rows`]).
+pub fn unpermute_perm(n_heads: usize, head_dim: usize) -> Vec<usize> {
+    let half = head_dim / 2;
+    let mut perm = vec![0; n_heads * head_dim];
+    for h in 0..n_heads {
+        for j in 0..half {
+            for s in 0..2 {
+                perm[h * head_dim + s * half + j] = h * head_dim + 2 * j + s;
+            }
+        }
+    }
+    perm
+}
+
 /// Undoes llama.cpp's Q/K row permutation: within each head, GGUF row `2j+s` → HF row `s·half+j`.
 pub fn unpermute_rows(w: &[f32], n_heads: usize, head_dim: usize, cols: usize) -> Vec<f32> {
     let half = head_dim / 2;
@@ -118,8 +133,8 @@ pub fn from_gguf(g: &mut GgufFile, arch: &str) -> Result<Pretrained, RealError> 
     let plans = same_rope(&r, vec![None; dims.n_layer]);
     let mut m = decoder_gguf(g, DecoderSpec::llama(Arch::Llama), &dims, plans, false)?;
     for ly in &mut m.layers {
-        ly.wq.w = unpermute_rows(&ly.wq.w, dims.n_head, dims.dh, dims.d);
-        ly.wk.w = unpermute_rows(&ly.wk.w, dims.n_kv, dims.dh, dims.d);
+        ly.wq.w = ly.wq.w.permute_rows(&unpermute_perm(dims.n_head, dims.dh));
+        ly.wk.w = ly.wk.w.permute_rows(&unpermute_perm(dims.n_kv, dims.dh));
         ly.wq.b = ly
             .wq
             .b

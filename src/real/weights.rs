@@ -1,0 +1,670 @@
+//! A weight matrix in its storage format, and products with it.
+//!
+//! A [`Weight`] is a row-major `[rows, cols]` matrix kept as the file stored it: f32, 16-bit
+//! floats (f16 / bf16, converted in the kernel), or ggml blocks (Q4_0 … Q8_K) whose bytes stay
+//! in the memory-mapped file. Quantized blocks run along a row (the input dimension of a
+//! projection `y = x Wᵀ`), so a row is a contiguous byte range: row slices and row
+//! permutations are byte operations on every storage type ([`Weight::rows`],
+//! [`Weight::permute_rows`]); anything else converts to f32 first ([`Weight::to_f32`]).
+//!
+//! Dequantization is candle-core's block kernels (`GgmlType::to_float`) applied to the file's
+//! bytes reinterpreted as blocks; there is no dequantizer of our own.
+//!
+//! Two products $x W^\top$ ([`Weight::matmul_t`]):
+//! - [`Matmul::Exact`]: rows of `W` are dequantized in tiles of [`TILE`] rows into an f32
+//!   scratch and multiplied by faer, so activations stay f32 and the result equals
+//!   dequantize-then-multiply up to f32 summation order;
+//! - [`Matmul::Q8`]: each activation row is quantized to the weight type's dot-product partner
+//!   (Q8_0, Q8_1 or Q8_K, as llama.cpp does) and multiplied by candle's integer `vec_dot`;
+//!   [`q8_bound`] bounds its deviation from the exact product.
+
+use candle_core::quantized::GgmlDType;
+use candle_core::quantized::k_quants::{
+    BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
+    BlockQ8_0, BlockQ8_1, BlockQ8K, GgmlType,
+};
+use faer::{Accum, MatMut, MatRef, Par};
+use half::{bf16, f16};
+use rayon::prelude::*;
+use std::borrow::Cow;
+use std::sync::Arc;
+
+/// Rows of `W` dequantized at a time by the exact product (64 rows × 4096 inputs = 1 MiB of f32).
+pub const TILE: usize = 64;
+
+/// Above this many multiply-adds a product uses all threads; below, sequential is faster.
+const PAR_FLOPS: usize = 1 << 22;
+
+/// How `x Wᵀ` is computed for a quantized `W`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub enum Matmul {
+    /// f32 activations times `W` dequantized to f32 (parity with transformers at f32 rounding).
+    #[default]
+    Exact,
+    /// Activations quantized to 8 bits per block, integer dot products (llama.cpp's scheme).
+    /// Applies to quantized weights only; f32 / f16 / bf16 weights keep the exact product.
+    Q8,
+}
+
+/// Memory that weight bytes live in: a file map or an 8-byte-aligned heap copy.
+#[derive(Debug)]
+pub enum Backing {
+    /// A read-only memory map of a model file.
+    Map(memmap2::Mmap),
+    /// Heap bytes (held as u64 for alignment); the second field is the byte length.
+    Heap(Vec<u64>, usize),
+}
+
+impl Backing {
+    /// Maps a file read-only. The file must not be truncated while mapped.
+    pub fn map(f: &std::fs::File) -> std::io::Result<Self> {
+        if f.metadata()?.len() == 0 {
+            return Ok(Backing::Heap(Vec::new(), 0));
+        }
+        // SAFETY: the map is read-only; the loader checks every tensor extent against the
+        // file length before using it. Another process truncating the file while it is mapped
+        // would fault, as with any mmap-based reader (llama.cpp, safetensors).
+        unsafe { memmap2::Mmap::map(f) }.map(Backing::Map)
+    }
+    /// An aligned heap copy of `b`.
+    pub fn copy(b: &[u8]) -> Self {
+        let mut v = vec![0u64; b.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut v)[..b.len()].copy_from_slice(b);
+        Backing::Heap(v, b.len())
+    }
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Backing::Map(m) => m,
+            Backing::Heap(v, n) => &bytemuck::cast_slice::<u64, u8>(v)[..*n],
+        }
+    }
+}
+
+/// A byte range of a shared [`Backing`].
+#[derive(Clone)]
+pub struct Bytes {
+    src: Arc<Backing>,
+    start: usize,
+    len: usize,
+}
+
+impl std::fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match *self.src {
+            Backing::Map(_) => "mapped",
+            Backing::Heap(..) => "heap",
+        };
+        write!(f, "Bytes({} {kind} bytes at {})", self.len, self.start)
+    }
+}
+
+impl Bytes {
+    /// `src[start..start + len]`; None when the range is out of bounds. A range not 8-byte
+    /// aligned in memory is copied to the heap, so block casts are always aligned.
+    pub fn new(src: Arc<Backing>, start: usize, len: usize) -> Option<Self> {
+        let end = start.checked_add(len)?;
+        let all = src.bytes();
+        if end > all.len() {
+            return None;
+        }
+        if !(all.as_ptr() as usize + start).is_multiple_of(8) {
+            return Some(Self::owned(&all[start..end]));
+        }
+        Some(Bytes { src, start, len })
+    }
+    /// A heap copy of `b`.
+    pub fn owned(b: &[u8]) -> Self {
+        Bytes {
+            src: Arc::new(Backing::copy(b)),
+            start: 0,
+            len: b.len(),
+        }
+    }
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.src.bytes()[self.start..self.start + self.len]
+    }
+    /// Whether these bytes are in a file map (not copied).
+    pub fn is_mapped(&self) -> bool {
+        matches!(*self.src, Backing::Map(_))
+    }
+    fn sub(&self, off: usize, len: usize) -> Self {
+        debug_assert!(off + len <= self.len);
+        Bytes {
+            src: self.src.clone(),
+            start: self.start + off,
+            len,
+        }
+    }
+}
+
+/// Reinterprets bytes as a slice of `B` (a ggml block or a 16-bit float).
+///
+/// Callers guarantee the invariants [`Weight`]'s constructors check: the length is a multiple
+/// of `size_of::<B>()` and the address is aligned (every [`Bytes`] starts 8-byte aligned and row
+/// offsets are multiples of the block size, itself a multiple of the block's alignment).
+fn cast<B>(b: &[u8]) -> &[B] {
+    let (sz, al) = (std::mem::size_of::<B>(), std::mem::align_of::<B>());
+    assert!(
+        b.len().is_multiple_of(sz) && (b.as_ptr() as usize).is_multiple_of(al),
+        "weight bytes not a whole, aligned number of blocks"
+    );
+    // SAFETY: length and alignment checked above; `B` is a `#[repr(C)]` ggml block of
+    // integers and f16/f32 fields (or f16/bf16), for which every bit pattern is valid.
+    unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<B>(), b.len() / sz) }
+}
+
+/// Runs `$body` with `$B` the candle block type of a quantized `$dt` (None for float types).
+macro_rules! per_block {
+    ($dt:expr, |$B:ident| $body:expr) => {
+        match $dt {
+            GgmlDType::Q4_0 => {
+                type $B = BlockQ4_0;
+                Some($body)
+            }
+            GgmlDType::Q4_1 => {
+                type $B = BlockQ4_1;
+                Some($body)
+            }
+            GgmlDType::Q5_0 => {
+                type $B = BlockQ5_0;
+                Some($body)
+            }
+            GgmlDType::Q5_1 => {
+                type $B = BlockQ5_1;
+                Some($body)
+            }
+            GgmlDType::Q8_0 => {
+                type $B = BlockQ8_0;
+                Some($body)
+            }
+            GgmlDType::Q8_1 => {
+                type $B = BlockQ8_1;
+                Some($body)
+            }
+            GgmlDType::Q2K => {
+                type $B = BlockQ2K;
+                Some($body)
+            }
+            GgmlDType::Q3K => {
+                type $B = BlockQ3K;
+                Some($body)
+            }
+            GgmlDType::Q4K => {
+                type $B = BlockQ4K;
+                Some($body)
+            }
+            GgmlDType::Q5K => {
+                type $B = BlockQ5K;
+                Some($body)
+            }
+            GgmlDType::Q6K => {
+                type $B = BlockQ6K;
+                Some($body)
+            }
+            GgmlDType::Q8K => {
+                type $B = BlockQ8K;
+                Some($body)
+            }
+            GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16 => None,
+        }
+    };
+}
+
+/// Byte offsets, within one block, of the scales every dequantized value is a multiple of
+/// (f16, except Q8_K's f32): a block's values are finite iff these are, because the other
+/// fields are small integers. Checked against candle's `to_float` in tests/real_weights.rs.
+pub fn scale_offsets(dt: GgmlDType) -> &'static [usize] {
+    match dt {
+        GgmlDType::Q4_0 | GgmlDType::Q5_0 | GgmlDType::Q8_0 | GgmlDType::Q8_1 => &[0],
+        GgmlDType::Q4_1 | GgmlDType::Q5_1 | GgmlDType::Q4K | GgmlDType::Q5K => &[0, 2],
+        GgmlDType::Q2K => &[80, 82],
+        GgmlDType::Q3K => &[108],
+        GgmlDType::Q6K => &[208],
+        GgmlDType::Q8K => &[0],
+        GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16 => &[],
+    }
+}
+
+/// How a [`Weight`] is stored.
+#[derive(Debug, Clone)]
+pub enum Storage {
+    /// f32 values.
+    F32(Vec<f32>),
+    /// IEEE half floats, little-endian.
+    F16(Bytes),
+    /// bfloat16, little-endian.
+    Bf16(Bytes),
+    /// ggml blocks of `dtype` along each row.
+    Quantized {
+        /// Block type.
+        dtype: GgmlDType,
+        /// `rows · cols / block_size` blocks.
+        bytes: Bytes,
+    },
+}
+
+/// A row-major `[rows, cols]` matrix in its storage format.
+#[derive(Debug, Clone)]
+pub struct Weight {
+    rows: usize,
+    cols: usize,
+    storage: Storage,
+}
+
+impl Weight {
+    /// An f32 matrix. Panics if `v.len() != rows · cols` (a caller bug, not an input error).
+    pub fn f32(v: Vec<f32>, rows: usize, cols: usize) -> Self {
+        assert_eq!(v.len(), rows * cols, "f32 weight of the wrong length");
+        Weight {
+            rows,
+            cols,
+            storage: Storage::F32(v),
+        }
+    }
+
+    /// A matrix of `dtype` over `bytes`; the error says what does not fit. F32 bytes are
+    /// decoded to an owned `Vec<f32>`; 16-bit and quantized bytes are kept as they are.
+    pub fn from_bytes(
+        dtype: GgmlDType,
+        bytes: Bytes,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self, String> {
+        let bs = dtype.block_size();
+        if cols == 0 || rows == 0 || !cols.is_multiple_of(bs) {
+            return Err(format!(
+                "shape [{rows}, {cols}] is not whole {dtype:?} blocks of {bs} along rows"
+            ));
+        }
+        let want = rows
+            .checked_mul(cols / bs)
+            .and_then(|n| n.checked_mul(dtype.type_size()));
+        if want != Some(bytes.len) {
+            return Err(format!(
+                "{} bytes for a [{rows}, {cols}] {dtype:?} matrix (expected {want:?})",
+                bytes.len
+            ));
+        }
+        let storage = match dtype {
+            GgmlDType::F32 => Storage::F32(
+                bytes
+                    .as_slice()
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            ),
+            GgmlDType::F16 => Storage::F16(bytes),
+            GgmlDType::BF16 => Storage::Bf16(bytes),
+            q => {
+                let size = per_block!(q, |B| std::mem::size_of::<B>()).unwrap_or(0);
+                if size != q.type_size() {
+                    return Err(format!(
+                        "{q:?}: candle's block is {size} bytes, the file's {}",
+                        q.type_size()
+                    ));
+                }
+                Storage::Quantized { dtype: q, bytes }
+            }
+        };
+        Ok(Weight {
+            rows,
+            cols,
+            storage,
+        })
+    }
+
+    /// Number of rows (outputs of a projection).
+    pub fn n_rows(&self) -> usize {
+        self.rows
+    }
+    /// Number of columns (inputs of a projection).
+    pub fn n_cols(&self) -> usize {
+        self.cols
+    }
+    /// Number of values, `rows · cols`.
+    pub fn len(&self) -> usize {
+        self.rows * self.cols
+    }
+    /// Whether the matrix is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The storage.
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+    /// The storage type as ggml names it.
+    pub fn dtype(&self) -> GgmlDType {
+        match &self.storage {
+            Storage::F32(_) => GgmlDType::F32,
+            Storage::F16(_) => GgmlDType::F16,
+            Storage::Bf16(_) => GgmlDType::BF16,
+            Storage::Quantized { dtype, .. } => *dtype,
+        }
+    }
+    /// Whether the values are ggml blocks.
+    pub fn is_quantized(&self) -> bool {
+        matches!(self.storage, Storage::Quantized { .. })
+    }
+    /// Bytes the matrix occupies in its storage format.
+    pub fn storage_bytes(&self) -> usize {
+        self.rows * self.row_bytes()
+    }
+
+    fn row_bytes(&self) -> usize {
+        let dt = self.dtype();
+        self.cols / dt.block_size() * dt.type_size()
+    }
+
+    /// Rows `r0 .. r0 + n` (a byte range for every storage type; no copy for mapped bytes).
+    pub fn rows(&self, r0: usize, n: usize) -> Weight {
+        assert!(r0 + n <= self.rows && n > 0, "row range out of bounds");
+        let rb = self.row_bytes();
+        let storage = match &self.storage {
+            Storage::F32(v) => Storage::F32(v[r0 * self.cols..(r0 + n) * self.cols].to_vec()),
+            Storage::F16(b) => Storage::F16(b.sub(r0 * rb, n * rb)),
+            Storage::Bf16(b) => Storage::Bf16(b.sub(r0 * rb, n * rb)),
+            Storage::Quantized { dtype, bytes } => Storage::Quantized {
+                dtype: *dtype,
+                bytes: bytes.sub(r0 * rb, n * rb),
+            },
+        };
+        Weight {
+            rows: n,
+            cols: self.cols,
+            storage,
+        }
+    }
+
+    /// The matrix whose row `i` is row `perm[i]` of this one (bytes copied once).
+    pub fn permute_rows(&self, perm: &[usize]) -> Weight {
+        assert!(
+            perm.len() == self.rows && perm.iter().all(|&p| p < self.rows),
+            "not a row permutation"
+        );
+        let storage = match &self.storage {
+            Storage::F32(v) => Storage::F32(
+                perm.iter()
+                    .flat_map(|&p| &v[p * self.cols..(p + 1) * self.cols])
+                    .copied()
+                    .collect(),
+            ),
+            other => {
+                let rb = self.row_bytes();
+                let src = match other {
+                    Storage::F16(b) | Storage::Bf16(b) | Storage::Quantized { bytes: b, .. } => {
+                        b.as_slice()
+                    }
+                    Storage::F32(_) => unreachable!(),
+                };
+                let mut out = Vec::with_capacity(self.rows * rb);
+                for &p in perm {
+                    out.extend_from_slice(&src[p * rb..(p + 1) * rb]);
+                }
+                let b = Bytes::owned(&out);
+                match other {
+                    Storage::F16(_) => Storage::F16(b),
+                    Storage::Bf16(_) => Storage::Bf16(b),
+                    Storage::Quantized { dtype, .. } => Storage::Quantized {
+                        dtype: *dtype,
+                        bytes: b,
+                    },
+                    Storage::F32(_) => unreachable!(),
+                }
+            }
+        };
+        Weight {
+            rows: self.rows,
+            cols: self.cols,
+            storage,
+        }
+    }
+
+    /// Rows `r0 .. r0 + n` as f32 into `out` (`n · cols` values).
+    pub fn rows_f32(&self, r0: usize, n: usize, out: &mut [f32]) {
+        let c = self.cols;
+        assert!(
+            r0 + n <= self.rows && out.len() == n * c,
+            "row range out of bounds"
+        );
+        let rb = self.row_bytes();
+        fn bytes(b: &Bytes, lo: usize, hi: usize) -> &[u8] {
+            &b.as_slice()[lo..hi]
+        }
+        let (lo, hi) = (r0 * rb, (r0 + n) * rb);
+        match &self.storage {
+            Storage::F32(v) => out.copy_from_slice(&v[r0 * c..(r0 + n) * c]),
+            Storage::F16(b) => {
+                for (o, h) in out.iter_mut().zip(cast::<f16>(bytes(b, lo, hi))) {
+                    *o = h.to_f32();
+                }
+            }
+            Storage::Bf16(b) => {
+                for (o, h) in out.iter_mut().zip(cast::<bf16>(bytes(b, lo, hi))) {
+                    *o = h.to_f32();
+                }
+            }
+            Storage::Quantized { dtype, bytes: b } => {
+                let raw = bytes(b, lo, hi);
+                per_block!(*dtype, |B| B::to_float(cast::<B>(raw), out));
+            }
+        }
+    }
+
+    /// Row `i` as f32 into `out` (`cols` values).
+    pub fn row_f32(&self, i: usize, out: &mut [f32]) {
+        self.rows_f32(i, 1, out)
+    }
+
+    /// The whole matrix as f32 (borrowed when stored as f32).
+    pub fn to_f32(&self) -> Cow<'_, [f32]> {
+        match &self.storage {
+            Storage::F32(v) => Cow::Borrowed(v),
+            _ => {
+                let mut out = vec![0f32; self.len()];
+                out.par_chunks_mut(TILE * self.cols)
+                    .enumerate()
+                    .for_each(|(i, ch)| self.rows_f32(i * TILE, ch.len() / self.cols, ch));
+                Cow::Owned(out)
+            }
+        }
+    }
+
+    /// The values as a mutable f32 slice, converting the storage to f32 first if needed (for
+    /// edits such as a test's planted weights).
+    pub fn f32_mut(&mut self) -> &mut [f32] {
+        if !matches!(self.storage, Storage::F32(_)) {
+            self.storage = Storage::F32(self.to_f32().into_owned());
+        }
+        match &mut self.storage {
+            Storage::F32(v) => v,
+            _ => unreachable!(),
+        }
+    }
+
+    /// The first row holding a non-finite value, if any. f32 / f16 / bf16 values are scanned
+    /// (16-bit ones by their exponent bits); quantized blocks by their scales only
+    /// ([`scale_offsets`]), so the check reads every block but dequantizes nothing.
+    pub fn first_non_finite_row(&self) -> Option<usize> {
+        let c = self.cols;
+        let rb = self.row_bytes();
+        match &self.storage {
+            Storage::F32(v) => v.iter().position(|x| !x.is_finite()).map(|k| k / c),
+            Storage::F16(b) => cast::<u16>(b.as_slice())
+                .par_iter()
+                .position_first(|&h| h & 0x7c00 == 0x7c00)
+                .map(|k| k / c),
+            Storage::Bf16(b) => cast::<u16>(b.as_slice())
+                .par_iter()
+                .position_first(|&h| h & 0x7f80 == 0x7f80)
+                .map(|k| k / c),
+            Storage::Quantized { dtype, bytes } => {
+                let ts = dtype.type_size();
+                let offs = scale_offsets(*dtype);
+                let wide = *dtype == GgmlDType::Q8K;
+                bytes
+                    .as_slice()
+                    .par_chunks_exact(ts)
+                    .position_first(|blk| {
+                        offs.iter().any(|&o| {
+                            if wide {
+                                let v = [blk[o], blk[o + 1], blk[o + 2], blk[o + 3]];
+                                !f32::from_le_bytes(v).is_finite()
+                            } else {
+                                u16::from_le_bytes([blk[o], blk[o + 1]]) & 0x7c00 == 0x7c00
+                            }
+                        })
+                    })
+                    .map(|k| k * ts / rb)
+            }
+        }
+    }
+
+    /// `x Wᵀ` for `x` row-major `[t, cols]`: a row-major `[t, rows]` result.
+    pub fn matmul_t(&self, x: &[f32], t: usize, mode: Matmul) -> Vec<f32> {
+        let (r, c) = (self.rows, self.cols);
+        assert_eq!(x.len(), t * c, "activation width does not match the weight");
+        let par = t * r * c >= PAR_FLOPS;
+        if let Storage::F32(w) = &self.storage {
+            let mut out = vec![0f32; t * r];
+            faer::linalg::matmul::matmul(
+                MatMut::from_row_major_slice_mut(&mut out, t, r),
+                Accum::Replace,
+                MatRef::from_row_major_slice(x, t, c),
+                MatRef::from_row_major_slice(w, r, c).transpose(),
+                1.0f32,
+                if par { Par::rayon(0) } else { Par::Seq },
+            );
+            return out;
+        }
+        // Dequantizing (or quantizing) costs about as much per weight as 8 multiply-adds: a
+        // T = 1 gemv over a large matrix is worth splitting over threads.
+        let par = (t + 8) * r * c >= PAR_FLOPS;
+        if mode == Matmul::Q8
+            && let Storage::Quantized { dtype, bytes } = &self.storage
+        {
+            let raw = bytes.as_slice();
+            let out_t = per_block!(*dtype, |B| q8_rows::<B>(cast::<B>(raw), r, c, x, t, par))
+                .unwrap_or_default();
+            return transpose(out_t, r, t);
+        }
+        // Exact: out_tᵀ tile [n, t] = W[r0..r0+n] (dequantized) · xᵀ.
+        let xt = MatRef::from_row_major_slice(x, t, c).transpose();
+        let work = |scratch: &mut Vec<f32>, (i, ch): (usize, &mut [f32])| {
+            let n = ch.len() / t;
+            let s = &mut scratch[..n * c];
+            self.rows_f32(i * TILE, n, s);
+            faer::linalg::matmul::matmul(
+                MatMut::from_row_major_slice_mut(ch, n, t),
+                Accum::Replace,
+                MatRef::from_row_major_slice(s, n, c),
+                xt,
+                1.0f32,
+                Par::Seq,
+            );
+        };
+        let mut out_t = vec![0f32; r * t];
+        let scratch = || vec![0f32; TILE.min(r) * c];
+        if par {
+            out_t
+                .par_chunks_mut(TILE * t)
+                .enumerate()
+                .for_each_init(scratch, work);
+        } else {
+            let mut s = scratch();
+            for a in out_t.chunks_mut(TILE * t).enumerate() {
+                work(&mut s, a);
+            }
+        }
+        transpose(out_t, r, t)
+    }
+}
+
+/// `[r, t]` row-major → `[t, r]` row-major (free when `t = 1`).
+fn transpose(m: Vec<f32>, r: usize, t: usize) -> Vec<f32> {
+    if t == 1 {
+        return m;
+    }
+    let mut out = vec![0f32; r * t];
+    for (i, row) in m.chunks_exact(t).enumerate() {
+        for (j, v) in row.iter().enumerate() {
+            out[j * r + i] = *v;
+        }
+    }
+    out
+}
+
+/// The q8 product as `[rows, t]`: activation rows quantized once to `B::VecDotType`, then one
+/// candle `vec_dot` per (weight row, activation row).
+fn q8_rows<B: GgmlType>(
+    w: &[B],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    t: usize,
+    par: bool,
+) -> Vec<f32> {
+    let nb = cols / B::BLCK_SIZE;
+    let nbx = cols / B::VecDotType::BLCK_SIZE;
+    let mut xq = vec![B::VecDotType::zeros(); t * nbx];
+    for (xr, qr) in x.chunks_exact(cols).zip(xq.chunks_exact_mut(nbx)) {
+        B::VecDotType::from_float(xr, qr);
+    }
+    let mut out_t = vec![0f32; rows * t];
+    let work = |(i, ch): (usize, &mut [f32])| {
+        for (k, orow) in ch.chunks_exact_mut(t).enumerate() {
+            let r = i * TILE + k;
+            let wr = &w[r * nb..(r + 1) * nb];
+            for (o, qr) in orow.iter_mut().zip(xq.chunks_exact(nbx)) {
+                *o = B::vec_dot(cols, wr, qr);
+            }
+        }
+    };
+    if par {
+        out_t.par_chunks_mut(TILE * t).enumerate().for_each(work);
+    } else {
+        out_t.chunks_mut(TILE * t).enumerate().for_each(work);
+    }
+    out_t
+}
+
+/// Upper bound on `|(x Wᵀ)_q8 − (x Wᵀ)_exact|` for one weight row `w` (as f32) and one
+/// activation row `x`, for a quantized weight of type `dt`.
+///
+/// The activation is quantized per block `b` of `B` values (`B` = 32 for Q8_0/Q8_1, 256 for
+/// Q8_K) with step $\delta_b = a_b/127$, $a_b = \max_{i\in b}|x_i|$, so each value moves by at
+/// most $\delta_b/2 = a_b/254$; storing $\delta_b$ as f16 (Q8_0/Q8_1) moves $q_i\delta_b$ by at
+/// most $127\,\delta_b\,2^{-11} = a_b 2^{-11}$. Both products then round in f32 over `k = cols`
+/// terms, each within $\gamma_k\sum|x_i w_i| \le \gamma_k \sum_b a_b\|w_b\|_1$,
+/// $\gamma_k = ku/(1-ku)$, $u = 2^{-24}$. Hence
+/// $|\Delta| \le (1/254 + 2^{-10} + 4\gamma_k)\sum_b a_b \|w_b\|_1$, plus for Q4_1/Q5_1 (whose
+/// partner Q8_1 carries $s = \delta_b\sum q_i$ in f16, relative error $2^{-11}$, multiplied by
+/// the block minimum $|m_b| \le \max_{i\in b}|w_i|$) the term
+/// $2^{-11}\,B\,(1+1/127)\,a_b\max_{i\in b}|w_i|$ per block.
+pub fn q8_bound(dt: GgmlDType, w: &[f32], x: &[f32]) -> f64 {
+    let bs = match dt {
+        GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K => 256,
+        GgmlDType::Q8K => 256,
+        _ => 32,
+    };
+    let k = w.len() as f64;
+    let u = 2f64.powi(-24);
+    let gamma = k * u / (1.0 - k * u);
+    let c = 1.0 / 254.0 + 2f64.powi(-10) + 4.0 * gamma;
+    let with_s = matches!(dt, GgmlDType::Q4_1 | GgmlDType::Q5_1);
+    w.chunks(bs)
+        .zip(x.chunks(bs))
+        .map(|(wb, xb)| {
+            let a = xb.iter().fold(0f64, |m, v| m.max(v.abs() as f64));
+            let l1: f64 = wb.iter().map(|v| v.abs() as f64).sum();
+            let mut t = c * a * l1;
+            if with_s {
+                let wmax = wb.iter().fold(0f64, |m, v| m.max(v.abs() as f64));
+                t += 2f64.powi(-11) * bs as f64 * (1.0 + 1.0 / 127.0) * a * wmax;
+            }
+            t
+        })
+        .sum()
+}
