@@ -592,3 +592,80 @@ fn cli_matmul_q8_prints_its_measured_deviation_and_refuses_batches() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--matmul q8"));
 }
+
+/// Every number of two JSON reports, paired by path.
+fn json_numbers(v: &serde_json::Value, path: String, out: &mut Vec<(String, f64)>) {
+    match v {
+        serde_json::Value::Number(n) => out.push((path, n.as_f64().unwrap())),
+        serde_json::Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                json_numbers(x, format!("{path}[{i}]"), out);
+            }
+        }
+        serde_json::Value::Object(o) => {
+            for (k, x) in o {
+                json_numbers(x, format!("{path}.{k}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn cli_weights_f32_reports_what_the_file_format_reports_and_is_budgeted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, spec) = specs()[1];
+    let p = synth(tmp.path(), "w.gguf", spec, 6);
+    let run = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sinklab"))
+            .args(["real", "--model"])
+            .arg(&p)
+            .args(["--tokens", "1,5,9,3,17,22,4,8", "--json"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let file = run(&[]);
+    let f32 = run(&["--weights", "f32"]);
+    assert!(
+        file.status.success(),
+        "{}",
+        String::from_utf8_lossy(&file.stderr)
+    );
+    assert!(
+        f32.status.success(),
+        "{}",
+        String::from_utf8_lossy(&f32.stderr)
+    );
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    json_numbers(
+        &serde_json::from_slice(&file.stdout).unwrap(),
+        String::new(),
+        &mut a,
+    );
+    json_numbers(
+        &serde_json::from_slice(&f32.stdout).unwrap(),
+        String::new(),
+        &mut b,
+    );
+    assert_eq!(a.len(), b.len());
+    assert!(a.len() > 50, "too few statistics to compare: {}", a.len());
+    // The two runs multiply the same f32 values (the tile dequantizes exactly what the f32
+    // conversion stores); only the blocking of the products may differ, i.e. the summation
+    // order of dot products of length ≤ d_ff: relative effects of order γ_{d_ff} ≈ 1e-5 per
+    // product, a few products deep in this 2-layer model.
+    for ((ka, x), (kb, y)) in a.iter().zip(&b) {
+        assert_eq!(ka, kb);
+        assert!(
+            (x - y).abs() <= 1e-4 * (1.0 + x.abs().max(y.abs())),
+            "{ka}: file {x} vs f32 {y}"
+        );
+    }
+    let small = run(&["--weights", "f32", "--max-mem", "1K"]);
+    assert!(!small.status.success());
+    let err = String::from_utf8_lossy(&small.stderr);
+    assert!(
+        err.contains("--weights f32") && err.contains("--max-mem"),
+        "{err}"
+    );
+}

@@ -1,5 +1,5 @@
 //! `sinklab real --model <name|path> (--text S | --file F | --tokens IDS) [--bos auto|yes|no] [--json]
-//! [--matmul exact|q8]`
+//! [--matmul exact|q8] [--weights file|f32]`
 //! `sinklab real --model M --file inputs.jsonl [--results R.jsonl]` (many inputs, one load:
 //! [`super::real_batch`]) and `sinklab real --activations F`.
 
@@ -47,6 +47,43 @@ pub struct Args {
     /// deviation from exact on this input is measured and printed).
     #[arg(long, value_enum, default_value_t = MatmulArg::Exact)]
     matmul: MatmulArg,
+    /// Resident weights: as stored in the file (quantized / 16-bit, memory-mapped; memory ≈ file
+    /// size) or converted to f32 once at load (4 bytes per weight; faster products when memory
+    /// allows). Same results either way up to f32 summation order.
+    #[arg(long, value_enum, default_value_t = WeightsArg::File)]
+    weights: WeightsArg,
+    /// Memory limit for `--weights f32` (e.g. 12G; default: SINKLAB_MAX_MEM or the built-in).
+    #[arg(long)]
+    max_mem: Option<String>,
+}
+
+/// `--weights` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightsArg {
+    /// Kept in the file's storage format.
+    File,
+    /// Converted to f32 at load.
+    F32,
+}
+
+/// Applies `--weights` to a loaded model: `f32` converts every matrix once, after checking
+/// its f32 size against the memory budget (refused, naming the flag, when over it).
+pub fn apply_weights(
+    lm: &mut sinklab::real::LoadedModel,
+    w: WeightsArg,
+    max_mem: Option<&str>,
+) -> Result<()> {
+    if w == WeightsArg::F32 {
+        let budget = sinklab::budget::Budget::with(max_mem, None)?;
+        let bytes = 4.0 * lm.model.matrix_elements() as f64;
+        budget.check(
+            "--weights f32",
+            sinklab::budget::Estimate::bytes(bytes),
+            true,
+        )?;
+        lm.model.make_f32_resident();
+    }
+    Ok(())
 }
 
 /// `--matmul` values.
@@ -87,6 +124,7 @@ pub fn run(a: Args) -> Result<i32> {
         super::real_batch::read_inputs(f, "")?;
     }
     let mut lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
+    apply_weights(&mut lm, a.weights, a.max_mem.as_deref())?;
     if let Some(f) = batch {
         return super::real_batch::run(&lm, &path, f, a.results.clone(), a.bos, a.a1, a.a2);
     }

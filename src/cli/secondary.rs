@@ -59,6 +59,13 @@ pub struct Args {
     /// (resumable: generated ids are kept), faithful detector and its variants.
     #[arg(long, conflicts_with_all = ["model", "activations"])]
     long: bool,
+    /// Resident weights of --model: as stored in the file, or converted to f32 at load (faster
+    /// generation when memory allows; `sinklab real --help` says more).
+    #[arg(long, value_enum, default_value_t = super::real::WeightsArg::File)]
+    weights: super::real::WeightsArg,
+    /// Memory limit for `--weights f32` (default: SINKLAB_MAX_MEM or the built-in).
+    #[arg(long)]
+    max_mem: Option<String>,
     /// Models of --long (comma-separated).
     #[arg(long, value_delimiter = ',', default_values_t = sinklab::secondary::long::LONG_MODELS.map(String::from))]
     models: Vec<String>,
@@ -218,7 +225,8 @@ pub fn run(a: Args) -> Result<i32> {
         bail!("give --model NAME|PATH, --activations FILE or --long");
     };
     let path = fetch::resolve(name)?;
-    let lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let mut lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
+    super::real::apply_weights(&mut lm, a.weights, a.max_mem.as_deref())?;
     let texts: Vec<String> = match (&a.prompt, &a.file, &a.prompts) {
         (Some(t), _, _) => vec![t.clone()],
         (None, Some(f), _) => {

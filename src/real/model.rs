@@ -296,6 +296,18 @@ impl Pretrained {
         }
     }
 
+    /// Number of elements of every projection matrix and the embedding (what
+    /// [`Pretrained::make_f32_resident`] turns into 4 bytes each).
+    pub fn matrix_elements(&self) -> usize {
+        let mut n = self.embed.len();
+        for ly in &self.layers {
+            n += ly.wq.w.len() + ly.wk.w.len() + ly.wv.w.len() + ly.wo.w.len();
+            n += ly.up.w.len() + ly.down.w.len();
+            n += ly.gate.as_ref().map_or(0, |g| g.w.len());
+        }
+        n + self.lm_head.as_ref().map_or(0, |h| h.w.len())
+    }
+
     /// Checks shapes and finiteness; `path` names the file in the error.
     pub fn validate(&self, path: &Path) -> Result<(), RealError> {
         let c = &self.cfg;
