@@ -61,7 +61,10 @@ fn paper_shapes_have_the_published_parameter_counts() {
 
 /// Reads every tensor with candle: (name, ggml type, dims innermost first, Σx, Σx²) of the
 /// dequantized values.
-fn candle_tensors(p: &Path) -> (Content, Vec<(String, GgmlDType, Vec<usize>, f64, f64)>) {
+/// (name, ggml type, dims innermost first, Σx, Σx²).
+type TensorSummary = (String, GgmlDType, Vec<usize>, f64, f64);
+
+fn candle_tensors(p: &Path) -> (Content, Vec<TensorSummary>) {
     let mut f = std::fs::File::open(p).unwrap();
     let c = Content::read(&mut f).unwrap();
     let mut names: Vec<_> = c.tensor_infos.keys().cloned().collect();

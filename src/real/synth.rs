@@ -393,11 +393,8 @@ impl SynthDtype {
         if self != Self::Q4KM {
             return self.base();
         }
-        let more_bits = |l: usize| {
-            l < n_layer / 8
-                || l >= 7 * n_layer / 8
-                || (l >= n_layer / 8 && (l - n_layer / 8) % 3 == 2)
-        };
+        let more_bits =
+            |l: usize| l < n_layer / 8 || l >= 7 * n_layer / 8 || (l - n_layer / 8) % 3 == 2;
         match layer {
             None if name == "output.weight" => GgmlDType::Q6K,
             Some(l)
@@ -686,13 +683,13 @@ fn validate(s: &PaperShape, dt: SynthDtype, path: &Path) -> Result<(), RealError
     if s.n_layer == 0 || s.d == 0 || s.n_head == 0 || s.n_kv_head == 0 || s.vocab < 2 {
         return bad("every dimension must be positive (vocabulary ≥ 2)".into());
     }
-    if s.n_head % s.n_kv_head != 0 {
+    if !s.n_head.is_multiple_of(s.n_kv_head) {
         return bad(format!(
             "{} heads are not a multiple of {} key/value heads",
             s.n_head, s.n_kv_head
         ));
     }
-    if s.head_dim % 2 != 0 {
+    if !s.head_dim.is_multiple_of(2) {
         return bad(format!(
             "head dimension {} must be even (RoPE pairs)",
             s.head_dim
