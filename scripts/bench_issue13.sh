@@ -78,13 +78,14 @@ measure() {
   local tf; tf=$(mktemp)
   local js
   js=$(/usr/bin/time -f '%e %M' -o "$tf" "$@" 2>"$OUT/last_stderr.txt" | tail -n 1) || true
-  [ -n "$js" ] || js='{"error": "no output"}'
-  JS="$js" ROW="$row" SIDE="$side" LOAD="$l" TF="$tf" COMMIT="$COMMIT" CPU="$CPU" ISA="$ISA" MAXL="$MAX_LOAD" PROFILE="$PROFILE" "$PY" - <<'PY' | tee -a "$ROWS"
+  # No JSON line (a crash): the error is the first line of its stderr that is not a backtrace frame.
+  local et; et=$(grep -v -E '^\s*$|^\s*[0-9]+: |^\s+at |^stack backtrace|^note: ' "$OUT/last_stderr.txt" | head -n 1 || true)
+  ET="$et" JS="$js" ROW="$row" SIDE="$side" LOAD="$l" TF="$tf" COMMIT="$COMMIT" CPU="$CPU" ISA="$ISA" MAXL="$MAX_LOAD" PROFILE="$PROFILE" "$PY" - <<'PY' | tee -a "$ROWS"
 import json, os
 try:
     d = json.loads(os.environ["JS"])
 except ValueError:
-    d = {"error": "not JSON: " + os.environ["JS"][:300]}
+    d = {"error": ("not JSON: " + os.environ["JS"][:300]) if os.environ["JS"] else "no output; stderr: " + os.environ["ET"]}
 try:
     wall, rss = open(os.environ["TF"]).read().split()[-2:]
     d["proc_wall_s"], d["proc_max_rss_kb"] = float(wall), int(rss)

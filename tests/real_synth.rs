@@ -361,3 +361,48 @@ fn llama3_rope_divisors() {
     let ramp = f.iter().filter(|&&x| x > 1.0 && x < 8.0).count();
     assert!(ramp > 0 && ramp < 20, "{ramp} frequencies on the ramp");
 }
+
+#[test]
+fn llama_cpp_loads_and_runs_it() {
+    // llama.cpp is the strictest reader at hand (tensor shapes against its own architecture
+    // tables, typed metadata, known pre-tokenizers); installed by scripts/bench_baselines.sh.
+    let py = std::env::var("SINKLAB_PYTHON").unwrap_or_else(|_| "/work/venv/bin/python".into());
+    let has = Command::new(&py)
+        .args(["-c", "import llama_cpp"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has {
+        eprintln!("SKIP: {py} without llama_cpp (scripts/bench_baselines.sh installs it)");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    for shape in ["tiny-llama3", "tiny-qwen2"] {
+        let p = write(d.path(), "m.gguf", shape, SynthDtype::Q4KM, 2);
+        let script = r#"
+import sys, llama_cpp
+llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=64, n_threads=2, verbose=False)
+g = []
+for t in llm.generate([1, 5, 9, 16], temp=0.0, top_k=1):
+    g.append(t)
+    if len(g) == 4:
+        break
+print(",".join(map(str, g)))
+"#;
+        let o = Command::new(&py)
+            .args(["-c", script, p.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{shape}: llama.cpp refused the file: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let ids: Vec<u32> = String::from_utf8_lossy(&o.stdout)
+            .trim()
+            .split(',')
+            .map(|x| x.parse().unwrap())
+            .collect();
+        assert_eq!(ids.len(), 4);
+        assert!(ids.iter().all(|&i| i < 300), "{shape}: {ids:?}");
+    }
+}

@@ -317,17 +317,18 @@ impl PaperShape {
     }
 
     /// The shapes by CLI name; tiny variants (`tiny-llama3`, `tiny-qwen2`) keep the structure
-    /// (GQA ratio, biases, RoPE scaling) at a width of 256, the Q4_K block length.
+    /// (GQA ratio, biases, RoPE scaling) at widths that are whole Q4_K blocks (256 values).
     /// (The tiny Llama has 4:1 grouping; the tiny Qwen2 keeps 7:1.)
     pub fn by_name(name: &str) -> Option<Self> {
         let tiny = |mut s: PaperShape, heads: usize, kv: usize, dh: usize| {
             s.name = format!("tiny-{}", s.arch.replace("llama", "llama3"));
             s.n_layer = 2;
-            s.d = 256;
+            // llama.cpp wants $d = H d_h$ (Qwen2 checks it); a Q4_K row is 256 values.
+            s.d = heads * dh;
             s.n_head = heads;
             s.n_kv_head = kv;
             s.head_dim = dh;
-            s.d_ff = 512;
+            s.d_ff = 256;
             s.vocab = 300;
             s.ctx = 4096;
             if let Some(r) = &mut s.llama3_rope {
@@ -339,7 +340,7 @@ impl PaperShape {
             "llama3.1-8b" => Some(Self::llama31_8b()),
             "qwen2-7b" => Some(Self::qwen2_7b()),
             "tiny-llama3" => Some(tiny(Self::llama31_8b(), 4, 1, 64)),
-            // 7 heads of 256: the attention output rows (7·256) stay whole Q4_K blocks.
+            // 7 heads of 256 (d = 1792): the smallest width with GQA 7:1 in whole Q4_K blocks.
             "tiny-qwen2" => Some(tiny(Self::qwen2_7b(), 7, 1, 256)),
             _ => None,
         }
@@ -554,7 +555,18 @@ fn metadata(s: &PaperShape, seed: u64) -> Vec<(String, Value)> {
         (k("attention.layer_norm_rms_epsilon"), Value::F32(s.eps)),
         (k("vocab_size"), Value::U32(s.vocab as u32)),
         ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
-        ("tokenizer.ggml.pre".into(), Value::String("gpt2".into())),
+        // The real models' split rules (both known to sinklab's tokenizer and to llama.cpp).
+        (
+            "tokenizer.ggml.pre".into(),
+            Value::String(
+                if s.arch == "qwen2" {
+                    "qwen2"
+                } else {
+                    "llama-bpe"
+                }
+                .into(),
+            ),
+        ),
         ("tokenizer.ggml.tokens".into(), Value::Array(toks)),
         ("tokenizer.ggml.token_type".into(), Value::Array(types)),
         ("tokenizer.ggml.merges".into(), Value::Array(vec![])),
@@ -599,8 +611,10 @@ fn put_value(out: &mut Vec<u8>, v: &Value) {
         Value::Bool(x) => out.push(u8::from(*x)),
         Value::String(x) => put_str(out, x),
         Value::Array(xs) => {
-            // Arrays here are homogeneous (built above); an empty one is typed u32 like candle's.
-            out.extend_from_slice(&xs.first().map_or(4, value_type).to_le_bytes());
+            // Arrays here are homogeneous (built above). An empty one is typed as a string list:
+            // the only empty array written is `tokenizer.ggml.merges`, which llama.cpp refuses
+            // unless its element type is string.
+            out.extend_from_slice(&xs.first().map_or(8, value_type).to_le_bytes());
             out.extend_from_slice(&(xs.len() as u64).to_le_bytes());
             for x in xs {
                 put_value(out, x);
