@@ -18,6 +18,7 @@
 #   BIG_AS_GB=20             address-space limit (prlimit) of the big rows, so that a build that
 #                            dequantizes everything to f32 (32 GB) fails instead of exhausting RAM
 #   LOAD_MODELS="smollm2 qwen2.5-coder-0.5b gemma3-270m"  GEN_MODELS="smollm2"  FWD_MODELS="smollm2"
+#                            (an empty list skips those rows)
 #   N_GEN=256 T_FWD=512 REPS=3 T_LONG=2048
 #   OUT=out/bench_issue13
 #   PROFILE=release          cargo profile (PROFILE=dev only to smoke-test the scripts: rows say so)
@@ -33,9 +34,9 @@ fi
 N_GEN=${N_GEN:-256}; T_FWD=${T_FWD:-512}; REPS=${REPS:-3}; T_LONG=${T_LONG:-2048}
 BIG=${BIG:-1}; BIG_T=${BIG_T:-512}; BIG_DIR=${BIG_DIR:-/tmp/sinklab-big}; BIG_AS_GB=${BIG_AS_GB:-20}
 BIG_SHAPES=${BIG_SHAPES:-"llama3.1-8b qwen2-7b"}
-LOAD_MODELS=${LOAD_MODELS:-"smollm2 qwen2.5-coder-0.5b gemma3-270m"}
-GEN_MODELS=${GEN_MODELS:-smollm2}
-FWD_MODELS=${FWD_MODELS:-smollm2}
+LOAD_MODELS=${LOAD_MODELS-"smollm2 qwen2.5-coder-0.5b gemma3-270m"}
+GEN_MODELS=${GEN_MODELS-smollm2}
+FWD_MODELS=${FWD_MODELS-smollm2}
 OUT=${OUT:-out/bench_issue13}
 export RAYON_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 CACHE=${SINKLAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sinklab}
