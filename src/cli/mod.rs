@@ -12,6 +12,7 @@ mod real_batch;
 mod report;
 mod secondary;
 mod sweep;
+mod synth;
 mod train;
 
 /// sinklab: attention sinks, checked.
@@ -44,6 +45,8 @@ enum Command {
     Fetch(fetch::Args),
     /// Run a real model (or an activations file) and measure paper A's statistics.
     Real(real::Args),
+    /// Write a synthetic GGUF with a paper model's shapes (llama3.1-8b, qwen2-7b), seeded, streaming.
+    Synth(synth::Args),
     /// Redraw a figure from its data file (`figures/<name>.json`) in another style.
     Plot(plot::Args),
 }
@@ -63,6 +66,7 @@ pub fn main() -> i32 {
         Command::Fetch(a) => fetch::run(a),
         Command::Real(a) => real::run(a),
         Command::Plot(a) => plot::run(a),
+        Command::Synth(a) => synth::run(a),
     };
     match r {
         Ok(code) => code,

@@ -182,3 +182,679 @@ pub fn write_gguf(path: &Path, s: &SynthSpec, seed: u64) -> Result<(), RealError
     write(&mut f, &meta_ref, &t_ref).map_err(|e| err(path, e))?;
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------------------
+// Paper-scale shapes, written streaming.
+// ---------------------------------------------------------------------------------------------
+
+/// A decoder shape at paper scale (or a tiny one with the same structure, for tests).
+///
+/// Matrices are drawn i.i.d. uniform on $[-\sqrt{3/n_\text{in}}, \sqrt{3/n_\text{in}}]$ (variance
+/// $1/n_\text{in}$, so every projection keeps the activations' scale), norm gains uniform on
+/// $[0.8, 1.2]$, biases uniform on $[-0.02, 0.02]$.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PaperShape {
+    /// Name printed in `general.name` (e.g. `llama3.1-8b`).
+    pub name: String,
+    /// GGUF architecture: `llama` or `qwen2`.
+    pub arch: &'static str,
+    /// Layers $L$.
+    pub n_layer: usize,
+    /// Residual width $d$.
+    pub d: usize,
+    /// Query heads $H$.
+    pub n_head: usize,
+    /// Key/value heads (grouped-query attention: $H / H_{kv}$ queries share one key/value head).
+    pub n_kv_head: usize,
+    /// Head dimension $d_h$.
+    pub head_dim: usize,
+    /// MLP width.
+    pub d_ff: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// Context length written in the metadata.
+    pub ctx: usize,
+    /// RoPE base $\theta$.
+    pub rope_base: f32,
+    /// Llama-3 frequency-dependent RoPE scaling, stored as llama.cpp does: a `rope_freqs.weight`
+    /// tensor of $d_h/2$ divisors.
+    pub llama3_rope: Option<Llama3Rope>,
+    /// q/k/v biases (Qwen2).
+    pub qkv_bias: bool,
+    /// RMSNorm $\varepsilon$.
+    pub eps: f32,
+}
+
+/// Llama 3.x RoPE scaling parameters (Hugging Face `rope_scaling` with `rope_type: llama3`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Llama3Rope {
+    /// Overall factor $s$ applied to low frequencies.
+    pub factor: f32,
+    /// Wavelengths above `original_ctx / low_freq_factor` are divided by $s$.
+    pub low_freq_factor: f32,
+    /// Wavelengths below `original_ctx / high_freq_factor` are kept.
+    pub high_freq_factor: f32,
+    /// Pre-training context length.
+    pub original_ctx: usize,
+}
+
+impl Llama3Rope {
+    /// The per-frequency divisors $f_i$ ($\omega_i \to \omega_i / f_i$, $i < d_h/2$): 1 for short
+    /// wavelengths, $s$ for long ones, and between them
+    /// $f_i = 1 / \big((1-\sigma)/s + \sigma\big)$ with
+    /// $\sigma = (L_0/\lambda_i - a)/(b - a)$ ($a, b$ the low/high factors, $L_0$ the original context).
+    pub fn divisors(&self, base: f32, head_dim: usize) -> Vec<f32> {
+        let (s, a, b) = (
+            self.factor as f64,
+            self.low_freq_factor as f64,
+            self.high_freq_factor as f64,
+        );
+        let l0 = self.original_ctx as f64;
+        (0..head_dim / 2)
+            .map(|i| {
+                let omega = (base as f64).powf(-((2 * i) as f64) / head_dim as f64);
+                let lambda = 2.0 * std::f64::consts::PI / omega;
+                let f = if lambda < l0 / b {
+                    1.0
+                } else if lambda > l0 / a {
+                    s
+                } else {
+                    let sigma = (l0 / lambda - a) / (b - a);
+                    1.0 / ((1.0 - sigma) / s + sigma)
+                };
+                f as f32
+            })
+            .collect()
+    }
+}
+
+impl PaperShape {
+    /// Meta's Llama-3.1-8B: 32 layers, $d = 4096$, 32 heads, 8 key/value heads, MLP 14336,
+    /// vocabulary 128256, $\theta = 5\cdot10^5$ with llama3 RoPE scaling (factor 8, 1, 4, 8192).
+    pub fn llama31_8b() -> Self {
+        PaperShape {
+            name: "llama3.1-8b".into(),
+            arch: "llama",
+            n_layer: 32,
+            d: 4096,
+            n_head: 32,
+            n_kv_head: 8,
+            head_dim: 128,
+            d_ff: 14336,
+            vocab: 128256,
+            ctx: 131072,
+            rope_base: 500000.0,
+            llama3_rope: Some(Llama3Rope {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_ctx: 8192,
+            }),
+            qkv_bias: false,
+            eps: 1e-5,
+        }
+    }
+
+    /// Qwen2-7B: 28 layers, $d = 3584$, 28 heads, 4 key/value heads (GQA 7:1), MLP 18944,
+    /// vocabulary 152064, q/k/v biases, $\theta = 10^6$.
+    pub fn qwen2_7b() -> Self {
+        PaperShape {
+            name: "qwen2-7b".into(),
+            arch: "qwen2",
+            n_layer: 28,
+            d: 3584,
+            n_head: 28,
+            n_kv_head: 4,
+            head_dim: 128,
+            d_ff: 18944,
+            vocab: 152064,
+            ctx: 32768,
+            rope_base: 1_000_000.0,
+            llama3_rope: None,
+            qkv_bias: true,
+            eps: 1e-6,
+        }
+    }
+
+    /// The shapes by CLI name; tiny variants (`tiny-llama3`, `tiny-qwen2`) keep the structure
+    /// (GQA ratio, biases, RoPE scaling) at widths that are whole Q4_K blocks (256 values).
+    /// (The tiny Llama has 4:1 grouping; the tiny Qwen2 keeps 7:1.)
+    pub fn by_name(name: &str) -> Option<Self> {
+        let tiny = |mut s: PaperShape, heads: usize, kv: usize, dh: usize| {
+            s.name = format!("tiny-{}", s.arch.replace("llama", "llama3"));
+            s.n_layer = 2;
+            // llama.cpp wants $d = H d_h$ (Qwen2 checks it); a Q4_K row is 256 values.
+            s.d = heads * dh;
+            s.n_head = heads;
+            s.n_kv_head = kv;
+            s.head_dim = dh;
+            s.d_ff = 256;
+            s.vocab = 300;
+            s.ctx = 4096;
+            if let Some(r) = &mut s.llama3_rope {
+                r.original_ctx = 512;
+            }
+            s
+        };
+        match name {
+            "llama3.1-8b" => Some(Self::llama31_8b()),
+            "qwen2-7b" => Some(Self::qwen2_7b()),
+            "tiny-llama3" => Some(tiny(Self::llama31_8b(), 4, 1, 64)),
+            // 7 heads of 256 (d = 1792): the smallest width with GQA 7:1 in whole Q4_K blocks.
+            "tiny-qwen2" => Some(tiny(Self::qwen2_7b(), 7, 1, 256)),
+            _ => None,
+        }
+    }
+
+    /// Names accepted by [`PaperShape::by_name`].
+    pub const NAMES: &'static [&'static str] =
+        &["llama3.1-8b", "qwen2-7b", "tiny-llama3", "tiny-qwen2"];
+}
+
+/// How the matrices are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SynthDtype {
+    /// Every matrix (embedding and head included) in Q4_K.
+    Q4K,
+    /// llama.cpp's Q4_K_M mix: Q4_K, with `output.weight` and, on the layers llama.cpp gives more
+    /// bits ($l < L/8$, $l \ge 7L/8$, or $(l - L/8) \bmod 3 = 2$), `attn_v` and `ffn_down` in Q6_K.
+    Q4KM,
+    /// Q8_0 everywhere.
+    Q8_0,
+    /// f16 everywhere.
+    F16,
+    /// f32 everywhere.
+    F32,
+}
+
+impl SynthDtype {
+    /// Parses `q4k`, `q4km`, `q8_0`, `f16`, `f32`.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "q4k" | "q4_k" => Self::Q4K,
+            "q4km" | "q4_k_m" => Self::Q4KM,
+            "q8_0" | "q8" => Self::Q8_0,
+            "f16" => Self::F16,
+            "f32" => Self::F32,
+            _ => return None,
+        })
+    }
+
+    fn base(self) -> GgmlDType {
+        match self {
+            Self::Q4K | Self::Q4KM => GgmlDType::Q4K,
+            Self::Q8_0 => GgmlDType::Q8_0,
+            Self::F16 => GgmlDType::F16,
+            Self::F32 => GgmlDType::F32,
+        }
+    }
+
+    /// Storage of matrix `name` (`output.weight`, `blk.{l}.attn_v.weight`, …) in layer `l`.
+    fn of(self, name: &str, layer: Option<usize>, n_layer: usize) -> GgmlDType {
+        if self != Self::Q4KM {
+            return self.base();
+        }
+        let more_bits =
+            |l: usize| l < n_layer / 8 || l >= 7 * n_layer / 8 || (l - n_layer / 8) % 3 == 2;
+        match layer {
+            None if name == "output.weight" => GgmlDType::Q6K,
+            Some(l)
+                if (name.ends_with("attn_v.weight") || name.ends_with("ffn_down.weight"))
+                    && more_bits(l) =>
+            {
+                GgmlDType::Q6K
+            }
+            _ => GgmlDType::Q4K,
+        }
+    }
+}
+
+/// What a tensor holds.
+#[derive(Debug, Clone)]
+enum Init {
+    /// Uniform with variance $1/n_\text{in}$.
+    Matrix,
+    /// Uniform on $[0.8, 1.2]$.
+    Gain,
+    /// Uniform on $[-0.02, 0.02]$.
+    Bias,
+    /// Given values.
+    Fixed(Vec<f32>),
+}
+
+/// One tensor of the file: name, shape `[rows, cols]` (`rows = 1` for vectors), storage.
+#[derive(Debug, Clone)]
+struct Planned {
+    name: String,
+    rows: usize,
+    cols: usize,
+    vector: bool,
+    dtype: GgmlDType,
+    init: Init,
+}
+
+impl Planned {
+    fn bytes(&self) -> usize {
+        self.rows * self.cols / self.dtype.block_size() * self.dtype.type_size()
+    }
+}
+
+fn plan(s: &PaperShape, dt: SynthDtype) -> Vec<Planned> {
+    let mut v = Vec::new();
+    let mut mat = |name: String, layer: Option<usize>, rows: usize, cols: usize| {
+        let dtype = dt.of(&name, layer, s.n_layer);
+        v.push(Planned {
+            name,
+            rows,
+            cols,
+            vector: false,
+            dtype,
+            init: Init::Matrix,
+        });
+    };
+    let (q, kv) = (s.n_head * s.head_dim, s.n_kv_head * s.head_dim);
+    mat("token_embd.weight".into(), None, s.vocab, s.d);
+    for l in 0..s.n_layer {
+        let p = |x: &str| format!("blk.{l}.{x}");
+        mat(p("attn_q.weight"), Some(l), q, s.d);
+        mat(p("attn_k.weight"), Some(l), kv, s.d);
+        mat(p("attn_v.weight"), Some(l), kv, s.d);
+        mat(p("attn_output.weight"), Some(l), s.d, q);
+        mat(p("ffn_gate.weight"), Some(l), s.d_ff, s.d);
+        mat(p("ffn_up.weight"), Some(l), s.d_ff, s.d);
+        mat(p("ffn_down.weight"), Some(l), s.d, s.d_ff);
+    }
+    mat("output.weight".into(), None, s.vocab, s.d);
+    let vec_ = |name: String, n: usize, init: Init| Planned {
+        name,
+        rows: 1,
+        cols: n,
+        vector: true,
+        dtype: GgmlDType::F32,
+        init,
+    };
+    for l in 0..s.n_layer {
+        let p = |x: &str| format!("blk.{l}.{x}");
+        v.push(vec_(p("attn_norm.weight"), s.d, Init::Gain));
+        v.push(vec_(p("ffn_norm.weight"), s.d, Init::Gain));
+        if s.qkv_bias {
+            v.push(vec_(p("attn_q.bias"), q, Init::Bias));
+            v.push(vec_(p("attn_k.bias"), kv, Init::Bias));
+            v.push(vec_(p("attn_v.bias"), kv, Init::Bias));
+        }
+    }
+    v.push(vec_("output_norm.weight".into(), s.d, Init::Gain));
+    if let Some(r) = &s.llama3_rope {
+        let f = r.divisors(s.rope_base, s.head_dim);
+        v.push(vec_("rope_freqs.weight".into(), f.len(), Init::Fixed(f)));
+    }
+    v
+}
+
+/// The GGUF alignment of tensor data (llama.cpp's default, written as `general.alignment`).
+const ALIGN: usize = 32;
+
+fn pad(n: usize) -> usize {
+    n.div_ceil(ALIGN) * ALIGN - n
+}
+
+/// Sizes of a planned file: header bytes, data bytes, parameter count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SynthSize {
+    /// Bytes before the aligned tensor data.
+    pub header: usize,
+    /// Bytes of tensor data (with alignment padding).
+    pub data: usize,
+    /// Parameters.
+    pub params: usize,
+    /// Tensors.
+    pub tensors: usize,
+}
+
+impl SynthSize {
+    /// Total file size in bytes.
+    pub fn total(&self) -> usize {
+        self.header + self.data
+    }
+}
+
+fn metadata(s: &PaperShape, seed: u64) -> Vec<(String, Value)> {
+    let k = |x: &str| format!("{}.{x}", s.arch);
+    let toks: Vec<Value> = (0..s.vocab)
+        .map(|i| {
+            Value::String(if i == 1 {
+                "<s>".into()
+            } else {
+                format!("t{i}")
+            })
+        })
+        .collect();
+    let types: Vec<Value> = (0..s.vocab)
+        .map(|i| Value::I32(if i == 1 { 3 } else { 1 }))
+        .collect();
+    vec![
+        ("general.architecture".into(), Value::String(s.arch.into())),
+        (
+            "general.name".into(),
+            Value::String(format!(
+                "sinklab synthetic {} (random weights, seed {seed})",
+                s.name
+            )),
+        ),
+        ("general.alignment".into(), Value::U32(ALIGN as u32)),
+        (k("block_count"), Value::U32(s.n_layer as u32)),
+        (k("context_length"), Value::U32(s.ctx as u32)),
+        (k("embedding_length"), Value::U32(s.d as u32)),
+        (k("feed_forward_length"), Value::U32(s.d_ff as u32)),
+        (k("attention.head_count"), Value::U32(s.n_head as u32)),
+        (k("attention.head_count_kv"), Value::U32(s.n_kv_head as u32)),
+        (k("attention.key_length"), Value::U32(s.head_dim as u32)),
+        (k("attention.value_length"), Value::U32(s.head_dim as u32)),
+        (k("rope.dimension_count"), Value::U32(s.head_dim as u32)),
+        (k("rope.freq_base"), Value::F32(s.rope_base)),
+        (k("attention.layer_norm_rms_epsilon"), Value::F32(s.eps)),
+        (k("vocab_size"), Value::U32(s.vocab as u32)),
+        ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
+        // The real models' split rules (both known to sinklab's tokenizer and to llama.cpp).
+        (
+            "tokenizer.ggml.pre".into(),
+            Value::String(
+                if s.arch == "qwen2" {
+                    "qwen2"
+                } else {
+                    "llama-bpe"
+                }
+                .into(),
+            ),
+        ),
+        ("tokenizer.ggml.tokens".into(), Value::Array(toks)),
+        ("tokenizer.ggml.token_type".into(), Value::Array(types)),
+        ("tokenizer.ggml.merges".into(), Value::Array(vec![])),
+        ("tokenizer.ggml.bos_token_id".into(), Value::U32(1)),
+        ("tokenizer.ggml.add_bos_token".into(), Value::Bool(true)),
+    ]
+}
+
+/// Little-endian GGUF encoding of metadata values (candle's encoder is private).
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn value_type(v: &Value) -> u32 {
+    match v {
+        Value::U8(_) => 0,
+        Value::I8(_) => 1,
+        Value::U16(_) => 2,
+        Value::I16(_) => 3,
+        Value::U32(_) => 4,
+        Value::I32(_) => 5,
+        Value::F32(_) => 6,
+        Value::Bool(_) => 7,
+        Value::String(_) => 8,
+        Value::Array(_) => 9,
+        Value::U64(_) => 10,
+        Value::I64(_) => 11,
+        Value::F64(_) => 12,
+    }
+}
+
+fn put_value(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::U8(x) => out.push(*x),
+        Value::I8(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::U16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::U32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::F32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::Bool(x) => out.push(u8::from(*x)),
+        Value::String(x) => put_str(out, x),
+        Value::Array(xs) => {
+            // Arrays here are homogeneous (built above). An empty one is typed as a string list:
+            // the only empty array written is `tokenizer.ggml.merges`, which llama.cpp refuses
+            // unless its element type is string.
+            out.extend_from_slice(&xs.first().map_or(8, value_type).to_le_bytes());
+            out.extend_from_slice(&(xs.len() as u64).to_le_bytes());
+            for x in xs {
+                put_value(out, x);
+            }
+        }
+        Value::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
+    }
+}
+
+/// GGUF v3 header: magic, version, counts, metadata, tensor infos (dims innermost first, offsets
+/// relative to the aligned data start), padded to [`ALIGN`].
+fn header(meta: &[(String, Value)], tensors: &[Planned]) -> Vec<u8> {
+    let mut h = Vec::new();
+    h.extend_from_slice(&0x4655_4747u32.to_le_bytes());
+    h.extend_from_slice(&3u32.to_le_bytes());
+    h.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    h.extend_from_slice(&(meta.len() as u64).to_le_bytes());
+    for (k, v) in meta {
+        put_str(&mut h, k);
+        h.extend_from_slice(&value_type(v).to_le_bytes());
+        put_value(&mut h, v);
+    }
+    let mut off = 0usize;
+    for t in tensors {
+        put_str(&mut h, &t.name);
+        let dims: Vec<usize> = if t.vector {
+            vec![t.cols]
+        } else {
+            vec![t.cols, t.rows]
+        };
+        h.extend_from_slice(&(dims.len() as u32).to_le_bytes());
+        for d in dims {
+            h.extend_from_slice(&(d as u64).to_le_bytes());
+        }
+        h.extend_from_slice(&t.dtype.to_u32_public().to_le_bytes());
+        h.extend_from_slice(&(off as u64).to_le_bytes());
+        off += t.bytes() + pad(t.bytes());
+    }
+    h.resize(h.len() + pad(h.len()), 0);
+    h
+}
+
+/// GGML type ids (ggml.h), for the dtypes this writer emits.
+trait GgmlId {
+    fn to_u32_public(self) -> u32;
+}
+
+impl GgmlId for GgmlDType {
+    fn to_u32_public(self) -> u32 {
+        match self {
+            GgmlDType::F32 => 0,
+            GgmlDType::F16 => 1,
+            GgmlDType::Q4_0 => 2,
+            GgmlDType::Q4_1 => 3,
+            GgmlDType::Q5_0 => 6,
+            GgmlDType::Q5_1 => 7,
+            GgmlDType::Q8_0 => 8,
+            GgmlDType::Q8_1 => 9,
+            GgmlDType::Q2K => 10,
+            GgmlDType::Q3K => 11,
+            GgmlDType::Q4K => 12,
+            GgmlDType::Q5K => 13,
+            GgmlDType::Q6K => 14,
+            GgmlDType::Q8K => 15,
+            GgmlDType::BF16 => 30,
+        }
+    }
+}
+
+/// Checks the shape before anything is written: divisibility by the heads and by the block length.
+fn validate(s: &PaperShape, dt: SynthDtype, path: &Path) -> Result<(), RealError> {
+    let bad = |m: String| {
+        Err(RealError::file(
+            path,
+            format!("synthetic shape {}: {m}", s.name),
+        ))
+    };
+    if s.n_layer == 0 || s.d == 0 || s.n_head == 0 || s.n_kv_head == 0 || s.vocab < 2 {
+        return bad("every dimension must be positive (vocabulary ≥ 2)".into());
+    }
+    if !s.n_head.is_multiple_of(s.n_kv_head) {
+        return bad(format!(
+            "{} heads are not a multiple of {} key/value heads",
+            s.n_head, s.n_kv_head
+        ));
+    }
+    if !s.head_dim.is_multiple_of(2) {
+        return bad(format!(
+            "head dimension {} must be even (RoPE pairs)",
+            s.head_dim
+        ));
+    }
+    for t in plan(s, dt) {
+        let b = t.dtype.block_size();
+        if t.cols % b != 0 {
+            return bad(format!(
+                "`{}` has rows of {} values, not a multiple of the {:?} block length {b}",
+                t.name, t.cols, t.dtype
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Size of the file [`write_paper_gguf`] writes, computed without writing it.
+pub fn paper_size(s: &PaperShape, dt: SynthDtype, seed: u64) -> SynthSize {
+    let tensors = plan(s, dt);
+    let h = header(&metadata(s, seed), &tensors);
+    SynthSize {
+        header: h.len(),
+        data: tensors.iter().map(|t| t.bytes() + pad(t.bytes())).sum(),
+        params: tensors.iter().map(|t| t.rows * t.cols).sum(),
+        tensors: tensors.len(),
+    }
+}
+
+/// Rows per generated chunk: about $2^{22}$ values (16 MB of f32), at least one row.
+fn chunk_rows(cols: usize) -> usize {
+    ((1usize << 22) / cols).max(1)
+}
+
+/// The RNG of chunk `c` of tensor `t`: SplitMix64 of (seed, tensor, chunk), so the bytes depend
+/// only on the seed and the shape, not on the thread count or the order chunks are computed in.
+fn chunk_rng(seed: u64, t: usize, c: usize) -> StdRng {
+    let mut z = seed ^ (t as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (c as u64).rotate_left(32);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    StdRng::seed_from_u64(z ^ (z >> 31))
+}
+
+/// Generates and encodes rows `r0..r1` of tensor `ti`.
+fn chunk_bytes(
+    t: &Planned,
+    ti: usize,
+    c: usize,
+    r0: usize,
+    r1: usize,
+    seed: u64,
+) -> candle_core::Result<Vec<u8>> {
+    let n = (r1 - r0) * t.cols;
+    let mut rng = chunk_rng(seed, ti, c);
+    let v: Vec<f32> = match &t.init {
+        Init::Matrix => {
+            let a = (3.0 / t.cols as f32).sqrt();
+            (0..n)
+                .map(|_| (rng.random::<f32>() * 2.0 - 1.0) * a)
+                .collect()
+        }
+        Init::Gain => (0..n).map(|_| 0.8 + 0.4 * rng.random::<f32>()).collect(),
+        Init::Bias => (0..n)
+            .map(|_| (rng.random::<f32>() * 2.0 - 1.0) * 0.02)
+            .collect(),
+        Init::Fixed(f) => f.clone(),
+    };
+    if t.dtype == GgmlDType::F32 {
+        return Ok(v.iter().flat_map(|x| x.to_le_bytes()).collect());
+    }
+    let x = Tensor::from_vec(v, (r1 - r0, t.cols), &Device::Cpu)?;
+    Ok(QTensor::quantize(&x, t.dtype)?.data()?.into_owned())
+}
+
+/// Progress of a streaming write: bytes written so far and the total.
+pub type Progress<'a> = &'a mut dyn FnMut(usize, usize);
+
+/// Writes a paper-scale synthetic GGUF, one chunk of rows at a time: each chunk is generated,
+/// quantized with candle's quantizer (`QTensor::quantize`, blocks never straddle rows) and
+/// appended, so the writer holds a few chunks (≈ 16 MB of f32 each, one per rayon worker), never
+/// a tensor. Same seed and shape, same bytes.
+pub fn write_paper_gguf(
+    path: &Path,
+    s: &PaperShape,
+    dt: SynthDtype,
+    seed: u64,
+    progress: Progress,
+) -> Result<SynthSize, RealError> {
+    use rayon::prelude::*;
+    use std::io::Write;
+    validate(s, dt, path)?;
+    let tensors = plan(s, dt);
+    let h = header(&metadata(s, seed), &tensors);
+    let size = paper_size(s, dt, seed);
+    let mut f = std::io::BufWriter::with_capacity(
+        1 << 20,
+        std::fs::File::create(path).map_err(|e| RealError::io(path, e))?,
+    );
+    f.write_all(&h).map_err(|e| RealError::io(path, e))?;
+    let mut done = h.len();
+    progress(done, size.total());
+    let batch = 2 * rayon::current_num_threads().max(1);
+    for (ti, t) in tensors.iter().enumerate() {
+        let per = chunk_rows(t.cols);
+        let chunks: Vec<(usize, usize, usize)> = (0..t.rows.div_ceil(per))
+            .map(|c| (c, c * per, ((c + 1) * per).min(t.rows)))
+            .collect();
+        for group in chunks.chunks(batch) {
+            let out: Vec<candle_core::Result<Vec<u8>>> = group
+                .par_iter()
+                .map(|&(c, r0, r1)| chunk_bytes(t, ti, c, r0, r1, seed))
+                .collect();
+            for b in out {
+                let b = b.map_err(|e| err(path, e))?;
+                f.write_all(&b).map_err(|e| RealError::io(path, e))?;
+                done += b.len();
+            }
+            progress(done, size.total());
+        }
+        let p = pad(t.bytes());
+        f.write_all(&vec![0u8; p])
+            .map_err(|e| RealError::io(path, e))?;
+        done += p;
+    }
+    f.flush().map_err(|e| RealError::io(path, e))?;
+    if done != size.total() {
+        return Err(err(
+            path,
+            format!("wrote {done} bytes, planned {}", size.total()),
+        ));
+    }
+    Ok(size)
+}
+
+/// Seconds [`write_paper_gguf`] should take here: one matrix chunk is generated and quantized
+/// (timed), then scaled by the number of values and divided by the rayon workers.
+pub fn estimate_seconds(s: &PaperShape, dt: SynthDtype, seed: u64) -> f64 {
+    let tensors = plan(s, dt);
+    let Some((ti, t)) = tensors
+        .iter()
+        .enumerate()
+        .find(|(_, t)| t.name.ends_with("ffn_up.weight"))
+    else {
+        return f64::NAN;
+    };
+    let r1 = chunk_rows(t.cols).min(t.rows);
+    let t0 = std::time::Instant::now();
+    if chunk_bytes(t, ti, 0, 0, r1, seed).is_err() {
+        return f64::NAN;
+    }
+    let per_value = t0.elapsed().as_secs_f64() / (r1 * t.cols) as f64;
+    let params: usize = tensors.iter().map(|t| t.rows * t.cols).sum();
+    per_value * params as f64 / rayon::current_num_threads().max(1) as f64
+}

@@ -1,0 +1,126 @@
+//! The sinklab side of the issue-13 benchmarks, one measurement per process so that the peak
+//! resident set is that measurement's (driver: `scripts/bench_issue13.sh`). Prints one JSON line.
+//!
+//! ```text
+//! issue13 ids      MODEL TEXT N            # N ids of TEXT (repeated) with BOS, comma-separated
+//! issue13 load     MODEL                   # wall of real::load, peak RSS
+//! issue13 generate MODEL IDS N             # greedy, KV cache: wall of prefill + N new tokens
+//! issue13 forward  MODEL IDS REPS all|none # forward with full capture (or none): best of REPS
+//! ```
+//! MODEL is a file or directory; IDS a comma-separated list. Threads: rayon's pool
+//! (`RAYON_NUM_THREADS`, the driver sets 2). `cargo bench` appends `--bench`: ignored.
+
+use sinklab::real::capture::{Capture, Captured};
+use sinklab::real::tokenizer::Bos;
+use std::path::Path;
+use std::time::Instant;
+
+/// `VmHWM` (peak resident set) and `VmRSS` of this process, in kB.
+fn rss_kb() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let get = |k: &str| {
+        s.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (get("VmHWM:"), get("VmRSS:"))
+}
+
+fn ids(s: &str) -> Vec<u32> {
+    s.split(',')
+        .map(|t| t.trim().parse().expect("IDS: comma-separated integers"))
+        .collect()
+}
+
+fn fail(msg: String) -> ! {
+    println!("{}", serde_json::json!({ "tool": "sinklab", "error": msg }));
+    std::process::exit(1)
+}
+
+fn main() {
+    let a: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|x| x != "--bench")
+        .collect();
+    let threads = rayon::current_num_threads();
+    let mode = a.first().map(String::as_str).unwrap_or("");
+    let Some(model) = a.get(1) else {
+        fail("usage: issue13 ids|load|generate|forward MODEL ...".into())
+    };
+    let t0 = Instant::now();
+    let lm = sinklab::real::load(Path::new(model)).unwrap_or_else(|e| fail(e.to_string()));
+    let load_s = t0.elapsed().as_secs_f64();
+    let (hwm_load, rss_load) = rss_kb();
+    let mut j = serde_json::json!({
+        "tool": "sinklab", "mode": mode, "model": model, "threads": threads,
+        "load_s": load_s, "rss_after_load_kb": rss_load, "peak_rss_after_load_kb": hwm_load,
+    });
+    match mode {
+        "ids" => {
+            let (text, n) = (&a[2], a[3].parse::<usize>().expect("N"));
+            let tok = lm
+                .tok
+                .as_ref()
+                .unwrap_or_else(|| fail("model has no tokenizer".into()));
+            let mut v = Vec::new();
+            while v.len() < n {
+                let chunk = tok.encode(text, if v.is_empty() { Bos::Yes } else { Bos::No });
+                v.extend(chunk.unwrap_or_else(|e| fail(e.to_string())));
+            }
+            v.truncate(n);
+            let s: Vec<String> = v.iter().map(u32::to_string).collect();
+            println!("{}", s.join(","));
+            return;
+        }
+        "load" => {}
+        "generate" => {
+            let (p, n) = (ids(&a[2]), a[3].parse::<usize>().expect("N"));
+            let t = Instant::now();
+            let out = lm
+                .model
+                .generate_greedy(&p, n, &mut ())
+                .unwrap_or_else(|e| fail(e.to_string()));
+            let dt = t.elapsed().as_secs_f64();
+            // `generate_greedy` returns the prompt followed by the new tokens.
+            let new = out.len().saturating_sub(p.len());
+            j["prompt_tokens"] = p.len().into();
+            j["new_tokens"] = new.into();
+            j["wall_s"] = dt.into();
+            j["tokens_per_s"] = (new as f64 / dt).into();
+            let first: Vec<u32> = out[p.len()..].iter().take(16).copied().collect();
+            j["first_ids"] = serde_json::json!(first);
+        }
+        "forward" => {
+            let (toks, reps) = (ids(&a[2]), a[3].parse::<usize>().expect("REPS").max(1));
+            let what = match a.get(4).map(String::as_str) {
+                Some("none") => Capture::default(),
+                _ => Capture::all(),
+            };
+            let run = || {
+                let mut cap = Captured::new(what);
+                let t = Instant::now();
+                lm.model
+                    .forward(&toks, &mut cap, None)
+                    .unwrap_or_else(|e| fail(e.to_string()));
+                t.elapsed().as_secs_f64()
+            };
+            // One warm-up when timing several runs (first touch of the weights and buffers).
+            if reps > 1 {
+                run();
+            }
+            let times: Vec<f64> = (0..reps).map(|_| run()).collect();
+            j["tokens"] = toks.len().into();
+            j["capture"] = a.get(4).cloned().unwrap_or("all".into()).into();
+            j["best_s"] = times.iter().copied().fold(f64::INFINITY, f64::min).into();
+            j["times_s"] = serde_json::json!(times);
+        }
+        other => fail(format!(
+            "unknown mode `{other}` (ids, load, generate, forward)"
+        )),
+    }
+    let (hwm, _) = rss_kb();
+    j["peak_rss_kb"] = hwm.into();
+    println!("{j}");
+}
