@@ -9,6 +9,8 @@
 //! ```
 //! MODEL is a file or directory; IDS a comma-separated list. Threads: rayon's pool
 //! (`RAYON_NUM_THREADS`, the driver sets 2). `cargo bench` appends `--bench`: ignored.
+//! `SINKLAB_WEIGHTS=f32` converts the weights to f32 after loading (`--weights f32`; the
+//! conversion is timed as part of the load).
 
 use sinklab::real::capture::{Capture, Captured};
 use sinklab::real::tokenizer::Bos;
@@ -50,11 +52,17 @@ fn main() {
         fail("usage: issue13 ids|load|generate|forward MODEL ...".into())
     };
     let t0 = Instant::now();
-    let lm = sinklab::real::load(Path::new(model)).unwrap_or_else(|e| fail(e.to_string()));
+    let mut lm = sinklab::real::load(Path::new(model)).unwrap_or_else(|e| fail(e.to_string()));
+    let weights = std::env::var("SINKLAB_WEIGHTS").unwrap_or_else(|_| "file".into());
+    match weights.as_str() {
+        "file" => {}
+        "f32" => lm.model.make_f32_resident(),
+        w => fail(format!("SINKLAB_WEIGHTS={w}: expected file or f32")),
+    }
     let load_s = t0.elapsed().as_secs_f64();
     let (hwm_load, rss_load) = rss_kb();
     let mut j = serde_json::json!({
-        "tool": "sinklab", "mode": mode, "model": model, "threads": threads,
+        "tool": "sinklab", "mode": mode, "model": model, "threads": threads, "weights": weights,
         "load_s": load_s, "rss_after_load_kb": rss_load, "peak_rss_after_load_kb": hwm_load,
     });
     match mode {

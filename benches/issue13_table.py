@@ -37,6 +37,31 @@ def gguf_size(path):
         return None
 
 
+def row(kind, what, s, note, rr):
+    if kind == "generate":
+        b, t = rr.get("llama.cpp"), rr.get("transformers")
+        cell = lambda d, name: err(d) or f"{name}{d['tokens_per_s']:.1f} tok/s ({d['new_tokens']} tokens)"
+        rat = []
+        for d, n in ((b, "llama.cpp"), (t, "transformers")):
+            if not (err(s) or err(d)):
+                rat.append(f"{s['tokens_per_s'] / d['tokens_per_s']:.2f}× {n}")
+        same = ""
+        if b and s and not err(b) and not err(s):
+            same = "; first 16 ids equal llama.cpp's" if s.get("first_ids") == b.get("first_ids") else "; first ids differ from llama.cpp's"
+        tgt = ""
+        if not (err(s) or err(b)):
+            tgt = "≥ llama.cpp: " + ("met" if s["tokens_per_s"] >= b["tokens_per_s"] else "not met")
+        print(f"| greedy generation {what}, KV cache ({note}) | {cell(s, '')} | {cell(b, 'llama.cpp ')}; {cell(t, 'transformers ')} | {', '.join(rat)}{same} | {tgt}{mark(s, b, t)} |")
+    elif kind == "forward":
+        t = rr.get("transformers")
+        sc = err(s) or f"{s['best_s']:.3f} s (best of {len(s['times_s'])})"
+        tc = err(t) or f"transformers eager + attentions + hidden states {t['best_s']:.3f} s"
+        ok = not (err(s) or err(t))
+        ratio = f"{t['best_s'] / s['best_s']:.2f}× (transformers / sinklab)" if ok else ""
+        tgt = ("≥ 2×: " + ("met" if t["best_s"] / s["best_s"] >= 2 else "not met")) if ok else ""
+        print(f"| forward {what}, full capture ({note}), T = {s.get('tokens', '?') if s else '?'} | {sc} | {tc} | {ratio} | {tgt}{mark(s, t)} |")
+
+
 print("| work | sinklab | baseline | ratio | target |")
 print("|---|---|---|---|---|")
 load_rss = {}
@@ -55,28 +80,10 @@ for r in order:
             ok = s["load_s"] <= 1.0
             tgt = f"≤ 1 s: {'met' if ok else 'not met'}; peak / file {s['peak_rss_after_load_kb'] * 1024 / size:.2f}"
         print(f"| load {what} (GGUF {size / 1e6 if size else 0:.0f} MB) | {sc} | {bc} | {ratio} | {tgt}{mark(s, b)} |")
-    elif kind == "generate":
-        b, t = rows[r].get("llama.cpp"), rows[r].get("transformers")
-        cell = lambda d, name: err(d) or f"{name}{d['tokens_per_s']:.1f} tok/s ({d['new_tokens']} tokens)"
-        rat = []
-        for d, n in ((b, "llama.cpp"), (t, "transformers")):
-            if not (err(s) or err(d)):
-                rat.append(f"{s['tokens_per_s'] / d['tokens_per_s']:.2f}× {n}")
-        same = ""
-        if b and s and not err(b) and not err(s):
-            same = "; first 16 ids equal llama.cpp's" if s.get("first_ids") == b.get("first_ids") else "; first ids differ from llama.cpp's"
-        tgt = ""
-        if not (err(s) or err(b)):
-            tgt = "≥ llama.cpp: " + ("met" if s["tokens_per_s"] >= b["tokens_per_s"] else "not met")
-        print(f"| greedy generation {what}, KV cache | {cell(s, '')} | {cell(b, 'llama.cpp ')}; {cell(t, 'transformers ')} | {', '.join(rat)}{same} | {tgt}{mark(s, b, t)} |")
-    elif kind == "forward":
-        t = rows[r].get("transformers")
-        sc = err(s) or f"{s['best_s']:.3f} s (best of {len(s['times_s'])})"
-        tc = err(t) or f"transformers eager + attentions + hidden states {t['best_s']:.3f} s"
-        ok = not (err(s) or err(t))
-        ratio = f"{t['best_s'] / s['best_s']:.2f}× (transformers / sinklab)" if ok else ""
-        tgt = ("≥ 2×: " + ("met" if t["best_s"] / s["best_s"] >= 2 else "not met")) if ok else ""
-        print(f"| forward {what}, full capture, T = {s.get('tokens', '?') if s else '?'} | {sc} | {tc} | {ratio} | {tgt}{mark(s, t)} |")
+    elif kind in ("generate", "forward"):
+        for side, note in (("sinklab", "weights as in the file"), ("sinklab-f32", "--weights f32")):
+            if side in rows[r]:
+                row(kind, what, rows[r][side], note, rows[r])
     elif kind.startswith("stats_T"):
         res = load_rss.get(what)
         sc = err(s) or f"peak {mb(s.get('proc_max_rss_kb'))}, {s.get('proc_wall_s', 0):.1f} s"

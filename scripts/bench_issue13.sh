@@ -62,7 +62,7 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "issue13" and m.get("executable"):
         print(m["executable"])')
 PDIR=$PROFILE; [ "$PROFILE" = dev ] && PDIR=debug
-SINKLAB=target/$PDIR/sinklab
+SINKLAB=${CARGO_TARGET_DIR:-target}/$PDIR/sinklab
 [ -x "$BENCH_BIN" ] && [ -x "$SINKLAB" ] || { echo "bench_issue13: release build failed" >&2; exit 2; }
 
 mkdir -p "$OUT"; ROWS="$OUT/rows.jsonl"; : > "$ROWS"
@@ -123,6 +123,7 @@ for m in $GEN_MODELS; do
   f=$(gguf_of "$m") || continue
   ids=$("$BENCH_BIN" ids "$f" "$TEXT" 32)
   measure "generate/$m" sinklab "$BENCH_BIN" generate "$f" "$ids" "$N_GEN"
+  measure "generate/$m" sinklab-f32 env SINKLAB_WEIGHTS=f32 "$BENCH_BIN" generate "$f" "$ids" "$N_GEN"
   measure "generate/$m" llama.cpp $BASE llama-generate "$f" "$ids" "$N_GEN"
   measure "generate/$m" transformers $BASE torch-generate "$f" "$ids" "$N_GEN"
 done
@@ -133,6 +134,7 @@ for m in $FWD_MODELS; do
   f=$(gguf_of "$m") || continue
   ids=$("$BENCH_BIN" ids "$f" "$TEXT" "$T_FWD")
   measure "forward/$m" sinklab "$BENCH_BIN" forward "$f" "$ids" "$REPS" all
+  measure "forward/$m" sinklab-f32 env SINKLAB_WEIGHTS=f32 "$BENCH_BIN" forward "$f" "$ids" "$REPS" all
   measure "forward/$m" transformers $BASE torch-forward "$f" "$ids" "$REPS"
 done
 
