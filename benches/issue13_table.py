@@ -22,8 +22,8 @@ def mb(kb):
 
 
 def mark(*ds):
-    ls = [d.get("load_avg", 0) for d in ds if d]
-    return f" **LOADED (load {max(ls):.1f}): not a result**" if any(d.get("loaded") for d in ds if d) else ""
+    ls = [d.get("runnable_before", 0) for d in ds if d]
+    return f" **LOADED ({max(ls)} runnable tasks before the row): not a result**" if any(d.get("loaded") for d in ds if d) else ""
 
 
 def err(d):

@@ -6,6 +6,9 @@
 # Refuses to run when the 1-minute load average exceeds $MAX_LOAD (0.5): absolute times on a
 # busy 2-core machine are meaningless. BENCH_ALLOW_LOAD=1 runs anyway and labels every row
 # "loaded" (with the load average seen before it), for checking that the scripts work.
+# Between rows the 1-minute average still holds the benchmark's own previous row (2 threads), so
+# each row is instead checked by sampling the number of runnable tasks (/proc/loadavg, field 4)
+# right before it starts: the least of 5 samples over 1 s above 2 means another process is busy.
 #
 # Settings (environment):
 #   VENV=/work/venv          Python with torch, transformers, gguf, llama-cpp-python
@@ -42,6 +45,11 @@ export RAYON_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THRE
 CACHE=${SINKLAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sinklab}
 
 load1() { cut -d' ' -f1 /proc/loadavg; }
+runnable() {  # least number of runnable tasks over 5 samples, 0.2 s apart (this sampler counts 1)
+  local m=1000 r
+  for _ in 1 2 3 4 5; do r=$(cut -d' ' -f4 /proc/loadavg | cut -d/ -f1); [ "$r" -lt "$m" ] && m=$r; sleep 0.2; done
+  echo "$m"
+}
 over() { awk -v l="$1" -v m="$MAX_LOAD" 'BEGIN { exit !(l > m) }'; }
 l=$(load1)
 if over "$l" && [ "${BENCH_ALLOW_LOAD:-0}" != 1 ]; then
@@ -76,12 +84,13 @@ ISA=$(grep -qw avx512f /proc/cpuinfo && echo avx512 || (grep -qw avx2 /proc/cpui
 measure() {
   local row=$1 side=$2; shift 2
   local l; l=$(load1)
+  local busy; busy=$(runnable)
   local tf; tf=$(mktemp)
   local js
   js=$(/usr/bin/time -f '%e %M' -o "$tf" "$@" 2>"$OUT/last_stderr.txt" | tail -n 1) || true
   # No JSON line (a crash): the error is the first line of its stderr that is not a backtrace frame.
   local et; et=$(grep -v -E '^\s*$|^\s*[0-9]+: |^\s+at |^stack backtrace|^note: ' "$OUT/last_stderr.txt" | head -n 1 || true)
-  ET="$et" JS="$js" ROW="$row" SIDE="$side" LOAD="$l" TF="$tf" COMMIT="$COMMIT" CPU="$CPU" ISA="$ISA" MAXL="$MAX_LOAD" PROFILE="$PROFILE" "$PY" - <<'PY' | tee -a "$ROWS"
+  BUSY="$busy" ET="$et" JS="$js" ROW="$row" SIDE="$side" LOAD="$l" TF="$tf" COMMIT="$COMMIT" CPU="$CPU" ISA="$ISA" MAXL="$MAX_LOAD" PROFILE="$PROFILE" "$PY" - <<'PY' | tee -a "$ROWS"
 import json, os
 try:
     d = json.loads(os.environ["JS"])
@@ -93,7 +102,7 @@ try:
 except Exception:
     pass
 l = float(os.environ["LOAD"])
-d.update(row=os.environ["ROW"], side=os.environ["SIDE"], load_avg=l, loaded=l > float(os.environ["MAXL"]),
+d.update(row=os.environ["ROW"], side=os.environ["SIDE"], load_avg=l, runnable_before=int(os.environ["BUSY"]), loaded=int(os.environ["BUSY"]) > 2,
          commit=os.environ["COMMIT"], profile=os.environ["PROFILE"], cpu=os.environ["CPU"], cpu_isa=os.environ["ISA"])
 print(json.dumps(d))
 PY
