@@ -274,7 +274,7 @@ fn malformed_activations_are_named() {
 fn one_activation_reader_for_both_consumers() {
     use safetensors::Dtype;
     use safetensors::tensor::TensorView;
-    use sinklab::secondary::activations::Activations;
+    use sinklab::real::activation_file::Activations;
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("a.safetensors");
     let f = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();

@@ -292,7 +292,7 @@ fn mutated_inputs_never_panic_abort_or_hang() {
         load,
     );
     total += campaign("activations", &acts, 100, 15, file("a.safetensors"), |p| {
-        let _ = sinklab::secondary::activations::Activations::read(&p);
+        let _ = sinklab::real::activation_file::Activations::read(&p);
         let _ = sinklab::real::activations::analyze_file(&p);
     });
     total += campaign("sweep spec", &spec, 100, 16, file("s.toml"), |p| {

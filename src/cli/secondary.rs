@@ -8,8 +8,8 @@
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
+use sinklab::real::activation_file::Activations;
 use sinklab::real::{fetch, load};
-use sinklab::secondary::activations::Activations;
 use sinklab::secondary::detector::Centering;
 use sinklab::secondary::native::LastLayer;
 use sinklab::secondary::records::{SinkRecord, analyse};

@@ -37,9 +37,9 @@ fn heads_to_rows(x: &[f32], hk: usize, t: usize, dh: usize) -> Vec<f32> {
 }
 
 /// Reads and analyses an activations file (parsed by the crate's one schema reader,
-/// [`crate::secondary::activations::Activations`]).
+/// [`crate::real::activation_file::Activations`]).
 pub fn analyze_file(path: &Path) -> Result<ActivationsReport, RealError> {
-    use crate::secondary::activations::{ActivationError, Activations, HeadTensor};
+    use super::activation_file::{ActivationError, Activations, HeadTensor};
     let a = Activations::read(path).map_err(|e| match e {
         ActivationError::Missing(n) if n == "hidden.0" => RealError::file(
             path,

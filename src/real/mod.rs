@@ -9,6 +9,7 @@
 //! [`capture`] keeps only what is asked for and [`stats`] reduces while streaming.
 
 pub mod a2_skill;
+pub mod activation_file;
 pub mod activations;
 pub mod analysis;
 pub mod arch;
@@ -18,6 +19,7 @@ pub mod forward;
 pub mod gguf;
 pub mod halfspace_real;
 pub mod head_space;
+pub mod hidden;
 pub mod model;
 pub mod oversmooth_real;
 pub mod q8_deviation;

@@ -4,10 +4,13 @@
 //! activations ([`records`], [`activations`]), and the synthetic analogue of
 //! claim B3 ([`synthetic`]).
 
-pub mod activations;
+/// The activation-file reader lives in [`crate::real::activation_file`] (paper A's
+/// `real --activations` reads the same files); re-exported here under its old path.
+pub use crate::real::activation_file as activations;
 pub mod detector;
 pub mod figures;
-pub mod hidden;
+/// Hidden-state tensors, in [`crate::real::hidden`]; re-exported under the old path.
+pub use crate::real::hidden;
 pub mod long;
 pub mod native;
 pub mod records;
