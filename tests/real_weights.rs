@@ -669,3 +669,36 @@ fn cli_weights_f32_reports_what_the_file_format_reports_and_is_budgeted() {
         "{err}"
     );
 }
+
+#[test]
+fn weights_flag_is_refused_where_no_model_is_loaded_by_it() {
+    // `secondary --long` loads its own models and `--activations` loads none: a `--weights`
+    // there would be silently ignored, so the command line is refused, naming the flag.
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sinklab"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for args in [
+        &["secondary", "--long", "--weights", "f32"][..],
+        &[
+            "secondary",
+            "--activations",
+            "x.safetensors",
+            "--weights",
+            "f32",
+        ][..],
+        &["real", "--activations", "x.safetensors", "--weights", "f32"][..],
+        &["real", "--activations", "x.safetensors", "--matmul", "q8"][..],
+    ] {
+        let o = run(args);
+        assert!(!o.status.success(), "{args:?} was accepted");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("--weights") || err.contains("--matmul"),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains("cannot be used with"), "{args:?}: {err}");
+    }
+}

@@ -45,15 +45,15 @@ pub struct Args {
     /// Products with quantized weights: exact (f32 activations, weights dequantized in tiles)
     /// or q8 (activations quantized per block, integer dot products as llama.cpp does; its
     /// deviation from exact on this input is measured and printed).
-    #[arg(long, value_enum, default_value_t = MatmulArg::Exact)]
+    #[arg(long, value_enum, default_value_t = MatmulArg::Exact, conflicts_with = "activations")]
     matmul: MatmulArg,
     /// Resident weights: as stored in the file (quantized / 16-bit, memory-mapped; memory ≈ file
     /// size) or converted to f32 once at load (4 bytes per weight; faster products when memory
     /// allows). Same results either way up to f32 summation order.
-    #[arg(long, value_enum, default_value_t = WeightsArg::File)]
+    #[arg(long, value_enum, default_value_t = WeightsArg::File, conflicts_with = "activations")]
     weights: WeightsArg,
     /// Memory limit for `--weights f32` (e.g. 12G; default: SINKLAB_MAX_MEM or the built-in).
-    #[arg(long)]
+    #[arg(long, requires = "weights")]
     max_mem: Option<String>,
 }
 

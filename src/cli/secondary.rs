@@ -61,10 +61,10 @@ pub struct Args {
     long: bool,
     /// Resident weights of --model: as stored in the file, or converted to f32 at load (faster
     /// generation when memory allows; `sinklab real --help` says more).
-    #[arg(long, value_enum, default_value_t = super::real::WeightsArg::File)]
+    #[arg(long, value_enum, default_value_t = super::real::WeightsArg::File, conflicts_with_all = ["long", "activations"])]
     weights: super::real::WeightsArg,
     /// Memory limit for `--weights f32` (default: SINKLAB_MAX_MEM or the built-in).
-    #[arg(long)]
+    #[arg(long, requires = "weights")]
     max_mem: Option<String>,
     /// Models of --long (comma-separated).
     #[arg(long, value_delimiter = ',', default_values_t = sinklab::secondary::long::LONG_MODELS.map(String::from))]
