@@ -89,6 +89,38 @@ fn par_for(m: usize, n: usize, k: usize) -> Par {
     }
 }
 
+/// `C ← α A B + β C` through faer (β = 0 overwrites, so `C` may hold anything; `k = 0` gives
+/// `β C`).
+fn gemm<T: Real>(
+    mut c: MatMut<'_, T>,
+    alpha: f64,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    beta: f64,
+    par: Par,
+) {
+    let accum = if beta == 0.0 {
+        Accum::Replace
+    } else {
+        if beta != 1.0 {
+            let bt = T::from_f64(beta);
+            for j in 0..c.ncols() {
+                for i in 0..c.nrows() {
+                    c[(i, j)] = bt * c[(i, j)];
+                }
+            }
+        }
+        Accum::Add
+    };
+    if a.ncols() == 0 {
+        if beta == 0.0 {
+            c.fill(T::from_f64(0.0));
+        }
+        return;
+    }
+    faer::linalg::matmul::matmul(c, accum, a, b, T::from_f64(alpha), par);
+}
+
 impl<T: Real> Backend for Cpu<T> {
     type Elem = T;
     type Tensor = CpuTensor<T>;
@@ -129,36 +161,46 @@ impl<T: Real> Backend for Cpu<T> {
         c: &mut CpuTensor<T>,
     ) -> Result<()> {
         let (m, n, k) = matmul_dims(a.shape, op_a, b.shape, op_b, c.shape)?;
-        let par = par_for(m, n, k);
-        let alpha = T::from_f64(alpha);
-        let beta_t = T::from_f64(beta);
-        for bi in 0..c.shape.batch {
+        let batch = c.shape.batch;
+        // A batch of activations times one shared matrix, `C_b = A_b op(B)` with `A` not
+        // transposed: the batch's rows stacked, one `(batch·m) × k` product instead of `batch`
+        // small ones (same sums, one call, and threads when the stacked product is large).
+        if batch > 1 && a.shape.batch == batch && b.shape.batch == 1 && op_a == Op::N {
+            let am = MatRef::from_row_major_slice(&a.data, batch * m, k);
+            let bm = b.mat(0);
+            let bm = if op_b == Op::T { bm.transpose() } else { bm };
+            let cm = MatMut::from_row_major_slice_mut(&mut c.data, batch * m, n);
+            gemm(cm, alpha, am, bm, beta, par_for(batch * m, n, k));
+            return Ok(());
+        }
+        let one = |bi: usize, cd: &mut [T], par: Par| {
             let ai = if a.shape.batch == 1 { 0 } else { bi };
             let bj = if b.shape.batch == 1 { 0 } else { bi };
             let am = a.mat(ai);
             let bm = b.mat(bj);
             let am = if op_a == Op::T { am.transpose() } else { am };
             let bm = if op_b == Op::T { bm.transpose() } else { bm };
-            let mut cm = c.mat_mut(bi);
-            let accum = if beta == 0.0 {
-                Accum::Replace
-            } else {
-                if beta != 1.0 {
-                    for j in 0..n {
-                        for i in 0..m {
-                            cm[(i, j)] = beta_t * cm[(i, j)];
-                        }
-                    }
-                }
-                Accum::Add
-            };
-            if k == 0 {
-                if beta == 0.0 {
-                    cm.fill(T::from_f64(0.0));
-                }
-                continue;
+            let cm = MatMut::from_row_major_slice_mut(cd, m, n);
+            gemm(cm, alpha, am, bm, beta, par);
+        };
+        let len = c.shape.mat_len();
+        if len == 0 {
+            return Ok(());
+        }
+        // Independent products of one batch: spread over the threads when their total is
+        // large, each product sequential (small products lose to threads inside faer).
+        let total = batch.saturating_mul(m).saturating_mul(n).saturating_mul(k);
+        if batch > 1 && total >= PAR_MIN_MNK && rayon::current_num_threads() > 1 {
+            use rayon::prelude::*;
+            c.data
+                .par_chunks_mut(len)
+                .enumerate()
+                .for_each(|(bi, cd)| one(bi, cd, Par::Seq));
+        } else {
+            let par = par_for(m, n, k);
+            for (bi, cd) in c.data.chunks_mut(len).enumerate() {
+                one(bi, cd, par);
             }
-            faer::linalg::matmul::matmul(cm, accum, am, bm, alpha, par);
         }
         Ok(())
     }
@@ -365,24 +407,18 @@ impl<T: Real> Backend for Cpu<T> {
                 continue;
             }
             let y = token_id(targets.data[r], cols)?;
-            let mut mx = z[0];
-            for &v in &z[1..] {
-                if v > mx {
-                    mx = v;
-                }
-            }
-            let mut sum = zero;
+            // The same passes as `softmax_rows`: lane maximum, vectorised exp, lane sum.
+            let mx = max_lanes(z);
             for (o, &v) in dz.iter_mut().zip(z) {
-                *o = (v - mx).exp();
-                sum += *o;
+                *o = v - mx;
             }
+            T::exp_in_place(dz);
+            let sum = sum_lanes(dz);
+            let p_y = dz[y] / sum;
             for o in dz.iter_mut() {
-                *o /= sum;
+                *o = *o / sum * c;
             }
-            dz[y] -= T::from_f64(1.0);
-            for o in dz.iter_mut() {
-                *o *= c;
-            }
+            dz[y] = (p_y - T::from_f64(1.0)) * c;
             let lse = mx.to_f64() + sum.to_f64().ln();
             loss.data[r] = c * T::from_f64(lse - z[y].to_f64());
         }

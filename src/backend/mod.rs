@@ -32,6 +32,7 @@
 pub mod cpu;
 pub mod gpu;
 pub mod real;
+pub mod simd;
 
 use std::fmt;
 use std::str::FromStr;

@@ -90,13 +90,7 @@ impl Real for f32 {
         f32::sqrt(self)
     }
     fn exp_in_place(xs: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has just been found to support AVX2.
-            unsafe { exp_slice_avx2(xs) };
-            return;
-        }
-        exp_slice(xs);
+        super::simd::exp_in_place(xs);
     }
 }
 
@@ -137,23 +131,6 @@ pub fn exp_f32(x: f32) -> f32 {
     } else {
         e
     }
-}
-
-#[inline(always)]
-fn exp_slice(xs: &mut [f32]) {
-    for x in xs {
-        *x = exp_f32(*x);
-    }
-}
-
-/// [`exp_slice`] compiled for 8-lane AVX2 (the crate's baseline is SSE2's 4
-/// lanes). Same operations in the same order and no FMA contraction (Rust does
-/// not contract `a * b + c`), so the results are bit for bit those of the
-/// baseline loop.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn exp_slice_avx2(xs: &mut [f32]) {
-    exp_slice(xs);
 }
 
 /// Lanes of the element-wise reductions below: independent partial results

@@ -12,6 +12,7 @@
 use super::RealError;
 use super::model::{Act, Linear, Matmul, NormLayer, Pretrained, Rope};
 use super::weights::Storage;
+use crate::backend::simd;
 use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
@@ -117,12 +118,6 @@ pub fn linear_with(x: &[f32], t: usize, lin: &Linear, mode: Matmul) -> Vec<f32> 
     out
 }
 
-/// GELU, tanh approximation (as `gelu_pytorch_tanh`).
-fn gelu_tanh(x: f32) -> f32 {
-    let c = (2.0f32 / std::f32::consts::PI).sqrt();
-    0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
-}
-
 /// erf in f64 (Numerical Recipes `erfc` Chebyshev fit, |error| < 1.2e-7).
 fn erf(x: f64) -> f64 {
     let z = x.abs();
@@ -140,11 +135,29 @@ fn erf(x: f64) -> f64 {
     if x >= 0.0 { 1.0 - r } else { r - 1.0 }
 }
 
-fn act(a: Act, x: f32) -> f32 {
-    match a {
-        Act::Silu => x / (1.0 + (-x).exp()),
-        Act::GeluTanh => gelu_tanh(x),
-        Act::GeluErf => (0.5 * x as f64 * (1.0 + erf(x as f64 / std::f64::consts::SQRT_2))) as f32,
+/// GELU with the exact erf, $\tfrac12 x (1 + \operatorname{erf}(x/\sqrt2))$, in f64.
+fn gelu_erf(x: f32) -> f32 {
+    (0.5 * x as f64 * (1.0 + erf(x as f64 / std::f64::consts::SQRT_2))) as f32
+}
+
+/// The MLP's hidden activation: `up ← up ⊙ act(gate)` for a gated MLP, else `up ← act(up)`
+/// (SiLU and tanh-GELU through the vectorised kernels of [`crate::backend::simd`]).
+fn activate(a: Act, up: &mut [f32], gate: Option<&[f32]>) {
+    match (a, gate) {
+        (Act::Silu, Some(g)) => simd::silu_mul(up, g),
+        (Act::Silu, None) => simd::silu_in_place(up),
+        (Act::GeluTanh, Some(g)) => simd::gelu_tanh_mul(up, g),
+        (Act::GeluTanh, None) => simd::gelu_tanh_in_place(up),
+        (Act::GeluErf, Some(g)) => {
+            for (u, &gg) in up.iter_mut().zip(g) {
+                *u *= gelu_erf(gg);
+            }
+        }
+        (Act::GeluErf, None) => {
+            for u in up.iter_mut() {
+                *u = gelu_erf(*u);
+            }
+        }
     }
 }
 
@@ -320,14 +333,24 @@ impl Pretrained {
         }
         let past = cache.k.get(l).map(|v| v.len() / (hk * dh)).unwrap_or(0);
         debug_assert_eq!(past, pos0);
-        let (k, v): (Vec<f32>, Vec<f32>) = if past == 0 {
-            (k_new, v_new)
+        // Keys and values of every position: appended to the cache in place when it is kept
+        // (no copy of the past per decoded token), else the new rows alone or a joined copy.
+        let joined: Option<(Vec<f32>, Vec<f32>)> = if keep {
+            cache.k[l].extend_from_slice(&k_new);
+            cache.v[l].extend_from_slice(&v_new);
+            None
+        } else if past == 0 {
+            Some((k_new, v_new))
         } else {
             let mut k = cache.k[l].clone();
             k.extend_from_slice(&k_new);
             let mut v = cache.v[l].clone();
             v.extend_from_slice(&v_new);
-            (k, v)
+            Some((k, v))
+        };
+        let (k, v): (&[f32], &[f32]) = match &joined {
+            Some((k, v)) => (k, v),
+            None => (&cache.k[l], &cache.v[l]),
         };
         let tk = past + t;
         // Per head: logits, mask, softmax, and o_h = A_h v_g.
@@ -335,16 +358,20 @@ impl Pretrained {
         let softcap = c.attn_softcap;
         let causal = c.causal;
         let window = ly.window;
-        let results: Vec<(Vec<f32>, Vec<f32>)> = (0..h)
-            .into_par_iter()
-            .map(|hh| {
+        // One buffer for the layer's maps and one for the heads' outputs, written in place by
+        // the heads in parallel.
+        let mut attn = vec![0f32; h * t * tk];
+        let mut o_heads = vec![0f32; h * t * dh];
+        attn.par_chunks_mut(t * tk)
+            .zip(o_heads.par_chunks_mut(t * dh))
+            .enumerate()
+            .for_each(|(hh, (s, o))| {
                 let g = hh / group;
                 let qm = MatRef::from_row_major_slice_with_stride(&q[hh * dh..], t, dh, h * dh);
                 let km = MatRef::from_row_major_slice_with_stride(&k[g * dh..], tk, dh, hk * dh);
                 let vm = MatRef::from_row_major_slice_with_stride(&v[g * dh..], tk, dh, hk * dh);
-                let mut s = vec![0f32; t * tk];
                 faer::linalg::matmul::matmul(
-                    MatMut::from_row_major_slice_mut(&mut s, t, tk),
+                    MatMut::from_row_major_slice_mut(s, t, tk),
                     Accum::Replace,
                     qm,
                     km.transpose(),
@@ -352,7 +379,7 @@ impl Pretrained {
                     Par::Seq,
                 );
                 if let Some(cap) = softcap {
-                    for z in &mut s {
+                    for z in s.iter_mut() {
                         *z = cap * (*z / cap).tanh();
                     }
                 }
@@ -372,37 +399,23 @@ impl Pretrained {
                             row[lo..hi].fill(u);
                         }
                         None => {
-                            let mx = row[lo..hi].iter().fold(f32::NEG_INFINITY, |m, &z| m.max(z));
-                            let mut sum = 0f32;
-                            for z in &mut row[lo..hi] {
-                                *z = (*z - mx).exp();
-                                sum += *z;
-                            }
-                            let inv = 1.0 / sum;
-                            for z in &mut row[lo..hi] {
-                                *z *= inv;
-                            }
+                            simd::softmax_in_place(&mut row[lo..hi]);
                             row[..lo].fill(0.0);
                             row[hi..].fill(0.0);
                         }
                     }
                 }
-                let mut o = vec![0f32; t * dh];
                 faer::linalg::matmul::matmul(
-                    MatMut::from_row_major_slice_mut(&mut o, t, dh),
+                    MatMut::from_row_major_slice_mut(o, t, dh),
                     Accum::Replace,
-                    MatRef::from_row_major_slice(&s, t, tk),
+                    MatRef::from_row_major_slice(s, t, tk),
                     vm,
                     1.0f32,
                     Par::Seq,
                 );
-                (s, o)
-            })
-            .collect();
-        let mut attn = Vec::with_capacity(h * t * tk);
+            });
         let mut head_out = vec![0f32; t * h * dh];
-        for (hh, (s, o)) in results.into_iter().enumerate() {
-            attn.extend_from_slice(&s);
+        for (hh, o) in o_heads.chunks_exact(t * dh).enumerate() {
             for i in 0..t {
                 head_out[i * h * dh + hh * dh..i * h * dh + (hh + 1) * dh]
                     .copy_from_slice(&o[i * dh..(i + 1) * dh]);
@@ -431,19 +444,12 @@ impl Pretrained {
             n.apply(&mut m_in);
         }
         let mut hid = linear_with(&m_in, t, &ly.up, self.matmul);
-        match &ly.gate {
-            Some(g) => {
-                let gv = linear_with(&m_in, t, g, self.matmul);
-                for (u, gg) in hid.iter_mut().zip(&gv) {
-                    *u *= act(c.act, *gg);
-                }
-            }
-            None => {
-                for u in hid.iter_mut() {
-                    *u = act(c.act, *u);
-                }
-            }
-        }
+        let gv = ly
+            .gate
+            .as_ref()
+            .map(|g| linear_with(&m_in, t, g, self.matmul));
+        activate(c.act, &mut hid, gv.as_deref());
+        drop(gv);
         drop(m_in);
         let mut mlp_out = linear_with(&hid, t, &ly.down, self.matmul);
         drop(hid);
@@ -478,8 +484,8 @@ impl Pretrained {
                 x_in: x,
                 attn_in: &a,
                 q: &q,
-                k: &k,
-                v: &v,
+                k,
+                v,
                 attn: &attn,
                 head_out: &head_out,
                 attn_out: &attn_out,
@@ -488,10 +494,6 @@ impl Pretrained {
                 x_out: &y,
             },
         );
-        if keep {
-            cache.k[l] = k;
-            cache.v[l] = v;
-        }
         Ok(y)
     }
 
@@ -528,12 +530,12 @@ impl Pretrained {
         let mut out = Vec::with_capacity(t.saturating_sub(1));
         let chunk = 64;
         let mut i0 = 0;
+        let mut scratch = Vec::new();
         while i0 + 1 < t {
             let i1 = (i0 + chunk).min(t - 1);
             let lg = self.logits(&normed[i0 * d..i1 * d])?;
             for (r, row) in lg.chunks(self.cfg.vocab).enumerate() {
-                let mx = row.iter().fold(f32::NEG_INFINITY, |m, &z| m.max(z)) as f64;
-                let lse = mx + row.iter().map(|&z| (z as f64 - mx).exp()).sum::<f64>().ln();
+                let lse = simd::log_sum_exp(row, &mut scratch);
                 out.push(lse - row[tokens[i0 + r + 1] as usize] as f64);
             }
             i0 = i1;
@@ -543,7 +545,8 @@ impl Pretrained {
 
     /// [`Self::next_token_nll`] for a head kept quantized or 16-bit: the vocabulary is visited in
     /// row tiles, each dequantized once for all positions, with a running log-sum-exp per
-    /// position ($m \leftarrow \max(m, \max z)$, $s \leftarrow s\,e^{m_{old}-m} + \sum e^{z-m}$, in
+    /// position ([`simd::lse_update`]: $m \leftarrow \max(m, \max z)$,
+    /// $s \leftarrow s\,e^{m_{old}-m} + \sum e^{z-m}$, the exponentials in f32, the sums in
     /// f64), so neither the `[T, vocab]` logits nor T/64 dequantizations of the head happen.
     fn next_token_nll_streamed(
         &self,
@@ -555,9 +558,9 @@ impl Pretrained {
         let d = c.d_model;
         let n = normed.len() / d - 1;
         let x = &normed[..n * d];
-        let mut m = vec![f64::NEG_INFINITY; n];
-        let mut sum = vec![0f64; n];
+        let mut lse = vec![(f64::NEG_INFINITY, 0f64); n];
         let mut target = vec![0f64; n];
+        let mut scratch = Vec::new();
         const VTILE: usize = 4096;
         let mut v0 = 0;
         while v0 < c.vocab {
@@ -569,12 +572,7 @@ impl Pretrained {
                 }
             }
             for (i, row) in lg.chunks(nv).enumerate() {
-                let mx = row.iter().fold(f32::NEG_INFINITY, |a, &z| a.max(z)) as f64;
-                if mx > m[i] {
-                    sum[i] *= (m[i] - mx).exp();
-                    m[i] = mx;
-                }
-                sum[i] += row.iter().map(|&z| (z as f64 - m[i]).exp()).sum::<f64>();
+                lse[i] = simd::lse_update(lse[i], row, &mut scratch);
                 let tok = tokens[i + 1] as usize;
                 if (v0..v0 + nv).contains(&tok) {
                     target[i] = row[tok - v0] as f64;
@@ -582,7 +580,9 @@ impl Pretrained {
             }
             v0 += nv;
         }
-        Ok((0..n).map(|i| m[i] + sum[i].ln() - target[i]).collect())
+        Ok((0..n)
+            .map(|i| lse[i].0 + lse[i].1.ln() - target[i])
+            .collect())
     }
 
     /// Greedy decoding with a KV cache: appends `n_new` argmax tokens to `prompt`.
