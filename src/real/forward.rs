@@ -188,6 +188,15 @@ fn head_norm(x: &mut [f32], n: &NormLayer) {
     n.apply(x); // rows of width `dim` are exactly the heads
 }
 
+/// Buffers a forward pass reuses from layer to layer.
+#[derive(Debug, Default)]
+struct Scratch {
+    /// Attention probabilities `[H, T_n, T_k]`.
+    attn: Vec<f32>,
+    /// Per-head outputs `[H, T_n, d_head]`.
+    o_heads: Vec<f32>,
+}
+
 /// Output of a forward pass.
 #[derive(Debug, Clone)]
 pub struct Output {
@@ -282,9 +291,10 @@ impl Pretrained {
             cache.v.resize(c.n_layer, Vec::new());
         }
         let mut x = self.embed(tokens, pos0)?;
+        let mut ws = Scratch::default();
         for l in 0..c.n_layer {
             let ivl = iv.filter(|i| i.layer == l);
-            x = self.layer_forward(l, &x, pos0, cache, obs, ivl, keep)?;
+            x = self.layer_forward_in(l, &x, pos0, cache, obs, ivl, keep, &mut ws)?;
         }
         if keep {
             cache.len += tokens.len();
@@ -307,6 +317,25 @@ impl Pretrained {
         obs: &mut dyn LayerObserver,
         iv: Option<Intervention>,
         keep: bool,
+    ) -> Result<Vec<f32>, RealError> {
+        let mut ws = Scratch::default();
+        self.layer_forward_in(l, x, pos0, cache, obs, iv, keep, &mut ws)
+    }
+
+    /// [`Self::layer_forward`] with the layer's largest buffers (the attention maps and the
+    /// per-head outputs) taken from `ws`, so a forward pass reuses them layer after layer
+    /// instead of faulting in fresh pages for each.
+    #[allow(clippy::too_many_arguments)]
+    fn layer_forward_in(
+        &self,
+        l: usize,
+        x: &[f32],
+        pos0: usize,
+        cache: &mut KvCache,
+        obs: &mut dyn LayerObserver,
+        iv: Option<Intervention>,
+        keep: bool,
+        ws: &mut Scratch,
     ) -> Result<Vec<f32>, RealError> {
         let c = &self.cfg;
         let ly = &self.layers[l];
@@ -360,8 +389,12 @@ impl Pretrained {
         let window = ly.window;
         // One buffer for the layer's maps and one for the heads' outputs, written in place by
         // the heads in parallel.
-        let mut attn = vec![0f32; h * t * tk];
-        let mut o_heads = vec![0f32; h * t * dh];
+        let Scratch { attn, o_heads } = ws;
+        // Every element is overwritten below (products with `Accum::Replace`, masked entries
+        // filled), so a reused buffer needs no clearing; `resize` only zeroes new capacity.
+        attn.resize(h * t * tk, 0.0);
+        o_heads.resize(h * t * dh, 0.0);
+        let (attn, o_heads) = (&mut attn[..h * t * tk], &mut o_heads[..h * t * dh]);
         attn.par_chunks_mut(t * tk)
             .zip(o_heads.par_chunks_mut(t * dh))
             .enumerate()
@@ -486,7 +519,7 @@ impl Pretrained {
                 q: &q,
                 k,
                 v,
-                attn: &attn,
+                attn,
                 head_out: &head_out,
                 attn_out: &attn_out,
                 resid_mid: &resid,

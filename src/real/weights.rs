@@ -550,36 +550,59 @@ impl Weight {
                 .unwrap_or_default();
             return transpose(out_t, r, t);
         }
-        // Exact: out_tᵀ tile [n, t] = W[r0..r0+n] (dequantized) · xᵀ.
-        let xt = MatRef::from_row_major_slice(x, t, c).transpose();
-        let work = |scratch: &mut Vec<f32>, (i, ch): (usize, &mut [f32])| {
-            let n = ch.len() / t;
+        // Exact: the column block `out[:, r0..r0+n] = x · W[r0..r0+n]ᵀ` of each row tile,
+        // dequantized once into a per-thread scratch and written in place (no transpose).
+        let n_tile = tile_rows(r, c, t);
+        let xm = MatRef::from_row_major_slice(x, t, c);
+        let mut out = vec![0f32; t * r];
+        let mut blocks = Vec::with_capacity(r.div_ceil(n_tile));
+        let mut rest = MatMut::from_row_major_slice_mut(&mut out, t, r);
+        let mut r0 = 0;
+        while r0 < r {
+            let n = n_tile.min(r - r0);
+            let (blk, tail) = rest.split_at_col_mut(n);
+            blocks.push((r0, blk));
+            rest = tail;
+            r0 += n;
+        }
+        let work = |scratch: &mut Vec<f32>, (r0, blk): (usize, MatMut<'_, f32>)| {
+            let n = blk.ncols();
             let s = &mut scratch[..n * c];
-            self.rows_f32(i * TILE, n, s);
+            self.rows_f32(r0, n, s);
             faer::linalg::matmul::matmul(
-                MatMut::from_row_major_slice_mut(ch, n, t),
+                blk,
                 Accum::Replace,
-                MatRef::from_row_major_slice(s, n, c),
-                xt,
+                xm,
+                MatRef::from_row_major_slice(s, n, c).transpose(),
                 1.0f32,
                 Par::Seq,
             );
         };
-        let mut out_t = vec![0f32; r * t];
-        let scratch = || vec![0f32; TILE.min(r) * c];
+        let scratch = || vec![0f32; n_tile.min(r) * c];
         if par {
-            out_t
-                .par_chunks_mut(TILE * t)
-                .enumerate()
-                .for_each_init(scratch, work);
+            blocks.into_par_iter().for_each_init(scratch, work);
         } else {
             let mut s = scratch();
-            for a in out_t.chunks_mut(TILE * t).enumerate() {
-                work(&mut s, a);
+            for b in blocks {
+                work(&mut s, b);
             }
         }
-        transpose(out_t, r, t)
+        out
     }
+}
+
+/// Rows of `W` dequantized at a time by the exact product of `t` activation rows: [`TILE`] for
+/// a few rows (generation: the tile is the unit of parallel work), more when `t` is large, so
+/// the activations are packed by the GEMM fewer times (once per tile), up to a 1 MiB f32 tile
+/// and at least two tiles per thread.
+fn tile_rows(rows: usize, cols: usize, t: usize) -> usize {
+    if t < 16 {
+        return TILE;
+    }
+    let by_cache = (1usize << 18) / cols.max(1);
+    let by_threads = rows.div_ceil(2 * rayon::current_num_threads().max(1));
+    let n = by_cache.min(by_threads).max(TILE);
+    n - n % 16
 }
 
 /// `[r, t]` row-major → `[t, r]` row-major (free when `t = 1`).
