@@ -25,6 +25,70 @@ pub fn singular_values(w: MatRef<'_, f64>) -> Vec<f64> {
     s
 }
 
+/// Singular values of `w` in non-increasing order, computed on the calling thread
+/// (`Par::Seq`): for the many small decompositions of a per-head loop, which itself runs in
+/// parallel; faer's convenience methods would each fork onto the global pool.
+pub fn singular_values_seq(w: MatRef<'_, f64>) -> Vec<f64> {
+    use faer::dyn_stack::{MemBuffer, MemStack};
+    use faer::linalg::svd::{self, ComputeSvdVectors};
+    let (m, n) = (w.nrows(), w.ncols());
+    if m == 0 || n == 0 {
+        return Vec::new();
+    }
+    let par = faer::Par::Seq;
+    let mut s = faer::diag::Diag::<f64>::zeros(m.min(n));
+    let req = svd::svd_scratch::<f64>(
+        m,
+        n,
+        ComputeSvdVectors::No,
+        ComputeSvdVectors::No,
+        par,
+        Default::default(),
+    );
+    let mut buf = MemBuffer::new(req);
+    let ok = svd::svd(
+        w,
+        s.as_mut(),
+        None,
+        None,
+        par,
+        MemStack::new(&mut buf),
+        Default::default(),
+    );
+    let mut s: Vec<f64> = match ok {
+        Ok(()) => s.column_vector().iter().copied().collect(),
+        Err(_) => jacobi_singular_values(w),
+    };
+    s.sort_by(|a, b| b.total_cmp(a));
+    s
+}
+
+/// The `r × r` upper-triangular factor $R$ of the thin QR $A = QR$ of an `n × r` matrix
+/// (`r ≤ n`; Householder, on the calling thread).
+pub fn thin_qr_r_seq(a: MatRef<'_, f64>) -> Mat<f64> {
+    use faer::dyn_stack::{MemBuffer, MemStack};
+    use faer::linalg::qr::no_pivoting::factor;
+    let (n, r) = (a.nrows(), a.ncols());
+    let k = n.min(r);
+    let mut work = a.to_owned();
+    if k == 0 {
+        return Mat::zeros(k, r);
+    }
+    let bs = factor::recommended_block_size::<f64>(n, r);
+    let mut coeff = Mat::<f64>::zeros(bs, k);
+    let par = faer::Par::Seq;
+    let req = factor::qr_in_place_scratch::<f64>(n, r, bs, par, Default::default());
+    let mut buf = MemBuffer::new(req);
+    factor::qr_in_place(
+        work.as_mut(),
+        coeff.as_mut(),
+        par,
+        MemStack::new(&mut buf),
+        Default::default(),
+    );
+    Mat::from_fn(k, r, |i, j| if j >= i { work[(i, j)] } else { 0.0 })
+}
+
 /// Fallback when faer's SVD does not converge: eigenvalues of $W^\top W$ by
 /// cyclic Jacobi (slow, exact enough for the small matrices it is used on).
 #[allow(clippy::needless_range_loop)] // index notation mirrors the Jacobi rotation formulas

@@ -71,16 +71,28 @@ fn gain(n: &Option<NormLayer>, d: usize) -> Vec<f64> {
 
 /// Singular values of `A Bᵀ` for thin `A, B` (n × r, r ≤ n), through QR of both.
 pub fn thin_product_singular_values(a: &Mat<f64>, b: &Mat<f64>) -> Vec<f64> {
-    let ra = a.qr().thin_R().to_owned();
-    let rb = b.qr().thin_R().to_owned();
-    let core = &ra * rb.transpose();
-    crate::linalg::singular_values(core.as_ref())
+    let ra = crate::linalg::thin_qr_r_seq(a.as_ref());
+    let rb = crate::linalg::thin_qr_r_seq(b.as_ref());
+    core_singular_values(&ra, &rb)
 }
 
-/// Per-head costs of every layer.
+/// Singular values of $A B^\top = Q_A (R_A R_B^\top) Q_B^\top$ from the two R factors: those of
+/// the `r × r` core $R_A R_B^\top$.
+fn core_singular_values(ra: &Mat<f64>, rb: &Mat<f64>) -> Vec<f64> {
+    let core = ra * rb.transpose();
+    crate::linalg::singular_values_seq(core.as_ref())
+}
+
+/// Per-head costs of every layer: Frobenius and nuclear norms of
+/// $W_{QK} = s\,(\mathrm{diag}(g) W_Q^\top)(\mathrm{diag}(g) W_K^\top)^\top$ and
+/// $W_{VO} = W_O[:, h]\,(\mathrm{diag}(g) W_V^\top)^\top$ from the `d_head × d_head` cores of
+/// their thin factors. The keys' and values' R factors are computed once per KV head (shared by
+/// its query group), and the heads of a layer run in parallel, each decomposition sequential.
 pub fn head_costs(m: &Pretrained) -> Vec<HeadCost> {
+    use rayon::prelude::*;
     let c: &Config = &m.cfg;
     let (d, dh, h, hk) = (c.d_model, c.head_dim, c.n_head, c.n_kv_head);
+    let r_of = |f: Mat<f64>| crate::linalg::thin_qr_r_seq(f.as_ref());
     let mut out = Vec::new();
     for (l, ly) in m.layers.iter().enumerate() {
         let g = gain(&ly.attn_norm, d);
@@ -91,27 +103,38 @@ pub fn head_costs(m: &Pretrained) -> Vec<HeadCost> {
             ly.wv.w.to_f32(),
             ly.wo.w.to_f32(),
         );
-        for hh in 0..h {
-            let kv = hh / (h / hk);
-            // W_QK = s·(diag(g) W_Qᵀ)(diag(g) W_Kᵀ)ᵀ: factors d × d_head.
-            let fq = Mat::<f64>::from_fn(d, dh, |i, r| {
-                g[i] * wq[(hh * dh + r) * d + i] as f64 * c.attn_scale as f64
-            });
-            let fk = Mat::<f64>::from_fn(d, dh, |i, r| g[i] * wk[(kv * dh + r) * d + i] as f64);
-            // W_VO = W_O[:, h] (W_V diag(g)): factors W_O[:, h] (d × d_head) and (diag(g) W_Vᵀ) (d × d_head).
-            let fo = Mat::<f64>::from_fn(d, dh, |i, r| wo[i * ly.wo.inp + hh * dh + r] as f64);
-            let fv = Mat::<f64>::from_fn(d, dh, |i, r| g[i] * wv[(kv * dh + r) * d + i] as f64);
-            let sqk = thin_product_singular_values(&fq, &fk);
-            let svo = thin_product_singular_values(&fo, &fv);
-            out.push(HeadCost {
-                layer: l,
-                head: hh,
-                qk_fro: sqk.iter().map(|s| s * s).sum::<f64>().sqrt(),
-                qk_nuc: sqk.iter().sum(),
-                vo_fro: svo.iter().map(|s| s * s).sum::<f64>().sqrt(),
-                vo_nuc: svo.iter().sum(),
-            });
-        }
+        // Per KV head: R of diag(g) W_Kᵀ and of diag(g) W_Vᵀ (d × d_head factors).
+        let kv_r: Vec<(Mat<f64>, Mat<f64>)> = (0..hk)
+            .into_par_iter()
+            .map(|kv| {
+                let fk = Mat::<f64>::from_fn(d, dh, |i, r| g[i] * wk[(kv * dh + r) * d + i] as f64);
+                let fv = Mat::<f64>::from_fn(d, dh, |i, r| g[i] * wv[(kv * dh + r) * d + i] as f64);
+                (r_of(fk), r_of(fv))
+            })
+            .collect();
+        let layer: Vec<HeadCost> = (0..h)
+            .into_par_iter()
+            .map(|hh| {
+                let kv = hh / (h / hk);
+                // W_QK = s·(diag(g) W_Qᵀ)(diag(g) W_Kᵀ)ᵀ: factors d × d_head.
+                let fq = Mat::<f64>::from_fn(d, dh, |i, r| {
+                    g[i] * wq[(hh * dh + r) * d + i] as f64 * c.attn_scale as f64
+                });
+                // W_VO = W_O[:, h] (W_V diag(g)): factors W_O[:, h] and diag(g) W_Vᵀ.
+                let fo = Mat::<f64>::from_fn(d, dh, |i, r| wo[i * ly.wo.inp + hh * dh + r] as f64);
+                let sqk = core_singular_values(&r_of(fq), &kv_r[kv].0);
+                let svo = core_singular_values(&r_of(fo), &kv_r[kv].1);
+                HeadCost {
+                    layer: l,
+                    head: hh,
+                    qk_fro: sqk.iter().map(|s| s * s).sum::<f64>().sqrt(),
+                    qk_nuc: sqk.iter().sum(),
+                    vo_fro: svo.iter().map(|s| s * s).sum::<f64>().sqrt(),
+                    vo_nuc: svo.iter().sum(),
+                }
+            })
+            .collect();
+        out.extend(layer);
     }
     out
 }
