@@ -6,11 +6,15 @@
 //! issue13 load     MODEL                   # wall of real::load, peak RSS
 //! issue13 generate MODEL IDS N             # greedy, KV cache: wall of prefill + N new tokens
 //! issue13 forward  MODEL IDS REPS all|none # forward with full capture (or none): best of REPS
+//! issue13 limits                           # the machine: f32 GEMM GFLOP/s, copy GB/s
 //! ```
 //! MODEL is a file or directory; IDS a comma-separated list. Threads: rayon's pool
 //! (`RAYON_NUM_THREADS`, the driver sets 2). `cargo bench` appends `--bench`: ignored.
 //! `SINKLAB_WEIGHTS=f32` converts the weights to f32 after loading (`--weights f32`; the
 //! conversion is timed as part of the load).
+
+#[path = "support/limits.rs"]
+mod limits;
 
 use sinklab::real::capture::{Capture, Captured};
 use sinklab::real::tokenizer::Bos;
@@ -28,6 +32,36 @@ fn rss_kb() -> (u64, u64) {
             .unwrap_or(0)
     };
     (get("VmHWM:"), get("VmRSS:"))
+}
+
+/// Multiply-add flops of a forward over `t` new tokens after `past` cached ones: every layer
+/// projection ($2t$ per weight) and the attention products $QK^\top$, $AV$ as computed (full
+/// $t \times (past+t)$ maps per head, $2 \cdot 2\,t\,(past+t)\,d_h$).
+fn forward_flops(m: &sinklab::real::model::Pretrained, t: usize, past: usize) -> f64 {
+    let c = &m.cfg;
+    let mut w = 0usize;
+    for ly in &m.layers {
+        w += ly.wq.w.len() + ly.wk.w.len() + ly.wv.w.len() + ly.wo.w.len();
+        w += ly.up.w.len() + ly.down.w.len() + ly.gate.as_ref().map_or(0, |g| g.w.len());
+    }
+    let attn = 4 * c.n_layer * c.n_head * t * (past + t) * c.head_dim;
+    (2 * t * w + attn) as f64
+}
+
+/// Bytes of weights a decoded token reads: every layer projection and the output head in their
+/// resident format (the embedding row is one row).
+fn bytes_per_token(m: &sinklab::real::model::Pretrained) -> usize {
+    let mut b = 0usize;
+    for ly in &m.layers {
+        for w in [&ly.wq.w, &ly.wk.w, &ly.wv.w, &ly.wo.w, &ly.up.w, &ly.down.w] {
+            b += w.storage_bytes();
+        }
+        b += ly.gate.as_ref().map_or(0, |g| g.w.storage_bytes());
+    }
+    b + m
+        .lm_head
+        .as_ref()
+        .map_or(m.embed.storage_bytes(), |h| h.w.storage_bytes())
 }
 
 fn ids(s: &str) -> Vec<u32> {
@@ -48,8 +82,19 @@ fn main() {
         .collect();
     let threads = rayon::current_num_threads();
     let mode = a.first().map(String::as_str).unwrap_or("");
+    if mode == "limits" {
+        // The hardware limits the rows are compared with (no model).
+        let j = serde_json::json!({
+            "tool": "sinklab", "mode": "limits", "threads": threads,
+            "gemm_f32_gflops_1024": limits::gemm_gflops(1024, threads, 5),
+            "gemm_f32_gflops_1024_1thread": limits::gemm_gflops(1024, 1, 5),
+            "copy_gbps_256mb": limits::copy_gbps(256 << 20, 5),
+        });
+        println!("{j}");
+        return;
+    }
     let Some(model) = a.get(1) else {
-        fail("usage: issue13 ids|load|generate|forward MODEL ...".into())
+        fail("usage: issue13 ids|load|generate|forward MODEL ... | limits".into())
     };
     let t0 = Instant::now();
     let mut lm = sinklab::real::load(Path::new(model)).unwrap_or_else(|e| fail(e.to_string()));
@@ -97,6 +142,9 @@ fn main() {
             j["new_tokens"] = new.into();
             j["wall_s"] = dt.into();
             j["tokens_per_s"] = (new as f64 / dt).into();
+            // Each new token streams the weights once: the bandwidth that implies.
+            j["weight_bytes_per_token"] = bytes_per_token(&lm.model).into();
+            j["implied_gbps"] = (bytes_per_token(&lm.model) as f64 * new as f64 / dt / 1e9).into();
             let first: Vec<u32> = out[p.len()..].iter().take(16).copied().collect();
             j["first_ids"] = serde_json::json!(first);
         }
@@ -121,7 +169,10 @@ fn main() {
             let times: Vec<f64> = (0..reps).map(|_| run()).collect();
             j["tokens"] = toks.len().into();
             j["capture"] = a.get(4).cloned().unwrap_or("all".into()).into();
-            j["best_s"] = times.iter().copied().fold(f64::INFINITY, f64::min).into();
+            let best = times.iter().copied().fold(f64::INFINITY, f64::min);
+            j["best_s"] = best.into();
+            j["flops"] = forward_flops(&lm.model, toks.len(), 0).into();
+            j["gflops"] = (forward_flops(&lm.model, toks.len(), 0) / best / 1e9).into();
             j["times_s"] = serde_json::json!(times);
         }
         other => fail(format!(

@@ -57,7 +57,16 @@ if over "$l" && [ "${BENCH_ALLOW_LOAD:-0}" != 1 ]; then
   exit 3
 fi
 [ -x "$PY" ] || { echo "bench_issue13: no python at $PY (VENV)" >&2; exit 2; }
-"$PY" -c "import llama_cpp" 2>/dev/null || { echo "bench_issue13: llama-cpp-python missing in $VENV: run VENV=$VENV scripts/bench_baselines.sh" >&2; exit 2; }
+# llama.cpp rows need llama-cpp-python (VENV=$VENV scripts/bench_baselines.sh builds it; on
+# machines where its native build crashes, BASELINE_ISA=avx2). Without it those rows are skipped,
+# each with a row that says so, and the rest of the table is still measured.
+LLAMA=1
+"$PY" -c "import llama_cpp" 2>/dev/null || { LLAMA=0; echo "bench_issue13: llama-cpp-python missing in $VENV: llama.cpp rows skipped (VENV=$VENV scripts/bench_baselines.sh installs it)" >&2; }
+llama() {  # measure ROW llama.cpp CMD..., or a row saying why not
+  if [ "$LLAMA" = 1 ]; then measure "$@"; else
+    printf '{"row": "%s", "side": "llama.cpp", "error": "llama-cpp-python not installed in %s (scripts/bench_baselines.sh)"}\n' "$1" "$VENV" | tee -a "$ROWS"
+  fi
+}
 [ -x /usr/bin/time ] || { echo "bench_issue13: /usr/bin/time missing (apt-get install time)" >&2; exit 2; }
 
 PROFILE=${PROFILE:-release}
@@ -120,11 +129,15 @@ gguf_of() {  # the GGUF file of a packaged model
 BASE="$PY benches/issue13_baselines.py --threads $THREADS"
 TEXT="The theory of attention sinks says that heads park their attention on the first token when they have nothing to do."
 
+# 0. The machine's limits every row is compared with: f32 GEMM (faer, THREADS threads) and copy
+#    bandwidth.
+measure "limits/machine" sinklab "$BENCH_BIN" limits
+
 # 1. Load of each packaged model: sinklab vs llama.cpp, same GGUF.
 for m in $LOAD_MODELS; do
   f=$(gguf_of "$m") || continue
   measure "load/$m" sinklab "$BENCH_BIN" load "$f"
-  measure "load/$m" llama.cpp $BASE llama-load "$f"
+  llama "load/$m" llama.cpp $BASE llama-load "$f"
 done
 
 # 2. Greedy generation, N_GEN tokens after a 32-token prompt, KV cache: sinklab, llama.cpp, transformers.
@@ -133,7 +146,7 @@ for m in $GEN_MODELS; do
   ids=$("$BENCH_BIN" ids "$f" "$TEXT" 32)
   measure "generate/$m" sinklab "$BENCH_BIN" generate "$f" "$ids" "$N_GEN"
   measure "generate/$m" sinklab-f32 env SINKLAB_WEIGHTS=f32 "$BENCH_BIN" generate "$f" "$ids" "$N_GEN"
-  measure "generate/$m" llama.cpp $BASE llama-generate "$f" "$ids" "$N_GEN"
+  llama "generate/$m" llama.cpp $BASE llama-generate "$f" "$ids" "$N_GEN"
   measure "generate/$m" transformers $BASE torch-generate "$f" "$ids" "$N_GEN"
 done
 

@@ -3,10 +3,12 @@
 //! of [`super::real`]), generic over f64 and f32 ([`Real`]).
 //!
 //! Parallelism: faer with 2 threads is 10–20× *slower* than sequential at
-//! n = 64 on the 2-core machine, so a matmul runs with `Par::Seq` unless its
+//! n = 64 on the 2-core machine, so a matmul runs sequentially unless its
 //! flop count $m n k$ reaches [`PAR_MIN_MNK`] (measured crossover, see
-//! `benches/backend.rs` and BENCHMARKS.md). Parallelism otherwise belongs at
-//! the sweep level.
+//! `benches/backend.rs` and BENCHMARKS.md). Above it the rows of `C` (or the
+//! matrices of a batch) are split over the current rayon pool, each block a
+//! sequential faer product; a batch against one shared matrix is first stacked
+//! into one product. Parallelism otherwise belongs at the sweep level.
 
 use std::marker::PhantomData;
 
@@ -81,23 +83,57 @@ impl<T> Cpu<T> {
     }
 }
 
-fn par_for(m: usize, n: usize, k: usize) -> Par {
-    if m.saturating_mul(n).saturating_mul(k) >= PAR_MIN_MNK {
-        Par::rayon(0)
+/// Threads a product of $m n k$ multiply-adds runs on: all of the current pool's at
+/// [`PAR_MIN_MNK`] and above (and when `C` has rows to split), else one.
+fn threads_for(m: usize, n: usize, k: usize) -> usize {
+    if m >= 2 && m.saturating_mul(n).saturating_mul(k) >= PAR_MIN_MNK {
+        rayon::current_num_threads()
     } else {
-        Par::Seq
+        1
     }
 }
 
-/// `C ← α A B + β C` through faer (β = 0 overwrites, so `C` may hold anything; `k = 0` gives
-/// `β C`).
+/// `C ← α A B + β C` through faer, the rows of `C` split into `threads` blocks that run as
+/// independent sequential products on the rayon pool (β = 0 overwrites, so `C` may hold
+/// anything; `k = 0` gives `β C`). Splitting the output, not faer's own parallel kernel: a
+/// block is a whole product with no barrier inside, so a thread that is descheduled delays
+/// only its block (faer's spinning barriers took a third of a step on a shared machine).
 fn gemm<T: Real>(
+    c: MatMut<'_, T>,
+    alpha: f64,
+    a: MatRef<'_, T>,
+    b: MatRef<'_, T>,
+    beta: f64,
+    threads: usize,
+) {
+    let m = c.nrows();
+    if threads <= 1 || m < 2 {
+        return gemm_seq(c, alpha, a, b, beta);
+    }
+    let rows = m.div_ceil(threads);
+    let mut blocks = Vec::with_capacity(threads);
+    let mut rest = c;
+    let mut r0 = 0;
+    while r0 < m {
+        let n = rows.min(m - r0);
+        let (blk, tail) = rest.split_at_row_mut(n);
+        blocks.push((r0, blk));
+        rest = tail;
+        r0 += n;
+    }
+    use rayon::prelude::*;
+    blocks.into_par_iter().for_each(|(r0, blk)| {
+        let n = blk.nrows();
+        gemm_seq(blk, alpha, a.subrows(r0, n), b, beta);
+    });
+}
+
+fn gemm_seq<T: Real>(
     mut c: MatMut<'_, T>,
     alpha: f64,
     a: MatRef<'_, T>,
     b: MatRef<'_, T>,
     beta: f64,
-    par: Par,
 ) {
     let accum = if beta == 0.0 {
         Accum::Replace
@@ -118,7 +154,7 @@ fn gemm<T: Real>(
         }
         return;
     }
-    faer::linalg::matmul::matmul(c, accum, a, b, T::from_f64(alpha), par);
+    faer::linalg::matmul::matmul(c, accum, a, b, T::from_f64(alpha), Par::Seq);
 }
 
 impl<T: Real> Backend for Cpu<T> {
@@ -170,10 +206,10 @@ impl<T: Real> Backend for Cpu<T> {
             let bm = b.mat(0);
             let bm = if op_b == Op::T { bm.transpose() } else { bm };
             let cm = MatMut::from_row_major_slice_mut(&mut c.data, batch * m, n);
-            gemm(cm, alpha, am, bm, beta, par_for(batch * m, n, k));
+            gemm(cm, alpha, am, bm, beta, threads_for(batch * m, n, k));
             return Ok(());
         }
-        let one = |bi: usize, cd: &mut [T], par: Par| {
+        let one = |bi: usize, cd: &mut [T], threads: usize| {
             let ai = if a.shape.batch == 1 { 0 } else { bi };
             let bj = if b.shape.batch == 1 { 0 } else { bi };
             let am = a.mat(ai);
@@ -181,7 +217,7 @@ impl<T: Real> Backend for Cpu<T> {
             let am = if op_a == Op::T { am.transpose() } else { am };
             let bm = if op_b == Op::T { bm.transpose() } else { bm };
             let cm = MatMut::from_row_major_slice_mut(cd, m, n);
-            gemm(cm, alpha, am, bm, beta, par);
+            gemm(cm, alpha, am, bm, beta, threads);
         };
         let len = c.shape.mat_len();
         if len == 0 {
@@ -195,11 +231,11 @@ impl<T: Real> Backend for Cpu<T> {
             c.data
                 .par_chunks_mut(len)
                 .enumerate()
-                .for_each(|(bi, cd)| one(bi, cd, Par::Seq));
+                .for_each(|(bi, cd)| one(bi, cd, 1));
         } else {
-            let par = par_for(m, n, k);
+            let threads = threads_for(m, n, k);
             for (bi, cd) in c.data.chunks_mut(len).enumerate() {
-                one(bi, cd, par);
+                one(bi, cd, threads);
             }
         }
         Ok(())
