@@ -1,7 +1,7 @@
 //! The synthetic attention block of THEORY.md §1, in f64.
 //!
 //! One head with bilinear logits $z_{ij} = x_i^\top W_{QK} x_j$ (no bias, no
-//! $1/\sqrt d$: scale lives in $W_{QK}$), $A = \mathrm{softmax}_{\text{row}}(z)$
+//! $1/\sqrt d$: scale lives in $W_{QK}$), $A = \mathrm{softmax}\_{\text{row}}(z)$
 //! over the visible keys, values $v_j = W_{VO} x_j$, head output
 //! $o_i = \sum_j A_{ij} v_j$. Block output, post-norm: $y_i = N(x_i + o_i)$;
 //! pre-norm: $y_i = x_i + o_i(N(X))$. Weights are full or factored
@@ -79,7 +79,7 @@ impl Norm {
 
     /// Vector–Jacobian product $J_N(u)^\top g$.
     ///
-    /// RMS: $(g - u\,(u\cdot g)/(d r^2))/r$; Layer: $(g - \bar g - y\,(y\cdot g)/d)/\sigma$.
+    /// RMS: $(g - u\thinspace(u\cdot g)/(d r^2))/r$; Layer: $(g - \bar g - y\thinspace(y\cdot g)/d)/\sigma$.
     pub fn vjp(self, u: &[f64], g: &[f64]) -> Vec<f64> {
         let d = u.len() as f64;
         match self {
@@ -161,8 +161,8 @@ impl Weight {
         }
     }
 
-    /// Factored weight decay $\tfrac12(\|L\|_F^2 + \|R\|_F^2)$, or $\|W\|_*$'s
-    /// upper bound through it; for a full weight, $\|W\|_*$ (the minimum of the
+    /// Factored weight decay $\tfrac12(\lVert L\rVert_F^2 + \lVert R\rVert_F^2)$, or $\lVert W\rVert_\ast$'s
+    /// upper bound through it; for a full weight, $\lVert W\rVert_\ast$ (the minimum of the
     /// factored decay over all factorizations, Srebro et al. 2005).
     pub fn factored_decay(&self) -> f64 {
         match self {
@@ -263,9 +263,9 @@ impl Head {
     /// Backward through the head: given $\partial L/\partial O$, returns
     /// $(\partial L/\partial H, \nabla W_{QK}, \nabla W_{VO})$.
     ///
-    /// $dA = dO\,V^\top$, $dV = A^\top dO$, $dZ_{ij} = A_{ij}(dA_{ij} - \sum_k A_{ik} dA_{ik})$,
-    /// $dW_{QK} = H^\top dZ\, H$, $dW_{VO} = dV^\top H$,
-    /// $dH = dZ\,H W_{QK}^\top + dZ^\top H W_{QK} + dV\,W_{VO}$.
+    /// $dA = dO\thinspace V^\top$, $dV = A^\top dO$, $dZ_{ij} = A_{ij}(dA_{ij} - \sum_k A_{ik} dA_{ik})$,
+    /// $dW_{QK} = H^\top dZ\thinspace H$, $dW_{VO} = dV^\top H$,
+    /// $dH = dZ\thinspace H W_{QK}^\top + dZ^\top H W_{QK} + dV\thinspace W_{VO}$.
     pub fn backward(
         &self,
         f: &HeadForward,

@@ -283,7 +283,7 @@ impl fmt::Display for Estimate {
 /// ($2T^2$), the constraint list and its dual vectors (about $T^2/2$ constraints, 8 bytes of
 /// indices and 4 f64 each), and the primal iterates (about 9 $r \times r$ f64). Time (a lower
 /// bound): building the program ($4T^2 d$ for Gram–Schmidt and the Gram matrix) and 200
-/// iterations of $100\,T^2$ (plus $20 r^3$ with the nuclear prox). Measured at the commit that
+/// iterations of $100\thinspace T^2$ (plus $20 r^3$ with the nuclear prox). Measured at the commit that
 /// added it (`sinklab cost --pattern sink --norm fro --t 512`, 2 shared cores): 500
 /// iterations in 23 s, i.e. about 40× this bound, so the bound refuses only work that is
 /// certainly long.

@@ -6,7 +6,7 @@
 pub use faer::Mat;
 use faer::MatRef;
 
-/// Frobenius norm $\|W\|_F = (\sum_{ij} W_{ij}^2)^{1/2}$.
+/// Frobenius norm $\lVert W\rVert_F = (\sum_{ij} W_{ij}^2)^{1/2}$.
 pub fn fro_norm(w: MatRef<'_, f64>) -> f64 {
     w.norm_l2()
 }
@@ -132,12 +132,12 @@ fn jacobi_singular_values(w: MatRef<'_, f64>) -> Vec<f64> {
     (0..n).map(|i| a[i][i].max(0.0).sqrt()).collect()
 }
 
-/// Nuclear norm $\|W\|_* = \sum_k \sigma_k(W)$.
+/// Nuclear norm $\lVert W\rVert_\ast = \sum_k \sigma_k(W)$.
 pub fn nuclear_norm(w: MatRef<'_, f64>) -> f64 {
     singular_values(w).iter().sum()
 }
 
-/// Spectral norm $\|W\|_2 = \sigma_{\max}(W)$.
+/// Spectral norm $\lVert W\rVert_2 = \sigma_{\max}(W)$.
 pub fn spectral_norm(w: MatRef<'_, f64>) -> f64 {
     singular_values(w).first().copied().unwrap_or(0.0)
 }
@@ -153,7 +153,7 @@ pub fn norm(a: &[f64]) -> f64 {
     dot(a, a).sqrt()
 }
 
-/// Cosine similarity $a\cdot b / (\|a\|\|b\|)$; `None` when either vector is zero.
+/// Cosine similarity $a\cdot b / (\lVert a\rVert\lVert b\rVert)$; `None` when either vector is zero.
 pub fn cosine(a: &[f64], b: &[f64]) -> Option<f64> {
     let na = norm(a);
     let nb = norm(b);

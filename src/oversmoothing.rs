@@ -4,20 +4,20 @@
 //! Tokens $x_0,\dots,x_{n-1} \overset{\text{iid}}{\sim} \mathcal N(\mu, \Sigma)$ pass through
 //! one block with a *mixing* attention $A_\lambda = (1-\lambda) I + \lambda U$
 //! ($U$ uniform over the visible keys; $\lambda = 0$ identity, $\lambda = 1$ dense):
-//! $$y_i = N\big(x_i + W (A_\lambda X)_i\big), \qquad N \in \{\text{id}, \text{RMSNorm}, \text{LayerNorm}\}.$$
+//! $$y_i = N\big(x_i + W (A_\lambda X)\_i\big), \qquad N \in \lbrace\text{id}, \text{RMSNorm}, \text{LayerNorm}\rbrace.$$
 //! Smoothing is measured by the mean pairwise token cosine of the outputs.
 //!
-//! **Prediction** (bidirectional, $n \to \infty$). $(A_\lambda X)_i = (1-\lambda)x_i + \lambda\bar x$
-//! and $\bar x \to \mu$, so $u_i := x_i + W(A_\lambda X)_i \to B x_i + \lambda W\mu$ with
+//! **Prediction** (bidirectional, $n \to \infty$). $(A_\lambda X)\_i = (1-\lambda)x_i + \lambda\bar x$
+//! and $\bar x \to \mu$, so $u_i := x_i + W(A_\lambda X)\_i \to B x_i + \lambda W\mu$ with
 //! $B = I + (1-\lambda)W$: the $u_i$ become i.i.d. $\mathcal N(m, C)$ with
 //! $m = (I+W)\mu$ (independent of $\lambda$) and $C = B\Sigma B^\top$.
 //! Cosines are scale invariant, so RMSNorm (any $\epsilon$) leaves every
 //! cosine unchanged and LayerNorm acts on cosines exactly like the centring
 //! projection $P = I - \mathbf 1\mathbf 1^\top/d$. For independent $z, z'$,
-//! $\mathbb E\cos(z, z') = \|\mathbb E\,\hat z\|^2$ ($\hat z = z/\|z\|$) — the *exact* limit,
+//! $\mathbb E\cos(z, z') = \lVert\mathbb E\thinspace\hat z\rVert^2$ ($\hat z = z/\lVert z\rVert$) — the *exact* limit,
 //! which [`model::limit_cosine`] simulates. The closed form
-//! $$\rho_0 = \frac{\|m\|^2}{\|m\|^2 + \operatorname{tr}(C)} = \frac{\mathbb E[z\cdot z']}{\mathbb E\|z\|^2}$$
-//! is the **ratio of expectations**: it replaces $\|z\|$ by $\sqrt{\mathbb E\|z\|^2}$, which is
+//! $$\rho_0 = \frac{\lVert m\rVert^2}{\lVert m\rVert^2 + \operatorname{tr}(C)} = \frac{\mathbb E[z\cdot z']}{\mathbb E\lVert z\rVert^2}$$
+//! is the **ratio of expectations**: it replaces $\lVert z\rVert$ by $\sqrt{\mathbb E\lVert z\rVert^2}$, which is
 //! right when the norm concentrates (large effective rank
 //! $r = (\operatorname{tr} C)^2/\operatorname{tr}(C^2)$). Its error is $O(\rho_0/r)$ and does **not**
 //! vanish as $n \to \infty$ at fixed $d$; [`predict::second_order`] gives the

@@ -90,7 +90,7 @@ pub fn dominant_column(a: MatRef<'_, f64>, rows: Option<&[usize]>) -> Option<Dom
 /// Class of a sink head by its value norms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum ValueClass {
-    /// $\|v_s\| / \overline{\|v_j\|} \le 0.2$: the sink writes (almost) nothing.
+    /// $\lVert v_s\rVert / \overline{\lVert v_j\rVert} \le 0.2$: the sink writes (almost) nothing.
     NopLike,
     /// Ratio $\ge 0.5$: the sink broadcasts its value.
     Broadcast,
@@ -98,7 +98,7 @@ pub enum ValueClass {
     Intermediate,
 }
 
-/// Value-norm ratio $\|v_s\| / \mathrm{mean}_{j\ne s}\|v_j\|$ (`None` if undefined).
+/// Value-norm ratio $\lVert v_s\rVert / \mathrm{mean}\_{j\ne s}\lVert v_j\rVert$ (`None` if undefined).
 pub fn value_norm_ratio(value_norms: &[f64], s: usize) -> Option<f64> {
     if s >= value_norms.len() || value_norms.len() < 2 {
         return None;
@@ -163,7 +163,7 @@ pub fn column_entropy(a: MatRef<'_, f64>) -> Option<f64> {
 }
 
 /// Massive activations of one hidden state (Sun et al.): indices and values
-/// with $|h_k| > 100$ and $|h_k| \ge 1000\cdot\mathrm{median}_j |h_j|$.
+/// with $|h_k| > 100$ and $|h_k| \ge 1000\cdot\mathrm{median}\_j |h_j|$.
 pub fn massive_activations(h: &[f64]) -> Vec<(usize, f64)> {
     if h.is_empty() {
         return Vec::new();
@@ -183,7 +183,7 @@ pub fn massive_activations(h: &[f64]) -> Vec<(usize, f64)> {
         .collect()
 }
 
-/// Over-mixing $\mu(V) = \|V - \mathbf 1 \bar v^\top\|_F$ (Barbero et al.), rows = tokens.
+/// Over-mixing $\mu(V) = \lVert V - \mathbf 1 \bar v^\top\rVert_F$ (Barbero et al.), rows = tokens.
 pub fn over_mixing(v: MatRef<'_, f64>) -> f64 {
     let (t, d) = (v.nrows(), v.ncols());
     if t == 0 {

@@ -98,7 +98,7 @@ pub struct LineFit {
     pub intercept: f64,
     /// Slope $b$.
     pub slope: f64,
-    /// $R^2 = 1 - \mathrm{SS}_{res}/\mathrm{SS}_{tot}$.
+    /// $R^2 = 1 - \mathrm{SS}\_{res}/\mathrm{SS}\_{tot}$.
     pub r2: f64,
 }
 

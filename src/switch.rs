@@ -1,21 +1,21 @@
 //! Hard and soft switches (THEORY.md §4–§5, claims A3, A4, A6).
 //!
 //! **Hard switch ⇒ sink (§4).** If every key value lies in a cone around a
-//! unit $u$ — $u\cdot v_j \ge \gamma\|v_j\|$ with $\gamma>0$ — then for every query
-//! $$\sum_j A_{ij}\|v_j\| \le \|o_i\|/\gamma,$$
-//! because $\|o_i\| \ge u\cdot o_i = \sum_j A_{ij}\, u\cdot v_j \ge \gamma\sum_j A_{ij}\|v_j\|$.
-//! Hence the mass on keys with $\|v_j\|\ge\eta$ is at most $\|o_i\|/(\gamma\eta)$: a
+//! unit $u$ — $u\cdot v_j \ge \gamma\lVert v_j\rVert$ with $\gamma>0$ — then for every query
+//! $$\sum_j A_{ij}\lVert v_j\rVert \le \lVert o_i\rVert/\gamma,$$
+//! because $\lVert o_i\rVert \ge u\cdot o_i = \sum_j A_{ij}\thinspace u\cdot v_j \ge \gamma\sum_j A_{ij}\lVert v_j\rVert$.
+//! Hence the mass on keys with $\lVert v_j\rVert\ge\eta$ is at most $\lVert o_i\rVert/(\gamma\eta)$: a
 //! query whose output is (nearly) zero must attend to keys whose value is
 //! (nearly) zero — a sink. Converse: $W_{VO}s = 0$ and $A_{i0} \ge 1-\varepsilon$ give
-//! $\|o_i\| \le \varepsilon\max_j\|v_j\|$. Without the cone condition the statement
+//! $\lVert o_i\rVert \le \varepsilon\max_j\lVert v_j\rVert$. Without the cone condition the statement
 //! fails ($v_1 = -v_2$, $A_{i1} = A_{i2} = \tfrac12$).
 //!
 //! **Diagonal = soft switch (§5).** An ε-diagonal row gives
-//! $o_i = W_{VO}x_i + r_i$ with $\|r_i\| \le 2\varepsilon_i\max_j\|v_j\|$,
+//! $o_i = W_{VO}x_i + r_i$ with $\lVert r_i\rVert \le 2\varepsilon_i\max_j\lVert v_j\rVert$,
 //! $\varepsilon_i = 1 - A_{ii}$: the block acts token-wise,
 //! $y_i \approx N((I + W_{VO})x_i)$, an MLP layer without hidden nonlinearity.
-//! $W_{QK} = cI$ represents a diagonal iff $\|x_i\|^2 > x_i\cdot x_j$ for every
-//! visible pair; when some $x_i\cdot x_j \ge \|x_i\|^2$, $A_{ii} \le A_{ij}$ so $A_{ii}\le\tfrac12$
+//! $W_{QK} = cI$ represents a diagonal iff $\lVert x_i\rVert^2 > x_i\cdot x_j$ for every
+//! visible pair; when some $x_i\cdot x_j \ge \lVert x_i\rVert^2$, $A_{ii} \le A_{ij}$ so $A_{ii}\le\tfrac12$
 //! for every $c > 0$.
 
 use crate::attention::{Head, Mask, Weight};
@@ -27,7 +27,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, StandardNormal};
 
-/// Largest $\gamma$ with $u\cdot v_j \ge \gamma\|v_j\|$ for all non-zero values
+/// Largest $\gamma$ with $u\cdot v_j \ge \gamma\lVert v_j\rVert$ for all non-zero values
 /// (rows of `values`), for a given unit `u`; `None` if all values are zero.
 pub fn cone_gamma(values: MatRef<'_, f64>, u: &[f64]) -> Option<f64> {
     (0..values.nrows())
@@ -40,7 +40,7 @@ pub fn cone_gamma(values: MatRef<'_, f64>, u: &[f64]) -> Option<f64> {
 }
 
 /// Both sides of the hard-switch inequality for query row `i`:
-/// $(\sum_j A_{ij}\|v_j\|,\ \|o_i\|/\gamma)$.
+/// $(\sum_j A_{ij}\lVert v_j\rVert,\ \lVert o_i\rVert/\gamma)$.
 pub fn hard_switch_sides(
     attn: MatRef<'_, f64>,
     values: MatRef<'_, f64>,
@@ -136,7 +136,7 @@ pub enum Assumption {
 
 /// Check of §4's inequality on random heads: values in a cone of parameter
 /// $\gamma \in [0.05, 0.95]$ (`Kept`) or arbitrary values with the same nominal
-/// $\gamma$ (`Dropped`). Margin: relative slack $(\|o_i\|/\gamma - \sum_j A_{ij}\|v_j\|)/(\|o_i\|/\gamma + \sum_j A_{ij}\|v_j\|)$.
+/// $\gamma$ (`Dropped`). Margin: relative slack $(\lVert o_i\rVert/\gamma - \sum_j A_{ij}\lVert v_j\rVert)/(\lVert o_i\rVert/\gamma + \sum_j A_{ij}\lVert v_j\rVert)$.
 pub fn check_hard_switch_bound(cases: usize, seed: u64, assumption: Assumption) -> CheckOutcome {
     let mut out = CheckOutcome::new("hard_switch", "relative slack of Σ A‖v‖ ≤ ‖o‖/γ");
     for p in hard_switch_samples(cases, seed, assumption) {
@@ -160,9 +160,9 @@ pub struct SwitchSample {
     pub case: usize,
     /// Query row.
     pub query: usize,
-    /// $\sum_j A_{ij}\|v_j\|$.
+    /// $\sum_j A_{ij}\lVert v_j\rVert$.
     pub lhs: f64,
-    /// $\|o_i\|/\gamma$.
+    /// $\lVert o_i\rVert/\gamma$.
     pub rhs: f64,
     /// Cone parameter used.
     pub gamma: f64,
@@ -224,9 +224,9 @@ pub fn hard_switch_samples(cases: usize, seed: u64, assumption: Assumption) -> V
 }
 
 /// Check of the converse: $W_{VO}s = 0$ and $A_{i0}\ge 1-\varepsilon$ ⇒
-/// $\|o_i\|\le\varepsilon\max_j\|v_j\|$, on heads whose $W_{QK}$ is the
+/// $\lVert o_i\rVert\le\varepsilon\max_j\lVert v_j\rVert$, on heads whose $W_{QK}$ is the
 /// rank-one sink witness scaled to reach the gap $\Delta_\varepsilon$.
-/// Margin: $(\varepsilon_i \max_j\|v_j\| - \|o_i\|)/\max_j\|v_j\|$ with $\varepsilon_i = 1 - A_{i0}$.
+/// Margin: $(\varepsilon_i \max_j\lVert v_j\rVert - \lVert o_i\rVert)/\max_j\lVert v_j\rVert$ with $\varepsilon_i = 1 - A_{i0}$.
 pub fn check_hard_switch_converse(cases: usize, seed: u64, assumption: Assumption) -> CheckOutcome {
     let mut out = CheckOutcome::new("hard_switch_converse", "(ε_i max‖v‖ − ‖o_i‖)/max‖v‖");
     let mut rng = StdRng::seed_from_u64(seed ^ 0x4a5d_0002);
@@ -318,9 +318,9 @@ pub fn check_hard_switch_converse(cases: usize, seed: u64, assumption: Assumptio
 }
 
 /// Check of §5's ε-diagonal bound on heads with $W_{QK} = cI$ and tokens of
-/// equal norm: $\|o_i - W_{VO}x_i\| \le 2\varepsilon_i \max_j\|v_j\|$, and the
+/// equal norm: $\lVert o_i - W_{VO}x_i\rVert \le 2\varepsilon_i \max_j\lVert v_j\rVert$, and the
 /// soft switch: moving every other token moves $o_i$ by at most
-/// $2(\varepsilon_i + \varepsilon_i')\max\|v\|$. `Dropped` drops the factor 2 → ½
+/// $2(\varepsilon_i + \varepsilon_i')\max\lVert v\rVert$. `Dropped` drops the factor 2 → ½
 /// (a deliberately false bound the check must reject).
 /// Margin: (bound − measured)/max‖v‖.
 pub fn check_diagonal_bound(cases: usize, seed: u64, assumption: Assumption) -> CheckOutcome {
@@ -399,7 +399,7 @@ pub fn check_diagonal_bound(cases: usize, seed: u64, assumption: Assumption) -> 
 }
 
 /// Check of §5's representability condition for $W = cI$: on token sets with
-/// $\|x_i\|^2 > x_i\cdot x_j$ for all visible pairs, $c = \Delta_\varepsilon/\min\text{gap}$
+/// $\lVert x_i\rVert^2 > x_i\cdot x_j$ for all visible pairs, $c = \Delta_\varepsilon/\min\text{gap}$
 /// gives an ε-diagonal; on sets with a violating pair, $A_{ii}\le\frac12$ for
 /// every $c$ tried. Margin: $\min_i A_{ii} - (1-\varepsilon)$ (representable
 /// sets) or $\tfrac12 - A_{ii}$ (violating query).

@@ -16,6 +16,16 @@
 //! 5. **No hidden state in training and kernels**: no `thread_local!` in `src/train/`
 //!    or `src/backend/` (the backend is an explicit argument, as faer passes `Par`;
 //!    nothing is chosen by what a caller installed on the thread).
+//! 6. **Doc formulas survive Markdown**: rustdoc's Markdown runs before KaTeX sees the
+//!    `$…$` and `$$…$$` formulas of the doc comments, so inside them (in `src/`)
+//!    - no backslash before ASCII punctuation: Markdown reads it as an escape, and `\|`, `\,`,
+//!      `\{`, `\}`, `\;` arrive as `|`, `,`, `{`, `}`, `;` (‖v‖ would render as |v|); write
+//!      `\lVert…\rVert`, `\thinspace`, `\lbrace…\rbrace`, `\thickspace` (a literal
+//!      underscore is `\textunderscore`). The escapes meant for Markdown are allowed: `\[`, `\]`
+//!      (a bracket rustdoc does not read as a link) and `\_` (an underscore that is not emphasis);
+//!    - no `*` (an emphasis delimiter wherever it stands; write `\ast`) except in a starred
+//!      command such as `\operatorname*`, and no `_` that could open emphasis (after
+//!      punctuation or a space, as in `\mathrm{SS}_{res}` or `(AX)_i`: write `\_`).
 //!
 //! "Imports" are the `crate::…` paths of a file (in `use` items or inline),
 //! comments removed. The first tests below run the rules on planted inputs, so
@@ -196,6 +206,97 @@ fn uses_fs(code: &str) -> bool {
 fn uses_thread_local(code: &str) -> bool {
     code.split(|c: char| !(c.is_alphanumeric() || c == '_'))
         .any(|w| w == "thread_local" || w == "LocalKey")
+}
+
+/// Rule 6: what Markdown would change inside the doc-comment formulas of a source file, as
+/// (line number from 1, the characters). Consecutive `///` (or `//!`) lines form one Markdown
+/// text, so a formula may span lines; code spans and fenced code blocks hold no formulas.
+fn doc_formula_problems(src: &str) -> Vec<(usize, String)> {
+    let mut bad = Vec::new();
+    // Blocks of consecutive doc lines of one kind: (line number, text after the marker).
+    let mut blocks: Vec<Vec<(usize, &str)>> = Vec::new();
+    let mut kind = "";
+    for (n, line) in src.lines().enumerate() {
+        let t = line.trim_start();
+        let doc = ["///", "//!"]
+            .into_iter()
+            .find(|m| t.starts_with(m) && !t.starts_with("////"));
+        match doc {
+            Some(m) => {
+                if m != kind {
+                    blocks.push(Vec::new());
+                }
+                kind = m;
+                blocks.last_mut().unwrap().push((n + 1, &t[m.len()..]));
+            }
+            None => kind = "",
+        }
+    }
+    for block in blocks {
+        // The block's Markdown, fenced code blanked, with the line of each byte.
+        let (mut text, mut line_of) = (Vec::new(), Vec::new());
+        let mut fence = false;
+        for (n, l) in block {
+            let t = l.trim_start();
+            let marker = t.starts_with("```") || t.starts_with("~~~");
+            fence ^= marker;
+            let code = marker || fence;
+            text.extend(l.bytes().map(|b| if code { b' ' } else { b }));
+            text.push(b'\n');
+            line_of.extend(std::iter::repeat_n(n, l.len() + 1));
+        }
+        let run = |i: usize| text[i..].iter().take_while(|&&b| b == b'`').count();
+        let (mut i, mut math) = (0, None::<usize>);
+        while i < text.len() {
+            match text[i] {
+                b'\\' if text.get(i + 1).is_some_and(u8::is_ascii_punctuation) => {
+                    if math.is_some() && !matches!(text[i + 1], b'[' | b']' | b'_') {
+                        bad.push((line_of[i], format!("\\{}", text[i + 1] as char)));
+                    }
+                    i += 2;
+                }
+                b'*' | b'_' if math.is_some() => {
+                    let prev = if i == 0 { b' ' } else { text[i - 1] };
+                    let next = text.get(i + 1).copied().unwrap_or(b' ');
+                    let letters = text[..i]
+                        .iter()
+                        .rev()
+                        .take_while(|b| b.is_ascii_alphabetic())
+                        .count();
+                    let starred = letters > 0 && i > letters && text[i - letters - 1] == b'\\';
+                    // CommonMark: `_` opens emphasis when left-flanking and not inside a word.
+                    let opens = (prev.is_ascii_whitespace() || prev.is_ascii_punctuation())
+                        && !next.is_ascii_whitespace();
+                    if text[i] == b'*' && !starred {
+                        bad.push((line_of[i], "*".to_string()));
+                    } else if text[i] == b'_' && opens {
+                        bad.push((line_of[i], format!("{}_", prev as char)));
+                    }
+                    i += 1;
+                }
+                b'`' => {
+                    // A code span runs to the next backtick run of the same length (none: literal).
+                    let k = run(i);
+                    let mut j = i + k;
+                    while j < text.len() && !(text[j] == b'`' && run(j) == k) {
+                        j += if text[j] == b'`' { run(j) } else { 1 };
+                    }
+                    i = if j < text.len() { j + k } else { i + k };
+                }
+                b'$' => {
+                    let d = if text.get(i + 1) == Some(&b'$') { 2 } else { 1 };
+                    math = match math {
+                        None => Some(d),
+                        Some(open) if open == d => None,
+                        open => open,
+                    };
+                    i += d;
+                }
+                _ => i += 1,
+            }
+        }
+    }
+    bad
 }
 
 /// The top-level module of a file under `src/` (`None` for `lib.rs`, `main.rs`, `cli/`:
@@ -489,6 +590,47 @@ fn planted_unregistered_test_files_are_flagged() {
     assert!(bad[0].contains("theorems/b.rs") && bad[1].contains("tests/other/x.rs"));
 }
 
+#[test]
+fn planted_markdown_in_doc_formulas_is_flagged() {
+    let src = [
+        r"/// Norm $\|x\|$ and set $\{1, 2\}$,",
+        r"/// spaced $a\,b$ over two $x \le",
+        r"/// y\;z$ lines, $\|W\|_*$ and $\mathrm{SS}_{res} + (AX)_i$.",
+        r"//! $$\sum_j \|v_j\|$$",
+        r"// $\|x\|$: a plain comment, not rendered",
+        r"/// `$\|x\|$` is code, \| outside a formula is prose, $E\[x\]$ a bracket, *emphasis*.",
+        r#"fn f() -> &'static str { "$\\|x\\|$" }"#,
+        r"/// ```",
+        r"/// let s = r#$\|x\|_*$#;",
+        r"/// ```",
+    ]
+    .join("\n");
+    let got = doc_formula_problems(&src);
+    let want = [
+        (1, r"\|"),
+        (1, r"\|"),
+        (1, r"\{"),
+        (1, r"\}"),
+        (2, r"\,"),
+        (3, r"\;"),
+        (3, r"\|"),
+        (3, r"\|"),
+        (3, r"|_"),
+        (3, r"*"),
+        (3, r"}_"),
+        (3, r")_"),
+        (4, r"\|"),
+        (4, r"\|"),
+    ];
+    assert_eq!(got, want.map(|(n, e)| (n, e.to_string())));
+    let fixed = [
+        r"/// $\lVert x\rVert_\ast$, $\lbrace 1\rbrace$, $a\thinspace b\thickspace c$, $E\[x\]$,",
+        r"/// $\mathrm{SS}\_{res} + (AX)\_i + x_i + y_{ij}$, $\operatorname*{arg\thinspace min}\_x$.",
+    ]
+    .join("\n");
+    assert_eq!(doc_formula_problems(&fixed), []);
+}
+
 // ---- the rules on the tree ----
 
 #[test]
@@ -557,4 +699,24 @@ fn every_test_file_is_a_test_target() {
     for t in &targets {
         assert!(root.join(t).is_file(), "[[test]] path {t} does not exist");
     }
+}
+
+#[test]
+fn doc_formulas_survive_markdown() {
+    let src = root().join("src");
+    let mut bad = Vec::new();
+    for p in rs_files(&src) {
+        let text = std::fs::read_to_string(&p).unwrap();
+        let rel = p.strip_prefix(root()).unwrap().display().to_string();
+        for (line, what) in doc_formula_problems(&text) {
+            bad.push(format!("{rel}:{line}: `{what}` inside a formula"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "Markdown changes these before KaTeX sees the formula (write \\lVert…\\rVert, \
+         \\thinspace, \\thickspace, \\lbrace…\\rbrace, \\ast, `\\_` for a subscript after \
+         punctuation; see rule 6):\n{}",
+        bad.join("\n")
+    );
 }

@@ -480,7 +480,7 @@ impl<T: Real> Backend for Cpu<T> {
 /// The AdamW update of [`Backend::adamw`] on host slices (equal lengths, any
 /// layout: the update is elementwise) at step `t ≥ 1`:
 /// $m \leftarrow \beta_1 m + (1-\beta_1) g$, $v \leftarrow \beta_2 v + (1-\beta_2) g^2$,
-/// $p \leftarrow p - \eta\,\big(\hat m/(\sqrt{\hat v}+\epsilon) + \lambda p\big)$.
+/// $p \leftarrow p - \eta\thinspace\big(\hat m/(\sqrt{\hat v}+\epsilon) + \lambda p\big)$.
 /// The one definition of the optimiser: [`Cpu`] runs it on its tensors and
 /// `train::adamw` on the host reference model's matrices (the GPU kernel
 /// `adamw.wgsl` computes the same expression).

@@ -6,13 +6,13 @@
 //! time in:
 //!
 //! - batched matmul with optional transposes,
-//!   $C_b \leftarrow \alpha\,\mathrm{op}(A_b)\,\mathrm{op}(B_b) + \beta\,C_b$,
+//!   $C_b \leftarrow \alpha\thinspace\mathrm{op}(A_b)\thinspace\mathrm{op}(B_b) + \beta\thinspace C_b$,
 //!   where an operand with batch 1 is broadcast over the batch of `C`
 //!   (one weight matrix against a batch of activations);
-//! - row softmax $Y = \mathrm{softmax}_{\text{row}}(s\,X)$ with an optional
+//! - row softmax $Y = \mathrm{softmax}\_{\text{row}}(s\thinspace X)$ with an optional
 //!   causal mask (key $j$ visible to query $i$ iff $j \le i$; masked entries
 //!   are exactly 0), and its backward
-//!   $\partial X = s\,Y \odot (\partial Y - \mathrm{rowsum}(Y \odot \partial Y))$;
+//!   $\partial X = s\thinspace Y \odot (\partial Y - \mathrm{rowsum}(Y \odot \partial Y))$;
 //! - `axpby` ($y \leftarrow a x + b y$) and the fused AdamW update, so weights,
 //!   gradients and optimiser moments can stay on the device across steps;
 //! - what a token model needs besides: embedding gather (+ positional rows)
@@ -252,7 +252,7 @@ pub trait Backend {
     /// Copies a tensor back to the host.
     fn read(&self, t: &Self::Tensor) -> Result<Vec<Self::Elem>>;
 
-    /// $C_b \leftarrow \alpha\,\mathrm{op}(A_b)\,\mathrm{op}(B_b) + \beta\,C_b$
+    /// $C_b \leftarrow \alpha\thinspace\mathrm{op}(A_b)\thinspace\mathrm{op}(B_b) + \beta\thinspace C_b$
     /// for each matrix $b$ of `c`; an operand with batch 1 is broadcast. With
     /// $\beta = 0$ the old contents of `c` are never read (NaN-safe).
     #[allow(clippy::too_many_arguments)]
@@ -267,7 +267,7 @@ pub trait Backend {
         c: &mut Self::Tensor,
     ) -> Result<()>;
 
-    /// $Y = \mathrm{softmax}_{\text{row}}(s\,X)$ under `mask`; masked entries are 0.
+    /// $Y = \mathrm{softmax}\_{\text{row}}(s\thinspace X)$ under `mask`; masked entries are 0.
     fn softmax_rows(
         &self,
         x: &Self::Tensor,
@@ -277,7 +277,7 @@ pub trait Backend {
     ) -> Result<()>;
 
     /// Backward of [`Backend::softmax_rows`] given its output $Y$:
-    /// $\partial X = s\,Y \odot (\partial Y - \mathrm{rowsum}(Y \odot \partial Y))$.
+    /// $\partial X = s\thinspace Y \odot (\partial Y - \mathrm{rowsum}(Y \odot \partial Y))$.
     fn softmax_rows_backward(
         &self,
         y: &Self::Tensor,
@@ -286,13 +286,13 @@ pub trait Backend {
         dx: &mut Self::Tensor,
     ) -> Result<()>;
 
-    /// $y \leftarrow a\,x + b\,y$ elementwise (equal shapes).
+    /// $y \leftarrow a\thinspace x + b\thinspace y$ elementwise (equal shapes).
     fn axpby(&self, a: f64, x: &Self::Tensor, b: f64, y: &mut Self::Tensor) -> Result<()>;
 
     /// One AdamW step at step number `t ≥ 1` on parameters `p` with gradient
     /// `g` and moments `m`, `v`:
     /// $m \leftarrow \beta_1 m + (1-\beta_1) g$, $v \leftarrow \beta_2 v + (1-\beta_2) g^2$,
-    /// $p \leftarrow p - \eta\,\big(\hat m / (\sqrt{\hat v} + \epsilon) + \lambda p\big)$
+    /// $p \leftarrow p - \eta\thinspace\big(\hat m / (\sqrt{\hat v} + \epsilon) + \lambda p\big)$
     /// with $\hat m = m/(1-\beta_1^t)$, $\hat v = v/(1-\beta_2^t)$.
     fn adamw(
         &self,
@@ -306,7 +306,7 @@ pub trait Backend {
 
     /// Embedding gather with positional rows: for ids `B×T×1`, table `emb`
     /// (`V×d`) and positions `pos` (`P×d`, $P \ge T$), writes `out` (`B×T×d`)
-    /// $H_{b,i,:} = E_{\mathrm{id}_{b,i},:} + P_{i,:}$. Ids must be integers in
+    /// $H_{b,i,:} = E_{\mathrm{id}\_{b,i},:} + P_{i,:}$. Ids must be integers in
     /// `0..V` (the CPU checks; the GPU writes a zero embedding row for an id
     /// outside the table, so callers check first).
     fn embed(
@@ -318,7 +318,7 @@ pub trait Backend {
     ) -> Result<()>;
 
     /// Backward of [`Backend::embed`] (scatter-add, written as a gather so it
-    /// needs no atomics): $\partial E_{v,:} = \sum_{(b,i):\,\mathrm{id}_{b,i} = v} \partial H_{b,i,:}$,
+    /// needs no atomics): $\partial E_{v,:} = \sum_{(b,i):\thinspace\mathrm{id}\_{b,i} = v} \partial H_{b,i,:}$,
     /// $\partial P_{i,:} = \sum_b \partial H_{b,i,:}$ for $i < T$ and $0$ for
     /// $i \ge T$; both outputs are overwritten, sums run in row order.
     fn embed_backward(
@@ -344,8 +344,8 @@ pub trait Backend {
     /// Weighted softmax cross-entropy of each row $r$ of `logits` (rows
     /// stacked over the batch, `cols` = classes) against target class
     /// $y_r$ (`targets`, one integer per row) with weight $c_r$ (`coef`):
-    /// $\ell_r = c_r\,(\log\sum_j e^{z_{rj}} - z_{r y_r})$ into `loss` and
-    /// $\partial z_{rj} = c_r\,(\mathrm{softmax}(z_r)_j - [j = y_r])$ into
+    /// $\ell_r = c_r\thinspace(\log\sum_j e^{z_{rj}} - z_{r y_r})$ into `loss` and
+    /// $\partial z_{rj} = c_r\thinspace(\mathrm{softmax}(z_r)\_j - [j = y_r])$ into
     /// `dlogits`. Rows with $c_r = 0$ give exactly 0 (their target is not read).
     /// `targets`, `coef` and `loss` hold one value per row.
     fn softmax_xent(

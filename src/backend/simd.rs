@@ -157,7 +157,7 @@ fn lse_loop(xs: &mut [f32]) -> f64 {
 
 /// The running log-sum-exp of a vocabulary visited in tiles: `(m, s)` with
 /// $\log\sum = m + \ln s$; [`lse_update`] merges one more tile's values in, rescaling
-/// $s \leftarrow s\,e^{m_{old} - m_{new}}$ (f64) when the maximum grows.
+/// $s \leftarrow s\thinspace e^{m_{old} - m_{new}}$ (f64) when the maximum grows.
 pub fn lse_update(state: (f64, f64), tile: &[f32], scratch: &mut Vec<f32>) -> (f64, f64) {
     scratch.clear();
     scratch.extend_from_slice(tile);

@@ -13,7 +13,7 @@ fn pts(v: &[Vec<f64>]) -> Vec<(f64, f64)> {
     v.iter().map(|p| (p[0], p[1])).collect()
 }
 
-/// A segment of the line $\{x : n\cdot x = t\}$ within radius `r` of `centre`'s projection.
+/// A segment of the line $\lbrace x : n\cdot x = t\rbrace$ within radius `r` of `centre`'s projection.
 fn line_segment(n: &[f64], t: f64, r: f64) -> Vec<(f64, f64)> {
     let nn = (n[0] * n[0] + n[1] * n[1]).sqrt();
     let (ux, uy) = (n[0] / nn, n[1] / nn);

@@ -4,29 +4,29 @@
 //! With orthonormal embeddings ($d \ge T$) the variable is the logits matrix $M$ itself and
 //! row $i \ge 1$ must prefer its target $t(i)$ over every key $j \le i$ by $\Delta$; the entries
 //! above the diagonal are free. Weak duality: for $\lambda \ge 0$ on the constraints,
-//! $\|M\|_* \ge \langle \mathcal A^*\lambda, M\rangle / \|\mathcal A^*\lambda\|_2 \ge
-//! \Delta\,\mathbf 1^\top\lambda / \|\mathcal A^*\lambda\|_2$, so a feasible $M$ and a $\lambda$
-//! with $\|\mathcal A^*\lambda\|_2 \le 1$ and $\Delta\,\mathbf 1^\top\lambda = \|M\|_*$ prove that
+//! $\lVert M\rVert_\ast \ge \langle \mathcal A^\ast\lambda, M\rangle / \lVert\mathcal A^\ast\lambda\rVert_2 \ge
+//! \Delta\thinspace\mathbf 1^\top\lambda / \lVert\mathcal A^\ast\lambda\rVert_2$, so a feasible $M$ and a $\lambda$
+//! with $\lVert\mathcal A^\ast\lambda\rVert_2 \le 1$ and $\Delta\thinspace\mathbf 1^\top\lambda = \lVert M\rVert_\ast$ prove that
 //! $M$ is optimal.
 //!
-//! **Sink** ($t(i) = 0$). Primal $M^\star = \Delta\,\mathbf 1_{\ge 1}\, b^\top$ with
+//! **Sink** ($t(i) = 0$). Primal $M^\star = \Delta\thinspace\mathbf 1_{\ge 1}\thinspace b^\top$ with
 //! $b_0 = (T-1)/T$, $b_j = -1/T$ ($j \ge 1$): every gap is exactly $\Delta$ and
-//! $\|M^\star\|_* = \Delta\sqrt{T-1}\,\|b\| = \Delta (T-1)/\sqrt T$. Dual: $\lambda_{ii} = 1/\sqrt T$
+//! $\lVert M^\star\rVert_\ast = \Delta\sqrt{T-1}\thinspace\lVert b\rVert = \Delta (T-1)/\sqrt T$. Dual: $\lambda_{ii} = 1/\sqrt T$
 //! (only the constraint against the query's own key), all others 0:
-//! $\mathcal A^*\lambda = T^{-1/2}[\mathbf 1 \mid -I]$ on rows $1..T-1$, whose Gram matrix
+//! $\mathcal A^\ast\lambda = T^{-1/2}[\mathbf 1 \mid -I]$ on rows $1..T-1$, whose Gram matrix
 //! $(\mathbf 1\mathbf 1^\top + I)/T$ has largest eigenvalue 1, and $\Delta\mathbf 1^\top\lambda =
-//! \Delta (T-1)/\sqrt T$. Hence $C^*_{\rm sink} = \Delta(T-1)/\sqrt T$, below the rank-one
+//! \Delta (T-1)/\sqrt T$. Hence $C^\ast\_{\rm sink} = \Delta(T-1)/\sqrt T$, below the rank-one
 //! witness $\Delta\sqrt{T-1}$ of THEORY §6 (which leaves the free upper entries at 0), and
 //! asymptotically $\Delta\sqrt T$: exponent ½.
 //!
 //! **Diagonal** ($t(i) = i$). Primal: row $i$ of $M^\star$ is the Frobenius-optimal row
 //! $r_i = \frac{\Delta}{i+1}(-1, \dots, -1, i, 0, \dots)$ ($i$ entries $-1$, then $i$ at column $i$);
 //! these rows are mutually orthogonal ($r_i\cdot r_k = \frac{\Delta^2}{(i+1)(k+1)}(i - i) = 0$
-//! for $i < k$), so $\|M^\star\|_* = \sum_i\|r_i\| = \Delta\sum_{i=1}^{T-1}\sqrt{i/(i+1)}$. Dual:
-//! $\lambda_{ij} = 1/\sqrt{i(i+1)}$ for every $j < i$: row $i$ of $\mathcal A^*\lambda$ is
-//! $r_i/\|r_i\|$, orthonormal rows, so $\|\mathcal A^*\lambda\|_2 = 1$ and
+//! for $i < k$), so $\lVert M^\star\rVert_\ast = \sum_i\lVert r_i\rVert = \Delta\sum_{i=1}^{T-1}\sqrt{i/(i+1)}$. Dual:
+//! $\lambda_{ij} = 1/\sqrt{i(i+1)}$ for every $j < i$: row $i$ of $\mathcal A^\ast\lambda$ is
+//! $r_i/\lVert r_i\rVert$, orthonormal rows, so $\lVert\mathcal A^\ast\lambda\rVert_2 = 1$ and
 //! $\Delta\mathbf 1^\top\lambda = \Delta\sum_i i/\sqrt{i(i+1)}$, the primal value. Hence
-//! $C^*_{\rm diag} = \Delta\sum_{i=1}^{T-1}\sqrt{i/(i+1)} = \Delta(T - \tfrac12\ln T + O(1))$:
+//! $C^\ast\_{\rm diag} = \Delta\sum_{i=1}^{T-1}\sqrt{i/(i+1)} = \Delta(T - \tfrac12\ln T + O(1))$:
 //! exponent 1.
 //!
 //! **Frobenius** (both patterns, [`super::fro_orthonormal`]): $\Delta\sqrt{T - H_T}$, exponent ½.
@@ -40,7 +40,7 @@ use super::{CostError, GapProgram, NormKind, Pattern, fro_orthonormal};
 use crate::linalg;
 use faer::Mat;
 
-/// Exact $\min\|W_{QK}\|_*$ on orthonormal embeddings (see the module docs for the proof).
+/// Exact $\min\lVert W_{QK}\rVert_\ast$ on orthonormal embeddings (see the module docs for the proof).
 pub fn nuclear_orthonormal(pattern: Pattern, t: usize, delta: f64) -> f64 {
     match pattern {
         Pattern::Sink => delta * (t as f64 - 1.0) / (t as f64).sqrt(),
@@ -113,17 +113,17 @@ pub fn dual(p: &GapProgram, pattern: Pattern) -> Result<Vec<f64>, CostError> {
 /// The arithmetic check of a primal–dual pair, independent of any solver.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
 pub struct DualCheck {
-    /// $\|M\|_*$.
+    /// $\lVert M\rVert_\ast$.
     pub primal: f64,
-    /// $\Delta\,\mathbf 1^\top\lambda / \|\mathcal A^*\lambda\|_2$ (a certified lower bound).
+    /// $\Delta\thinspace\mathbf 1^\top\lambda / \lVert\mathcal A^\ast\lambda\rVert_2$ (a certified lower bound).
     pub dual: f64,
-    /// $\|\mathcal A^*\lambda\|_2$.
+    /// $\lVert\mathcal A^\ast\lambda\rVert_2$.
     pub spectral: f64,
     /// Smallest gap of $M$ divided by Δ.
     pub min_gap: f64,
     /// $(\text{primal} - \text{dual})/\text{primal}$.
     pub rel_gap: f64,
-    /// Feasible ($\text{min\_gap} \ge 1 - 10^{-12}$), $\lambda \ge 0$, and the bound meets the
+    /// Feasible ([`min_gap`](Self::min_gap) $\ge 1 - 10^{-12}$), $\lambda \ge 0$, and the bound meets the
     /// value to [`OPT_TOL`].
     pub optimal: bool,
 }

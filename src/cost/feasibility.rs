@@ -1,4 +1,4 @@
-//! Gordan feasibility: the min-norm point of $\mathrm{conv}\{A_c\}$ is a witness or a
+//! Gordan feasibility: the min-norm point of $\mathrm{conv}\lbrace A_c\rbrace$ is a witness or a
 //! certificate of infeasibility (convex weights).
 
 use super::*;
@@ -9,9 +9,9 @@ use super::*;
 pub struct Certificate {
     /// Non-zero weights `(query i, key j, λ)`, summing to 1.
     pub weights: Vec<(usize, usize, f64)>,
-    /// $\|\sum_c \lambda_c A_c\|_F$, recomputed by plain arithmetic.
+    /// $\lVert\sum_c \lambda_c A_c\rVert_F$, recomputed by plain arithmetic.
     pub residual: f64,
-    /// $\max_c \|A_c\|_F$, the scale the residual is judged against.
+    /// $\max_c \lVert A_c\rVert_F$, the scale the residual is judged against.
     pub scale: f64,
     /// `residual <= 1e-6 · scale`.
     pub verified: bool,
@@ -46,7 +46,7 @@ pub(super) fn project_simplex(v: &mut [f64]) {
     v.iter_mut().for_each(|x| *x = (*x - theta).max(0.0));
 }
 
-/// $Z = \mathcal A^*\lambda$: a witness when every gap $\langle A_c, Z\rangle$ is positive
+/// $Z = \mathcal A^\ast\lambda$: a witness when every gap $\langle A_c, Z\rangle$ is positive
 /// (`Ok`), else `Err(Z)`.
 pub(super) fn combination(p: &GapProgram, lam: &[f64]) -> Result<Feasibility, Mat<f64>> {
     let z = p.adjoint(lam);
@@ -64,7 +64,7 @@ pub(super) fn combination(p: &GapProgram, lam: &[f64]) -> Result<Feasibility, Ma
     }
 }
 
-/// Gordan test by FISTA on $\min_{\lambda \in \Delta^m} \tfrac12\|\mathcal A^*\lambda\|_F^2$.
+/// Gordan test by FISTA on $\min_{\lambda \in \Delta^m} \tfrac12\lVert\mathcal A^\ast\lambda\rVert_F^2$.
 pub fn feasibility(p: &GapProgram, max_iter: usize) -> Result<Feasibility, CostError> {
     let m = p.n_constraints();
     let lip = p.op_norm * p.op_norm;

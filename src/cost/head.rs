@@ -2,31 +2,31 @@
 //!
 //! A context of $T$ positions, each its own token with embedding $x_i$ ($x_0$ the BOS,
 //! the sink). A copy-paste source map $\pi$ makes some queries *on*: query $i$ must
-//! output the token at $\pi(i) \in \{1..i-1\}$ (BOS is never a source); the others
+//! output the token at $\pi(i) \in \lbrace 1..i-1\rbrace$ (BOS is never a source); the others
 //! are *off*. The head is idealised as attending to one target per query, so its
 //! cost splits into two independent convex programs:
 //!
-//! - **QK** (routing): $\min\|W_{QK}\|$ s.t. $x_i^\top W_{QK}(x_{\tau(i)} - x_j) \ge \Delta$
+//! - **QK** (routing): $\min\lVert W_{QK}\rVert$ s.t. $x_i^\top W_{QK}(x_{\tau(i)} - x_j) \ge \Delta$
 //!   for every $j \le i$, $j \ne \tau(i)$, with $\tau(i) = \pi(i)$ on on-queries and
 //!   $\tau(i) = 0$ (sink) or $\tau(i) = i$ (diagonal) on off-queries;
 //! - **VO** (copying, read-out tied to the embeddings): every source $s$ is decoded from
-//!   its value, $(x_s - x_v)^\top W_{VO}\, x_s \ge \Delta$ for every token $v \ne s$.
+//!   its value, $(x_s - x_v)^\top W_{VO}\thinspace x_s \ge \Delta$ for every token $v \ne s$.
 //!   Off-queries: with a **sink** the head must add nothing (hard switch), $W_{VO} x_0 = 0$,
-//!   imposed exactly by writing $W_{VO} = W' P$ with $P = I - x_0 x_0^\top/\|x_0\|^2$;
+//!   imposed exactly by writing $W_{VO} = W' P$ with $P = I - x_0 x_0^\top/\lVert x_0\rVert^2$;
 //!   with a **diagonal** the head outputs $W_{VO} x_i$, the value of the query's own
 //!   token (soft switch), which the task allows, so it adds no constraint.
 //!
 //! The VO constraint is $(P x_s)^\top W_{VO}^\top (x_s - x_v) \ge \Delta$: a
 //! [`GapProgram`] with query rows $P x_s$, key rows $x_v$, every key visible, on the
 //! variable $W_{VO}^\top$ (same norms). The cost of the head is
-//! $\|W_{QK}\| + \|W_{VO}\|$ at the two optima (the programs share no variable).
+//! $\lVert W_{QK}\rVert + \lVert W_{VO}\rVert$ at the two optima (the programs share no variable).
 //!
 //! **Closed forms** (orthonormal embeddings, Frobenius): a row with $m$ competitors costs
 //! $\Delta^2 m/(m+1)$ (THEORY §6), so $C_{QK}^F = \Delta\sqrt{T - H_T}$ whatever the targets, and
 //! $C_{VO}^F = \Delta\sqrt{n_{\rm src}(T-1)/T}$ for $n_{\rm src}$ distinct sources, for sink and
 //! diagonal alike ($P x_s = x_s$ when the rows are orthonormal).
 //! **Witness** (nuclear upper bound): one entry $\Delta$ per constrained row at its target column,
-//! $\|W\|_* = \Delta\sum_c \sqrt{n_c}$ with $n_c$ the rows targeting column $c$.
+//! $\lVert W\rVert_\ast = \Delta\sum_c \sqrt{n_c}$ with $n_c$ the rows targeting column $c$.
 
 use super::{
     CostError, CostSolution, GapProgram, NormKind, Pattern, SolveOptions, Visibility, solve,
@@ -41,8 +41,8 @@ use serde::Serialize;
 pub const DEFAULT_ON_RATE: f64 = 0.25;
 
 /// Seeded copy-paste sources ("random earlier position" family of §10): each query
-/// $i \in \{2..T-1\}$ is on with probability `on_rate`, copying $\pi(i)$ uniform in
-/// $\{1..i-1\}$. At least one query is on (the last, when the draw leaves none).
+/// $i \in \lbrace 2..T-1\rbrace$ is on with probability `on_rate`, copying $\pi(i)$ uniform in
+/// $\lbrace 1..i-1\rbrace$. At least one query is on (the last, when the draw leaves none).
 pub fn sources(t: usize, on_rate: f64, seed: u64) -> Result<Vec<Option<usize>>, CostError> {
     if t < 3 {
         return Err(CostError::Invalid(format!(
@@ -144,7 +144,7 @@ pub fn vo_program(
 /// A solved whole-head program.
 #[derive(Clone, Debug, Serialize)]
 pub struct HeadCost {
-    /// $\|W_{QK}\| + \|W_{VO}\|$ (sum of the certified upper ends); `None` when a part is infeasible.
+    /// $\lVert W_{QK}\rVert + \lVert W_{VO}\rVert$ (sum of the certified upper ends); `None` when a part is infeasible.
     pub value: Option<f64>,
     /// Sum of the certified lower ends.
     pub lower: Option<f64>,

@@ -4,7 +4,7 @@ use super::*;
 
 /// Frobenius program by dual coordinate ascent (Hildreth's method), an
 /// algorithm independent of [`solve`], for cross-checks on small cases:
-/// $\lambda_c \leftarrow \max(0, \lambda_c + (\Delta - \langle A_c, W\rangle)/\|A_c\|_F^2)$,
+/// $\lambda_c \leftarrow \max(0, \lambda_c + (\Delta - \langle A_c, W\rangle)/\lVert A_c\rVert_F^2)$,
 /// $W = \sum_c \lambda_c A_c$. Returns (‖W‖_F, smallest gap / Δ) after `sweeps` sweeps.
 pub fn fro_by_coordinate_ascent(p: &GapProgram, sweeps: usize) -> (f64, f64) {
     let (rq, rk) = p.dim();

@@ -1,36 +1,36 @@
 //! Minimal cost of a sink or a diagonal pattern (THEORY.md §6, claim A5).
 //!
 //! For embeddings $x_0..x_{T-1}$ ($x_0 = s$ the sink) and a target $t(i)$ per
-//! query row $i \in \{1..T-1\}$ ($t(i) = 0$: sink, $t(i) = i$: diagonal), the
+//! query row $i \in \lbrace 1..T-1\rbrace$ ($t(i) = 0$: sink, $t(i) = i$: diagonal), the
 //! gap program is
-//! $$ C = \min \|W\| \quad\text{s.t.}\quad x_i^\top W (x_{t(i)} - x_j) \ge \Delta
-//!    \quad \forall\, i \ge 1,\ j \le i,\ j \ne t(i), $$
-//! with $\|\cdot\|$ the Frobenius or the nuclear norm (both convex programs).
+//! $$ C = \min \lVert W\rVert \quad\text{s.t.}\quad x_i^\top W (x_{t(i)} - x_j) \ge \Delta
+//!    \quad \forall\thinspace i \ge 1,\ j \le i,\ j \ne t(i), $$
+//! with $\lVert\cdot\rVert$ the Frobenius or the nuclear norm (both convex programs).
 //!
 //! **Solver.** Write the constraints as $\mathcal A(W) \ge \Delta\mathbf 1$.
 //! Chambolle–Pock primal–dual iterations (arXiv:0912.4571 is not it; see
 //! Chambolle & Pock, *A first-order primal-dual algorithm for convex problems
-//! with applications to imaging*, 2011) with the prox of $\tfrac12\|W\|_F^2$
-//! (accelerated variant) or of $\|W\|_*$ (singular-value soft-thresholding).
+//! with applications to imaging*, 2011) with the prox of $\tfrac12\lVert W\rVert_F^2$
+//! (accelerated variant) or of $\lVert W\rVert_\ast$ (singular-value soft-thresholding).
 //! Every iterate yields a *certified bracket*:
-//! - upper: $\|W\|\,\Delta/\min_c \mathcal A(W)_c$ (a feasible rescaling of $W$);
-//! - lower: for any $\lambda \ge 0$, $\Delta\,\mathbf 1^\top\lambda / \|\mathcal A^*\lambda\|_{\rm dual}$
-//!   (weak duality: $\langle \mathcal A^*\lambda, W\rangle \ge \Delta \mathbf 1^\top \lambda$ and Hölder),
+//! - upper: $\lVert W\rVert\thinspace\Delta/\min_c \mathcal A(W)\_c$ (a feasible rescaling of $W$);
+//! - lower: for any $\lambda \ge 0$, $\Delta\thinspace\mathbf 1^\top\lambda / \lVert\mathcal A^\ast\lambda\rVert_{\rm dual}$
+//!   (weak duality: $\langle \mathcal A^\ast\lambda, W\rangle \ge \Delta \mathbf 1^\top \lambda$ and Hölder),
 //!   the dual norm being Frobenius for Frobenius and spectral for nuclear.
 //!
 //! The solver stops when the relative gap (upper − lower)/upper is below a
 //! tolerance and reports both ends, so a value is never better than its gap.
 //!
 //! **Feasibility** (Gordan's alternative): the constraints are strictly
-//! feasible iff $0 \notin \mathrm{conv}\{A_c\}$, $A_c = x_i (x_{t(i)} - x_j)^\top$.
+//! feasible iff $0 \notin \mathrm{conv}\lbrace A_c\rbrace$, $A_c = x_i (x_{t(i)} - x_j)^\top$.
 //! The min-norm point $Z = \sum_c \lambda_c A_c$ of that hull (λ in the
 //! simplex) is either a witness ($\min_c \langle A_c, Z\rangle > 0$, checked by
-//! arithmetic) or, when $\|Z\|_F \approx 0$, a certificate of infeasibility.
+//! arithmetic) or, when $\lVert Z\rVert_F \approx 0$, a certificate of infeasibility.
 //!
 //! **Reduction.** $W$ may be restricted to the row space of $X$ on both sides
 //! (projecting never increases either norm nor changes a constraint), so with
 //! the thin SVD $X = U S V^\top$ the program runs on $E = US$ ($T \times r$,
-//! $r = \mathrm{rank}\, X$). For orthonormal embeddings the logits matrix
+//! $r = \mathrm{rank}\thinspace X$). For orthonormal embeddings the logits matrix
 //! $M = X W X^\top$ itself is the variable.
 //!
 //! **Files.** `program` (the program, its operator and norms), `feasibility`
@@ -97,9 +97,9 @@ pub enum Pattern {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum NormKind {
-    /// Frobenius norm $\|W\|_F$.
+    /// Frobenius norm $\lVert W\rVert_F$.
     Fro,
-    /// Nuclear norm $\|W\|_*$ (= minimal factored weight decay $\tfrac12(\|W_Q\|_F^2+\|W_K\|_F^2)$).
+    /// Nuclear norm $\lVert W\rVert_\ast$ (= minimal factored weight decay $\tfrac12(\lVert W_Q\rVert_F^2+\lVert W_K\rVert_F^2)$).
     Nuclear,
 }
 
@@ -125,7 +125,7 @@ pub enum Scope {
     /// $W_{QK}$ alone, every query $i \ge 1$ an off-query (§6).
     #[default]
     Qk,
-    /// The whole head on copy-paste, $\|W_{QK}\| + \|W_{VO}\|$ (see [`head`]).
+    /// The whole head on copy-paste, $\lVert W_{QK}\rVert + \lVert W_{VO}\rVert$ (see [`head`]).
     Head,
 }
 

@@ -207,7 +207,7 @@ impl GapProgram {
             .collect()
     }
 
-    /// $\mathcal A^*\lambda = E_q^\top L E_k$ with $L_{i,t(i)} = \sum_j \lambda_{ij}$, $L_{ij} = -\lambda_{ij}$.
+    /// $\mathcal A^\ast\lambda = E_q^\top L E_k$ with $L_{i,t(i)} = \sum_j \lambda_{ij}$, $L_{ij} = -\lambda_{ij}$.
     pub fn adjoint(&self, lam: &[f64]) -> Mat<f64> {
         let mut l = Mat::<f64>::zeros(self.t, self.t);
         for (&(i, j), &v) in self.cons.iter().zip(lam) {
@@ -222,7 +222,7 @@ impl GapProgram {
         }
     }
 
-    /// The constraint matrix $A_c$ has Frobenius norm $\|e^q_i\|\,\|e^k_{t(i)} - e^k_j\|$; its maximum.
+    /// The constraint matrix $A_c$ has Frobenius norm $\lVert e^q_i\rVert\thinspace\lVert e^k_{t(i)} - e^k_j\rVert$; its maximum.
     pub(super) fn max_constraint_norm(&self) -> f64 {
         let grams = self
             .e

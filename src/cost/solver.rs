@@ -61,11 +61,11 @@ pub(super) fn prox_nuclear(w: MatRef<'_, f64>, tau: f64) -> Result<Mat<f64>, Cos
     Ok(mm(u.as_ref(), v.as_ref()))
 }
 
-/// Solves $\min \|W\|$ subject to the gap constraints, with a certified bracket.
+/// Solves $\min \lVert W\rVert$ subject to the gap constraints, with a certified bracket.
 ///
 /// The nuclear program is warm-started from the Frobenius optimum $(W_F, \lambda_F)$:
-/// $W_F$ is feasible, so $\|W_F\|_*$ is an upper bound; $\|W\|_* \ge \|W\|_F$ makes the
-/// Frobenius lower end a nuclear lower end; and $\lambda_F/\|\mathcal A^*\lambda_F\|_2$ is
+/// $W_F$ is feasible, so $\lVert W_F\rVert_\ast$ is an upper bound; $\lVert W\rVert_\ast \ge \lVert W\rVert_F$ makes the
+/// Frobenius lower end a nuclear lower end; and $\lambda_F/\lVert\mathcal A^\ast\lambda_F\rVert_2$ is
 /// dual-feasible for the nuclear program.
 pub fn solve(
     p: &GapProgram,

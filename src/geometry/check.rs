@@ -177,9 +177,9 @@ pub fn corollary_config(
 }
 
 /// Check `half_space_corollary`: on configurations with $\cos(s,x)<0$ for every
-/// query and $\cos(s,k)\le0$ for every key, $W=-c\,ss^\top$ puts sink mass
+/// query and $\cos(s,k)\le0$ for every key, $W=-c\thinspace ss^\top$ puts sink mass
 /// $\ge 1-\varepsilon$ on every query (verified by computing the attention), the
-/// general verdict agrees (representable), and the wrong-sign $+c\,ss^\top$ fails.
+/// general verdict agrees (representable), and the wrong-sign $+c\thinspace ss^\top$ fails.
 pub fn run_corollary(cases: usize, seed: u64) -> CheckOutcome {
     let mut out = CheckOutcome::new("half_space_corollary", MARGIN_UNIT);
     for i in 0..cases {

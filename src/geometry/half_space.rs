@@ -10,10 +10,10 @@
 //! for every $k$, so not all gaps are positive; if $\sum_k\mu_k k = s$ then
 //! $\sum_k\mu_k x^\top W(s-k) = 0$.
 //! *Sufficiency.* With $a\cdot x\ge\gamma_a>0$ and $b\cdot(s-k)\ge\gamma_b>0$,
-//! $W = c\,ab^\top$ has gaps $c\,(a\cdot x)(b\cdot(s-k)) \ge c\gamma_a\gamma_b$, and
+//! $W = c\thinspace ab^\top$ has gaps $c\thinspace(a\cdot x)(b\cdot(s-k)) \ge c\gamma_a\gamma_b$, and
 //! $c = \Delta/(\gamma_a\gamma_b)$ with $\Delta = \Delta_\varepsilon(m) = \ln(m(1-\varepsilon)/\varepsilon)$
 //! gives sink mass $\ge 1/(1+me^{-\Delta}) = 1-\varepsilon$. Its cost is
-//! $\|W\|_F = \|W\|_* = c\|a\|\|b\| = \Delta/\big((\gamma_a/\|a\|)(\gamma_b/\|b\|)\big)$,
+//! $\lVert W\rVert_F = \lVert W\rVert_\ast = c\lVert a\rVert\lVert b\rVert = \Delta/\big((\gamma_a/\lVert a\rVert)(\gamma_b/\lVert b\rVert)\big)$,
 //! smallest among rank-one witnesses when $a, b$ are the max-margin directions,
 //! i.e. the minimum-norm points that [`hull_verdict`] returns.
 
@@ -22,10 +22,10 @@ use super::hull::{ConvexWeights, HullVerdict, WeightsCheck, gamma_n, hull_verdic
 use crate::patterns::concentration_gap;
 use faer::{Mat, MatRef};
 
-/// A rank-one sink witness $W = c\,ab^\top$ (THEORY.md §3, sufficiency).
+/// A rank-one sink witness $W = c\thinspace ab^\top$ (THEORY.md §3, sufficiency).
 #[derive(Clone, Debug)]
 pub struct SinkWitness {
-    /// The witness $W = c\,ab^\top$ ($d\times d$; logits $x^\top W k$).
+    /// The witness $W = c\thinspace ab^\top$ ($d\times d$; logits $x^\top W k$).
     pub w: Mat<f64>,
     /// Query direction: $a\cdot x \ge \gamma_a$ for every query.
     pub a: Vec<f64>,
@@ -44,7 +44,7 @@ pub struct SinkWitness {
 }
 
 impl SinkWitness {
-    /// Builds $W = c\,ab^\top$ with $c = \Delta/(\gamma_a\gamma_b)$.
+    /// Builds $W = c\thinspace ab^\top$ with $c = \Delta/(\gamma_a\gamma_b)$.
     fn build(a: Vec<f64>, b: Vec<f64>, gamma_a: f64, gamma_b: f64, gap: f64, eps: f64) -> Self {
         let c = gap / (gamma_a * gamma_b);
         let w = Mat::from_fn(a.len(), b.len(), |i, j| c * a[i] * b[j]);
@@ -60,7 +60,7 @@ impl SinkWitness {
         }
     }
 
-    /// Cost $\|W\|_F = \|W\|_* = c\|a\|\|b\|$ (rank one).
+    /// Cost $\lVert W\rVert_F = \lVert W\rVert_\ast = c\lVert a\rVert\lVert b\rVert$ (rank one).
     pub fn cost(&self) -> f64 {
         self.c * norm(&self.a) * norm(&self.b)
     }
@@ -88,13 +88,13 @@ pub struct WitnessCheck {
 }
 
 /// Verifies a candidate sink witness by computing the attention it produces:
-/// for each query $x$ the softmax over $\{s\}\cup K$ of the logits $x^\top W k$,
+/// for each query $x$ the softmax over $\lbrace s\rbrace\cup K$ of the logits $x^\top W k$,
 /// whose sink entry is $A_{x,s} = 1/(1+\sum_{k\in K} e^{z(x,k)-z(x,s)})$.
 ///
 /// Accepts iff $A_{x,s} \ge 1-\varepsilon-\rho_x$ for every query, where $\rho_x$
 /// is a rigorous bound on the rounding error of the computed $A_{x,s}$: each
 /// logit $\sum_l(\sum_i x_iW_{il})k_l$ is off by at most
-/// $e_k = \gamma_{2d+1}\,|x|^\top|W||k|$ (Higham §3.1), so with
+/// $e_k = \gamma_{2d+1}\thinspace|x|^\top|W||k|$ (Higham §3.1), so with
 /// $\delta = \max_k(e_s + e_k + 2u|z_k - z_s|)$ the exact mass lies within
 /// $(1-A_{x,s})(e^{\delta}-1)$ of the computed one, plus $2(m+4)u$ for the
 /// exponentials and the sum. The tolerance is the computation's own error,
@@ -285,7 +285,7 @@ pub fn half_space_verdict(
 
 /// Decides whether a bilinear head can make `sink` an ε-sink for every query
 /// (THEORY.md §3) and returns the certificate, already verified:
-/// a witness $W = c\,ab^\top$ whose attention puts mass $\ge 1-\varepsilon$ on the
+/// a witness $W = c\thinspace ab^\top$ whose attention puts mass $\ge 1-\varepsilon$ on the
 /// sink for every query, or convex weights for each failed condition.
 ///
 /// Errors: empty queries or keys, shape mismatch, non-finite data,
@@ -378,13 +378,13 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 }
 
 /// The corollary (THEORY.md §3): if $\cos(s,x) < 0$ for every query and
-/// $\cos(s,k)\le 0$ for every non-sink key, then $W = -c\,ss^\top$ is a witness,
+/// $\cos(s,k)\le 0$ for every non-sink key, then $W = -c\thinspace ss^\top$ is a witness,
 /// with $a = -s$, $b = s$, $\gamma_a = \min_x(-s\cdot x) > 0$,
-/// $\gamma_b = \min_k(\|s\|^2 - s\cdot k) \ge \|s\|^2 > 0$ and
+/// $\gamma_b = \min_k(\lVert s\rVert^2 - s\cdot k) \ge \lVert s\rVert^2 > 0$ and
 /// $c = \Delta_\varepsilon(m)/(\gamma_a\gamma_b)$.
 ///
 /// Returns `Ok(None)` when the cosine condition fails (the signs of $s\cdot x$,
-/// $s\cdot k$ decide it, as $\|s\|\,\|x\| > 0$; a zero query has no cosine and
+/// $s\cdot k$ decide it, as $\lVert s\rVert\thinspace\lVert x\rVert > 0$; a zero query has no cosine and
 /// fails it, a zero key satisfies $s\cdot k = 0\le0$). The witness is not
 /// verified here: call [`SinkWitness::verify`].
 pub fn corollary_witness(
@@ -461,7 +461,7 @@ pub fn homogenize(rows: &[&[f64]]) -> Vec<Vec<f64>> {
 /// The biased case (THEORY.md §3): logits $(W_Qx+b_Q)^\top(W_Kk+b_K)$ are the
 /// bilinear form $\tilde x^\top\tilde W\tilde k$ of the homogenized vectors
 /// $\tilde x = (x,1)$. The homogenized queries lie in the open half-space
-/// $\{\tilde x_{d+1} > 0\}$, so (a) holds for free, and $\tilde s\notin\mathrm{conv}(\tilde K)$
+/// $\lbrace\tilde x_{d+1} > 0\rbrace$, so (a) holds for free, and $\tilde s\notin\mathrm{conv}(\tilde K)$
 /// iff $s\notin\mathrm{conv}(K)$ (the last coordinate forces the weights to sum
 /// to 1): the verdict depends on (b) alone. The witness is $(d+1)\times(d+1)$
 /// and is verified on the homogenized data.

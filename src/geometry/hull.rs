@@ -3,11 +3,11 @@
 //!
 //! For points $x_1,\dots,x_n \in \mathbb R^d$ and a target $p$, put
 //! $P_i = x_i - p$ and solve the minimum-norm-point problem
-//! $$ y^\star = \operatorname*{arg\,min}_{y \in \operatorname{conv}\{P_i\}} \|y\|. $$
-//! * If $y^\star \neq 0$ then $y^\star\cdot P_i \ge \|y^\star\|^2 > 0$ for every $i$
+//! $$ y^\star = \operatorname*{arg\thinspace min}\_{y \in \operatorname{conv}\lbrace P_i\rbrace} \lVert y\rVert. $$
+//! * If $y^\star \neq 0$ then $y^\star\cdot P_i \ge \lVert y^\star\rVert^2 > 0$ for every $i$
 //!   (first-order optimality over the simplex), so $a = y^\star$ strictly separates
-//!   $p$ from $\operatorname{conv}\{x_i\}$, with the largest normalised margin
-//!   $\min_i a\cdot P_i/\|a\| = \|y^\star\|$ ([`Separator`]).
+//!   $p$ from $\operatorname{conv}\lbrace x_i\rbrace$, with the largest normalised margin
+//!   $\min_i a\cdot P_i/\lVert a\rVert = \lVert y^\star\rVert$ ([`Separator`]).
 //! * If $y^\star = 0$ the optimal convex weights $\lambda$ give
 //!   $\sum_i \lambda_i x_i = p$ ([`ConvexWeights`]).
 //!
@@ -20,23 +20,23 @@
 //!
 //! # Tolerance policy
 //!
-//! Let $S = \max_i \|x_i - p\|$ be the data scale. The certificates are checked
+//! Let $S = \max_i \lVert x_i - p\rVert$ be the data scale. The certificates are checked
 //! by their own `verify` methods, independently of the solver:
 //! * a separator $a$ is accepted iff for every $i$ the computed $a\cdot(x_i-p)$
-//!   exceeds its own rounding-error bound $\gamma_{d+2}\,|a|^\top|x_i-p|$
+//!   exceeds its own rounding-error bound $\gamma_{d+2}\thinspace|a|^\top|x_i-p|$
 //!   (Higham, *Accuracy and Stability of Numerical Algorithms*, §3.1,
 //!   $\gamma_n = nu/(1-nu)$): the sign of every margin is then certain;
 //! * convex weights are accepted iff $\lambda \ge 0$ exactly,
-//!   $|\sum\lambda_i - 1| \le 4n u$ and $\|\sum_i\lambda_i x_i - p\| \le$
+//!   $|\sum\lambda_i - 1| \le 4n u$ and $\lVert\sum_i\lambda_i x_i - p\rVert \le$
 //!   [`HULL_TOL`]$\cdot S$.
 //!
 //! [`HULL_TOL`] $= 10^{-9}$: the solver's affine solves reach residuals of
-//! $u\,\kappa\,S$ with $u \approx 1.1\cdot10^{-16}$ and corral condition numbers
+//! $u\thinspace\kappa\thinspace S$ with $u \approx 1.1\cdot10^{-16}$ and corral condition numbers
 //! $\kappa$ up to $10^{6}$–$10^{7}$ on nearly collinear data, so distances below
 //! $10^{-9} S$ cannot be told from 0 reliably. Such a configuration is declared
 //! "in the hull" with weights whose residual is below $10^{-9}S$; a separator
 //! for it could have margin at most $10^{-9}S$, and a sink witness built from it
-//! would need $\|W\| \gtrsim \Delta/(10^{-9}S)^2$, far outside any trained layer.
+//! would need $\lVert W\rVert \gtrsim \Delta/(10^{-9}S)^2$, far outside any trained layer.
 //! Between $10^{-9}S/4$ and $10^{-9}S$ either verdict may be returned; whichever it
 //! is, its certificate verifies.
 
@@ -58,11 +58,11 @@ pub fn gamma_n(n: usize) -> f64 {
 /// A strictly separating direction: $a\cdot(x_i - p) \ge$ `gamma` $> 0$ for all $i$.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Separator {
-    /// The direction $a$ (the minimum-norm point of $\mathrm{conv}\{x_i - p\}$).
+    /// The direction $a$ (the minimum-norm point of $\mathrm{conv}\lbrace x_i - p\rbrace$).
     pub a: Vec<f64>,
     /// $\min_i a\cdot(x_i - p)$, computed in f64.
     pub gamma: f64,
-    /// $\|a\|$, the distance from $p$ to the hull (up to solver accuracy).
+    /// $\lVert a\rVert$, the distance from $p$ to the hull (up to solver accuracy).
     pub distance: f64,
 }
 
@@ -72,18 +72,18 @@ pub struct Separator {
 pub struct ConvexWeights {
     /// One weight per point (most are 0; at most $d+1$ are positive).
     pub lambda: Vec<f64>,
-    /// $\|\sum_i\lambda_i x_i - p\|$ as computed when the certificate was made.
+    /// $\lVert\sum_i\lambda_i x_i - p\rVert$ as computed when the certificate was made.
     pub residual: f64,
-    /// The data scale $S = \max_i\|x_i - p\|$.
+    /// The data scale $S = \max_i\lVert x_i - p\rVert$.
     pub scale: f64,
 }
 
 /// The outcome of [`hull_verdict`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum HullVerdict {
-    /// $p \notin \mathrm{conv}\{x_i\}$, with a separating direction.
+    /// $p \notin \mathrm{conv}\lbrace x_i\rbrace$, with a separating direction.
     Outside(Separator),
-    /// $p \in \mathrm{conv}\{x_i\}$ (to [`HULL_TOL`]), with convex weights.
+    /// $p \in \mathrm{conv}\lbrace x_i\rbrace$ (to [`HULL_TOL`]), with convex weights.
     Inside(ConvexWeights),
 }
 
@@ -102,7 +102,7 @@ pub struct SeparatorCheck {
 /// Result of checking [`ConvexWeights`] against data.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct WeightsCheck {
-    /// $\|\sum_i\lambda_i x_i - p\|$.
+    /// $\lVert\sum_i\lambda_i x_i - p\rVert$.
     pub residual: f64,
     /// Allowed residual [`HULL_TOL`]$\cdot S$.
     pub allowed: f64,
@@ -206,8 +206,8 @@ pub fn separator_check(a: &[f64], points: &[&[f64]], p: &[f64]) -> SeparatorChec
 
 impl ConvexWeights {
     /// Checks, by arithmetic on the data only, that $\lambda\ge0$,
-    /// $\sum\lambda = 1$ (to $4nu$) and $\|\sum\lambda_i x_i - p\| \le$
-    /// [`HULL_TOL`]$\cdot\max_i\|x_i-p\|$.
+    /// $\sum\lambda = 1$ (to $4nu$) and $\lVert\sum\lambda_i x_i - p\rVert \le$
+    /// [`HULL_TOL`]$\cdot\max_i\lVert x_i-p\rVert$.
     pub fn verify(&self, points: &[&[f64]], p: &[f64]) -> WeightsCheck {
         weights_check(&self.lambda, points, p)
     }
@@ -516,7 +516,7 @@ fn min_norm_point(pts: &Shifted) -> MinNorm {
     }
 }
 
-/// Decides whether $p \in \mathrm{conv}\{x_i\}$ and returns a verified certificate.
+/// Decides whether $p \in \mathrm{conv}\lbrace x_i\rbrace$ and returns a verified certificate.
 ///
 /// `points` are the $x_i$ (all of the length of `p`). The returned certificate
 /// has already passed its own `verify` (see the module docs for the tolerance

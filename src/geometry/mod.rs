@@ -4,7 +4,7 @@
 //!   point): a separating direction or convex weights, each with a `verify`.
 //! * [`half_space`] — the half-space theorem: a bilinear head can put sink mass
 //!   $\ge 1-\varepsilon$ on every query iff (a) $0\notin\mathrm{conv}(Q)$ and
-//!   (b) $s\notin\mathrm{conv}(K)$; the verdict carries a witness $W = c\,ab^\top$
+//!   (b) $s\notin\mathrm{conv}(K)$; the verdict carries a witness $W = c\thinspace ab^\top$
 //!   (checked by computing the attention) or convex weights (checked by arithmetic).
 //!   Also the cosine corollary and the biased (homogenized) case.
 //! * [`sample`] — seeded configurations built to satisfy or violate (a) and (b).

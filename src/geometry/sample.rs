@@ -108,7 +108,7 @@ fn perp(g: &[f64], u: &[f64]) -> Vec<f64> {
 }
 
 /// A point orthogonal to `u` (up to rounding) of typical norm `r`: a generic
-/// direction, or (nearly collinear) $t\,v + 10^{-6} r\,g$ with a fixed unit $v\perp u$.
+/// direction, or (nearly collinear) $t\thinspace v + 10^{-6} r\thinspace g$ with a fixed unit $v\perp u$.
 fn lateral(rng: &mut StdRng, u: &[f64], v: Option<&[f64]>, r: f64) -> Vec<f64> {
     let d = u.len();
     match v {

@@ -49,7 +49,7 @@ pub fn norm_of_case(k: usize) -> Norm {
 
 /// A random instance: $W = -aI + sG/\sqrt d$, $F = G'/\sqrt d$ (so $\Sigma$ has a
 /// Marchenko–Pastur spectrum, effective rank $\approx d/2$), and
-/// $\mu = c\,g + \beta\mathbf 1$ with $\|c g\|^2 \approx \kappa\,\operatorname{tr}\Sigma$ so that
+/// $\mu = c\thinspace g + \beta\mathbf 1$ with $\lVert c g\rVert^2 \approx \kappa\thinspace\operatorname{tr}\Sigma$ so that
 /// cosines spread over $(0, 1)$; the $\beta\mathbf 1$ part is what LayerNorm removes.
 pub fn random_setup<R: Rng + ?Sized>(rng: &mut R, d: usize, norm: Norm, a_max: f64) -> Setup {
     let sd = (d as f64).sqrt();
@@ -148,7 +148,7 @@ pub struct PredictionCase {
     pub rms: Vec<f64>,
     /// Fitted slope of log RMS vs log n.
     pub slope: f64,
-    /// Allowed $|\rho_2 - c_\infty|$: $\rho_0/r^2 + 4\,\mathrm{SE}$.
+    /// Allowed $|\rho_2 - c_\infty|$: $\rho_0/r^2 + 4\thinspace\mathrm{SE}$.
     pub tol: f64,
 }
 
@@ -363,7 +363,7 @@ pub fn sign_check(cases: usize, seed: u64) -> CheckOutcome {
 }
 
 /// The deterministic family of the approximation-error table: $W = 0$,
-/// $\Sigma = \operatorname{diag}(2k/(d+1))_{k=1}^d$ (a linear ramp, effective rank $\approx 3d/4$),
+/// $\Sigma = \operatorname{diag}(2k/(d+1))\_{k=1}^d$ (a linear ramp, effective rank $\approx 3d/4$),
 /// $\mu = \mathbf 1$, so $\rho_0 = 1/2$ for every $d$ and the first-order term is
 /// $\rho_2 - \rho_0 \approx 1/(8d)$. (With isotropic noise the first-order term is
 /// $\propto (3\rho_0 - 1)$ and vanishes near $\rho_0 = 1/3$: a poor family for this table.)

@@ -2,7 +2,7 @@
 //!
 //! $A_\lambda = (1-\lambda)I + \lambda U$ with $U_{ij} = 1/|\mathcal V_i|$ on the visible
 //! keys $\mathcal V_i$ (all $n$ keys bidirectional, $j \le i$ causal);
-//! $y_i = N(x_i + W(A_\lambda X)_i)$; the smoothing statistic is the mean pairwise
+//! $y_i = N(x_i + W(A_\lambda X)\_i)$; the smoothing statistic is the mean pairwise
 //! cosine $\frac{2}{n(n-1)}\sum_{i<j}\cos(y_i, y_j)$. Tokens are rows.
 
 use super::OversmoothingError as E;
@@ -108,8 +108,8 @@ pub fn mixing_matrix(n: usize, lambda: f64, mask: Mask) -> Mat<f64> {
     })
 }
 
-/// $A_\lambda X$ in $O(nd)$: $(1-\lambda)x_i + \lambda\,\bar x$ (bidirectional) or
-/// $(1-\lambda)x_i + \lambda\,\overline{x_{\le i}}$ (causal, prefix means).
+/// $A_\lambda X$ in $O(nd)$: $(1-\lambda)x_i + \lambda\thinspace\bar x$ (bidirectional) or
+/// $(1-\lambda)x_i + \lambda\thinspace\overline{x_{\le i}}$ (causal, prefix means).
 pub fn mix(x: MatRef<'_, f64>, lambda: f64, mask: Mask) -> Mat<f64> {
     let (n, d) = (x.nrows(), x.ncols());
     let mut out = Mat::zeros(n, d);
@@ -135,7 +135,7 @@ pub fn mix(x: MatRef<'_, f64>, lambda: f64, mask: Mask) -> Mat<f64> {
     out
 }
 
-/// The block $Y = N(X + A_\lambda X W^\top)$ (rows $y_i = N(x_i + W(A_\lambda X)_i)$).
+/// The block $Y = N(X + A_\lambda X W^\top)$ (rows $y_i = N(x_i + W(A_\lambda X)\_i)$).
 pub fn block_output(
     x: MatRef<'_, f64>,
     w: MatRef<'_, f64>,
@@ -156,12 +156,12 @@ pub fn block_output(
     Ok(norm.apply_rows(u.as_ref()))
 }
 
-/// Unit rows $\hat y_i = y_i/\|y_i\|$; error if a row is zero.
+/// Unit rows $\hat y_i = y_i/\lVert y_i\rVert$; error if a row is zero.
 fn unit_rows(y: MatRef<'_, f64>) -> Result<Vec<Vec<f64>>, E> {
     (0..y.nrows()).map(|i| unit(linalg::row(y, i))).collect()
 }
 
-/// $y/\|y\|$; error if $y$ is zero (or not finite).
+/// $y/\lVert y\rVert$; error if $y$ is zero (or not finite).
 fn unit(r: Vec<f64>) -> Result<Vec<f64>, E> {
     let nr = linalg::norm(&r);
     if nr > 0.0 && nr.is_finite() {
@@ -172,7 +172,7 @@ fn unit(r: Vec<f64>) -> Result<Vec<f64>, E> {
 }
 
 /// Mean pairwise cosine $\frac{2}{n(n-1)}\sum_{i<j}\hat y_i\cdot\hat y_j
-/// = \frac{\|\sum_i \hat y_i\|^2 - n}{n(n-1)}$, in $O(nd)$.
+/// = \frac{\lVert\sum_i \hat y_i\rVert^2 - n}{n(n-1)}$, in $O(nd)$.
 pub fn mean_pairwise_cosine(y: MatRef<'_, f64>) -> Result<f64, E> {
     mean_pairwise_cosine_rows((0..y.nrows()).map(|i| linalg::row(y, i)))
 }
@@ -241,11 +241,11 @@ pub struct Estimate {
     pub se: f64,
 }
 
-/// The exact $n\to\infty$ limit $\mathbb E\cos(y, y') = \|\mathbb E\,\hat y\|^2$ for the
+/// The exact $n\to\infty$ limit $\mathbb E\cos(y, y') = \lVert\mathbb E\thinspace\hat y\rVert^2$ for the
 /// bidirectional block, simulated: draw `samples` i.i.d. $u = m + BF\xi$ (the
-/// limit of $x_i + W(A_\lambda X)_i$), apply $N$, and take the unbiased U-statistic
-/// $\frac{\|\sum\hat y\|^2 - N}{N(N-1)}$. Standard error from Hoeffding's
-/// decomposition: $\mathrm{Var} \approx 4\,\mathrm{Var}(\hat y\cdot\mathbb E\hat y)/N + 2/N^2$
+/// limit of $x_i + W(A_\lambda X)\_i$), apply $N$, and take the unbiased U-statistic
+/// $\frac{\lVert\sum\hat y\rVert^2 - N}{N(N-1)}$. Standard error from Hoeffding's
+/// decomposition: $\mathrm{Var} \approx 4\thinspace\mathrm{Var}(\hat y\cdot\mathbb E\hat y)/N + 2/N^2$
 /// (the second term bounds the degenerate part, $|\cos| \le 1$).
 pub fn limit_cosine<R: Rng + ?Sized>(
     setup: &Setup,

@@ -7,7 +7,7 @@
 //! left, $L = \operatorname{diag}(g)$ or $\operatorname{diag}(g)P$ (a learned bias is not
 //! covered: it breaks scale invariance). With $m' = L(I+W)\mu$ and
 //! $C' = LB\Sigma B^\top L^\top$, $B = I + (1-\lambda)W$:
-//! $$\rho_0 = \frac{\|m'\|^2}{M}, \quad M = \|m'\|^2 + \operatorname{tr} C'.$$
+//! $$\rho_0 = \frac{\lVert m'\rVert^2}{M}, \quad M = \lVert m'\rVert^2 + \operatorname{tr} C'.$$
 
 use super::OversmoothingError as E;
 use crate::attention::Norm;
@@ -16,14 +16,14 @@ use faer::{Mat, MatRef};
 /// The prediction at one $\lambda$.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Prediction {
-    /// Ratio of expectations $\rho_0 = \|m'\|^2/(\|m'\|^2 + \operatorname{tr}C')$.
+    /// Ratio of expectations $\rho_0 = \lVert m'\rVert^2/(\lVert m'\rVert^2 + \operatorname{tr}C')$.
     pub rho0: f64,
-    /// Delta-method (second-order in $\delta = \|z\|^2/M - 1$) value $\rho_2$, see [`second_order`].
+    /// Delta-method (second-order in $\delta = \lVert z\rVert^2/M - 1$) value $\rho_2$, see [`second_order`].
     pub rho2: f64,
     /// Scale of the first-order error of $\rho_0$: the sum of the absolute values
     /// of the two correction terms in $\rho_2 - \rho_0$.
     pub eta: f64,
-    /// $\|m'\|^2$.
+    /// $\lVert m'\rVert^2$.
     pub mean_sq: f64,
     /// $\operatorname{tr} C'$.
     pub trace: f64,
@@ -73,15 +73,15 @@ fn quad(a: MatRef<'_, f64>, x: &[f64]) -> f64 {
 /// Ratio of expectations and its delta-method correction for $z, z'$ i.i.d.
 /// $\mathcal N(m, C)$.
 ///
-/// With $M = \|m\|^2 + \operatorname{tr}C$ and $\delta = \|z\|^2/M - 1$
+/// With $M = \lVert m\rVert^2 + \operatorname{tr}C$ and $\delta = \lVert z\rVert^2/M - 1$
 /// ($\mathbb E\delta = 0$, $\mathbb E\delta^2 = (2\operatorname{tr}C^2 + 4m^\top Cm)/M^2$),
-/// expanding $\|z\|^{-1} = M^{-1/2}(1 - \delta/2 + 3\delta^2/8 - \dots)$ and using Gaussian
+/// expanding $\lVert z\rVert^{-1} = M^{-1/2}(1 - \delta/2 + 3\delta^2/8 - \dots)$ and using Gaussian
 /// moments ($\mathbb E[z\delta] = 2Cm/M$) gives
-/// $\sqrt M\,\mathbb E\hat z \approx m - Cm/M + \tfrac38 m\,\mathbb E\delta^2$, hence
-/// $$\mathbb E\cos \approx \rho_2 = \frac1M\Big(\|m\|^2 - \frac{2m^\top Cm}{M} +
-///   \frac34\|m\|^2\frac{2\operatorname{tr}C^2 + 4m^\top Cm}{M^2}\Big),$$
+/// $\sqrt M\thinspace\mathbb E\hat z \approx m - Cm/M + \tfrac38 m\thinspace\mathbb E\delta^2$, hence
+/// $$\mathbb E\cos \approx \rho_2 = \frac1M\Big(\lVert m\rVert^2 - \frac{2m^\top Cm}{M} +
+///   \frac34\lVert m\rVert^2\frac{2\operatorname{tr}C^2 + 4m^\top Cm}{M^2}\Big),$$
 /// dropping terms of relative order $1/r^2$ ($r$ the effective rank). Sanity
-/// limit: $C = \sigma^2 I$, $\sigma \to 0$ gives $1 - (d-1)\sigma^2/\|m\|^2$, the exact
+/// limit: $C = \sigma^2 I$, $\sigma \to 0$ gives $1 - (d-1)\sigma^2/\lVert m\rVert^2$, the exact
 /// small-noise value (where $\rho_0$ has $d$ instead of $d-1$).
 pub fn second_order(m: &[f64], c: MatRef<'_, f64>) -> Result<Prediction, E> {
     let mean_sq = crate::linalg::dot(m, m);
@@ -112,7 +112,7 @@ pub fn second_order(m: &[f64], c: MatRef<'_, f64>) -> Result<Prediction, E> {
 }
 
 /// Mean and covariance $(m', C')$ of $Lu$, $u = Bx + \lambda W\mu$ the $n\to\infty$
-/// limit of $x_i + W(A_\lambda X)_i$ (bidirectional).
+/// limit of $x_i + W(A_\lambda X)\_i$ (bidirectional).
 pub fn limit_moments(
     w: MatRef<'_, f64>,
     mu: &[f64],
@@ -151,10 +151,10 @@ pub struct SignVerdict {
     pub tr_identity: f64,
     /// $\operatorname{tr}(L\Sigma L^\top)$: the noise of the dense block.
     pub tr_dense: f64,
-    /// $\|L(I+W)\mu\|^2$, the same at both ends.
+    /// $\lVert L(I+W)\mu\rVert^2$, the same at both ends.
     pub mean_sq: f64,
-    /// `Some(true)` iff $\|m'\|^2 > 0$ and `tr_identity > tr_dense`; `Some(false)` iff
-    /// $\|m'\|^2 > 0$ and `tr_identity < tr_dense`; `None` when the prediction is the
+    /// `Some(true)` iff $\lVert m'\rVert^2 > 0$ and `tr_identity > tr_dense`; `Some(false)` iff
+    /// $\lVert m'\rVert^2 > 0$ and `tr_identity < tr_dense`; `None` when the prediction is the
     /// same at both ends (then the condition says nothing).
     pub dense_smooths_more: Option<bool>,
     /// Predicted gap $\rho_0(\lambda{=}1) - \rho_0(\lambda{=}0)$.

@@ -84,7 +84,7 @@ impl Series {
 /// Palette index of reference lines (black).
 pub const REFERENCE_COLOR: usize = 7;
 
-/// A reference line $y = c\,x^k$ over the x-range of `data`, through the
+/// A reference line $y = c\thinspace x^k$ over the x-range of `data`, through the
 /// geometric mean of its positive points: the claimed slope drawn against the
 /// measured one on log–log axes. Dotted for the first guide, dash-dotted for others.
 pub fn slope_guide(

@@ -1,7 +1,7 @@
 //! The print style: page sizes, font sizes, the colour-blind-safe palette and
 //! marker shapes. One place decides how every figure of the crate looks.
 //!
-//! Lengths are in PostScript points ($1\,\mathrm{pt} = 1/72\,\mathrm{in}$): the
+//! Lengths are in PostScript points ($1\thinspace\mathrm{pt} = 1/72\thinspace\mathrm{in}$): the
 //! SVG is drawn at its printed size and the PNG at [`DPI`] dots per inch.
 
 use serde::{Deserialize, Serialize};

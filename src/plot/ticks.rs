@@ -1,6 +1,6 @@
-//! Axis ticks at numbers a person writes: steps of $\{1, 2, 5\} \times 10^k$ on
+//! Axis ticks at numbers a person writes: steps of $\lbrace 1, 2, 5\rbrace \times 10^k$ on
 //! linear axes; decades (with minor ticks at $2..9 \times 10^k$) on log axes, or
-//! $\{1, 2, 5\} \times 10^k$ where a log panel spans less than two decades.
+//! $\lbrace 1, 2, 5\rbrace \times 10^k$ where a log panel spans less than two decades.
 //!
 //! Positions are in axis coordinates: the value itself on a linear axis,
 //! $\log_{10}$ of it on a log axis. Labels use the `^{…}` superscript markup of
@@ -17,7 +17,7 @@ pub struct Ticks {
     pub minor: Vec<f64>,
 }
 
-/// The step $m \times 10^k$, $m \in \{1, 2, 5\}$, nearest (in ratio) to
+/// The step $m \times 10^k$, $m \in \lbrace 1, 2, 5\rbrace$, nearest (in ratio) to
 /// `span / target`: about `target` intervals over `span`.
 pub fn nice_step(span: f64, target: usize) -> f64 {
     let raw = span.abs().max(f64::MIN_POSITIVE) / target.max(1) as f64;
@@ -29,7 +29,7 @@ pub fn nice_step(span: f64, target: usize) -> f64 {
         .expect("four candidates")
 }
 
-/// Whether `v` is $m \times 10^k$ with $m \in \{1, 2, 5\}$ (up to rounding).
+/// Whether `v` is $m \times 10^k$ with $m \in \lbrace 1, 2, 5\rbrace$ (up to rounding).
 pub fn is_one_two_five(v: f64) -> bool {
     if !(v.is_finite() && v > 0.0) {
         return false;

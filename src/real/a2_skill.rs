@@ -2,19 +2,19 @@
 //! attention sub-layer, scored against the constant predictor.
 //!
 //! **The §7 condition for the block in front of us.** Let $z_i$ be the residual right after the
-//! attention sub-layer (pre-norm: $x_i + \text{attn}_i$; Gemma's sandwich norm:
-//! $x_i + N_{\rm post}(\text{attn}_i)$; post-norm BERT: the sum before its LayerNorm). For head
+//! attention sub-layer (pre-norm: $x_i + \text{attn}\_i$; Gemma's sandwich norm:
+//! $x_i + N_{\rm post}(\text{attn}\_i)$; post-norm BERT: the sum before its LayerNorm). For head
 //! h write $z_i = b_i + c_i$, with $c_i$ the head's own contribution and $b_i$ everything else
 //! (the residual and the other heads, which do not depend on h's pattern). Replacing h's
 //! pattern by the identity gives $c_i = u_i := D_i W_O^{\[:,h\]} v_i$ (its value at the query
 //! itself); by dense attention, $\bar u$ (bidirectional §7 model, $n \to \infty$). Here $D_i = I$,
-//! except for Gemma where $D_i = \text{diag}(g)/\text{rms}(\text{attn}^{\rm pre}_i)$ freezes the
+//! except for Gemma where $D_i = \text{diag}(g)/\text{rms}(\text{attn}^{\rm pre}\_i)$ freezes the
 //! post-attention norm's scale at its real value (a linearisation, stated). With
 //! $m = \bar b + \bar u$ (the same for both patterns),
-//! $\mathbb E\cos \approx \|m\|^2/(\|m\|^2 + \text{tr}\,N)$, $N_U = \Sigma_b$ and
+//! $\mathbb E\cos \approx \lVert m\rVert^2/(\lVert m\rVert^2 + \text{tr}\thinspace N)$, $N_U = \Sigma_b$ and
 //! $N_I = \Sigma_b + \text{Cov}(b,u) + \text{Cov}(u,b) + \Sigma_u$: dense smooths more iff
-//! $2\,\text{tr Cov}(b,u) + \text{tr}\,\Sigma_u > 0$ — with $u = W a$ and $b = x + \dots$ this is the
-//! pre-norm form $2\,\text{tr}(W\,\text{Cov}(a, x)) + \text{tr}(W\Sigma_a W^\top) > 0$, not the
+//! $2\thinspace\text{tr Cov}(b,u) + \text{tr}\thinspace\Sigma_u > 0$ — with $u = W a$ and $b = x + \dots$ this is the
+//! pre-norm form $2\thinspace\text{tr}(W\thinspace\text{Cov}(a, x)) + \text{tr}(W\Sigma_a W^\top) > 0$, not the
 //! $x := a$ simplification. The predicted gap is $\cos_U - \cos_I$ from the formula.
 //!
 //! **Measured**: the mean pairwise cosine of $z_i$ ($i \ge 1$) with the head's attention
@@ -44,7 +44,7 @@ pub struct HeadSkill {
     pub layer: usize,
     /// Head.
     pub head: usize,
-    /// $2\,\text{tr Cov}(b,u) + \text{tr}\,\Sigma_u$ (> 0: dense predicted to smooth more).
+    /// $2\thinspace\text{tr Cov}(b,u) + \text{tr}\thinspace\Sigma_u$ (> 0: dense predicted to smooth more).
     pub condition: f64,
     /// Predicted $\cos_U - \cos_I$.
     pub predicted_gap: f64,

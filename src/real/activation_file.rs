@@ -81,7 +81,7 @@ impl HeadTensor {
         faer::Mat::from_fn(self.tokens, self.width, |i, j| self.row(h, i)[j] as f64)
     }
 
-    /// Mean over heads of $\|x_{h,t}\|$.
+    /// Mean over heads of $\lVert x_{h,t}\rVert$.
     pub fn mean_norm(&self, t: usize) -> f64 {
         (0..self.heads)
             .map(|h| {

@@ -84,8 +84,8 @@ fn core_singular_values(ra: &Mat<f64>, rb: &Mat<f64>) -> Vec<f64> {
 }
 
 /// Per-head costs of every layer: Frobenius and nuclear norms of
-/// $W_{QK} = s\,(\mathrm{diag}(g) W_Q^\top)(\mathrm{diag}(g) W_K^\top)^\top$ and
-/// $W_{VO} = W_O[:, h]\,(\mathrm{diag}(g) W_V^\top)^\top$ from the `d_head × d_head` cores of
+/// $W_{QK} = s\thinspace(\mathrm{diag}(g) W_Q^\top)(\mathrm{diag}(g) W_K^\top)^\top$ and
+/// $W_{VO} = W_O[:, h]\thinspace(\mathrm{diag}(g) W_V^\top)^\top$ from the `d_head × d_head` cores of
 /// their thin factors. The keys' and values' R factors are computed once per KV head (shared by
 /// its query group), and the heads of a layer run in parallel, each decomposition sequential.
 pub fn head_costs(m: &Pretrained) -> Vec<HeadCost> {

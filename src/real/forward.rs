@@ -579,7 +579,7 @@ impl Pretrained {
     /// [`Self::next_token_nll`] for a head kept quantized or 16-bit: the vocabulary is visited in
     /// row tiles, each dequantized once for all positions, with a running log-sum-exp per
     /// position ([`simd::lse_update`]: $m \leftarrow \max(m, \max z)$,
-    /// $s \leftarrow s\,e^{m_{old}-m} + \sum e^{z-m}$, the exponentials in f32, the sums in
+    /// $s \leftarrow s\thinspace e^{m_{old}-m} + \sum e^{z-m}$, the exponentials in f32, the sums in
     /// f64), so neither the `[T, vocab]` logits nor T/64 dequantizations of the head happen.
     fn next_token_nll_streamed(
         &self,

@@ -2,15 +2,15 @@
 //!
 //! **In each head's logit space.** The forward pass exposes, per layer, the queries and keys
 //! after the bias, the per-head QK-norm and the RoPE rotation, so with
-//! $\tilde q_i = \text{scale}\cdot R_i\,\text{qnorm}(W_Q a_i + b_Q)$ and
-//! $\tilde k_j = R_j\,\text{knorm}(W_K a_j + b_K)$ the logit is exactly $\tilde q_i^\top \tilde k_j$.
-//! Per query head h (keys of its KV group): queries $Q = \{\tilde q_i : i \ge 1\}$, non-sink keys
-//! $K = \{\tilde k_j : j \ge 1\}$ and the sink $s = \tilde k_0$, pooled over texts (a causal model
+//! $\tilde q_i = \text{scale}\cdot R_i\thinspace\text{qnorm}(W_Q a_i + b_Q)$ and
+//! $\tilde k_j = R_j\thinspace\text{knorm}(W_K a_j + b_K)$ the logit is exactly $\tilde q_i^\top \tilde k_j$.
+//! Per query head h (keys of its KV group): queries $Q = \lbrace\tilde q_i : i \ge 1\rbrace$, non-sink keys
+//! $K = \lbrace\tilde k_j : j \ge 1\rbrace$ and the sink $s = \tilde k_0$, pooled over texts (a causal model
 //! computes position 0 from the BOS alone, so $s$ is the same vector in every text; this is
 //! checked). The verdict is the half-space theorem through [`crate::geometry::hull`]:
 //! (a) $0 \notin \text{conv}(Q)$, (b) $s \notin \text{conv}(K)$, each with its certificate, and the
-//! normalised margins $\gamma_a = d(0, \text{conv} Q)/\text{median}\|\tilde q\|$,
-//! $\gamma_b = d(s, \text{conv} K)/\text{median}\|\tilde k\|$ (the hull distance is the largest
+//! normalised margins $\gamma_a = d(0, \text{conv} Q)/\text{median}\lVert\tilde q\rVert$,
+//! $\gamma_b = d(s, \text{conv} K)/\text{median}\lVert\tilde k\rVert$ (the hull distance is the largest
 //! margin of a unit separator).
 //!
 //! **Null control.** The same test (b) with an ordinary key $\tilde k_m$ ($m \ge 1$, drawn with a

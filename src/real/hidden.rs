@@ -124,7 +124,7 @@ impl<S: Scalar> HiddenStates<S> {
         &mut self.data[o..o + self.dim]
     }
 
-    /// $\|h^l_t\|_2$ (accumulated in f64).
+    /// $\lVert h^l_t\rVert_2$ (accumulated in f64).
     pub fn norm(&self, layer: usize, pos: usize) -> f64 {
         self.state(layer, pos)
             .iter()
@@ -134,7 +134,7 @@ impl<S: Scalar> HiddenStates<S> {
     }
 }
 
-/// $\langle a, b\rangle$ and $\|a\|^2$ in one pass, accumulated in f64.
+/// $\langle a, b\rangle$ and $\lVert a\rVert^2$ in one pass, accumulated in f64.
 #[inline]
 pub(crate) fn dot_and_sq<S: Scalar>(a: &[S], b: &[S]) -> (f64, f64) {
     // Four independent accumulators let the compiler vectorise the loop.

@@ -4,9 +4,11 @@
 //!
 //! Data flow: [`fetch`] puts verified files in the cache → [`gguf`] / [`safetensors`] read
 //! the files and [`arch`] (one module per architecture) turns them into a [`model::Pretrained`]
-//! (weights dequantized to f32) → [`forward`] runs it, showing each
-//! layer's tensors to an observer ([`forward::LayerObserver`]) while they exist, so that
-//! [`capture`] keeps only what is asked for and [`stats`] reduces while streaming.
+//! (weights kept as the file stores them, [`weights::Weight`]: f32, f16/bf16 or ggml blocks,
+//! which a product dequantizes in row tiles or, with [`weights::Matmul::Q8`], multiplies by
+//! integer dot products; `--weights f32` converts them once at load) → [`forward`] runs it,
+//! showing each layer's tensors to an observer ([`forward::LayerObserver`]) while they exist,
+//! so that [`capture`] keeps only what is asked for and [`stats`] reduces while streaming.
 
 pub mod a2_skill;
 pub mod activation_file;

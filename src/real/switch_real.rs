@@ -2,11 +2,11 @@
 //! (diagonal / soft switch), ≈ 0 (sink / hard switch), or a mixture of other tokens?
 //!
 //! Per head, with $o_i$ the head output before $W_O$, $v_i$ the value of token i (its KV group)
-//! and $V = \text{mean}_j\|v_j\|$, over queries $i \ge 1$:
-//! - size $z = \text{mean}_i\|o_i\|/V$ (≈ 0: the head writes nothing, a sink with a NOP value);
-//! - diagonal residual $e_d = \text{mean}_i\|o_i - v_i\|/V$ (≈ 0: $o_i = v_i$, i.e. the block
+//! and $V = \text{mean}\_j\lVert v_j\rVert$, over queries $i \ge 1$:
+//! - size $z = \text{mean}\_i\lVert o_i\rVert/V$ (≈ 0: the head writes nothing, a sink with a NOP value);
+//! - diagonal residual $e_d = \text{mean}\_i\lVert o_i - v_i\rVert/V$ (≈ 0: $o_i = v_i$, i.e. the block
 //!   applies the token-wise map $W_{VO} x_i$, THEORY §5);
-//! - null control $e_0 = \text{mean}_i\|o_i - v_{\pi(i)}\|/V$ with $\pi$ a seeded random
+//! - null control $e_0 = \text{mean}\_i\lVert o_i - v_{\pi(i)}\rVert/V$ with $\pi$ a seeded random
 //!   derangement of the positions: what the diagonal residual is for a token that is not the
 //!   query's own.
 //!

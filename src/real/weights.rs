@@ -659,13 +659,13 @@ fn q8_rows<B: GgmlType>(
 /// The activation is quantized per block `b` of `B` values (`B` = 32 for Q8_0/Q8_1, 256 for
 /// Q8_K) with step $\delta_b = a_b/127$, $a_b = \max_{i\in b}|x_i|$, so each value moves by at
 /// most $\delta_b/2 = a_b/254$; storing $\delta_b$ as f16 (Q8_0/Q8_1) moves $q_i\delta_b$ by at
-/// most $127\,\delta_b\,2^{-11} = a_b 2^{-11}$. Both products then round in f32 over `k = cols`
-/// terms, each within $\gamma_k\sum|x_i w_i| \le \gamma_k \sum_b a_b\|w_b\|_1$,
+/// most $127\thinspace\delta_b\thinspace 2^{-11} = a_b 2^{-11}$. Both products then round in f32 over `k = cols`
+/// terms, each within $\gamma_k\sum|x_i w_i| \le \gamma_k \sum_b a_b\lVert w_b\rVert_1$,
 /// $\gamma_k = ku/(1-ku)$, $u = 2^{-24}$. Hence
-/// $|\Delta| \le (1/254 + 2^{-10} + 4\gamma_k)\sum_b a_b \|w_b\|_1$, plus for Q4_1/Q5_1 (whose
+/// $|\Delta| \le (1/254 + 2^{-10} + 4\gamma_k)\sum_b a_b \lVert w_b\rVert_1$, plus for Q4_1/Q5_1 (whose
 /// partner Q8_1 carries $s = \delta_b\sum q_i$ in f16, relative error $2^{-11}$, multiplied by
 /// the block minimum $|m_b| \le \max_{i\in b}|w_i|$) the term
-/// $2^{-11}\,B\,(1+1/127)\,a_b\max_{i\in b}|w_i|$ per block.
+/// $2^{-11}\thinspace B\thinspace(1+1/127)\thinspace a_b\max_{i\in b}|w_i|$ per block.
 pub fn q8_bound(dt: GgmlDType, w: &[f32], x: &[f32]) -> f64 {
     let bs = match dt {
         GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K => 256,

@@ -3,8 +3,8 @@
 //! public code does it (THEORY.md §8):
 //!
 //! 1. **BOS.** $b$ is the single candidate, or among several candidates the one
-//!    with the largest mean norm $\frac1L\sum_l \|h^l_p\|$ (first on ties).
-//! 2. **Window.** $n_l = \|h^l_b\|$, $D_l = n_{l+1}-n_l$ ($l = 0..L-2$);
+//!    with the largest mean norm $\frac1L\sum_l \lVert h^l_p\rVert$ (first on ties).
+//! 2. **Window.** $n_l = \lVert h^l_b\rVert$, $D_l = n_{l+1}-n_l$ ($l = 0..L-2$);
 //!    $l_{start} = \arg\max_l D_l + 1$, $l_{end} = \arg\min_{l\ge l_{start}} D_l + 1$;
 //!    layers $l_{start} \le l < l_{end}$ are scanned (first index on ties).
 //!    The no-window variant scans all layers.
@@ -19,7 +19,7 @@
 //! 6. **Levels**: recurring (creation layer, lifetime) cells.
 //!
 //! Conventions of the authors' `src/hidden_state_base.py` matched by default:
-//! BOS candidates $\{0, 1\}$ (their `[0, 1, 2]` under a chat template is a
+//! BOS candidates $\lbrace 0, 1\rbrace$ (their `[0, 1, 2]` under a chat template is a
 //! parameter), and the BOS's own entry (lifetime = the window length, or $L$ when
 //! several candidates are scanned without a window) labelled by the same rule
 //! ([`Detection::bos_entry`]). Named variants: [`Centering::MeanToken`]
@@ -255,7 +255,7 @@ pub struct Detection {
     pub bos: usize,
     /// Scanned layers $[l_{start}, l_{end})$.
     pub window: Range<usize>,
-    /// $\|h^l_b\|$ for every layer.
+    /// $\lVert h^l_b\rVert$ for every layer.
     pub bos_norms: Vec<f64>,
     /// Number of layers $L$.
     pub layers: usize,

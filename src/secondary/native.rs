@@ -275,7 +275,7 @@ pub struct PatchOutcome {
 /// `donor` (both from `act`); returns the patched hidden states.
 ///
 /// The MLP output enters the residual stream only by addition at its own
-/// position, so the patch is $h^{l_c}_{pos} \leftarrow h^{l_c}_{pos} - m_{pos} + m_{donor}$,
+/// position, so the patch is $h^{l_c}\_{pos} \leftarrow h^{l_c}\_{pos} - m_{pos} + m_{donor}$,
 /// after which the remaining layers run normally.
 pub fn patched_hidden(
     lm: &LoadedModel,

@@ -44,19 +44,19 @@ pub struct SinkRecord {
     pub cos_bos: Vec<f64>,
     /// Sink score $\alpha^l_t$ (mean over heads) at every layer, if attention was captured.
     pub sink_score: Option<Vec<f64>>,
-    /// $\|h^l_t\|$ at every layer.
+    /// $\lVert h^l_t\rVert$ at every layer.
     pub hidden_norm: Vec<f64>,
-    /// Mean over KV heads of $\|k^l_t\|$ at every layer, if keys were captured.
+    /// Mean over KV heads of $\lVert k^l_t\rVert$ at every layer, if keys were captured.
     pub key_norm: Option<Vec<f64>>,
-    /// Mean over KV heads of $\|v^l_t\|$ at every layer, if values were captured.
+    /// Mean over KV heads of $\lVert v^l_t\rVert$ at every layer, if values were captured.
     pub value_norm: Option<Vec<f64>>,
     /// Mean over KV heads of the key norm before the per-head k-norm (models with one).
     pub key_norm_pre_knorm: Option<Vec<f64>>,
-    /// $\|m^{l_c}_t\|$, the MLP-output norm at the creation layer.
+    /// $\lVert m^{l_c}\_t\rVert$, the MLP-output norm at the creation layer.
     pub mlp_out_norm_at_creation: Option<f64>,
-    /// $\cos(m^{l_c}_t, h^{l_c}_b)$: the MLP output against the BOS state.
+    /// $\cos(m^{l_c}\_t, h^{l_c}\_b)$: the MLP output against the BOS state.
     pub mlp_cos_bos_at_creation: Option<f64>,
-    /// $\cos(h^{l_c}_t - m^{l_c}_t, h^{l_c}_b)$: the state before the MLP against the BOS state.
+    /// $\cos(h^{l_c}\_t - m^{l_c}\_t, h^{l_c}\_b)$: the state before the MLP against the BOS state.
     pub pre_mlp_cos_bos_at_creation: Option<f64>,
 }
 
@@ -80,7 +80,7 @@ pub struct SequenceSummary {
     pub bos: usize,
     /// Scanned window.
     pub window: (usize, usize),
-    /// $\|h^l_b\|$ per layer.
+    /// $\lVert h^l_b\rVert$ per layer.
     pub bos_hidden_norm: Vec<f64>,
     /// BOS key norm per layer.
     pub bos_key_norm: Option<Vec<f64>>,

@@ -1,25 +1,25 @@
 //! The synthetic analogue of claim B3 (THEORY.md §8): a multi-layer residual
-//! model (f64) whose MLP at one layer maps a cone of inputs onto $\pm r\,u$,
+//! model (f64) whose MLP at one layer maps a cone of inputs onto $\pm r\thinspace u$,
 //! with $u$ the sink (BOS) direction. We measure, as functions of $r$, the
 //! attention the created sinks receive and their lifetime under the §8 detector.
 //!
 //! **Model.** Orthonormal $u = e_0$ (sink direction) and $a = e_1$ (cone axis).
-//! - BOS: $h^l_0 = n_l\,u$ with $n_l = \rho_{hi}$ on $[l_{up}, l_{down})$ and $\rho_{lo}$
+//! - BOS: $h^l_0 = n_l\thinspace u$ with $n_l = \rho_{hi}$ on $[l_{up}, l_{down})$ and $\rho_{lo}$
 //!   elsewhere, so the detector's window is exactly $[l_{up}, l_{down})$.
-//! - Tokens $t \ge 1$: embedding $x_t \perp u$, $\|x_t\| = 1$; "cone" tokens have
+//! - Tokens $t \ge 1$: embedding $x_t \perp u$, $\lVert x_t\rVert = 1$; "cone" tokens have
 //!   $|\cos(x_t, a)| \ge \kappa_0 > \kappa$, the others $|\cos(x_t,a)| \le \kappa/2$.
-//! - Layer $l$: $h^l_t = h^{l-1}_t + m_l(h^{l-1}_t) + \xi_{l,t}$ ($h^{-1}_t = x_t$), with writes
-//!   $\xi_{l,t} \sim \mathcal N(0, \eta^2 I/(d-2))$ in $\{u, a\}^\perp$ for $l \ge l_c$ and
+//! - Layer $l$: $h^l_t = h^{l-1}\_t + m_l(h^{l-1}\_t) + \xi_{l,t}$ ($h^{-1}\_t = x_t$), with writes
+//!   $\xi_{l,t} \sim \mathcal N(0, \eta^2 I/(d-2))$ in $\lbrace u, a\rbrace^\perp$ for $l \ge l_c$ and
 //!   $0$ before (fixed by the seed, independent of $r$), and $m_l = 0$ except at the creation layer $l_c$:
-//!   $$m_{l_c}(h) = r\,\operatorname{sign}(a\cdot h)\,u \;\text{ if } |\cos(h, a)| \ge \kappa, \quad 0 \text{ otherwise.}$$
+//!   $$m_{l_c}(h) = r\thinspace\operatorname{sign}(a\cdot h)\thinspace u \thickspace\text{ if } |\cos(h, a)| \ge \kappa, \quad 0 \text{ otherwise.}$$
 //!   (the limit of a steep ReLU pair gating on the cone).
 //! - Probe head at every layer: a query bias $\beta u$ against RMS-normalised keys,
 //!   $z^l_{ij} = \beta \cos(h^l_j, u)$ for $j \le i$, $A^l = $ causal row-softmax$(z^l)$.
 //!   The head only reads (its output is not written back), so the residual
 //!   stream, hence every non-cone token, does not depend on $r$.
 //!
-//! **Why monotone.** A cone token has $h^l_t = s\,r\,u + p^l_t$ for $l \ge l_c$
-//! with $p^l_t \perp u$ independent of $r$, so $|\cos(h^l_t, h^l_0)| = r/\sqrt{r^2+\|p^l_t\|^2}$
+//! **Why monotone.** A cone token has $h^l_t = s\thinspace r\thinspace u + p^l_t$ for $l \ge l_c$
+//! with $p^l_t \perp u$ independent of $r$, so $|\cos(h^l_t, h^l_0)| = r/\sqrt{r^2+\lVert p^l_t\rVert^2}$
 //! grows with $r$ at every layer: the flagged set, hence the lifetime, can
 //! only grow. With the other sinks' norms held fixed, for $s = +1$ its logit
 //! $\beta\cos$ grows while every other logit is fixed, so each $A^l_{it}$, hence Gu's $\alpha_t$, grows; for $s = -1$ the
@@ -469,8 +469,8 @@ pub fn random_config(seed: u64) -> SyntheticConfig {
 }
 
 /// The grid of $r$ used by the check: 0 to $4(1 + \eta\sqrt{L})$ in 25 steps, far
-/// enough that $r/\sqrt{r^2+\|p\|^2} > 0.9$ on every layer after creation
-/// ($\|p\|^2 \approx 1 + \eta^2 (L - l_c)$).
+/// enough that $r/\sqrt{r^2+\lVert p\rVert^2} > 0.9$ on every layer after creation
+/// ($\lVert p\rVert^2 \approx 1 + \eta^2 (L - l_c)$).
 pub fn r_grid(cfg: &SyntheticConfig) -> Vec<f64> {
     let r_max = 4.0 * (1.0 + cfg.noise * (cfg.layers as f64).sqrt());
     (0..25).map(|k| r_max * k as f64 / 24.0).collect()

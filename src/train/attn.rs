@@ -5,11 +5,11 @@
 //! Inputs $X_b \in \mathbb{R}^{T\times d}$ ($b < B$), student weights
 //! $W_Q, W_K, W_V \in \mathbb{R}^{d\times d}$:
 //! $Q_b = X_b W_Q$, $K_b = X_b W_K$, $V_b = X_b W_V$,
-//! $A_b = \mathrm{softmax}_{\text{causal}}(Q_b K_b^\top/\sqrt d)$, $O_b = A_b V_b$,
-//! loss $L = \frac{1}{2N}\sum_b \|O_b - Y_b\|_F^2$ with $N = B T d$ and $Y$ the
+//! $A_b = \mathrm{softmax}\_{\text{causal}}(Q_b K_b^\top/\sqrt d)$, $O_b = A_b V_b$,
+//! loss $L = \frac{1}{2N}\sum_b \lVert O_b - Y_b\rVert_F^2$ with $N = B T d$ and $Y$ the
 //! output of a teacher head with other weights. Backward:
-//! $\partial O = (O - Y)/N$, $\partial A = \partial O\,V^\top$, $\partial V = A^\top \partial O$,
-//! $\partial S$ = softmax backward, $\partial Q = \partial S\,K$, $\partial K = \partial S^\top Q$,
+//! $\partial O = (O - Y)/N$, $\partial A = \partial O\thinspace V^\top$, $\partial V = A^\top \partial O$,
+//! $\partial S$ = softmax backward, $\partial Q = \partial S\thinspace K$, $\partial K = \partial S^\top Q$,
 //! $\partial W_Q = \sum_b X_b^\top \partial Q_b$ (one product over the reshaped batch), etc.
 //!
 //! Weights, moments, activations and gradients are allocated once on the

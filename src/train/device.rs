@@ -6,7 +6,7 @@
 //! Same model, same maths as `model.rs` (no normalisation; no $1/\sqrt d$):
 //! $h^0 = E\[x\] + P$; per layer, with the causal mask (and key 0 hidden from
 //! queries $i \ge 1$ under `mask_bos_key`),
-//! $A = \mathrm{softmax}(Q K^\top)$, $h_2 = h + A V\,[W_O^\top]$ where
+//! $A = \mathrm{softmax}(Q K^\top)$, $h_2 = h + A V\thinspace[W_O^\top]$ where
 //! $(Q, K, V) = (h W_{QK}, h, h W_{VO}^\top)$ (direct) or $(hW_Q, hW_K, hW_V)$
 //! (factored); optionally $u = h_2 W_1 + \mathbf 1 b_1^\top$,
 //! $h_3 = h_2 + \mathrm{relu}(u) W_2$; logits $h^L U$. Loss
@@ -14,13 +14,13 @@
 //! $c_r = w_r / \sum_{r'} w_{r'}$ on rows that have a next token (0 on the
 //! last row of each sequence), exactly the weights of [`Model::loss`].
 //! The backward pass is the one of [`Model::backward`], product by product:
-//! $\partial U = (h^L)^\top \partial Z$, $\partial h = \partial Z\,U^\top$; MLP
+//! $\partial U = (h^L)^\top \partial Z$, $\partial h = \partial Z\thinspace U^\top$; MLP
 //! $\partial W_2 = \mathrm{relu}(u)^\top \partial h$,
-//! $\partial u = (\partial h\,W_2^\top)\odot\[u>0\]$, $\partial b_1 = \mathbf 1^\top\partial u$,
-//! $\partial W_1 = h_2^\top \partial u$, $\partial h \mathrel{+}= \partial u\,W_1^\top$;
-//! attention $\partial A = \partial O\,V^\top$, $\partial V = A^\top\partial O$,
+//! $\partial u = (\partial h\thinspace W_2^\top)\odot\[u>0\]$, $\partial b_1 = \mathbf 1^\top\partial u$,
+//! $\partial W_1 = h_2^\top \partial u$, $\partial h \mathrel{+}= \partial u\thinspace W_1^\top$;
+//! attention $\partial A = \partial O\thinspace V^\top$, $\partial V = A^\top\partial O$,
 //! $\partial S = A\odot(\partial A - \mathrm{rowsum}(A\odot\partial A))$,
-//! $\partial Q = \partial S\,K$, $\partial K = \partial S^\top Q$; embeddings by
+//! $\partial Q = \partial S\thinspace K$, $\partial K = \partial S^\top Q$; embeddings by
 //! scatter-add. Weight gradients $\sum_b X_b^\top G_b$ are one product over
 //! the batch reshaped to `(B·T) × ·`; the bias is added and summed with
 //! products against a ones column.
@@ -88,7 +88,7 @@ pub struct DeviceModel<B: Backend> {
     loss_rows: B::Tensor,
     loss: B::Tensor,
     dh: B::Tensor,
-    /// $\partial\,\mathrm{relu}(u)$ and $\partial u$ (MLP only).
+    /// $\partial\thinspace\mathrm{relu}(u)$ and $\partial u$ (MLP only).
     dmlp: Option<(B::Tensor, B::Tensor)>,
     /// $\partial O$ (factored form; direct form uses $\partial h$).
     d_o: B::Tensor,

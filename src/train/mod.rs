@@ -169,15 +169,15 @@ pub struct PatternScores {
 /// Costs of one trained layer (§1 definitions).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct LayerCosts {
-    /// $\|W_{QK}\|_F$.
+    /// $\lVert W_{QK}\rVert_F$.
     pub qk_fro: f64,
-    /// $\|W_{QK}\|_*$.
+    /// $\lVert W_{QK}\rVert_\ast$.
     pub qk_nuclear: f64,
-    /// $\tfrac12(\|W_Q\|_F^2 + \|W_K\|_F^2)$ (factored form only).
+    /// $\tfrac12(\lVert W_Q\rVert_F^2 + \lVert W_K\rVert_F^2)$ (factored form only).
     pub qk_weight_decay: Option<f64>,
-    /// $\|W_{VO}\|_F$.
+    /// $\lVert W_{VO}\rVert_F$.
     pub vo_fro: f64,
-    /// $\|W_{VO}\|_*$.
+    /// $\lVert W_{VO}\rVert_\ast$.
     pub vo_nuclear: f64,
 }
 

@@ -3,7 +3,7 @@
 //!
 //! $h^0_t = E\[x_t\] + P_t$; per layer
 //! $h \leftarrow h + \mathrm{Attn}(h)$, then optionally $h \leftarrow h + W_2^\top\mathrm{relu}(W_1^\top h + b_1)$;
-//! logits $= h\,U$. Attention: logits $z_{ij} = h_i^\top W_{QK} h_j$ (no $1/\sqrt d$, as in
+//! logits $= h\thinspace U$. Attention: logits $z_{ij} = h_i^\top W_{QK} h_j$ (no $1/\sqrt d$, as in
 //! THEORY.md §1), causal softmax, output $o_i = \sum_j A_{ij} W_{VO} h_j$, with
 //! $W_{QK} = W_Q W_K^\top$, $W_{VO} = W_O W_V^\top$ in factored form.
 //! Every batch-wide product goes through [`super::kernels::matmul`]; the small
@@ -108,7 +108,7 @@ const CHUNK_ROWS: usize = 512;
 struct LayerAct<F: Real> {
     /// Residual stream entering the layer (`n × d`).
     h: Mat<F>,
-    /// $[Q\,|\,K\,|\,V]$ (`n × 3w`, $w$ the attention width).
+    /// $[Q\thinspace|\thinspace K\thinspace|\thinspace V]$ (`n × 3w`, $w$ the attention width).
     qkv: Mat<F>,
     /// $A^\top$ per sequence (`T × n`; columns `s·T..(s+1)·T` hold $A_s^\top$,
     /// so the distribution of query `i` over keys is one contiguous column).
@@ -153,7 +153,7 @@ pub struct Cache<F: Real> {
     t: usize,
     tokens: Vec<u32>,
     chunks: Vec<Chunk<F>>,
-    /// Per layer, the weights that map $h$ to $[Q\,|\,K\,|\,V]$ (`d × 3w`):
+    /// Per layer, the weights that map $h$ to $[Q\thinspace|\thinspace K\thinspace|\thinspace V]$ (`d × 3w`):
     /// $[W_Q | W_K | W_V]$, or $[W_{QK} | I | W_{VO}^\top]$ in direct form.
     wcat: Vec<Mat<F>>,
     work: Vec<Work<F>>,
@@ -402,7 +402,7 @@ impl<F: Real> Model<F> {
         }
     }
 
-    /// Factored weight decay $\tfrac12(\|W_Q\|_F^2 + \|W_K\|_F^2)$ of layer `l` (`None` in direct form).
+    /// Factored weight decay $\tfrac12(\lVert W_Q\rVert_F^2 + \lVert W_K\rVert_F^2)$ of layer `l` (`None` in direct form).
     pub fn qk_weight_decay(&self, l: usize) -> Option<f64> {
         let li = self.layers[l];
         match self.cfg.attn {

@@ -1,7 +1,7 @@
 //! The one builder of a Llama-like decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, Phi-3),
 //! whichever file it comes from. Each block is
 //! $h \mathrel{+}= \mathrm{post}(\mathrm{attn}(\mathrm{norm}(h)))$,
-//! $h \mathrel{+}= \mathrm{post}(W_{down}(\sigma(W_{gate}\,n) \odot W_{up}\,n))$ with
+//! $h \mathrel{+}= \mathrm{post}(W_{down}(\sigma(W_{gate}\thinspace n) \odot W_{up}\thinspace n))$ with
 //! $n = \mathrm{norm}'(h)$; the families differ only in what [`DecoderSpec`] and the per-layer
 //! [`LayerPlan`]s say (biases, q/k norms, Gemma's sandwich norms and `1 + w` gains, fused
 //! projections, activation, RoPE and window per layer).

@@ -5,7 +5,7 @@
 //!
 //! GGUF: llama.cpp's converter permutes the Q and K rows of this family (and only this family)
 //! so that RoPE can rotate interleaved pairs $(2j, 2j+1)$: within each head, GGUF row $2j+s$
-//! is Hugging Face row $s\,d_h/2 + j$. [`unpermute_rows`] undoes it.
+//! is Hugging Face row $s\thinspace d_h/2 + j$. [`unpermute_rows`] undoes it.
 
 use super::{
     DecoderSpec, GgufDims, HfCfg, check_gguf_keys, decoder_gguf, one_rope_hf, plain_scale,

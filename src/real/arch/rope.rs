@@ -3,7 +3,7 @@
 //! $\omega_j = \theta^{-2j/d_r}$ ($d_r$ rotated coordinates) into the frequencies in force:
 //!
 //! - linear: $\omega_j / f$ (positions interpolated by the factor $f$);
-//! - dynamic (NTK): $\theta' = \theta\,(f L/L_0 - (f-1))^{d_r/(d_r-2)}$ once the sequence
+//! - dynamic (NTK): $\theta' = \theta\thinspace(f L/L_0 - (f-1))^{d_r/(d_r-2)}$ once the sequence
 //!   length $L$ exceeds $L_0$ = `max_position_embeddings` (unchanged below);
 //! - llama3: wavelengths $\lambda_j = 2\pi/\omega_j$ above $L_0/\ell$ are divided by $f$,
 //!   below $L_0/h$ kept, in between interpolated with $s = (L_0/\lambda_j - \ell)/(h-\ell)$;

@@ -1,4 +1,4 @@
-//! $y \leftarrow a\,x + b\,y$ elementwise (`axpby.wgsl`).
+//! $y \leftarrow a\thinspace x + b\thinspace y$ elementwise (`axpby.wgsl`).
 
 use super::prelude::*;
 

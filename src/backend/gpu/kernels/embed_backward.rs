@@ -6,7 +6,7 @@ use crate::backend::{check_embed, total_rows};
 
 params! {
     /// Rows $B T$, width $d$, sequence length $T$, vocabulary $V$, positional
-    /// rows $P$ and the invocations $(V + P)\,d$.
+    /// rows $P$ and the invocations $(V + P)\thinspace d$.
     struct EmbedBackwardParams {
         rows: u32,
         d: u32,

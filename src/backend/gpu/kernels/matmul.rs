@@ -1,4 +1,4 @@
-//! Batched matmul $C_b \leftarrow \alpha\,\mathrm{op}(A_b)\,\mathrm{op}(B_b) + \beta\,C_b$
+//! Batched matmul $C_b \leftarrow \alpha\thinspace\mathrm{op}(A_b)\thinspace\mathrm{op}(B_b) + \beta\thinspace C_b$
 //! (`matmul.wgsl`: `main_tiled` covers a 64×64 block of $C$ per workgroup,
 //! `main_direct` a 32×32 block).
 
@@ -6,7 +6,7 @@ use super::prelude::*;
 use crate::backend::{BackendError, Op, matmul_dims};
 
 params! {
-    /// Dimensions of $C = \mathrm{op}(A)\,\mathrm{op}(B)$ ($m \times k$ by
+    /// Dimensions of $C = \mathrm{op}(A)\thinspace\mathrm{op}(B)$ ($m \times k$ by
     /// $k \times n$), transposes, batch strides in elements (0 broadcasts)
     /// and the first batch of this dispatch.
     struct MatmulParams {

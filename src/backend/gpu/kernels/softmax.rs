@@ -1,4 +1,4 @@
-//! Row softmax $Y = \mathrm{softmax}_{\text{row}}(s\,X)$ under a
+//! Row softmax $Y = \mathrm{softmax}\_{\text{row}}(s\thinspace X)$ under a
 //! [`SoftmaxMask`] (`softmax.wgsl`, a row kernel).
 
 use super::prelude::*;

@@ -1,5 +1,5 @@
 //! Backward of the row softmax given its output,
-//! $\partial X = s\,Y \odot (\partial Y - \mathrm{rowsum}(Y \odot \partial Y))$
+//! $\partial X = s\thinspace Y \odot (\partial Y - \mathrm{rowsum}(Y \odot \partial Y))$
 //! (`softmax_backward.wgsl`, a row kernel).
 
 use super::prelude::*;
