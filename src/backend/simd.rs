@@ -211,7 +211,7 @@ fn tanh_abs(y: f32) -> f32 {
     1.0 - 2.0 / (exp_f32(2.0 * y) + 1.0)
 }
 
-/// $\operatorname{GELU}_{\tanh}(x) = \tfrac12 x\big(1 + \tanh(\sqrt{2/\pi}(x + 0.044715x^3))\big)$
+/// $\operatorname{GELU}\_{\tanh}(x) = \tfrac12 x\big(1 + \tanh(\sqrt{2/\pi}(x + 0.044715x^3))\big)$
 /// (PyTorch's `gelu(approximate="tanh")`).
 #[inline(always)]
 fn gelu_tanh(x: f32) -> f32 {
@@ -219,7 +219,7 @@ fn gelu_tanh(x: f32) -> f32 {
     0.5 * x * (1.0 + tanh_abs(C * (x + 0.044715 * x * x * x)))
 }
 
-/// $u_i \leftarrow u_i \cdot \operatorname{GELU}_{\tanh}(g_i)$ (Gemma's gated MLP).
+/// $u_i \leftarrow u_i \cdot \operatorname{GELU}\_{\tanh}(g_i)$ (Gemma's gated MLP).
 pub fn gelu_tanh_mul(up: &mut [f32], gate: &[f32]) {
     assert_eq!(up.len(), gate.len(), "gelu_tanh_mul: lengths differ");
     dispatch!(gelu_tanh_mul(up: &mut [f32], gate: &[f32]) -> () = gelu_mul_loop(up, gate))
@@ -232,7 +232,7 @@ fn gelu_mul_loop(up: &mut [f32], gate: &[f32]) {
     }
 }
 
-/// $x_i \leftarrow \operatorname{GELU}_{\tanh}(x_i)$.
+/// $x_i \leftarrow \operatorname{GELU}\_{\tanh}(x_i)$.
 pub fn gelu_tanh_in_place(xs: &mut [f32]) {
     dispatch!(gelu_tanh_in_place(xs: &mut [f32]) -> () = gelu_loop(xs))
 }
