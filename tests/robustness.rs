@@ -487,3 +487,102 @@ mod activation_files {
         refused(&p, &["T = 2097152", "needs about", "SINKLAB_MAX_MEM"]);
     }
 }
+
+// ---- issue 25: stdout and stderr ------------------------------------------------------------
+
+/// A pipe whose read end is already closed: every write to it fails with EPIPE.
+fn closed_pipe() -> std::io::PipeWriter {
+    let (r, w) = std::io::pipe().unwrap();
+    drop(r);
+    w
+}
+
+fn dev_full() -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap()
+}
+
+#[test]
+fn a_closed_stdout_pipe_exits_141_quietly() {
+    // `sinklab check half_space --cases 300 | true` and a JSON report into `| head`.
+    for args in [
+        &["check", "half_space", "--cases", "300"][..],
+        &["check", "hard_switch", "--cases", "5", "--json"],
+        &["check", "--list"],
+    ] {
+        let o = bin()
+            .args(args)
+            .stdout(closed_pipe())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(141), "{args:?}: {:?} {e}", o.status);
+        assert!(
+            !e.contains("panicked") && !e.contains("error"),
+            "{args:?}: {e}"
+        );
+    }
+    // `sinklab real … | head`: a real-model report into a reader that went away.
+    let tmp = tempfile::tempdir().unwrap();
+    let m = tmp.path().join("tiny.gguf");
+    sinklab::real::synth::write_gguf(&m, &Default::default(), 1).unwrap();
+    for json in [false, true] {
+        let mut c = bin();
+        c.args([
+            "real",
+            "--model",
+            m.to_str().unwrap(),
+            "--tokens",
+            "1,2,3,4",
+        ]);
+        if json {
+            c.arg("--json");
+        }
+        let o = c.stdout(closed_pipe()).output().unwrap();
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(141), "real: {:?} {e}", o.status);
+        assert!(!e.contains("panicked") && !e.contains("error"), "real: {e}");
+    }
+}
+
+#[test]
+fn a_closed_stderr_pipe_does_not_stop_the_output() {
+    let o = bin()
+        .args(["check", "hard_switch", "--cases", "5"])
+        .stderr(closed_pipe())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("hard_switch") && out.contains("passed"),
+        "{out}"
+    );
+    assert_eq!(o.status.code(), Some(141), "{:?}", o.status);
+}
+
+#[test]
+fn a_full_stdout_is_one_error_line_naming_the_stream() {
+    for args in [
+        &["check", "hard_switch", "--cases", "5"][..],
+        &["check", "hard_switch", "--cases", "5", "--json"],
+        &["check", "--list"],
+    ] {
+        let o = bin()
+            .args(args)
+            .stdout(dev_full())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {:?} {e}", o.status);
+        let errors: Vec<&str> = e.lines().filter(|l| l.contains("error")).collect();
+        assert_eq!(
+            errors,
+            ["error: writing to stdout: No space left on device (os error 28)"],
+            "{args:?}: {e}"
+        );
+    }
+}

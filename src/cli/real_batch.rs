@@ -161,7 +161,7 @@ pub fn run(
     let results = results.unwrap_or_else(|| file.with_extension("results.jsonl"));
     let done = done_keys(&results)?;
     let todo: Vec<&Input> = inputs.iter().filter(|i| !done.contains(&i.key)).collect();
-    eprintln!(
+    errln!(
         "{}: {} inputs, {} already in {}, {} to run",
         file.display(),
         inputs.len(),
@@ -222,15 +222,15 @@ pub fn run(
             }
             Err(e) => {
                 failed += 1;
-                bar.suspend(|| eprintln!("{}:{}: {e:#}", file.display(), inp.line));
+                bar.suspend(|| errln!("{}:{}: {e:#}", file.display(), inp.line));
             }
         }
         bar.inc(1);
     }
     bar.finish_and_clear();
-    eprintln!("wrote {}", results.display());
+    errln!("wrote {}", results.display());
     if failed > 0 {
-        eprintln!("{failed} inputs failed (rerun to retry them)");
+        errln!("{failed} inputs failed (rerun to retry them)");
         return Ok(1);
     }
     Ok(0)

@@ -15,7 +15,6 @@ use sinklab::secondary::native::LastLayer;
 use sinklab::secondary::records::{SinkRecord, analyse};
 use sinklab::secondary::run::{StudyOptions, standard_variants, study, write_outputs};
 use sinklab::secondary::{DetectorParams, LabelRule, WindowMode};
-use std::io::Write as _;
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -130,17 +129,23 @@ fn params(a: &Args) -> Result<DetectorParams> {
 }
 
 fn print_records(records: &[SinkRecord], json: bool) -> Result<()> {
-    let mut out = std::io::stdout().lock();
     if json {
         for r in records {
-            writeln!(out, "{}", serde_json::to_string(r)?)?;
+            outln!("{}", serde_json::to_string(r)?);
         }
     } else {
-        writeln!(
-            out,
+        outln!(
             "{:>4} {:>6} {:>14} {:>8} {:>6} {:<10} {:>10} {:>10} {:>8}",
-            "seq", "pos", "token", "created", "life", "label", "|h|@lc", "|mlp|@lc", "score"
-        )?;
+            "seq",
+            "pos",
+            "token",
+            "created",
+            "life",
+            "label",
+            "|h|@lc",
+            "|mlp|@lc",
+            "score"
+        );
         for r in records {
             let f = |v: Option<f64>| v.map_or("—".to_string(), |x| format!("{x:.3}"));
             let tok = r
@@ -149,8 +154,7 @@ fn print_records(records: &[SinkRecord], json: bool) -> Result<()> {
                 .map(|s| format!("{s:?}"))
                 .or(r.token.map(|t| t.to_string()))
                 .unwrap_or("—".into());
-            writeln!(
-                out,
+            outln!(
                 "{:>4} {:>6} {:>14} {:>8} {:>6} {:<10} {:>10.2} {:>10} {:>8}",
                 r.sequence,
                 r.position,
@@ -161,7 +165,7 @@ fn print_records(records: &[SinkRecord], json: bool) -> Result<()> {
                 r.hidden_norm[r.creation_layer],
                 f(r.mlp_out_norm_at_creation),
                 f(r.mean_score()),
-            )?;
+            );
         }
     }
     Ok(())
@@ -169,9 +173,10 @@ fn print_records(records: &[SinkRecord], json: bool) -> Result<()> {
 
 fn note_labels(p: &DetectorParams, l: usize) {
     if !p.labels.secondary_possible(l) {
-        eprintln!(
+        errln!(
             "note: with L = {l}, bos_margin {} and noise_max {} no lifetime can be labelled secondary; lower --bos-margin",
-            p.labels.bos_margin, p.labels.noise_max
+            p.labels.bos_margin,
+            p.labels.noise_max
         );
     }
 }
@@ -192,10 +197,10 @@ pub fn run(a: Args) -> Result<i32> {
                 a.long_generate,
                 a.seed,
                 a.bos,
-                &mut |l: &str| eprintln!("{l}"),
+                &mut |l: &str| errln!("{l}"),
             );
             if let Err(e) = r {
-                eprintln!("{m}: {e:#}");
+                errln!("{m}: {e:#}");
                 failed += 1;
             }
         }
@@ -207,7 +212,7 @@ pub fn run(a: Args) -> Result<i32> {
         let an = analyse(&act, &p, 0).context("running the detector")?;
         note_labels(&p, act.hidden.layers());
         let s = &an.summary;
-        eprintln!(
+        errln!(
             "L = {}, T = {}, BOS = {}, window = [{}, {}), sinks: {} bos_sink, {} secondary, {} noise",
             act.hidden.layers(),
             s.tokens,
@@ -278,15 +283,20 @@ pub fn run(a: Args) -> Result<i32> {
     })?;
     pb.finish_and_clear();
     if let Some(tps) = st.tokens_per_s() {
-        eprintln!(
+        errln!(
             "generated {} tokens in {:.2} s ({tps:.1} tokens/s, greedy, KV cache)",
-            st.generated.0, st.generated.1
+            st.generated.0,
+            st.generated.1
         );
+    }
+    // The files first: a reader of stdout that goes away (`| head`) must not cost them.
+    if let Some(dir) = &a.out {
+        write_outputs(dir, &path.display().to_string(), &opts, &st)?;
     }
     print_records(&st.primary().records, a.json)?;
     for v in &st.variants {
         let val = &v.measures.validity;
-        eprintln!(
+        errln!(
             "{}: {} of {} positions flagged ({:.3}){}",
             v.name,
             (val.frac_flagged * val.positions as f64).round(),
@@ -300,9 +310,8 @@ pub fn run(a: Args) -> Result<i32> {
         );
     }
     if let Some(dir) = &a.out {
-        write_outputs(dir, &path.display().to_string(), &opts, &st)?;
-        eprintln!("wrote {}", dir.display());
-        eprintln!("{}", serde_json::to_string_pretty(&st.primary().measures)?);
+        errln!("wrote {}", dir.display());
+        errln!("{}", serde_json::to_string_pretty(&st.primary().measures)?);
     }
     Ok(0)
 }

@@ -92,16 +92,16 @@ pub fn run(a: Args) -> Result<i32> {
         }
         .normalised()?;
         for p in plan.write(kind)? {
-            println!("wrote {}", p.display());
+            outln!("wrote {}", p.display());
         }
         let jobs = plan.out.join("jobs");
         match kind {
-            sinklab::sweep::jobs::JobKind::Manifest => eprintln!(
+            sinklab::sweep::jobs::JobKind::Manifest => errln!(
                 "run: parallel < {0}/shards.txt && sh {0}/merge.sh  ({shards} shards, each into {1}/shard<i>)",
                 jobs.display(),
                 plan.out.display()
             ),
-            sinklab::sweep::jobs::JobKind::Slurm => eprintln!(
+            sinklab::sweep::jobs::JobKind::Slurm => errln!(
                 "run: sh {}/submit.sh  (array of {shards} tasks, then the merge once all succeeded)",
                 jobs.display()
             ),
@@ -120,7 +120,7 @@ pub fn run(a: Args) -> Result<i32> {
             .install(go)?,
         None => go()?,
     };
-    eprintln!(
+    errln!(
         "{}: {} points{}, {} already done, {} computed → {}",
         spec.name,
         summary.total,
@@ -133,7 +133,7 @@ pub fn run(a: Args) -> Result<i32> {
         out.join("results.jsonl").display()
     );
     if summary.stale > 0 {
-        eprintln!(
+        errln!(
             "{} records of points this spec no longer has moved to {}",
             summary.stale,
             out.join(sinklab::sweep::STALE_FILE).display()
@@ -141,16 +141,17 @@ pub fn run(a: Args) -> Result<i32> {
     }
     if !a.no_analysis {
         let (fits, figs) = sweep::analyze(&out, &out.join("figures"), spec.bootstrap, a.seed)?;
-        println!("{}", sweep::verdict_markdown(&fits));
+        outln!("{}", sweep::verdict_markdown(&fits));
         for f in figs {
-            eprintln!("wrote {}", f.display());
+            errln!("wrote {}", f.display());
         }
-        eprintln!("wrote {}", out.join("fit.json").display());
+        errln!("wrote {}", out.join("fit.json").display());
     }
     if let Some((id, e)) = &summary.first_failure {
-        eprintln!(
+        errln!(
             "error: {} of {} points computed now failed (rerun to retry them); first: {id}: {e}",
-            summary.failed, summary.computed
+            summary.failed,
+            summary.computed
         );
         return Ok(1);
     }
@@ -165,14 +166,14 @@ pub fn merge(a: MergeArgs) -> Result<i32> {
         true,
     )?;
     let n = sweep::merge(&a.inputs, &a.out)?;
-    eprintln!(
+    errln!(
         "merged {n} records into {}",
         a.out.join("results.jsonl").display()
     );
     let (fits, figs) = sweep::analyze(&a.out, &a.out.join("figures"), a.bootstrap, a.seed)?;
-    println!("{}", sweep::verdict_markdown(&fits));
+    outln!("{}", sweep::verdict_markdown(&fits));
     for f in figs {
-        eprintln!("wrote {}", f.display());
+        errln!("wrote {}", f.display());
     }
     Ok(0)
 }

@@ -55,7 +55,10 @@ pub fn run(
             }
             let sel = crate::backend::select(spec.backend, &crate::backend::GpuOptions::default())?;
             if show_progress {
-                eprintln!("{}", sel.note());
+                let _ = std::io::Write::write_fmt(
+                    &mut std::io::stderr(),
+                    format_args!("{}\n", sel.note()),
+                );
             }
             Ok(sel.gpu())
         },
