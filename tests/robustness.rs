@@ -586,3 +586,147 @@ fn a_full_stdout_is_one_error_line_naming_the_stream() {
         );
     }
 }
+
+// ---- issue 25: every size argument budgeted before work -----------------------------------
+
+#[test]
+fn secondary_sizes_are_budgeted_before_any_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = tmp.path().join("tiny.gguf");
+    sinklab::real::synth::write_gguf(&m, &Default::default(), 1).unwrap();
+    let m = m.to_str().unwrap();
+    // An 8 TB bootstrap used to abort on the allocation.
+    refused(
+        &[
+            "secondary",
+            "--model",
+            m,
+            "--prompt",
+            "a b c",
+            "--boot",
+            "1000000000000",
+        ],
+        &["--boot 1000000000000", "needs about", "--max-mem"],
+    );
+    // Generation past any context, and past this model's (64 tokens).
+    refused(
+        &[
+            "secondary",
+            "--model",
+            m,
+            "--prompt",
+            "a b c",
+            "--generate",
+            "1000000000",
+        ],
+        &["--generate 1000000000", "over the limit of 1048576"],
+    );
+    refused(
+        &[
+            "secondary",
+            "--model",
+            m,
+            "--prompt",
+            "a b c",
+            "--generate",
+            "9000",
+        ],
+        &["--generate 9000", "over the limit of 62", "64 tokens"],
+    );
+    // Flags that the mode would ignore.
+    refused(&["secondary", "--long", "--prompt", "hi"], &["--prompt"]);
+    refused(&["secondary", "--long", "--generate", "5"], &["--generate"]);
+    refused(
+        &[
+            "secondary",
+            "--activations",
+            "x.safetensors",
+            "--prompt",
+            "hi",
+        ],
+        &["--prompt"],
+    );
+}
+
+#[test]
+fn raised_iteration_budgets_and_spec_totals_are_budgeted() {
+    use sinklab::budget::Budget;
+    let tmp = tempfile::tempdir().unwrap();
+    let block = |t: &str, extra: &str| {
+        format!(
+            "name = \"b\"\n[[exact]]\npatterns = [\"sink\"]\nnorms = [\"fro\"]\n\
+             embeddings = [\"gaussian\"]\nt = [{t}]\nd_factor = 2\nseeds = [0]\ndelta = 5.0\n{extra}"
+        )
+    };
+    // max_iter = 1e15 on one T = 4 program: its worst case, not the default's lower bound.
+    let spec = write(
+        tmp.path(),
+        "iter.toml",
+        &block("4", "max_iter = 1000000000000000\ntol = 1e-15\n"),
+    );
+    let out = tmp.path().join("out");
+    let out = out.to_str().unwrap();
+    refused(
+        &["sweep", &spec, "--threads", "1", "--out", out],
+        &[
+            "max_iter = 1000000000000000",
+            "worst case",
+            "would take at least",
+        ],
+    );
+    refused(
+        &[
+            "cost",
+            "--pattern",
+            "sink",
+            "--norm",
+            "fro",
+            "--t",
+            "4",
+            "--max-iter",
+            "1000000000000000",
+        ],
+        &["--max-iter 1000000000000000", "would take at least"],
+    );
+    // A raised budget that fits passes (the control), as does the default.
+    let ok = SweepSpec::load(Path::new(&write(
+        tmp.path(),
+        "ok.toml",
+        &block("4, 6", "max_iter = 40000\n"),
+    )))
+    .unwrap();
+    let budget = Budget {
+        max_bytes: 1e9,
+        max_seconds: 600.0,
+    };
+    sinklab::sweep::cost_scaling::check_budget(&ok, "ok", &budget, 1, true, None).unwrap();
+    // T = 4…1000: every point is a few seconds at most, all of them together are not.
+    let ts: Vec<String> = (4..=1000).map(|t| t.to_string()).collect();
+    let spec = write(tmp.path(), "many.toml", &block(&ts.join(", "), ""));
+    refused(
+        &[
+            "sweep",
+            &spec,
+            "--threads",
+            "1",
+            "--max-time",
+            "10m",
+            "--out",
+            out,
+        ],
+        &[
+            "all 997 points together",
+            "would take at least",
+            "--max-time",
+        ],
+    );
+    let many = SweepSpec::load(Path::new(&spec)).unwrap();
+    let e = sinklab::sweep::cost_scaling::check_budget(&many, "many", &budget, 1, true, None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("all 997 points"), "{e}");
+    // One shard of 100 holds a tenth of the work: it passes.
+    let shard = "0/100".parse().unwrap();
+    sinklab::sweep::cost_scaling::check_budget(&many, "many", &budget, 1, true, Some(shard))
+        .unwrap();
+}

@@ -100,6 +100,25 @@ pub fn run(a: Args) -> Result<i32> {
             .then(est);
     }
     budget.check(&format!("cost --t {} --d {d}", a.t), est, true)?;
+    if a.max_iter > SolveOptions::default().max_iter {
+        // A raised iteration budget: nothing else bounds the run, so its worst case must fit.
+        let one = sinklab::budget::cost_program_iterations(
+            a.t,
+            d,
+            a.norm == NormKind::Nuclear,
+            a.max_iter,
+        );
+        let worst = if a.scope == Scope::Head {
+            one.then(one)
+        } else {
+            one
+        };
+        budget.check(
+            &format!("--max-iter {} (its worst case)", a.max_iter),
+            worst,
+            true,
+        )?;
+    }
     let delta = match (a.delta, a.eps) {
         (Some(x), _) => x,
         (None, e) => delta_eps(a.t - 1, e.unwrap_or(0.01))?,

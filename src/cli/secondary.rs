@@ -36,7 +36,7 @@ pub struct Args {
     generate: usize,
     /// Activation file (safetensors: `hidden.{l}` [T,d], optional `attn.{l}`,
     /// `mlp_out.{l}`, `keys.{l}`, `values.{l}`, `tokens`).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["prompt", "file", "prompts", "generate"])]
     activations: Option<PathBuf>,
     /// Cosine threshold: position t is flagged at layer l iff |cos(h_t, h_bos)| > tau.
     #[arg(long, default_value_t = sinklab::secondary::detector::PAPER_TAU)]
@@ -56,14 +56,14 @@ pub struct Args {
     with_variants: bool,
     /// Paper B's setting: long greedy generations on --models into out/secondary_long/<model>
     /// (resumable: generated ids are kept), faithful detector and its variants.
-    #[arg(long, conflicts_with_all = ["model", "activations"])]
+    #[arg(long, conflicts_with_all = ["model", "activations", "prompt", "file", "prompts", "generate"])]
     long: bool,
     /// Resident weights of --model: as stored in the file, or converted to f32 at load (faster
     /// generation when memory allows; `sinklab real --help` says more).
     #[arg(long, value_enum, default_value_t = super::real::WeightsArg::File, conflicts_with_all = ["long", "activations"])]
     weights: super::real::WeightsArg,
-    /// Memory limit for `--weights f32` (default: SINKLAB_MAX_MEM or the built-in).
-    #[arg(long, requires = "weights")]
+    /// Memory limit for `--weights f32` and `--boot` (default: SINKLAB_MAX_MEM or the built-in).
+    #[arg(long)]
     max_mem: Option<String>,
     /// Models of --long (comma-separated).
     #[arg(long, value_delimiter = ',', default_values_t = sinklab::secondary::long::LONG_MODELS.map(String::from))]
@@ -181,8 +181,25 @@ fn note_labels(p: &DetectorParams, l: usize) {
     }
 }
 
+/// Most tokens `--generate` asks for, whatever the model (the context check after loading is
+/// the tighter one).
+pub const MAX_GENERATE: usize = 1 << 20;
+
 pub fn run(a: Args) -> Result<i32> {
     let p = params(&a)?;
+    // Sizes before work: the bootstrap's resamples and the generation length.
+    let budget = sinklab::budget::Budget::with(a.max_mem.as_deref(), None)?;
+    budget.check(
+        &format!("--boot {}", a.boot),
+        sinklab::budget::bootstrap(a.boot, 1, 3),
+        true,
+    )?;
+    sinklab::budget::size(
+        &format!("--generate {}", a.generate),
+        a.generate,
+        MAX_GENERATE,
+        "the most new tokens a run generates",
+    )?;
     if a.long {
         let root = sinklab::secondary::long::long_dir(
             &a.out.clone().unwrap_or_else(|| PathBuf::from("out")),
@@ -231,6 +248,16 @@ pub fn run(a: Args) -> Result<i32> {
     };
     let path = fetch::resolve(name)?;
     let mut lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let ctx = lm.model.cfg.max_context;
+    sinklab::budget::size(
+        &format!("--generate {}", a.generate),
+        a.generate,
+        ctx.saturating_sub(2),
+        &format!(
+            "the context of {}, {ctx} tokens, less a BOS and one prompt token",
+            path.display()
+        ),
+    )?;
     super::real::apply_weights(&mut lm, a.weights, a.max_mem.as_deref())?;
     let texts: Vec<String> = match (&a.prompt, &a.file, &a.prompts) {
         (Some(t), _, _) => vec![t.clone()],

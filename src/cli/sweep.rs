@@ -32,7 +32,8 @@ pub struct Args {
     /// Memory limit of the run (e.g. 64G; default 80% of the machine's memory).
     #[arg(long)]
     max_mem: Option<String>,
-    /// Time limit of a single point's lower-bound estimate (e.g. 12h; default 1h).
+    /// Time limit of a single point's lower-bound estimate and of all points' together over
+    /// the threads (e.g. 12h; default 1h).
     #[arg(long)]
     max_time: Option<String>,
     /// Write job files instead of computing: `manifest` (OUT/jobs/shards.txt, one command a
@@ -110,7 +111,14 @@ pub fn run(a: Args) -> Result<i32> {
     }
     let budget = sinklab::budget::Budget::with(a.max_mem.as_deref(), a.max_time.as_deref())?;
     let threads = a.threads.unwrap_or_else(rayon::current_num_threads);
-    sweep::check_budget(&spec, &a.spec.display().to_string(), &budget, threads, true)?;
+    sweep::check_budget(
+        &spec,
+        &a.spec.display().to_string(),
+        &budget,
+        threads,
+        true,
+        a.shard,
+    )?;
     let go = || sweep::run(&spec, &out, a.shard, true);
     let summary = match a.threads {
         Some(k) => rayon::ThreadPoolBuilder::new()
