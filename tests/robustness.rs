@@ -730,3 +730,39 @@ fn raised_iteration_budgets_and_spec_totals_are_budgeted() {
     sinklab::sweep::cost_scaling::check_budget(&many, "many", &budget, 1, true, Some(shard))
         .unwrap();
 }
+
+// ---- issue 25: output files replaced only when complete ----------------------------------
+
+#[test]
+fn synth_over_an_existing_file_keeps_it_when_the_write_fails() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("old.gguf");
+    std::fs::write(&out, b"the old file").unwrap();
+    // A file-size limit of a few KB stops the write part-way (SIGXFSZ), as a full disk does.
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -f 8; exec \"$0\" synth --shape tiny-llama3 --dtype f32 --out \"$1\"")
+        .arg(env!("CARGO_BIN_EXE_sinklab"))
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&out).unwrap(), b"the old file");
+    // Without the limit the new file replaces it, and no temporary file is left.
+    let o = sinklab(&[
+        "synth",
+        "--shape",
+        "tiny-llama3",
+        "--dtype",
+        "f32",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(&std::fs::read(&out).unwrap()[..4], b"GGUF");
+    let names: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, ["old.gguf"], "{names:?}");
+}
