@@ -766,3 +766,63 @@ fn synth_over_an_existing_file_keeps_it_when_the_write_fails() {
         .collect();
     assert_eq!(names, ["old.gguf"], "{names:?}");
 }
+
+// ---- issue 25: zero sizes, vacuous verdicts and ignored flags -----------------------------
+
+#[test]
+fn zero_sizes_and_ignored_flags_are_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let junk = write(tmp.path(), "r.jsonl", "");
+    let out = tmp.path().join("m");
+    refused(
+        &[
+            "merge",
+            "--out",
+            out.to_str().unwrap(),
+            "--bootstrap",
+            "0",
+            &junk,
+        ],
+        &["--bootstrap 0", "at least 1 resample"],
+    );
+    refused(
+        &["train", "--k", "0", "--steps", "5"],
+        &["--k 0", "trigger"],
+    );
+    for flag in [
+        &["--a1"][..],
+        &["--a2"],
+        &["--text", "hi"],
+        &["--bos", "yes"],
+        &["--tokens", "1,2"],
+    ] {
+        let mut args = vec!["real", "--activations", "x.safetensors"];
+        args.extend(flag);
+        refused(&args, &[flag[0], "cannot be used with"]);
+    }
+}
+
+#[test]
+fn a_one_token_input_does_not_claim_the_a1_corollary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = tmp.path().join("tiny.gguf");
+    sinklab::real::synth::write_gguf(&m, &Default::default(), 1).unwrap();
+    let run = |toks: &str| {
+        let o = sinklab(&[
+            "real",
+            "--model",
+            m.to_str().unwrap(),
+            "--bos",
+            "no",
+            "--tokens",
+            toks,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let one = run("5");
+    assert!(!one.contains("holds on"), "{one}");
+    assert!(one.contains("untestable on 1 token"), "{one}");
+    // Two tokens: the corollary is tested again (the control).
+    assert!(run("5,7").contains("A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): holds on"));
+}

@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Bos::Auto)]
     bos: Bos,
     /// Activations file (schema in `sinklab::real::activations`) instead of a model.
-    #[arg(long, conflicts_with = "model")]
+    #[arg(long, conflicts_with_all = ["model", "text", "file", "tokens", "bos", "a1", "a2"])]
     activations: Option<PathBuf>,
     /// Also run the A1 half-space verdict per layer (convex solves, with certificates).
     #[arg(long)]
@@ -198,10 +198,17 @@ pub fn run(a: Args) -> Result<i32> {
         print_layers(&rep.layers)?;
         let holds = rep.a1.iter().filter(|c| c.holds).count();
         let null = rep.a1.iter().map(|c| c.null_rate).sum::<f64>() / rep.a1.len().max(1) as f64;
-        outln!(
-            "A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): holds on {holds} of {} layers; null control: ordinary tokens satisfy it at a mean rate of {null:.2}",
-            rep.a1.len()
-        );
+        if rep.tokens.len() < 2 {
+            outln!(
+                "A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): untestable on {} token (it needs the first token and at least one other)",
+                rep.tokens.len()
+            );
+        } else {
+            outln!(
+                "A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): holds on {holds} of {} layers; null control: ordinary tokens satisfy it at a mean rate of {null:.2}",
+                rep.a1.len()
+            );
+        }
         if let Some(v) = &rep.a1_verdicts {
             for x in v {
                 outln!(

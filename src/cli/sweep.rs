@@ -2,7 +2,7 @@
 //! `sinklab sweep sims/<name>.toml --emit manifest|slurm --shards N [--out DIR]` and
 //! `sinklab merge --out DIR SHARD_DIR...`.
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use sinklab::sweep::Shard;
 use sinklab::sweep::cost_scaling::{self as sweep, SweepSpec};
 use std::path::PathBuf;
@@ -167,6 +167,10 @@ pub fn run(a: Args) -> Result<i32> {
 }
 
 pub fn merge(a: MergeArgs) -> Result<i32> {
+    if a.bootstrap == 0 {
+        // No resample: the "95 % CI" would be the point estimate twice.
+        bail!("--bootstrap 0: the confidence intervals need at least 1 resample (default 2000)");
+    }
     let budget = sinklab::budget::Budget::with(a.max_mem.as_deref(), None)?;
     budget.check(
         &format!("--bootstrap {}", a.bootstrap),

@@ -83,6 +83,10 @@ pub fn run(a: Args) -> Result<i32> {
     if !(a.alpha > 0.0 && a.alpha.is_finite()) {
         bail!("--alpha {}: must be positive and finite", a.alpha);
     }
+    if a.k == 0 {
+        // No trigger: no on-query, and an accuracy over no queries.
+        bail!("--k 0: bigram-copy needs at least one trigger token (1 <= k < n)");
+    }
     if !(1..=3).contains(&a.layers) {
         bail!("--layers {}: 1 to 3 layers", a.layers);
     }
