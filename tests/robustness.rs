@@ -637,6 +637,14 @@ fn secondary_sizes_are_budgeted_before_any_work() {
     refused(&["secondary", "--long", "--prompt", "hi"], &["--prompt"]);
     refused(&["secondary", "--long", "--generate", "5"], &["--generate"]);
     refused(
+        &["secondary", "--long", "--long-generate", "1000000000"],
+        &["--long-generate 1000000000", "over the limit of 1048576"],
+    );
+    refused(
+        &["secondary", "--long", "--long-prompts", "100000"],
+        &["--long-prompts 100000", "prompts"],
+    );
+    refused(
         &[
             "secondary",
             "--activations",

@@ -201,6 +201,19 @@ pub fn run(a: Args) -> Result<i32> {
         "the most new tokens a run generates",
     )?;
     if a.long {
+        sinklab::budget::size(
+            &format!("--long-generate {}", a.long_generate),
+            a.long_generate,
+            MAX_GENERATE,
+            "the most new tokens a run generates",
+        )?;
+        let n = sinklab::secondary::long::prompts().len();
+        sinklab::budget::size(
+            &format!("--long-prompts {}", a.long_prompts),
+            a.long_prompts,
+            n,
+            &format!("--long has {n} prompts"),
+        )?;
         let root = sinklab::secondary::long::long_dir(
             &a.out.clone().unwrap_or_else(|| PathBuf::from("out")),
         );
