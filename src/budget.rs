@@ -80,9 +80,34 @@ pub enum BudgetError {
         /// How to override.
         hint: String,
     },
+    /// A size argument over an absolute limit ([`size`]).
+    #[error("{what}: over the limit of {limit} ({why})")]
+    Cap {
+        /// The flag or key and its value (`--generate 9000`).
+        what: String,
+        /// The largest value accepted.
+        limit: String,
+        /// Where the limit comes from.
+        why: String,
+    },
     /// A limit that does not parse.
     #[error("{0}")]
     Parse(String),
+}
+
+/// Refuses a size argument over an absolute limit, before any work: `what` names the flag or
+/// key with its value (`--generate 9000`), `why` where the limit comes from (`the model's
+/// context of 8192 tokens`). The one check for counts that have a hard ceiling; sizes whose
+/// cost is memory or time go through [`Budget::check`] with an [`Estimate`].
+pub fn size(what: &str, value: usize, limit: usize, why: &str) -> Result<(), BudgetError> {
+    if value > limit {
+        return Err(BudgetError::Cap {
+            what: what.into(),
+            limit: limit.to_string(),
+            why: why.into(),
+        });
+    }
+    Ok(())
 }
 
 /// `12G`, `512M`, `3.5T`, `1000000` (bytes) → bytes.
@@ -293,6 +318,18 @@ pub fn cost_program(t: usize, d: usize, nuclear: bool) -> Estimate {
     let bytes = 8.0 * 3.0 * t * d + 8.0 * 2.0 * t * t + 40.0 * t * t / 2.0 + 72.0 * r * r;
     let per_iter = 100.0 * t * t + if nuclear { 20.0 * r * r * r } else { 0.0 };
     Estimate::work(bytes, 4.0 * t * t * d + 200.0 * per_iter)
+}
+
+/// The worst case of one exact gap program allowed `max_iter` iterations: building it and
+/// every iteration run (memory as [`cost_program`]). [`cost_program`] is the lower bound of a
+/// program at the solver's default iteration budget; an iteration budget raised above that
+/// default is checked at its worst case too, since nothing else bounds how long it may run.
+pub fn cost_program_iterations(t: usize, d: usize, nuclear: bool, max_iter: usize) -> Estimate {
+    let lower = cost_program(t, d, nuclear);
+    let (tf, df) = (t as f64, d as f64);
+    let r = tf.min(df);
+    let per_iter = 100.0 * tf * tf + if nuclear { 20.0 * r * r * r } else { 0.0 };
+    Estimate::work(lower.bytes, 4.0 * tf * tf * df + max_iter as f64 * per_iter)
 }
 
 /// One training run of `train`: parameters, gradients and AdamW moments in f32, the batch's

@@ -96,3 +96,127 @@ fn malformed_lines_are_refused_with_file_and_line_before_any_work() {
         assert!(!dir.path().join("bad.results.jsonl").exists());
     }
 }
+
+// ---- issue 25: the results file is ours, not the input, locked, and damage stays local ------
+
+fn run_file(m: &Path, inputs: &Path, results: Option<&Path>) -> std::process::Output {
+    let mut c = bin();
+    c.args([
+        "real",
+        "--model",
+        m.to_str().unwrap(),
+        "--bos",
+        "no",
+        "--file",
+    ])
+    .arg(inputs);
+    if let Some(r) = results {
+        c.arg("--results").arg(r);
+    }
+    c.output().unwrap()
+}
+
+fn refused(o: &std::process::Output, needles: &[&str]) {
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "accepted: {e}");
+    assert!(!e.contains("panicked"), "{e}");
+    for n in needles {
+        assert!(e.contains(n), "`{e}` does not say `{n}`");
+    }
+}
+
+#[test]
+fn a_results_file_that_is_the_input_or_not_ours_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    write_gguf(&model, &SynthSpec::default(), 7).unwrap();
+    let inputs = dir.path().join("in.jsonl");
+    let text = "[1, 5, 9]\n[2, 11, 7, 4]\n";
+    std::fs::write(&inputs, text).unwrap();
+    // The input itself, by path and through a hard link.
+    refused(
+        &run_file(&model, &inputs, Some(&inputs)),
+        &["--results", "is the input file"],
+    );
+    let link = dir.path().join("link.jsonl");
+    std::fs::hard_link(&inputs, &link).unwrap();
+    refused(
+        &run_file(&model, &inputs, Some(&link)),
+        &["is the input file"],
+    );
+    assert_eq!(std::fs::read_to_string(&inputs).unwrap(), text);
+    // Another program's JSONL (a sweep's results) and a text file.
+    let sweep = dir.path().join("results.jsonl");
+    let foreign = "{\"id\":\"exact/sink/fro/t4\",\"value\":1.5}\n{\"id\":\"exact/sink/fro/t6\",\"value\":2.5}\n";
+    std::fs::write(&sweep, foreign).unwrap();
+    refused(
+        &run_file(&model, &inputs, Some(&sweep)),
+        &[
+            "results.jsonl",
+            "line 1",
+            "not a `sinklab real --file` results file",
+        ],
+    );
+    assert_eq!(std::fs::read_to_string(&sweep).unwrap(), foreign);
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, "hello\nworld\n").unwrap();
+    refused(
+        &run_file(&model, &inputs, Some(&notes)),
+        &["notes.txt", "no line is a result record"],
+    );
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "hello\nworld\n");
+}
+
+#[test]
+fn one_damaged_results_line_is_recomputed_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    write_gguf(&model, &SynthSpec::default(), 7).unwrap();
+    let inputs = dir.path().join("in.jsonl");
+    std::fs::write(&inputs, "[1, 5, 9]\n[2, 11, 7, 4]\n[3, 3, 8]\n[6, 1]\n").unwrap();
+    let results = dir.path().join("in.results.jsonl");
+    assert!(run_file(&model, &inputs, None).status.success());
+    let full = std::fs::read_to_string(&results).unwrap();
+    let orig: Vec<&str> = full.lines().collect();
+    assert_eq!(orig.len(), 4);
+    // Line 2 damaged (a bad sector): lines 1, 3 and 4 are kept, input 2 alone is recomputed.
+    let damaged = format!("{}\n#\u{0}garbage\n{}\n{}\n", orig[0], orig[2], orig[3]);
+    std::fs::write(&results, damaged).unwrap();
+    let o = run_file(&model, &inputs, None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("3 already"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let now = std::fs::read_to_string(&results).unwrap();
+    let mut a: Vec<&str> = now.lines().collect();
+    let mut b = orig.clone();
+    a.sort_unstable();
+    b.sort_unstable();
+    assert_eq!(a, b);
+    assert_eq!(
+        now.lines().take(3).collect::<Vec<_>>(),
+        [orig[0], orig[2], orig[3]]
+    );
+}
+
+#[test]
+fn a_second_writer_of_one_results_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    write_gguf(&model, &SynthSpec::default(), 7).unwrap();
+    let inputs = dir.path().join("in.jsonl");
+    std::fs::write(&inputs, "[1, 5, 9]\n").unwrap();
+    let results = dir.path().join("in.results.jsonl");
+    // Another `real --file` run holds the results file (the sweep's lock).
+    let held = sinklab::sweep::lock::acquire_for_file(&results, "run", "wait").unwrap();
+    refused(
+        &run_file(&model, &inputs, None),
+        &["in.results.jsonl", "is being written by another", "pid"],
+    );
+    assert!(!results.exists());
+    drop(held);
+    assert!(run_file(&model, &inputs, None).status.success());
+    assert_eq!(lines(&results).len(), 1);
+}

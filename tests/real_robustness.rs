@@ -76,6 +76,17 @@ fn write_custom(
     arch: &str,
     tweak: impl Fn(&str, Vec<f32>, (usize, usize)) -> (Vec<f32>, (usize, usize)),
 ) {
+    write_custom_with(p, arch, tweak, Vec::new(), None);
+}
+
+/// [`write_custom`] with `extra` metadata appended and the tensor `dup` written twice.
+fn write_custom_with(
+    p: &Path,
+    arch: &str,
+    tweak: impl Fn(&str, Vec<f32>, (usize, usize)) -> (Vec<f32>, (usize, usize)),
+    extra: Vec<(String, Value)>,
+    dup: Option<&str>,
+) {
     // A well-formed tiny llama written by hand so that single tensors can be altered.
     let s = SynthSpec::default();
     let mut t: Vec<(String, QTensor)> = Vec::new();
@@ -117,8 +128,15 @@ fn write_custom(
         add(format!("blk.{l}.ffn_norm.weight"), s.d, 1);
     }
     add("output_norm.weight".into(), s.d, 1);
+    if let Some(d) = dup {
+        let copy = t.iter().find(|(n, _)| n == d).map(|(n, q)| {
+            let v = q.dequantize(&Device::Cpu).unwrap();
+            (n.clone(), QTensor::quantize(&v, GgmlDType::F32).unwrap())
+        });
+        t.extend(copy);
+    }
     let k = |x: &str| format!("{arch}.{x}");
-    let meta: Vec<(String, Value)> = vec![
+    let mut meta: Vec<(String, Value)> = vec![
         ("general.architecture".into(), Value::String(arch.into())),
         (k("block_count"), Value::U32(s.n_layer as u32)),
         (k("context_length"), Value::U32(64)),
@@ -137,6 +155,7 @@ fn write_custom(
         ),
         ("tokenizer.ggml.merges".into(), Value::Array(vec![])),
     ];
+    meta.extend(extra);
     let mr: Vec<(&str, &Value)> = meta.iter().map(|(a, b)| (a.as_str(), b)).collect();
     let tr: Vec<(&str, &QTensor)> = t.iter().map(|(a, b)| (a.as_str(), b)).collect();
     let mut f = std::fs::File::create(p).unwrap();
@@ -335,5 +354,94 @@ fn one_activation_reader_for_both_consumers() {
     let (a, b) = errs();
     for e in [a.unwrap(), b.unwrap()] {
         assert!(e.contains("tokens") && e.contains("2.5"), "{e}");
+    }
+}
+
+// ---- issue 25: the GGUF header checked against the data ---------------------------------------
+
+/// Where the data offset of tensor `name` sits in the tensor directory of a GGUF v2 file
+/// (an info is: u64 name length, name, u32 n_dims, u64 dims, u32 dtype, u64 offset).
+fn offset_at(b: &[u8], name: &str) -> usize {
+    let mut pat = (name.len() as u64).to_le_bytes().to_vec();
+    pat.extend_from_slice(name.as_bytes());
+    let s = b
+        .windows(pat.len())
+        .position(|w| w == pat)
+        .expect("tensor info");
+    let end = s + pat.len();
+    let nd = u32::from_le_bytes(b[end..end + 4].try_into().unwrap()) as usize;
+    end + 4 + 8 * nd + 4
+}
+
+fn offset_of(b: &[u8], name: &str) -> u64 {
+    let at = offset_at(b, name);
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// Rewrites the data offset of tensor `name`: `f(file bytes)` gives the new one.
+fn patch_offset(p: &Path, name: &str, f: impl Fn(&[u8]) -> u64) {
+    let mut b = std::fs::read(p).unwrap();
+    let (at, new) = (offset_at(&b, name), f(&b));
+    b[at..at + 8].copy_from_slice(&new.to_le_bytes());
+    std::fs::write(p, b).unwrap();
+}
+
+#[test]
+fn gguf_alignment_offsets_and_names_are_checked_against_the_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("m.gguf");
+    let same = |_: &str, v: Vec<f32>, s: (usize, usize)| (v, s);
+    let align = |v: Value| vec![("general.alignment".to_string(), v)];
+    // The control: an explicit alignment of 32 (what candle's writer uses) loads.
+    write_custom_with(&p, "llama", same, align(Value::U32(32)), None);
+    load(&p).expect("general.alignment = 32 loads");
+    // Zero: a division by zero inside candle before; now refused.
+    write_custom_with(&p, "llama", same, align(Value::U32(0)), None);
+    expect_err(&p, "`general.alignment` = 0");
+    // A u64 alignment was ignored (candle's default 32 used instead).
+    write_custom_with(&p, "llama", same, align(Value::U64(32)), None);
+    expect_err(&p, "`general.alignment` is a uint64");
+    write_custom_with(&p, "llama", same, align(Value::U32(12)), None);
+    expect_err(
+        &p,
+        "`general.alignment` = 12: must be a positive multiple of 8",
+    );
+    // The same tensor twice (the second used to win).
+    write_custom_with(&p, "llama", same, Vec::new(), Some("blk.0.attn_v.weight"));
+    expect_err(&p, "tensor `blk.0.attn_v.weight` appears twice");
+    // The same metadata key twice.
+    let twice = vec![("llama.context_length".to_string(), Value::U32(32))];
+    write_custom_with(&p, "llama", same, twice, None);
+    expect_err(&p, "metadata key `llama.context_length` appears twice");
+    // A misaligned offset, and one tensor's offset pointing into another's bytes.
+    write_custom(&p, "llama", same);
+    patch_offset(&p, "blk.0.attn_k.weight", |b| {
+        offset_of(b, "blk.0.attn_k.weight") + 4
+    });
+    expect_err(&p, "tensor `blk.0.attn_k.weight` starts at data offset");
+    write_custom(&p, "llama", same);
+    patch_offset(&p, "blk.0.attn_k.weight", |b| {
+        offset_of(b, "blk.0.attn_q.weight") + 32
+    });
+    expect_err(&p, "overlap");
+}
+
+#[test]
+fn gguf_token_ids_of_the_wrong_type_or_range_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("m.gguf");
+    let same = |_: &str, v: Vec<f32>, s: (usize, usize)| (v, s);
+    let bos = |v: Value| vec![("tokenizer.ggml.bos_token_id".to_string(), v)];
+    write_custom_with(&p, "llama", same, bos(Value::U32(1)), None);
+    let m = load(&p).expect("a u32 BOS id loads");
+    assert_eq!(m.model.cfg.bos_id, Some(1));
+    for v in [
+        Value::String("1".into()),
+        Value::I32(-1),
+        Value::U64((1u64 << 32) + 1),
+        Value::F32(1.0),
+    ] {
+        write_custom_with(&p, "llama", same, bos(v), None);
+        expect_err(&p, "`tokenizer.ggml.bos_token_id`");
     }
 }

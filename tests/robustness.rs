@@ -487,3 +487,350 @@ mod activation_files {
         refused(&p, &["T = 2097152", "needs about", "SINKLAB_MAX_MEM"]);
     }
 }
+
+// ---- issue 25: stdout and stderr ------------------------------------------------------------
+
+/// A pipe whose read end is already closed: every write to it fails with EPIPE.
+fn closed_pipe() -> std::io::PipeWriter {
+    let (r, w) = std::io::pipe().unwrap();
+    drop(r);
+    w
+}
+
+fn dev_full() -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap()
+}
+
+#[test]
+fn a_closed_stdout_pipe_exits_141_quietly() {
+    // `sinklab check half_space --cases 300 | true` and a JSON report into `| head`.
+    for args in [
+        &["check", "half_space", "--cases", "300"][..],
+        &["check", "hard_switch", "--cases", "5", "--json"],
+        &["check", "--list"],
+    ] {
+        let o = bin()
+            .args(args)
+            .stdout(closed_pipe())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(141), "{args:?}: {:?} {e}", o.status);
+        assert!(
+            !e.contains("panicked") && !e.contains("error"),
+            "{args:?}: {e}"
+        );
+    }
+    // `sinklab real … | head`: a real-model report into a reader that went away.
+    let tmp = tempfile::tempdir().unwrap();
+    let m = tmp.path().join("tiny.gguf");
+    sinklab::real::synth::write_gguf(&m, &Default::default(), 1).unwrap();
+    for json in [false, true] {
+        let mut c = bin();
+        c.args([
+            "real",
+            "--model",
+            m.to_str().unwrap(),
+            "--tokens",
+            "1,2,3,4",
+        ]);
+        if json {
+            c.arg("--json");
+        }
+        let o = c.stdout(closed_pipe()).output().unwrap();
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(141), "real: {:?} {e}", o.status);
+        assert!(!e.contains("panicked") && !e.contains("error"), "real: {e}");
+    }
+}
+
+#[test]
+fn a_closed_stderr_pipe_does_not_stop_the_output() {
+    let o = bin()
+        .args(["check", "hard_switch", "--cases", "5"])
+        .stderr(closed_pipe())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("hard_switch") && out.contains("passed"),
+        "{out}"
+    );
+    assert_eq!(o.status.code(), Some(141), "{:?}", o.status);
+}
+
+#[test]
+fn a_full_stdout_is_one_error_line_naming_the_stream() {
+    for args in [
+        &["check", "hard_switch", "--cases", "5"][..],
+        &["check", "hard_switch", "--cases", "5", "--json"],
+        &["check", "--list"],
+    ] {
+        let o = bin()
+            .args(args)
+            .stdout(dev_full())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {:?} {e}", o.status);
+        let errors: Vec<&str> = e.lines().filter(|l| l.contains("error")).collect();
+        assert_eq!(
+            errors,
+            ["error: writing to stdout: No space left on device (os error 28)"],
+            "{args:?}: {e}"
+        );
+    }
+}
+
+// ---- issue 25: every size argument budgeted before work -----------------------------------
+
+#[test]
+fn secondary_sizes_are_budgeted_before_any_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = tmp.path().join("tiny.gguf");
+    sinklab::real::synth::write_gguf(&m, &Default::default(), 1).unwrap();
+    let m = m.to_str().unwrap();
+    // An 8 TB bootstrap used to abort on the allocation.
+    refused(
+        &[
+            "secondary",
+            "--model",
+            m,
+            "--prompt",
+            "a b c",
+            "--boot",
+            "1000000000000",
+        ],
+        &["--boot 1000000000000", "needs about", "--max-mem"],
+    );
+    // Generation past any context, and past this model's (64 tokens).
+    refused(
+        &[
+            "secondary",
+            "--model",
+            m,
+            "--prompt",
+            "a b c",
+            "--generate",
+            "1000000000",
+        ],
+        &["--generate 1000000000", "over the limit of 1048576"],
+    );
+    refused(
+        &[
+            "secondary",
+            "--model",
+            m,
+            "--prompt",
+            "a b c",
+            "--generate",
+            "9000",
+        ],
+        &["--generate 9000", "over the limit of 62", "64 tokens"],
+    );
+    // Flags that the mode would ignore.
+    refused(&["secondary", "--long", "--prompt", "hi"], &["--prompt"]);
+    refused(&["secondary", "--long", "--generate", "5"], &["--generate"]);
+    refused(
+        &["secondary", "--long", "--long-generate", "1000000000"],
+        &["--long-generate 1000000000", "over the limit of 1048576"],
+    );
+    refused(
+        &["secondary", "--long", "--long-prompts", "100000"],
+        &["--long-prompts 100000", "prompts"],
+    );
+    refused(
+        &[
+            "secondary",
+            "--activations",
+            "x.safetensors",
+            "--prompt",
+            "hi",
+        ],
+        &["--prompt"],
+    );
+}
+
+#[test]
+fn raised_iteration_budgets_and_spec_totals_are_budgeted() {
+    use sinklab::budget::Budget;
+    let tmp = tempfile::tempdir().unwrap();
+    let block = |t: &str, extra: &str| {
+        format!(
+            "name = \"b\"\n[[exact]]\npatterns = [\"sink\"]\nnorms = [\"fro\"]\n\
+             embeddings = [\"gaussian\"]\nt = [{t}]\nd_factor = 2\nseeds = [0]\ndelta = 5.0\n{extra}"
+        )
+    };
+    // max_iter = 1e15 on one T = 4 program: its worst case, not the default's lower bound.
+    let spec = write(
+        tmp.path(),
+        "iter.toml",
+        &block("4", "max_iter = 1000000000000000\ntol = 1e-15\n"),
+    );
+    let out = tmp.path().join("out");
+    let out = out.to_str().unwrap();
+    refused(
+        &["sweep", &spec, "--threads", "1", "--out", out],
+        &[
+            "max_iter = 1000000000000000",
+            "worst case",
+            "would take at least",
+        ],
+    );
+    refused(
+        &[
+            "cost",
+            "--pattern",
+            "sink",
+            "--norm",
+            "fro",
+            "--t",
+            "4",
+            "--max-iter",
+            "1000000000000000",
+        ],
+        &["--max-iter 1000000000000000", "would take at least"],
+    );
+    // A raised budget that fits passes (the control), as does the default.
+    let ok = SweepSpec::load(Path::new(&write(
+        tmp.path(),
+        "ok.toml",
+        &block("4, 6", "max_iter = 40000\n"),
+    )))
+    .unwrap();
+    let budget = Budget {
+        max_bytes: 1e9,
+        max_seconds: 600.0,
+    };
+    sinklab::sweep::cost_scaling::check_budget(&ok, "ok", &budget, 1, true, None).unwrap();
+    // T = 4…1000: every point is a few seconds at most, all of them together are not.
+    let ts: Vec<String> = (4..=1000).map(|t| t.to_string()).collect();
+    let spec = write(tmp.path(), "many.toml", &block(&ts.join(", "), ""));
+    refused(
+        &[
+            "sweep",
+            &spec,
+            "--threads",
+            "1",
+            "--max-time",
+            "10m",
+            "--out",
+            out,
+        ],
+        &[
+            "all 997 points together",
+            "would take at least",
+            "--max-time",
+        ],
+    );
+    let many = SweepSpec::load(Path::new(&spec)).unwrap();
+    let e = sinklab::sweep::cost_scaling::check_budget(&many, "many", &budget, 1, true, None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("all 997 points"), "{e}");
+    // One shard of 100 holds a tenth of the work: it passes.
+    let shard = "0/100".parse().unwrap();
+    sinklab::sweep::cost_scaling::check_budget(&many, "many", &budget, 1, true, Some(shard))
+        .unwrap();
+}
+
+// ---- issue 25: output files replaced only when complete ----------------------------------
+
+#[test]
+fn synth_over_an_existing_file_keeps_it_when_the_write_fails() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("old.gguf");
+    std::fs::write(&out, b"the old file").unwrap();
+    // A file-size limit of a few KB stops the write part-way (SIGXFSZ), as a full disk does.
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -f 8; exec \"$0\" synth --shape tiny-llama3 --dtype f32 --out \"$1\"")
+        .arg(env!("CARGO_BIN_EXE_sinklab"))
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&out).unwrap(), b"the old file");
+    // Without the limit the new file replaces it, and no temporary file is left.
+    let o = sinklab(&[
+        "synth",
+        "--shape",
+        "tiny-llama3",
+        "--dtype",
+        "f32",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(&std::fs::read(&out).unwrap()[..4], b"GGUF");
+    let names: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, ["old.gguf"], "{names:?}");
+}
+
+// ---- issue 25: zero sizes, vacuous verdicts and ignored flags -----------------------------
+
+#[test]
+fn zero_sizes_and_ignored_flags_are_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let junk = write(tmp.path(), "r.jsonl", "");
+    let out = tmp.path().join("m");
+    refused(
+        &[
+            "merge",
+            "--out",
+            out.to_str().unwrap(),
+            "--bootstrap",
+            "0",
+            &junk,
+        ],
+        &["--bootstrap 0", "at least 1 resample"],
+    );
+    refused(
+        &["train", "--k", "0", "--steps", "5"],
+        &["--k 0", "trigger"],
+    );
+    for flag in [
+        &["--a1"][..],
+        &["--a2"],
+        &["--text", "hi"],
+        &["--bos", "yes"],
+        &["--tokens", "1,2"],
+    ] {
+        let mut args = vec!["real", "--activations", "x.safetensors"];
+        args.extend(flag);
+        refused(&args, &[flag[0], "cannot be used with"]);
+    }
+}
+
+#[test]
+fn a_one_token_input_does_not_claim_the_a1_corollary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = tmp.path().join("tiny.gguf");
+    sinklab::real::synth::write_gguf(&m, &Default::default(), 1).unwrap();
+    let run = |toks: &str| {
+        let o = sinklab(&[
+            "real",
+            "--model",
+            m.to_str().unwrap(),
+            "--bos",
+            "no",
+            "--tokens",
+            toks,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let one = run("5");
+    assert!(!one.contains("holds on"), "{one}");
+    assert!(one.contains("untestable on 1 token"), "{one}");
+    // Two tokens: the corollary is tested again (the control).
+    assert!(run("5,7").contains("A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): holds on"));
+}

@@ -307,6 +307,7 @@ fn mutated_inputs_never_panic_abort_or_hang() {
                 &sinklab::budget::Budget::default(),
                 2,
                 false,
+                None,
             );
         }
     });

@@ -47,17 +47,17 @@ fn fit<B: Backend>(be: &B, a: &Args) -> Result<()> {
     let mut f = AttnFit::new(be, cfg).context("setting up the attention fit")?;
     let log_every = (a.steps / 10).max(1);
     let start = Instant::now();
-    println!("step  loss");
+    outln!("step  loss");
     for s in 0..a.steps {
         if s % log_every == 0 {
-            println!("{s:>4}  {:.6e}", f.loss(be)?);
+            outln!("{s:>4}  {:.6e}", f.loss(be)?);
         }
         f.step(be)?;
     }
     let loss = f.loss(be)?;
     let secs = start.elapsed().as_secs_f64();
-    println!("{:>4}  {loss:.6e}", a.steps);
-    println!(
+    outln!("{:>4}  {loss:.6e}", a.steps);
+    outln!(
         "{:.3} ms/step on {}",
         1e3 * secs / a.steps as f64,
         be.describe()
@@ -68,13 +68,13 @@ fn fit<B: Backend>(be: &B, a: &Args) -> Result<()> {
 pub fn run(a: Args) -> Result<i32> {
     let found = adapters(GpuOptions::default().backends);
     if found.is_empty() {
-        println!("GPU adapters: none");
+        outln!("GPU adapters: none");
     }
     for i in &found {
-        println!("GPU adapter: {}", describe_adapter(i));
+        outln!("GPU adapter: {}", describe_adapter(i));
     }
     let sel = select(a.backend, &GpuOptions::default())?;
-    println!("{}", sel.note());
+    outln!("{}", sel.note());
     match &sel {
         Selected::Cpu { .. } => fit(&Cpu::<f32>::new(), &a)?,
         Selected::Gpu { gpu, .. } => fit(gpu.as_ref(), &a)?,

@@ -26,7 +26,7 @@ pub fn run(a: Args) -> Result<i32> {
     let all = registry();
     if a.list {
         for t in &all {
-            println!("{:<24} {:<4} {}", t.name, t.claim, t.statement);
+            outln!("{:<24} {:<4} {}", t.name, t.claim, t.statement);
         }
         return Ok(0);
     }
@@ -36,7 +36,7 @@ pub fn run(a: Args) -> Result<i32> {
             let v: Vec<_> = all.iter().filter(|t| t.name == n.as_str()).collect();
             if v.is_empty() {
                 let names: Vec<_> = all.iter().map(|t| t.name).collect();
-                eprintln!("error: unknown theorem '{n}'; known: {}", names.join(", "));
+                errln!("error: unknown theorem '{n}'; known: {}", names.join(", "));
                 return Ok(2);
             }
             v
@@ -49,11 +49,11 @@ pub fn run(a: Args) -> Result<i32> {
     for t in chosen {
         let cases = a.cases.map_or(t.default_cases, |c| c as usize);
         if !a.json {
-            eprintln!("checking {} ({} cases)...", t.name, cases);
+            errln!("checking {} ({} cases)...", t.name, cases);
         }
         let o = (t.run)(cases, a.seed);
         if !a.json {
-            println!(
+            outln!(
                 "{:<24} cases {:>6}  passed {:>6}  failed {:>4}  worst margin {} ({}){}",
                 o.theorem,
                 o.cases,
@@ -82,7 +82,7 @@ pub fn run(a: Args) -> Result<i32> {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&arr)?);
+        outln!("{}", serde_json::to_string_pretty(&arr)?);
     }
     Ok(if outs.iter().all(CheckOutcome::ok) {
         0

@@ -100,6 +100,25 @@ pub fn run(a: Args) -> Result<i32> {
             .then(est);
     }
     budget.check(&format!("cost --t {} --d {d}", a.t), est, true)?;
+    if a.max_iter > SolveOptions::default().max_iter {
+        // A raised iteration budget: nothing else bounds the run, so its worst case must fit.
+        let one = sinklab::budget::cost_program_iterations(
+            a.t,
+            d,
+            a.norm == NormKind::Nuclear,
+            a.max_iter,
+        );
+        let worst = if a.scope == Scope::Head {
+            one.then(one)
+        } else {
+            one
+        };
+        budget.check(
+            &format!("--max-iter {} (its worst case)", a.max_iter),
+            worst,
+            true,
+        )?;
+    }
     let delta = match (a.delta, a.eps) {
         (Some(x), _) => x,
         (None, e) => delta_eps(a.t - 1, e.unwrap_or(0.01))?,
@@ -121,7 +140,7 @@ pub fn run(a: Args) -> Result<i32> {
         ..SolveOptions::default()
     };
     if a.embedding == EmbeddingKind::Trained {
-        eprintln!(
+        errln!(
             "training the embedding model (bigram-copy, T = {}, d = {d}, seed {}, {} steps)…",
             a.t,
             a.seed,
@@ -151,9 +170,9 @@ pub fn run(a: Args) -> Result<i32> {
                 o.insert(k.to_string(), serde_json::json!(r));
             }
         }
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
     } else if sol.feasible {
-        println!(
+        outln!(
             "{} {} cost ({} embeddings, T = {}, d = {d}, Δ = {delta:.6}): {:.6}  (certified bracket [{:.6}, {:.6}], relative gap {:.2e}, {} iterations, rank {})",
             a.pattern,
             a.norm,
@@ -167,11 +186,11 @@ pub fn run(a: Args) -> Result<i32> {
             sol.rank.unwrap_or(0),
         );
         if let Some((k, r)) = reference {
-            println!("{k}: {r:.6}");
+            outln!("{k}: {r:.6}");
         }
     } else {
         let c = sol.certificate.as_ref();
-        println!(
+        outln!(
             "infeasible: the half-space conditions fail; certificate with {} convex weights, ‖Σλ A‖_F = {:.3e} (scale {:.3e}, verified {})",
             c.map_or(0, |c| c.weights.len()),
             c.map_or(f64::NAN, |c| c.residual),
@@ -211,7 +230,7 @@ fn run_head(a: &Args, q: &CostQuery, opts: SolveOptions) -> Result<i32> {
                 );
             }
         }
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
     let part = |name: &str, s: &sinklab::cost::CostSolution| {
@@ -230,7 +249,7 @@ fn run_head(a: &Args, q: &CostQuery, opts: SolveOptions) -> Result<i32> {
             )
         }
     };
-    println!(
+    outln!(
         "whole head, {} {} on copy-paste ({} embeddings, T = {}, d = {}, Δ = {:.6}, {} on-queries, {} sources): {}",
         q.pattern,
         q.norm,
@@ -243,10 +262,10 @@ fn run_head(a: &Args, q: &CostQuery, opts: SolveOptions) -> Result<i32> {
         h.value
             .map_or("infeasible".to_string(), |v| format!("{v:.6}"))
     );
-    println!("  {}", part("W_QK", &h.qk));
-    println!("  {}", part("W_VO", &h.vo));
+    outln!("  {}", part("W_QK", &h.qk));
+    outln!("  {}", part("W_VO", &h.vo));
     if let Some((k, rq, rv)) = reference {
-        println!("{k}: W_QK {rq:.6}, W_VO {rv:.6}, total {:.6}", rq + rv);
+        outln!("{k}: W_QK {rq:.6}, W_VO {rv:.6}, total {:.6}", rq + rv);
     }
     Ok(0)
 }

@@ -23,8 +23,8 @@ pub fn run(a: Args) -> Result<i32> {
         a.models
     };
     for n in names {
-        let p = sinklab::real::fetch::fetch(&n, a.cache.as_deref(), &mut |s| eprintln!("{s}"))?;
-        println!("{}", p.display());
+        let p = sinklab::real::fetch::fetch(&n, a.cache.as_deref(), &mut |s| errln!("{s}"))?;
+        outln!("{}", p.display());
     }
     Ok(0)
 }

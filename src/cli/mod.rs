@@ -2,6 +2,9 @@
 
 use clap::{Parser, Subcommand};
 
+#[macro_use]
+mod out;
+
 mod backend;
 mod check;
 mod cost;
@@ -68,11 +71,6 @@ pub fn main() -> i32 {
         Command::Plot(a) => plot::run(a),
         Command::Synth(a) => synth::run(a),
     };
-    match r {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            1
-        }
-    }
+    // Flushes stdout; a broken pipe exits 141 silently, a full disk is one line naming the stream.
+    out::finish(r)
 }

@@ -41,7 +41,7 @@ pub fn run(a: Args) -> Result<i32> {
     };
     for d in &a.data {
         for f in plot::redraw(d, &opts, a.out.as_deref())? {
-            println!("{}", f.display());
+            outln!("{}", f.display());
         }
     }
     Ok(0)

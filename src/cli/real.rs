@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Bos::Auto)]
     bos: Bos,
     /// Activations file (schema in `sinklab::real::activations`) instead of a model.
-    #[arg(long, conflicts_with = "model")]
+    #[arg(long, conflicts_with_all = ["model", "text", "file", "tokens", "bos", "a1", "a2"])]
     activations: Option<PathBuf>,
     /// Also run the A1 half-space verdict per layer (convex solves, with certificates).
     #[arg(long)]
@@ -99,9 +99,9 @@ pub fn run(a: Args) -> Result<i32> {
     if let Some(f) = &a.activations {
         let rep = sinklab::real::activations::analyze_file(f)?;
         if a.json {
-            println!("{}", serde_json::to_string_pretty(&rep)?);
+            outln!("{}", serde_json::to_string_pretty(&rep)?);
         } else {
-            print_layers(&rep.layers);
+            print_layers(&rep.layers)?;
         }
         return Ok(0);
     }
@@ -178,15 +178,15 @@ pub fn run(a: Args) -> Result<i32> {
                 if let Some(o) = v.as_object_mut() {
                     o.insert("q8_deviation".into(), serde_json::to_value(d)?);
                 }
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                outln!("{}", serde_json::to_string_pretty(&v)?);
             }
-            None => println!("{}", serde_json::to_string_pretty(&rep)?),
+            None => outln!("{}", serde_json::to_string_pretty(&rep)?),
         }
     } else {
         if let Some(d) = &q8 {
-            println!("{}", d.line());
+            outln!("{}", d.line());
         }
-        println!(
+        outln!(
             "{}: {} tokens, BOS first: {}, nll_mean: {}",
             rep.model,
             rep.tokens.len(),
@@ -195,16 +195,23 @@ pub fn run(a: Args) -> Result<i32> {
                 .map(|v| format!("{v:.4}"))
                 .unwrap_or("—".into())
         );
-        print_layers(&rep.layers);
+        print_layers(&rep.layers)?;
         let holds = rep.a1.iter().filter(|c| c.holds).count();
         let null = rep.a1.iter().map(|c| c.null_rate).sum::<f64>() / rep.a1.len().max(1) as f64;
-        println!(
-            "A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): holds on {holds} of {} layers; null control: ordinary tokens satisfy it at a mean rate of {null:.2}",
-            rep.a1.len()
-        );
+        if rep.tokens.len() < 2 {
+            outln!(
+                "A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): untestable on {} token (it needs the first token and at least one other)",
+                rep.tokens.len()
+            );
+        } else {
+            outln!(
+                "A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): holds on {holds} of {} layers; null control: ordinary tokens satisfy it at a mean rate of {null:.2}",
+                rep.a1.len()
+            );
+        }
         if let Some(v) = &rep.a1_verdicts {
             for x in v {
-                println!(
+                outln!(
                     "A1 layer {:>2}{}: queries in half-space: {}, BOS key separable: {}, witness cost {}, certificate verified: {} ({} points in R^{})",
                     x.layer,
                     if x.biased { " (homogenised)" } else { "" },
@@ -216,7 +223,7 @@ pub fn run(a: Args) -> Result<i32> {
                     x.dim
                 );
                 if let Some(n) = &x.null {
-                    println!(
+                    outln!(
                         "   null control: ordinary tokens pass (b) at {:.2}, BOS margin percentile {:.0}%: {}",
                         n.null_pass,
                         100.0 * n.gamma_b_percentile,
@@ -226,7 +233,7 @@ pub fn run(a: Args) -> Result<i32> {
             }
         }
         if let Some((_, s)) = &rep.a2 {
-            println!(
+            outln!(
                 "A2: {} heads; predicted dense smooths more: {:.0}%; measured: {:.0}%; agreement {:.0}%; mean cos_U - cos_I = {:+.4}",
                 s.heads,
                 100.0 * s.predicted_frac,
@@ -236,19 +243,26 @@ pub fn run(a: Args) -> Result<i32> {
             );
         }
         if let Some(s) = &rep.a2_skill {
-            print!("{}", sinklab::real::a2_skill::markdown(s, rep.tokens.len()));
+            out!("{}", sinklab::real::a2_skill::markdown(s, rep.tokens.len()));
         }
     }
     Ok(0)
 }
 
-fn print_layers(layers: &[sinklab::real::stats::LayerStats]) {
-    println!(
+fn print_layers(layers: &[sinklab::real::stats::LayerStats]) -> Result<()> {
+    outln!(
         "{:>5} {:>10} {:>9} {:>9} {:>10} {:>10} {:>7} {:>7}",
-        "layer", "attn→first", "bos_cos", "frac≤0", "‖h_0‖", "med‖h_i‖", "Gu.3", "Gu.8"
+        "layer",
+        "attn→first",
+        "bos_cos",
+        "frac≤0",
+        "‖h_0‖",
+        "med‖h_i‖",
+        "Gu.3",
+        "Gu.8"
     );
     for l in layers {
-        println!(
+        outln!(
             "{:>5} {:>10.4} {:>9.4} {:>9.3} {:>10.2} {:>10.2} {:>7.3} {:>7.3}",
             l.layer,
             l.attn_to_first.unwrap_or(f64::NAN),
@@ -260,4 +274,5 @@ fn print_layers(layers: &[sinklab::real::stats::LayerStats]) {
             l.sink_gu_eps08.unwrap_or(f64::NAN)
         );
     }
+    Ok(())
 }

@@ -7,7 +7,9 @@
 //! a killed run loses at most the input in flight; a rerun skips every input whose key (a
 //! SHA-256 of the model path, the BOS policy, the analyses asked for and the line itself) is
 //! already there, and drops a partial last line. A malformed line stops the run naming the file
-//! and line before any model work is done.
+//! and line before any model work is done. The results file is locked for the run (the
+//! sweep's lock), must not be the input, and must be ours ([`done_keys`]) before it is
+//! appended to or rewritten.
 
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
@@ -113,33 +115,121 @@ pub fn read_inputs(file: &Path, salt: &str) -> Result<Vec<Input>> {
     Ok(out)
 }
 
-/// Keys already in `results`; a partial last line (no newline, or not JSON) is cut off.
+/// The start of every line this command writes (the results' schema is `{"line", "id", "key",
+/// "report"}` in that order, written by [`run`]).
+const RECORD_PREFIX: &str = "{\"line\":";
+
+/// The key of one results line when it is one of ours: an object with exactly `line` (≥ 1),
+/// `id`, `key` (64 hex digits) and `report` (an object).
+fn record_key(v: &serde_json::Value) -> Option<&str> {
+    let m = v.as_object()?;
+    let ours = m.len() == 4
+        && m.get("line")?.as_u64()? >= 1
+        && m.contains_key("id")
+        && m.get("report")?.is_object();
+    let key = m.get("key")?.as_str()?;
+    (ours && key.len() == 64 && key.bytes().all(|b| b.is_ascii_hexdigit())).then_some(key)
+}
+
+/// Whether `l` (whitespace removed) is the beginning of one of our lines: a write cut short.
+fn partial_record(l: &str) -> bool {
+    let t: String = l.chars().filter(|c| !c.is_whitespace()).collect();
+    !t.is_empty() && (t.starts_with(RECORD_PREFIX) || RECORD_PREFIX.starts_with(&t))
+}
+
+/// Refuses `--results` naming the input file itself (same path or the same file by inode).
+pub fn refuse_same_file(file: &Path, results: &Path) -> Result<()> {
+    let (Ok(a), Ok(b)) = (std::fs::metadata(file), std::fs::metadata(results)) else {
+        return Ok(());
+    };
+    #[cfg(unix)]
+    let same = {
+        use std::os::unix::fs::MetadataExt;
+        a.dev() == b.dev() && a.ino() == b.ino()
+    };
+    #[cfg(not(unix))]
+    let same = {
+        let _ = (a, b);
+        std::fs::canonicalize(file).ok() == std::fs::canonicalize(results).ok()
+    };
+    if same {
+        bail!(
+            "--results {} is the input file --file {}: give another results file",
+            results.display(),
+            file.display()
+        );
+    }
+    Ok(())
+}
+
+/// Keys already in `results`, after checking that the file is ours: every line is one of our
+/// records, a damaged line (not JSON: a bad sector, an edit) or a partial last line (a killed
+/// run). A JSON line of another schema (a sweep's `results.jsonl`, any other JSONL), or a file
+/// with no record of ours and no cut-short write, is refused before anything is changed. The
+/// damaged and partial lines are dropped by rewriting the file (temporary file, then rename)
+/// with every good line kept, so their inputs alone are recomputed.
 pub fn done_keys(results: &Path) -> Result<std::collections::HashSet<String>> {
     let mut keys = std::collections::HashSet::new();
-    let Ok(text) = std::fs::read_to_string(results) else {
-        return Ok(keys);
+    let bytes = match std::fs::read(results) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(keys),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", results.display())),
     };
-    let mut good = 0usize;
-    for l in text.split_inclusive('\n') {
+    let text = String::from_utf8_lossy(&bytes);
+    let not_ours = |why: String| {
+        anyhow::anyhow!(
+            "--results {}: {why}; not a `sinklab real --file` results file, so it is neither \
+             appended to nor cut: give another --results",
+            results.display()
+        )
+    };
+    let mut good = String::new();
+    let (mut damaged, mut partial) = (0usize, false);
+    let n_lines = text.split_inclusive('\n').count();
+    for (i, l) in text.split_inclusive('\n').enumerate() {
         let complete = l.ends_with('\n');
         let v: Option<serde_json::Value> = serde_json::from_str(l.trim_end()).ok();
-        match (complete, v.as_ref().and_then(|v| v["key"].as_str())) {
-            (true, Some(k)) => {
+        match v.as_ref().map(|v| (record_key(v), v)) {
+            Some((Some(k), _)) if complete => {
                 keys.insert(k.to_string());
-                good += l.len();
+                good.push_str(l);
             }
-            _ => break,
+            Some((None, _)) if !l.trim().is_empty() => {
+                return Err(not_ours(format!(
+                    "line {} is JSON without the keys line, id, key, report",
+                    i + 1
+                )));
+            }
+            _ if !complete && i + 1 == n_lines && partial_record(l) => partial = true,
+            _ => damaged += 1,
         }
     }
-    if good < text.len() {
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(results)
-            .with_context(|| format!("opening {}", results.display()))?;
-        f.set_len(good as u64)
-            .with_context(|| format!("truncating the partial tail of {}", results.display()))?;
+    if keys.is_empty() && damaged > 0 {
+        return Err(not_ours("no line is a result record".into()));
+    }
+    if damaged > 0 || partial {
+        rewrite(results, good.as_bytes())?;
     }
     Ok(keys)
+}
+
+/// Replaces `path` by `bytes`: written to a temporary file in the same directory, synced, then
+/// renamed over it, so a failure leaves the old file whole.
+fn rewrite(path: &Path, bytes: &[u8]) -> Result<()> {
+    let name = path
+        .file_name()
+        .map_or_else(|| "results".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    let w = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()
+    })();
+    if let Err(e) = w {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("writing {}", tmp.display()));
+    }
+    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))
 }
 
 /// Runs every input of `file` through `lm`, appending to `results`; returns the exit code.
@@ -159,9 +249,16 @@ pub fn run(
     );
     let inputs = read_inputs(file, &salt)?;
     let results = results.unwrap_or_else(|| file.with_extension("results.jsonl"));
+    refuse_same_file(file, &results)?;
+    // One writer per results file (the sweep's lock), held until the last line is written.
+    let _lock = sinklab::sweep::lock::acquire_for_file(
+        &results,
+        "`sinklab real --file` run",
+        "wait for it to finish or give another --results",
+    )?;
     let done = done_keys(&results)?;
     let todo: Vec<&Input> = inputs.iter().filter(|i| !done.contains(&i.key)).collect();
-    eprintln!(
+    errln!(
         "{}: {} inputs, {} already in {}, {} to run",
         file.display(),
         inputs.len(),
@@ -222,15 +319,15 @@ pub fn run(
             }
             Err(e) => {
                 failed += 1;
-                bar.suspend(|| eprintln!("{}:{}: {e:#}", file.display(), inp.line));
+                bar.suspend(|| errln!("{}:{}: {e:#}", file.display(), inp.line));
             }
         }
         bar.inc(1);
     }
     bar.finish_and_clear();
-    eprintln!("wrote {}", results.display());
+    errln!("wrote {}", results.display());
     if failed > 0 {
-        eprintln!("{failed} inputs failed (rerun to retry them)");
+        errln!("{failed} inputs failed (rerun to retry them)");
         return Ok(1);
     }
     Ok(0)

@@ -43,15 +43,15 @@ pub fn run(a: Args) -> Result<i32> {
                 long::LONG_PROMPTS,
                 long::LONG_GENERATE,
                 ctx.seed,
-                &mut |l: &str| eprintln!("[{:>6.1}s] long {m}: {l}", t0.elapsed().as_secs_f64()),
+                &mut |l: &str| errln!("[{:>6.1}s] long {m}: {l}", t0.elapsed().as_secs_f64()),
             );
             if let Err(e) = r {
-                eprintln!("long study {m}: {e:#} (the report says it is missing)");
+                errln!("long study {m}: {e:#} (the report says it is missing)");
             }
         }
     }
     let (path, outs, errs) = write_report(&ctx, |s| {
-        eprintln!("[{:>6.1}s] {s}", t0.elapsed().as_secs_f64())
+        errln!("[{:>6.1}s] {s}", t0.elapsed().as_secs_f64())
     })
     .map_err(|e| anyhow!("writing the report: {e}"))?;
     let failed: Vec<_> = outs
@@ -59,12 +59,12 @@ pub fn run(a: Args) -> Result<i32> {
         .filter(|o| !o.ok())
         .map(|o| o.theorem.clone())
         .collect();
-    println!("wrote {}", path.display());
+    outln!("wrote {}", path.display());
     for e in &errs {
-        eprintln!("section error: {e}");
+        errln!("section error: {e}");
     }
     if !failed.is_empty() {
-        eprintln!("checks that failed: {}", failed.join(", "));
+        errln!("checks that failed: {}", failed.join(", "));
     }
     Ok(if failed.is_empty() && errs.is_empty() {
         0

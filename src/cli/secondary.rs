@@ -15,7 +15,6 @@ use sinklab::secondary::native::LastLayer;
 use sinklab::secondary::records::{SinkRecord, analyse};
 use sinklab::secondary::run::{StudyOptions, standard_variants, study, write_outputs};
 use sinklab::secondary::{DetectorParams, LabelRule, WindowMode};
-use std::io::Write as _;
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -37,7 +36,7 @@ pub struct Args {
     generate: usize,
     /// Activation file (safetensors: `hidden.{l}` [T,d], optional `attn.{l}`,
     /// `mlp_out.{l}`, `keys.{l}`, `values.{l}`, `tokens`).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["prompt", "file", "prompts", "generate"])]
     activations: Option<PathBuf>,
     /// Cosine threshold: position t is flagged at layer l iff |cos(h_t, h_bos)| > tau.
     #[arg(long, default_value_t = sinklab::secondary::detector::PAPER_TAU)]
@@ -57,14 +56,14 @@ pub struct Args {
     with_variants: bool,
     /// Paper B's setting: long greedy generations on --models into out/secondary_long/<model>
     /// (resumable: generated ids are kept), faithful detector and its variants.
-    #[arg(long, conflicts_with_all = ["model", "activations"])]
+    #[arg(long, conflicts_with_all = ["model", "activations", "prompt", "file", "prompts", "generate"])]
     long: bool,
     /// Resident weights of --model: as stored in the file, or converted to f32 at load (faster
     /// generation when memory allows; `sinklab real --help` says more).
     #[arg(long, value_enum, default_value_t = super::real::WeightsArg::File, conflicts_with_all = ["long", "activations"])]
     weights: super::real::WeightsArg,
-    /// Memory limit for `--weights f32` (default: SINKLAB_MAX_MEM or the built-in).
-    #[arg(long, requires = "weights")]
+    /// Memory limit for `--weights f32` and `--boot` (default: SINKLAB_MAX_MEM or the built-in).
+    #[arg(long)]
     max_mem: Option<String>,
     /// Models of --long (comma-separated).
     #[arg(long, value_delimiter = ',', default_values_t = sinklab::secondary::long::LONG_MODELS.map(String::from))]
@@ -130,17 +129,23 @@ fn params(a: &Args) -> Result<DetectorParams> {
 }
 
 fn print_records(records: &[SinkRecord], json: bool) -> Result<()> {
-    let mut out = std::io::stdout().lock();
     if json {
         for r in records {
-            writeln!(out, "{}", serde_json::to_string(r)?)?;
+            outln!("{}", serde_json::to_string(r)?);
         }
     } else {
-        writeln!(
-            out,
+        outln!(
             "{:>4} {:>6} {:>14} {:>8} {:>6} {:<10} {:>10} {:>10} {:>8}",
-            "seq", "pos", "token", "created", "life", "label", "|h|@lc", "|mlp|@lc", "score"
-        )?;
+            "seq",
+            "pos",
+            "token",
+            "created",
+            "life",
+            "label",
+            "|h|@lc",
+            "|mlp|@lc",
+            "score"
+        );
         for r in records {
             let f = |v: Option<f64>| v.map_or("—".to_string(), |x| format!("{x:.3}"));
             let tok = r
@@ -149,8 +154,7 @@ fn print_records(records: &[SinkRecord], json: bool) -> Result<()> {
                 .map(|s| format!("{s:?}"))
                 .or(r.token.map(|t| t.to_string()))
                 .unwrap_or("—".into());
-            writeln!(
-                out,
+            outln!(
                 "{:>4} {:>6} {:>14} {:>8} {:>6} {:<10} {:>10.2} {:>10} {:>8}",
                 r.sequence,
                 r.position,
@@ -161,7 +165,7 @@ fn print_records(records: &[SinkRecord], json: bool) -> Result<()> {
                 r.hidden_norm[r.creation_layer],
                 f(r.mlp_out_norm_at_creation),
                 f(r.mean_score()),
-            )?;
+            );
         }
     }
     Ok(())
@@ -169,16 +173,47 @@ fn print_records(records: &[SinkRecord], json: bool) -> Result<()> {
 
 fn note_labels(p: &DetectorParams, l: usize) {
     if !p.labels.secondary_possible(l) {
-        eprintln!(
+        errln!(
             "note: with L = {l}, bos_margin {} and noise_max {} no lifetime can be labelled secondary; lower --bos-margin",
-            p.labels.bos_margin, p.labels.noise_max
+            p.labels.bos_margin,
+            p.labels.noise_max
         );
     }
 }
 
+/// Most tokens `--generate` asks for, whatever the model (the context check after loading is
+/// the tighter one).
+pub const MAX_GENERATE: usize = 1 << 20;
+
 pub fn run(a: Args) -> Result<i32> {
     let p = params(&a)?;
+    // Sizes before work: the bootstrap's resamples and the generation length.
+    let budget = sinklab::budget::Budget::with(a.max_mem.as_deref(), None)?;
+    budget.check(
+        &format!("--boot {}", a.boot),
+        sinklab::budget::bootstrap(a.boot, 1, 3),
+        true,
+    )?;
+    sinklab::budget::size(
+        &format!("--generate {}", a.generate),
+        a.generate,
+        MAX_GENERATE,
+        "the most new tokens a run generates",
+    )?;
     if a.long {
+        sinklab::budget::size(
+            &format!("--long-generate {}", a.long_generate),
+            a.long_generate,
+            MAX_GENERATE,
+            "the most new tokens a run generates",
+        )?;
+        let n = sinklab::secondary::long::prompts().len();
+        sinklab::budget::size(
+            &format!("--long-prompts {}", a.long_prompts),
+            a.long_prompts,
+            n,
+            &format!("--long has {n} prompts"),
+        )?;
         let root = sinklab::secondary::long::long_dir(
             &a.out.clone().unwrap_or_else(|| PathBuf::from("out")),
         );
@@ -192,10 +227,10 @@ pub fn run(a: Args) -> Result<i32> {
                 a.long_generate,
                 a.seed,
                 a.bos,
-                &mut |l: &str| eprintln!("{l}"),
+                &mut |l: &str| errln!("{l}"),
             );
             if let Err(e) = r {
-                eprintln!("{m}: {e:#}");
+                errln!("{m}: {e:#}");
                 failed += 1;
             }
         }
@@ -207,7 +242,7 @@ pub fn run(a: Args) -> Result<i32> {
         let an = analyse(&act, &p, 0).context("running the detector")?;
         note_labels(&p, act.hidden.layers());
         let s = &an.summary;
-        eprintln!(
+        errln!(
             "L = {}, T = {}, BOS = {}, window = [{}, {}), sinks: {} bos_sink, {} secondary, {} noise",
             act.hidden.layers(),
             s.tokens,
@@ -226,6 +261,16 @@ pub fn run(a: Args) -> Result<i32> {
     };
     let path = fetch::resolve(name)?;
     let mut lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let ctx = lm.model.cfg.max_context;
+    sinklab::budget::size(
+        &format!("--generate {}", a.generate),
+        a.generate,
+        ctx.saturating_sub(2),
+        &format!(
+            "the context of {}, {ctx} tokens, less a BOS and one prompt token",
+            path.display()
+        ),
+    )?;
     super::real::apply_weights(&mut lm, a.weights, a.max_mem.as_deref())?;
     let texts: Vec<String> = match (&a.prompt, &a.file, &a.prompts) {
         (Some(t), _, _) => vec![t.clone()],
@@ -278,15 +323,20 @@ pub fn run(a: Args) -> Result<i32> {
     })?;
     pb.finish_and_clear();
     if let Some(tps) = st.tokens_per_s() {
-        eprintln!(
+        errln!(
             "generated {} tokens in {:.2} s ({tps:.1} tokens/s, greedy, KV cache)",
-            st.generated.0, st.generated.1
+            st.generated.0,
+            st.generated.1
         );
+    }
+    // The files first: a reader of stdout that goes away (`| head`) must not cost them.
+    if let Some(dir) = &a.out {
+        write_outputs(dir, &path.display().to_string(), &opts, &st)?;
     }
     print_records(&st.primary().records, a.json)?;
     for v in &st.variants {
         let val = &v.measures.validity;
-        eprintln!(
+        errln!(
             "{}: {} of {} positions flagged ({:.3}){}",
             v.name,
             (val.frac_flagged * val.positions as f64).round(),
@@ -300,9 +350,8 @@ pub fn run(a: Args) -> Result<i32> {
         );
     }
     if let Some(dir) = &a.out {
-        write_outputs(dir, &path.display().to_string(), &opts, &st)?;
-        eprintln!("wrote {}", dir.display());
-        eprintln!("{}", serde_json::to_string_pretty(&st.primary().measures)?);
+        errln!("wrote {}", dir.display());
+        errln!("{}", serde_json::to_string_pretty(&st.primary().measures)?);
     }
     Ok(0)
 }

@@ -2,7 +2,7 @@
 //! `sinklab sweep sims/<name>.toml --emit manifest|slurm --shards N [--out DIR]` and
 //! `sinklab merge --out DIR SHARD_DIR...`.
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use sinklab::sweep::Shard;
 use sinklab::sweep::cost_scaling::{self as sweep, SweepSpec};
 use std::path::PathBuf;
@@ -32,7 +32,8 @@ pub struct Args {
     /// Memory limit of the run (e.g. 64G; default 80% of the machine's memory).
     #[arg(long)]
     max_mem: Option<String>,
-    /// Time limit of a single point's lower-bound estimate (e.g. 12h; default 1h).
+    /// Time limit of a single point's lower-bound estimate and of all points' together over
+    /// the threads (e.g. 12h; default 1h).
     #[arg(long)]
     max_time: Option<String>,
     /// Write job files instead of computing: `manifest` (OUT/jobs/shards.txt, one command a
@@ -92,16 +93,16 @@ pub fn run(a: Args) -> Result<i32> {
         }
         .normalised()?;
         for p in plan.write(kind)? {
-            println!("wrote {}", p.display());
+            outln!("wrote {}", p.display());
         }
         let jobs = plan.out.join("jobs");
         match kind {
-            sinklab::sweep::jobs::JobKind::Manifest => eprintln!(
+            sinklab::sweep::jobs::JobKind::Manifest => errln!(
                 "run: parallel < {0}/shards.txt && sh {0}/merge.sh  ({shards} shards, each into {1}/shard<i>)",
                 jobs.display(),
                 plan.out.display()
             ),
-            sinklab::sweep::jobs::JobKind::Slurm => eprintln!(
+            sinklab::sweep::jobs::JobKind::Slurm => errln!(
                 "run: sh {}/submit.sh  (array of {shards} tasks, then the merge once all succeeded)",
                 jobs.display()
             ),
@@ -110,7 +111,14 @@ pub fn run(a: Args) -> Result<i32> {
     }
     let budget = sinklab::budget::Budget::with(a.max_mem.as_deref(), a.max_time.as_deref())?;
     let threads = a.threads.unwrap_or_else(rayon::current_num_threads);
-    sweep::check_budget(&spec, &a.spec.display().to_string(), &budget, threads, true)?;
+    sweep::check_budget(
+        &spec,
+        &a.spec.display().to_string(),
+        &budget,
+        threads,
+        true,
+        a.shard,
+    )?;
     let go = || sweep::run(&spec, &out, a.shard, true);
     let summary = match a.threads {
         Some(k) => rayon::ThreadPoolBuilder::new()
@@ -120,7 +128,7 @@ pub fn run(a: Args) -> Result<i32> {
             .install(go)?,
         None => go()?,
     };
-    eprintln!(
+    errln!(
         "{}: {} points{}, {} already done, {} computed → {}",
         spec.name,
         summary.total,
@@ -133,7 +141,7 @@ pub fn run(a: Args) -> Result<i32> {
         out.join("results.jsonl").display()
     );
     if summary.stale > 0 {
-        eprintln!(
+        errln!(
             "{} records of points this spec no longer has moved to {}",
             summary.stale,
             out.join(sinklab::sweep::STALE_FILE).display()
@@ -141,16 +149,17 @@ pub fn run(a: Args) -> Result<i32> {
     }
     if !a.no_analysis {
         let (fits, figs) = sweep::analyze(&out, &out.join("figures"), spec.bootstrap, a.seed)?;
-        println!("{}", sweep::verdict_markdown(&fits));
+        outln!("{}", sweep::verdict_markdown(&fits));
         for f in figs {
-            eprintln!("wrote {}", f.display());
+            errln!("wrote {}", f.display());
         }
-        eprintln!("wrote {}", out.join("fit.json").display());
+        errln!("wrote {}", out.join("fit.json").display());
     }
     if let Some((id, e)) = &summary.first_failure {
-        eprintln!(
+        errln!(
             "error: {} of {} points computed now failed (rerun to retry them); first: {id}: {e}",
-            summary.failed, summary.computed
+            summary.failed,
+            summary.computed
         );
         return Ok(1);
     }
@@ -158,6 +167,10 @@ pub fn run(a: Args) -> Result<i32> {
 }
 
 pub fn merge(a: MergeArgs) -> Result<i32> {
+    if a.bootstrap == 0 {
+        // No resample: the "95 % CI" would be the point estimate twice.
+        bail!("--bootstrap 0: the confidence intervals need at least 1 resample (default 2000)");
+    }
     let budget = sinklab::budget::Budget::with(a.max_mem.as_deref(), None)?;
     budget.check(
         &format!("--bootstrap {}", a.bootstrap),
@@ -165,14 +178,14 @@ pub fn merge(a: MergeArgs) -> Result<i32> {
         true,
     )?;
     let n = sweep::merge(&a.inputs, &a.out)?;
-    eprintln!(
+    errln!(
         "merged {n} records into {}",
         a.out.join("results.jsonl").display()
     );
     let (fits, figs) = sweep::analyze(&a.out, &a.out.join("figures"), a.bootstrap, a.seed)?;
-    println!("{}", sweep::verdict_markdown(&fits));
+    outln!("{}", sweep::verdict_markdown(&fits));
     for f in figs {
-        eprintln!("wrote {}", f.display());
+        errln!("wrote {}", f.display());
     }
     Ok(0)
 }

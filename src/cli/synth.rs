@@ -5,7 +5,6 @@ use anyhow::{Result, bail};
 use sinklab::real::synth::{
     PaperShape, SynthDtype, estimate_seconds, paper_size, write_paper_gguf,
 };
-use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -44,7 +43,7 @@ pub fn run(a: Args) -> Result<i32> {
     };
     let size = paper_size(&shape, dt, a.seed);
     let gb = |b: usize| b as f64 / 1e9;
-    eprintln!(
+    errln!(
         "synth {} ({:?}): {} tensors, {:.3} B parameters, {:.2} GB ({} bytes) → {}",
         shape.name,
         dt,
@@ -55,11 +54,11 @@ pub fn run(a: Args) -> Result<i32> {
         a.out.display()
     );
     if a.dry_run {
-        println!("{}", size.total());
+        outln!("{}", size.total());
         return Ok(0);
     }
     let est = estimate_seconds(&shape, dt, a.seed);
-    eprintln!(
+    errln!(
         "estimated time: {est:.0} s on {} threads",
         rayon::current_num_threads()
     );
@@ -70,21 +69,20 @@ pub fn run(a: Args) -> Result<i32> {
         if pct != last {
             last = pct;
             let el = t0.elapsed().as_secs_f64();
-            eprint!(
+            err!(
                 "\r  {pct:3}%  {:.2} / {:.2} GB  {el:.0} s",
                 gb(done),
                 gb(total)
             );
-            let _ = std::io::stderr().flush();
         }
     };
     let s = write_paper_gguf(&a.out, &shape, dt, a.seed, &mut progress)?;
-    eprintln!(
+    errln!(
         "\nwrote {} ({} bytes) in {:.1} s",
         a.out.display(),
         s.total(),
         t0.elapsed().as_secs_f64()
     );
-    println!("{}", a.out.display());
+    outln!("{}", a.out.display());
     Ok(0)
 }

@@ -83,6 +83,10 @@ pub fn run(a: Args) -> Result<i32> {
     if !(a.alpha > 0.0 && a.alpha.is_finite()) {
         bail!("--alpha {}: must be positive and finite", a.alpha);
     }
+    if a.k == 0 {
+        // No trigger: no on-query, and an accuracy over no queries.
+        bail!("--k 0: bigram-copy needs at least one trigger token (1 <= k < n)");
+    }
     if !(1..=3).contains(&a.layers) {
         bail!("--layers {}: 1 to 3 layers", a.layers);
     }
@@ -133,7 +137,7 @@ pub fn run(a: Args) -> Result<i32> {
     };
     let bar = indicatif::ProgressBar::new(a.steps as u64);
     let sel = sinklab::backend::select(a.backend, &sinklab::backend::GpuOptions::default())?;
-    eprintln!("{}", sel.note());
+    errln!("{}", sel.note());
     let progress = |s: usize, l: f64| {
         bar.set_position(s as u64);
         bar.set_message(format!("loss {l:.4}"));
@@ -158,18 +162,18 @@ pub fn run(a: Args) -> Result<i32> {
         );
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rep)?);
+        outln!("{}", serde_json::to_string_pretty(&rep)?);
         return Ok(0);
     }
-    println!("loss curve (step, train loss):");
+    outln!("loss curve (step, train loss):");
     for (s, l) in rep
         .loss_curve
         .iter()
         .step_by((rep.loss_curve.len() / 10).max(1))
     {
-        println!("  {s:>6}  {l:.4}");
+        outln!("  {s:>6}  {l:.4}");
     }
-    println!(
+    outln!(
         "eval loss {:.4}; accuracy on-queries {:.3}, off-queries {:.3}{}",
         rep.eval_loss,
         rep.acc_on,
@@ -178,7 +182,7 @@ pub fn run(a: Args) -> Result<i32> {
             .map_or(String::new(), |b| format!(" (Bayes {b:.3})"))
     );
     for (l, (p, c)) in rep.patterns.iter().zip(&rep.costs).enumerate() {
-        println!(
+        outln!(
             "layer {l}: off-queries learn {} (sink {:.3}, diagonal {:.3}, previous {:.3}, first visible {:.3}); on-queries: {} (previous {:.3})",
             p.learned,
             p.sink,
@@ -188,7 +192,7 @@ pub fn run(a: Args) -> Result<i32> {
             rep.on_patterns[l].learned,
             rep.on_patterns[l].previous
         );
-        println!(
+        outln!(
             "         ‖W_QK‖_F {:.3}, ‖W_QK‖_* {:.3}{}, ‖W_VO‖_F {:.3}, ‖W_VO‖_* {:.3}",
             c.qk_fro,
             c.qk_nuclear,
@@ -198,6 +202,6 @@ pub fn run(a: Args) -> Result<i32> {
             c.vo_nuclear
         );
     }
-    println!("{:.1} s", rep.seconds);
+    outln!("{:.1} s", rep.seconds);
     Ok(0)
 }

@@ -27,11 +27,181 @@ fn candle_msg(e: &candle_core::Error) -> String {
     }
 }
 
+/// What candle's header reader keeps only in maps (duplicates overwritten) or does not check,
+/// read from the raw bytes first: metadata keys and tensor names in file order, and the
+/// `general.alignment` value with its type.
+struct RawHeader {
+    keys: Vec<String>,
+    /// (GGUF value type, the value when it is an integer).
+    alignment: Option<(u32, Option<i128>)>,
+    tensors: Vec<String>,
+}
+
+/// GGUF value type ids (the format's `gguf_metadata_value_type`).
+const GGUF_TYPE_NAMES: [&str; 13] = [
+    "uint8", "int8", "uint16", "int16", "uint32", "int32", "float32", "bool", "string", "array",
+    "uint64", "int64", "float64",
+];
+
+/// A bounds-checked cursor over the header bytes.
+struct Cursor<'a> {
+    b: &'a [u8],
+    pos: usize,
+    /// GGUF v1 stores lengths as u32, later versions as u64.
+    v1: bool,
+}
+
+impl Cursor<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        let end = self.pos.checked_add(n)?;
+        let s = self.b.get(self.pos..end)?;
+        self.pos = end;
+        Some(s)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn len(&mut self) -> Option<usize> {
+        if self.v1 {
+            self.u32().map(|v| v as usize)
+        } else {
+            usize::try_from(self.u64()?).ok()
+        }
+    }
+    /// A string as candle reads it (trailing NULs dropped, lossy UTF-8).
+    fn string(&mut self) -> Option<String> {
+        let n = self.len()?;
+        let mut v = self.take(n)?;
+        while let [rest @ .., 0] = v {
+            v = rest;
+        }
+        Some(String::from_utf8_lossy(v).into_owned())
+    }
+    /// Skips one value of type `ty`; returns it when it is an integer.
+    fn value(&mut self, ty: u32, depth: usize) -> Option<Option<i128>> {
+        let int = |b: &[u8], signed: bool| -> i128 {
+            let mut w = [0u8; 16];
+            w[..b.len()].copy_from_slice(b);
+            if signed && b.last().is_some_and(|&x| x & 0x80 != 0) {
+                w[b.len()..].fill(0xff);
+            }
+            i128::from_le_bytes(w)
+        };
+        Some(match ty {
+            0 | 1 => Some(int(self.take(1)?, ty == 1)),
+            2 | 3 => Some(int(self.take(2)?, ty == 3)),
+            4 | 5 => Some(int(self.take(4)?, ty == 5)),
+            10 | 11 => Some(int(self.take(8)?, ty == 11)),
+            6 => self.take(4).map(|_| None)?,
+            12 => self.take(8).map(|_| None)?,
+            7 => self.take(1).map(|_| None)?,
+            8 => self.string().map(|_| None)?,
+            9 if depth < 65 => {
+                let et = self.u32()?;
+                let n = self.len()?;
+                for _ in 0..n {
+                    self.value(et, depth + 1)?;
+                }
+                None
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// Walks the header (`None` where it is malformed: candle's reader then says how).
+fn raw_header(b: &[u8]) -> Option<RawHeader> {
+    let mut c = Cursor {
+        b,
+        pos: 0,
+        v1: false,
+    };
+    if c.u32()? != 0x4655_4747 {
+        return None;
+    }
+    c.v1 = match c.u32()? {
+        1 => true,
+        2 | 3 => false,
+        _ => return None,
+    };
+    let (n_tensors, n_kv) = (c.len()?, c.len()?);
+    let mut h = RawHeader {
+        keys: Vec::new(),
+        alignment: None,
+        tensors: Vec::new(),
+    };
+    for _ in 0..n_kv {
+        let key = c.string()?;
+        let ty = c.u32()?;
+        let v = c.value(ty, 0)?;
+        if key == "general.alignment" {
+            h.alignment = Some((ty, v));
+        }
+        h.keys.push(key);
+    }
+    for _ in 0..n_tensors {
+        h.tensors.push(c.string()?);
+        let n_dims = c.u32()? as usize;
+        c.take(n_dims.checked_mul(if c.v1 { 4 } else { 8 })?)?;
+        c.take(4 + 8)?;
+    }
+    Some(h)
+}
+
+/// The first name that appears twice.
+fn first_duplicate(names: &[String]) -> Option<&str> {
+    let mut seen = std::collections::HashSet::new();
+    names
+        .iter()
+        .find(|n| !seen.insert(n.as_str()))
+        .map(String::as_str)
+}
+
 impl GgufFile {
     /// Opens and parses the header of a GGUF file.
     pub fn open(path: &Path) -> Result<Self, RealError> {
         let f = File::open(path).map_err(|e| RealError::io(path, e))?;
         let map = Arc::new(Backing::map(&f).map_err(|e| RealError::io(path, e))?);
+        // What candle would overwrite, ignore or divide by, refused first.
+        let mut alignment = candle_core::quantized::gguf_file::DEFAULT_ALIGNMENT;
+        if let Some(raw) = raw_header(map.bytes()) {
+            if let Some(k) = first_duplicate(&raw.keys) {
+                return Err(RealError::file(
+                    path,
+                    format!("metadata key `{k}` appears twice"),
+                ));
+            }
+            if let Some(t) = first_duplicate(&raw.tensors) {
+                return Err(RealError::file(
+                    path,
+                    format!("tensor `{t}` appears twice in the tensor directory"),
+                ));
+            }
+            match raw.alignment {
+                None => {}
+                Some((4, Some(a))) if a > 0 && a % 8 == 0 => alignment = a as u64,
+                Some((4, Some(a))) => {
+                    return Err(RealError::file(
+                        path,
+                        format!(
+                            "metadata `general.alignment` = {a}: must be a positive multiple of 8"
+                        ),
+                    ));
+                }
+                Some((ty, _)) => {
+                    return Err(RealError::file(
+                        path,
+                        format!(
+                            "metadata `general.alignment` is a {}; the GGUF format gives it as uint32",
+                            GGUF_TYPE_NAMES.get(ty as usize).unwrap_or(&"unknown type")
+                        ),
+                    ));
+                }
+            }
+        }
         let mut reader = std::io::Cursor::new(map.bytes());
         let content = Content::read(&mut reader).map_err(|e| {
             let m = candle_msg(&e);
@@ -55,7 +225,17 @@ impl GgufFile {
         let file_len = std::fs::metadata(path)
             .map_err(|e| RealError::io(path, e))?
             .len();
+        let mut extents: Vec<(u64, u64, &str)> = Vec::with_capacity(content.tensor_infos.len());
         for (name, ti) in &content.tensor_infos {
+            if ti.offset % alignment != 0 {
+                return Err(RealError::file(
+                    path,
+                    format!(
+                        "tensor `{name}` starts at data offset {}, not a multiple of the alignment {alignment}",
+                        ti.offset
+                    ),
+                ));
+            }
             let dims = ti.shape.dims();
             // Zero elements is rejected too: candle then casts a dangling u8 pointer to a block type.
             let n = dims
@@ -70,7 +250,9 @@ impl GgufFile {
                 .and_then(|b| b.checked_add(content.tensor_data_offset))
                 .and_then(|e| e.checked_add(ti.offset));
             match end {
-                Some(e) if e <= file_len => {}
+                Some(e) if e <= file_len => {
+                    extents.push((content.tensor_data_offset + ti.offset, e, name.as_str()));
+                }
                 Some(e) => {
                     return Err(RealError::file(
                         path,
@@ -88,6 +270,17 @@ impl GgufFile {
                         ),
                     ));
                 }
+            }
+        }
+        // No two tensors share a byte.
+        extents.sort_unstable();
+        for w in extents.windows(2) {
+            let ((s0, e0, a), (s1, _, b)) = (w[0], w[1]);
+            if s1 < e0 {
+                return Err(RealError::file(
+                    path,
+                    format!("tensors `{a}` (bytes {s0}..{e0}) and `{b}` (from byte {s1}) overlap"),
+                ));
             }
         }
         Ok(Self {
@@ -117,6 +310,19 @@ impl GgufFile {
             .meta(key)
             .ok_or_else(|| self.err(format!("missing metadata `{key}`")))?;
         value_usize(v).ok_or_else(|| self.err(format!("metadata `{key}` is not an integer: {v:?}")))
+    }
+
+    /// An optional integer metadata value that must fit `max` (a token id: `u32::MAX`): absent is
+    /// `None`; a string, a float, a negative or a larger value is refused by name, never cast.
+    pub fn meta_int_opt(&self, key: &str, max: u64) -> Result<Option<u64>, RealError> {
+        let Some(v) = self.meta(key) else {
+            return Ok(None);
+        };
+        match value_i128(v) {
+            Some(x) if (0..=max as i128).contains(&x) => Ok(Some(x as u64)),
+            Some(x) => Err(self.err(format!("metadata `{key}` = {x} is not in 0..={max}"))),
+            None => Err(self.err(format!("metadata `{key}` is not an integer: {v:?}"))),
+        }
     }
 
     /// A float metadata value, or `default`.
@@ -214,6 +420,21 @@ impl GgufFile {
         };
         Ok(Linear { w, out, inp, b })
     }
+}
+
+/// An integer metadata value, exactly (None for other types).
+fn value_i128(v: &Value) -> Option<i128> {
+    Some(match v {
+        Value::U8(x) => *x as i128,
+        Value::U16(x) => *x as i128,
+        Value::U32(x) => *x as i128,
+        Value::U64(x) => *x as i128,
+        Value::I8(x) => *x as i128,
+        Value::I16(x) => *x as i128,
+        Value::I32(x) => *x as i128,
+        Value::I64(x) => *x as i128,
+        _ => return None,
+    })
 }
 
 /// An integer metadata value as usize (None for other types or negatives).

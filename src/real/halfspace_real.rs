@@ -102,7 +102,8 @@ pub fn corollary(x: &A1Inputs) -> A1Corollary {
     A1Corollary {
         layer: x.layer,
         max_cos,
-        holds: max_cos < 0.0,
+        // With no token besides the sink the condition is untestable, not vacuously true.
+        holds: !x.queries.is_empty() && max_cos < 0.0,
         null_rate: passing as f64 / (all.len() - 1).max(1) as f64,
     }
 }

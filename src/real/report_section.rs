@@ -9,6 +9,7 @@ use super::{a2_skill, fetch, halfspace_real, head_space, load, switch_real};
 use crate::plot::{Heatmap, Panel, Series, Style, render, render_heatmap};
 use crate::section::{ReportCtx, ReportSection, SectionError};
 use std::fmt::Write as _;
+use std::io::Write as _;
 
 /// The fixed text of the report.
 pub const REPORT_TEXT: &str = "In the middle of the night the old lighthouse keeper climbed the stairs again, counting each step, \
@@ -62,7 +63,9 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         let path = match fetch::cached(name) {
             Some(p) => p,
             None if !ctx.quick => {
-                match fetch::fetch(name, None, &mut |line: &str| eprintln!("fetch: {line}")) {
+                match fetch::fetch(name, None, &mut |line: &str| {
+                    let _ = writeln!(std::io::stderr(), "fetch: {line}");
+                }) {
                     Ok(p) => p,
                     Err(e) => {
                         writeln!(

@@ -784,7 +784,9 @@ pub type Progress<'a> = &'a mut dyn FnMut(usize, usize);
 /// Writes a paper-scale synthetic GGUF, one chunk of rows at a time: each chunk is generated,
 /// quantized with candle's quantizer (`QTensor::quantize`, blocks never straddle rows) and
 /// appended, so the writer holds a few chunks (≈ 16 MB of f32 each, one per rayon worker), never
-/// a tensor. Same seed and shape, same bytes.
+/// a tensor. Same seed and shape, same bytes. The file is written as `.<name>.tmp` beside
+/// `path` and renamed over it only once complete, so a failure (a full disk) leaves an
+/// existing `path` as it was.
 pub fn write_paper_gguf(
     path: &Path,
     s: &PaperShape,
@@ -792,15 +794,40 @@ pub fn write_paper_gguf(
     seed: u64,
     progress: Progress,
 ) -> Result<SynthSize, RealError> {
+    validate(s, dt, path)?;
+    let name = path
+        .file_name()
+        .map_or_else(|| "synth.gguf".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    match write_paper_gguf_to(path, &tmp, s, dt, seed, progress) {
+        Ok(size) => {
+            std::fs::rename(&tmp, path).map_err(|e| RealError::io(path, e))?;
+            Ok(size)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+/// [`write_paper_gguf`] into `tmp` (errors name `path`).
+fn write_paper_gguf_to(
+    path: &Path,
+    tmp: &Path,
+    s: &PaperShape,
+    dt: SynthDtype,
+    seed: u64,
+    progress: Progress,
+) -> Result<SynthSize, RealError> {
     use rayon::prelude::*;
     use std::io::Write;
-    validate(s, dt, path)?;
     let tensors = plan(s, dt);
     let h = header(&metadata(s, seed), &tensors);
     let size = paper_size(s, dt, seed);
     let mut f = std::io::BufWriter::with_capacity(
         1 << 20,
-        std::fs::File::create(path).map_err(|e| RealError::io(path, e))?,
+        std::fs::File::create(tmp).map_err(|e| RealError::io(path, e))?,
     );
     f.write_all(&h).map_err(|e| RealError::io(path, e))?;
     let mut done = h.len();
@@ -828,7 +855,10 @@ pub fn write_paper_gguf(
             .map_err(|e| RealError::io(path, e))?;
         done += p;
     }
-    f.flush().map_err(|e| RealError::io(path, e))?;
+    f.into_inner()
+        .map_err(|e| RealError::io(path, e.into_error()))?
+        .sync_all()
+        .map_err(|e| RealError::io(path, e))?;
     if done != size.total() {
         return Err(err(
             path,

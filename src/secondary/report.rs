@@ -13,6 +13,7 @@ use crate::stats::spearman_ci;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::fmt::Write as _;
+use std::io::Write as _;
 
 fn mean(v: impl Iterator<Item = f64>) -> f64 {
     let (s, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
@@ -232,7 +233,7 @@ fn run_report_models(ctx: &ReportCtx, md: &mut String) -> Result<(), SectionErro
             continue;
         }
         let r = super::long::run_model(name, &dir, n, generate, ctx.seed, &mut |l: &str| {
-            eprintln!("secondary: {l}")
+            let _ = writeln!(std::io::stderr(), "secondary: {l}");
         });
         if let Err(e) = r {
             writeln!(md, "{name}: not run ({e}); run `sinklab fetch {name}`.\n")?;

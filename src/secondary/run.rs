@@ -176,6 +176,22 @@ pub fn study(
     let mut patch_variant = None;
     let mut seq_tokens = Vec::new();
     let (mut gen_tokens, mut gen_secs) = (0usize, 0.0f64);
+    if o.generate > 0 {
+        // Every sequence must fit the context before any generation starts (the decoder
+        // would stop at the context silently, after the time of the whole run).
+        let ctx = lm.model.cfg.max_context;
+        for (k, text) in texts.iter().enumerate() {
+            let n = tok.encode(text, o.bos)?.len();
+            if n + o.generate > ctx {
+                return Err(RunError::Invalid(format!(
+                    "prompt {k} ({n} tokens) + {} generated tokens = {} tokens, over the context of {} ({ctx} tokens)",
+                    o.generate,
+                    n + o.generate,
+                    lm.path.display()
+                )));
+            }
+        }
+    }
     if let Some(d) = &o.ids_dir {
         std::fs::create_dir_all(d).map_err(io(d))?;
     }

@@ -21,7 +21,32 @@ pub struct DirLock {
 
 /// Takes the lock of `dir` or refuses with the pid of the process holding it.
 pub fn acquire(dir: &Path) -> Result<DirLock, SweepError> {
-    let path = dir.join(LOCK_FILE);
+    lock_at(
+        &dir.join(LOCK_FILE),
+        &format!(
+            "{} is being written by another sweep or merge",
+            dir.display()
+        ),
+        "wait for it to finish or use another --out",
+    )
+}
+
+/// The same lock for one file that one process at a time appends to or rewrites (the results
+/// of `sinklab real --file`): `.<name>.lock` beside `file`; `writer` names the other writer in
+/// the refusal, `hint` what to do instead.
+pub fn acquire_for_file(file: &Path, writer: &str, hint: &str) -> Result<DirLock, SweepError> {
+    let name = file
+        .file_name()
+        .map_or_else(|| "results".into(), |n| n.to_string_lossy().into_owned());
+    lock_at(
+        &file.with_file_name(format!(".{name}.lock")),
+        &format!("{} is being written by another {writer}", file.display()),
+        hint,
+    )
+}
+
+fn lock_at(path: &Path, busy: &str, hint: &str) -> Result<DirLock, SweepError> {
+    let path = path.to_path_buf();
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -36,9 +61,7 @@ pub fn acquire(dir: &Path) -> Result<DirLock, SweepError> {
             let _ = file.read_to_string(&mut holder);
             let holder = holder.trim();
             return Err(SweepError::Locked(format!(
-                "{} is being written by another sweep or merge ({}; lock {}): wait for it to \
-                 finish or use another --out",
-                dir.display(),
+                "{busy} ({}; lock {}): {hint}",
                 if holder.is_empty() {
                     "pid unknown".to_string()
                 } else {

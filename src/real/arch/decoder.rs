@@ -668,16 +668,16 @@ impl GgufDims {
 
 /// BOS id and whether the tokenizer adds it by default (`tokenizer.ggml.add_bos_token`, else
 /// `default`).
-pub fn gguf_bos(g: &GgufFile, default: bool) -> (Option<u32>, bool) {
+/// A BOS id that is not an integer in `[0, 2^32)` is refused by name.
+pub fn gguf_bos(g: &GgufFile, default: bool) -> Result<(Option<u32>, bool), RealError> {
     let bos_id = g
-        .meta("tokenizer.ggml.bos_token_id")
-        .and_then(value_usize)
+        .meta_int_opt("tokenizer.ggml.bos_token_id", u32::MAX as u64)?
         .map(|v| v as u32);
     let add_bos = match g.meta("tokenizer.ggml.add_bos_token") {
         Some(GValue::Bool(b)) => *b,
         _ => default,
     };
-    (bos_id, add_bos)
+    Ok((bos_id, add_bos))
 }
 
 /// A GGUF file's tensors (names `blk.{l}.…`, llama.cpp's layout): gains stored as the
@@ -764,7 +764,7 @@ pub fn decoder_gguf(
     plans: Vec<LayerPlan>,
     add_bos_default: bool,
 ) -> Result<Pretrained, RealError> {
-    let (bos_id, add_bos) = gguf_bos(g, add_bos_default);
+    let (bos_id, add_bos) = gguf_bos(g, add_bos_default)?;
     let head = DecoderHead {
         max_context: dims.ctx,
         attn_scale: 1.0 / (dims.dh as f32).sqrt(),

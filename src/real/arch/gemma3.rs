@@ -13,7 +13,7 @@ use super::{
     layer_types, rope,
 };
 use crate::real::RealError;
-use crate::real::gguf::{GgufFile, value_usize};
+use crate::real::gguf::GgufFile;
 use crate::real::model::{Act, Arch, Pretrained, Rope};
 use crate::real::safetensors::Checkpoint;
 
@@ -74,8 +74,8 @@ pub fn from_gguf(g: &mut GgufFile) -> Result<Pretrained, RealError> {
     check_gguf_keys(g, "gemma3", GGUF_KEYS)?;
     let dims = GgufDims::read(g, "gemma3")?;
     let window = g
-        .meta("gemma3.attention.sliding_window")
-        .and_then(value_usize);
+        .meta_int_opt("gemma3.attention.sliding_window", u32::MAX as u64)?
+        .map(|v| v as usize);
     let plans = (0..dims.n_layer)
         .map(|l| {
             let global = (l + 1) % 6 == 0;

@@ -55,7 +55,10 @@ pub fn run(
             }
             let sel = crate::backend::select(spec.backend, &crate::backend::GpuOptions::default())?;
             if show_progress {
-                eprintln!("{}", sel.note());
+                let _ = std::io::Write::write_fmt(
+                    &mut std::io::stderr(),
+                    format_args!("{}\n", sel.note()),
+                );
             }
             Ok(sel.gpu())
         },
@@ -63,21 +66,52 @@ pub fn run(
     )
 }
 
-/// Refuses a spec whose largest point (times the `threads` that run at once), or whose
-/// bootstrap, is over `budget` ([`crate::budget`]); `flags`: the override is a command-line
-/// flag (else an environment variable).
+/// Refuses a spec (its points in `shard`, all when `None`) whose largest point (times the
+/// `threads` that run at once), whose worst case of a raised `max_iter`, whose total (the
+/// points' time lower bounds summed, over the `threads` that share them), or whose bootstrap
+/// is over `budget` ([`crate::budget`]); `flags`: the override is a command-line flag (else an
+/// environment variable).
 pub fn check_budget(
     spec: &SweepSpec,
     name: &str,
     budget: &crate::budget::Budget,
     threads: usize,
     flags: bool,
+    shard: Option<Shard>,
 ) -> Result<(), SweepError> {
     use crate::budget;
-    let points = spec.points();
+    let points: Vec<Point> = spec
+        .points()
+        .into_iter()
+        .enumerate()
+        .filter(|(k, _)| shard.is_none_or(|s| s.contains(*k)))
+        .map(|(_, p)| p)
+        .collect();
+    let parallel = threads.clamp(1, points.len().max(1)) as f64;
+    let mut total_seconds = 0.0;
+    let default_iter = cost::SolveOptions::default().max_iter;
     for p in &points {
+        let id = p.id();
+        let readable = id.split('#').next().unwrap_or(&id);
         let e = match p {
-            Point::Exact(q, _) => {
+            Point::Exact(q, o) => {
+                if o.max_iter > default_iter {
+                    let nuclear = q.norm == cost::NormKind::Nuclear;
+                    let one = budget::cost_program_iterations(q.t, q.d, nuclear, o.max_iter);
+                    let worst = if q.scope == cost::Scope::Head {
+                        one.then(one)
+                    } else {
+                        one
+                    };
+                    budget.check(
+                        &format!(
+                            "{name}: point {readable}: max_iter = {} (its worst case)",
+                            o.max_iter
+                        ),
+                        worst,
+                        flags,
+                    )?;
+                }
                 let one = budget::cost_program(q.t, q.d, q.norm == cost::NormKind::Nuclear);
                 let e = if q.scope == cost::Scope::Head {
                     one.then(one)
@@ -108,13 +142,23 @@ pub fn check_budget(
             }
         };
         let at_once = budget::Estimate {
-            bytes: e.bytes * threads.clamp(1, points.len().max(1)) as f64,
+            bytes: e.bytes * parallel,
             seconds: e.seconds,
         };
-        let id = p.id();
-        let readable = id.split('#').next().unwrap_or(&id);
         budget.check(&format!("{name}: point {readable}"), at_once, flags)?;
+        total_seconds += e.seconds;
     }
+    budget.check(
+        &format!(
+            "{name}: all {} points together on {parallel} threads",
+            points.len()
+        ),
+        budget::Estimate {
+            bytes: 0.0,
+            seconds: total_seconds / parallel,
+        },
+        flags,
+    )?;
     budget.check(
         &format!("{name}: bootstrap = {}", spec.bootstrap),
         budget::bootstrap(spec.bootstrap, points.len(), 16),
