@@ -4,10 +4,11 @@
 //!
 //! Parallelism: faer with 2 threads is 10–20× *slower* than sequential at
 //! n = 64 on the 2-core machine, so a matmul runs sequentially unless its
-//! flop count $m n k$ reaches [`PAR_MIN_MNK`] (measured crossover, see
-//! `benches/backend.rs` and BENCHMARKS.md). Above it the rows of `C` (or the
-//! matrices of a batch) are split over the current rayon pool, each block a
-//! sequential faer product; a batch against one shared matrix is first stacked
+//! flop count $m n k$ reaches [`SPLIT_MIN_MNK`]. Above it the rows of `C` (or
+//! the matrices of a batch) are split over the current rayon pool, each block a
+//! sequential faer product (faer's own parallel kernel is never used here: its
+//! crossover [`PAR_MIN_MNK`], measured in `benches/backend.rs` and BENCHMARKS.md, is
+//! 16× higher and its barriers spin on a shared machine); a batch against one shared matrix is first stacked
 //! into one product. Parallelism otherwise belongs at the sweep level.
 
 use std::marker::PhantomData;
@@ -26,6 +27,12 @@ use super::{
 /// wins clearly at n ≤ 128 and the two are within noise at n = 256, so the
 /// threshold sits at $256^3$.
 pub const PAR_MIN_MNK: usize = 256 * 256 * 256;
+
+/// Smallest $m n k$ for which [`Cpu`]'s products split their output rows over the threads
+/// (each block a sequential product, no barrier inside: worth it from about 10 µs of work,
+/// an order of magnitude below [`PAR_MIN_MNK`], which was measured for faer's own parallel
+/// kernel).
+pub const SPLIT_MIN_MNK: usize = 1 << 20;
 
 /// A batch of row-major matrices in host memory.
 #[derive(Clone, Debug, PartialEq)]
@@ -84,9 +91,9 @@ impl<T> Cpu<T> {
 }
 
 /// Threads a product of $m n k$ multiply-adds runs on: all of the current pool's at
-/// [`PAR_MIN_MNK`] and above (and when `C` has rows to split), else one.
+/// [`SPLIT_MIN_MNK`] and above (and when `C` has rows to split), else one.
 fn threads_for(m: usize, n: usize, k: usize) -> usize {
-    if m >= 2 && m.saturating_mul(n).saturating_mul(k) >= PAR_MIN_MNK {
+    if m >= 2 && m.saturating_mul(n).saturating_mul(k) >= SPLIT_MIN_MNK {
         rayon::current_num_threads()
     } else {
         1
@@ -226,7 +233,7 @@ impl<T: Real> Backend for Cpu<T> {
         // Independent products of one batch: spread over the threads when their total is
         // large, each product sequential (small products lose to threads inside faer).
         let total = batch.saturating_mul(m).saturating_mul(n).saturating_mul(k);
-        if batch > 1 && total >= PAR_MIN_MNK && rayon::current_num_threads() > 1 {
+        if batch > 1 && total >= SPLIT_MIN_MNK && rayon::current_num_threads() > 1 {
             use rayon::prelude::*;
             c.data
                 .par_chunks_mut(len)
