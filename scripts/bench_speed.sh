@@ -37,10 +37,10 @@ echo "== 2. training step, 3 runs (cargo bench --bench train_step)" >&2
 for i in 1 2 3; do
   if [ -n "${BASE_BENCH_DIR:-}" ]; then
     echo "-- before (BASE_BENCH_DIR), run $i, other runnable tasks: $(runnable)"
-    SINKLAB_PYTHON="$VENV/bin/python" "$(newest "$BASE_BENCH_DIR" train_step)" | grep -v "^{\"fraction"
+    SINKLAB_PYTHON="$VENV/bin/python" "$(newest "$BASE_BENCH_DIR" train_step)"
   fi
   echo "-- after (this commit), run $i"
-  SINKLAB_PYTHON="$VENV/bin/python" "$(newest "$NEW" train_step)" | grep -v "^{\"fraction"
+  SINKLAB_PYTHON="$VENV/bin/python" "$(newest "$NEW" train_step)"
 done | tee "$OUT/train_step.txt"
 
 if [ -n "${BASE_BENCH_DIR:-}" ]; then
