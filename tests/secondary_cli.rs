@@ -91,6 +91,57 @@ fn records_match_the_detector() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("label"));
 }
 
+/// The saturation rule guards the activation-file path too: a file in which every token is
+/// aligned with the BOS is reported as saturated, a file with a mix of lifetimes is not, each
+/// exactly as the library's validity says.
+#[test]
+fn activation_files_get_the_saturation_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = SyntheticConfig {
+        seed: 5,
+        ..Default::default()
+    };
+    // Mixed: the default 8 cone tokens with r from 0 to 15. All: every token after the BOS in
+    // the cone with a large MLP write, so every position ends up aligned with the BOS.
+    let mixed: Vec<f64> = (0..base.tokens)
+        .map(|t| 15.0 * t as f64 / base.tokens as f64)
+        .collect();
+    let all_cfg = SyntheticConfig {
+        cone_tokens: base.tokens - 1,
+        ..base.clone()
+    };
+    let mut seen = Vec::new();
+    for (name, cfg, rs) in [
+        ("mixed", base.clone(), mixed),
+        ("all", all_cfg, vec![15.0; base.tokens]),
+    ] {
+        let model = SyntheticModel::new(cfg).unwrap();
+        let path = dir.path().join(format!("{name}.safetensors"));
+        let act = model.activations(&rs);
+        act.write(&path).unwrap();
+        let lib = detect(&act.hidden, &DetectorParams::default()).unwrap();
+        let out = sinklab()
+            .args([
+                "secondary",
+                "--activations",
+                path.to_str().unwrap(),
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("positions flagged"), "{name}: {err}");
+        assert_eq!(
+            err.contains("saturated: anisotropy"),
+            lib.validity.saturated,
+            "{name}: {err}"
+        );
+        seen.push((lib.validity.saturated, lib.validity.frac_flagged));
+    }
+    assert!(!seen[0].0 && seen[1].0, "one file of each kind: {seen:?}");
+}
+
 #[test]
 fn bad_input_is_an_error() {
     let out = sinklab()

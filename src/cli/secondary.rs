@@ -253,6 +253,20 @@ pub fn run(a: Args) -> Result<i32> {
             s.label_counts.1,
             s.label_counts.2
         );
+        // The saturation rule guards this path as it guards the native runs: when (nearly)
+        // every position is aligned with the BOS, the labels describe anisotropy, not sinks.
+        let val = &an.detection.validity;
+        errln!(
+            "faithful: {} of {} positions flagged ({:.3}){}",
+            (val.frac_flagged * val.positions as f64).round(),
+            val.positions,
+            val.frac_flagged,
+            if val.saturated {
+                "; saturated: anisotropy, not sinks (the records below are not secondary sinks)"
+            } else {
+                ""
+            }
+        );
         print_records(&an.records, a.json)?;
         return Ok(0);
     }
