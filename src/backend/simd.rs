@@ -41,6 +41,8 @@ macro_rules! dispatch {
     }};
 }
 
+pub(crate) use dispatch;
+
 /// Independent partial results kept by the reductions (one per vector lane at AVX-512 width).
 const W: usize = 16;
 

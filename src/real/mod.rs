@@ -18,6 +18,7 @@ pub mod arch;
 pub mod capture;
 pub mod fetch;
 pub mod forward;
+pub mod fused;
 pub mod gguf;
 pub mod halfspace_real;
 pub mod head_space;

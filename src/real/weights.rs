@@ -13,7 +13,9 @@
 //! Two products $x W^\top$ ([`Weight::matmul_t`]):
 //! - [`Matmul::Exact`]: rows of `W` are dequantized in tiles of [`TILE`] rows into an f32
 //!   scratch and multiplied by faer, so activations stay f32 and the result equals
-//!   dequantize-then-multiply up to f32 summation order;
+//!   dequantize-then-multiply up to f32 summation order; for up to
+//!   [`super::fused::MAX_ROWS`] activation rows of a Q8_0 or Q4_1 `W`, the fused kernels of
+//!   [`super::fused`] compute the same f32 products without the dequantized copy;
 //! - [`Matmul::Q8`]: each activation row is quantized to the weight type's dot-product partner
 //!   (Q8_0, Q8_1 or Q8_K, as llama.cpp does) and multiplied by candle's integer `vec_dot`;
 //!   [`q8_bound`] bounds its deviation from the exact product.
@@ -548,6 +550,14 @@ impl Weight {
             let raw = bytes.as_slice();
             let out_t = per_block!(*dtype, |B| q8_rows::<B>(cast::<B>(raw), r, c, x, t, par))
                 .unwrap_or_default();
+            return transpose(out_t, r, t);
+        }
+        // Exact, a few activation rows (generation): fused dequantize-and-dot where the block
+        // type has a kernel (`super::fused`), each block read once.
+        if let Storage::Quantized { dtype, bytes } = &self.storage
+            && let Some(out_t) =
+                super::fused::matmul_t_rows(*dtype, bytes.as_slice(), r, c, x, t, par)
+        {
             return transpose(out_t, r, t);
         }
         // Exact: the column block `out[:, r0..r0+n] = x · W[r0..r0+n]ᵀ` of each row tile,
