@@ -892,3 +892,46 @@ fn specs_with_no_points_pooled_gaps_overflowing_widths_or_extreme_deltas_are_ref
         SweepSpec::from_toml(&text).unwrap();
     }
 }
+
+// ---- issue 25: job scripts ---------------------------------------------------------------
+
+#[test]
+fn slurm_task_index_expands_under_an_out_with_a_space_and_names_are_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write(tmp.path(), "s.toml", SPEC);
+    let out = tmp.path().join("with space");
+    let o = sinklab(&[
+        "sweep",
+        &spec,
+        "--out",
+        out.to_str().unwrap(),
+        "--emit",
+        "slurm",
+        "--shards",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = Command::new("bash")
+        .arg(out.join("jobs/sweep.sbatch"))
+        .env("SLURM_ARRAY_TASK_ID", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Task 1 wrote shard1 (it wrote a literal `shard${SLURM_ARRAY_TASK_ID}`).
+    assert!(out.join("shard1/results.jsonl").exists());
+    assert!(!out.join("shard${SLURM_ARRAY_TASK_ID}").exists());
+    // A name with a newline (or another control character) would break `#SBATCH --job-name`.
+    for name in ["a\\nb", "a\\rb", "a\\u0007b"] {
+        let text = SPEC.replace("name = \"tiny\"", &format!("name = \"{name}\""));
+        let path = write(tmp.path(), "n.toml", &text);
+        let e = SweepSpec::load(Path::new(&path)).unwrap_err().to_string();
+        assert!(
+            e.contains("`name`") && e.contains("control character"),
+            "{e}"
+        );
+        refused(
+            &["sweep", &path, "--emit", "slurm", "--shards", "2"],
+            &["`name`"],
+        );
+    }
+}

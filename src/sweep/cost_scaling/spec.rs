@@ -145,6 +145,14 @@ impl SweepSpec {
     }
 
     fn validate(&self, c: &Check<'_>) -> Result<(), SweepError> {
+        // The name becomes the Slurm job name and figure titles, one line each.
+        if self.name.is_empty() || self.name.chars().any(char::is_control) {
+            return Err(c.err(
+                "name",
+                &format!("{:?}", self.name),
+                "must be non-empty and hold no newline or other control character",
+            ));
+        }
         c.range(
             "bootstrap",
             self.bootstrap as f64,
