@@ -428,3 +428,34 @@ fn report_figures_keep_every_rule() {
     }
     assert!(n > 0, "no data file in {dir:?}");
 }
+
+/// Issue 25: two data files with one stem drawn into one `--out` directory are refused (one
+/// overwrote the other's SVG and PNG); beside their own data files they are drawn.
+#[test]
+fn two_data_files_with_one_stem_into_one_directory_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for sub in ["a", "b"] {
+        std::fs::create_dir(dir.path().join(sub)).unwrap();
+        plot::render(
+            &dir.path().join(sub).join("fig"),
+            sub,
+            &[scaling_panel(1, 1.0, true)],
+        )
+        .unwrap();
+    }
+    let a = dir.path().join("a/fig.json");
+    let b = dir.path().join("b/fig.json");
+    let out = dir.path().join("out");
+    let e = plot_err(&a, &[b.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert!(
+        e.contains("a/fig.json") && e.contains("b/fig.json") && e.contains("one stem"),
+        "{e}"
+    );
+    assert!(!out.join("fig.svg").exists(), "drew before refusing");
+    let st = bin().arg("plot").arg(&a).arg(&b).output().unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+}

@@ -133,3 +133,119 @@ fn truncated_files_say_what_was_truncated() {
         assert!(m.contains("truncated"), "cut at {n}: `{m}`");
     }
 }
+
+/// A copy of `tests/fixtures/tiny/llama_default` in `dst` whose tensors (name, dtype, shape,
+/// bytes) `edit` may change, and whose config `cfg` may change.
+fn hf_copy(
+    dst: &Path,
+    edit: impl FnOnce(&mut Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>),
+    cfg: impl FnOnce(&mut serde_json::Value),
+) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny/llama_default");
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut ts: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
+        .collect();
+    ts.sort_by(|a, b| a.0.cmp(&b.0));
+    edit(&mut ts);
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = ts
+        .iter()
+        .map(|(n, dt, s, b)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(*dt, s.clone(), b).unwrap(),
+            )
+        })
+        .collect();
+    std::fs::create_dir_all(dst).unwrap();
+    std::fs::write(
+        dst.join("model.safetensors"),
+        safetensors::serialize(views, None).unwrap(),
+    )
+    .unwrap();
+    let mut c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    cfg(&mut c);
+    std::fs::write(dst.join("config.json"), c.to_string()).unwrap();
+}
+
+/// Issue 25: `tie_word_embeddings: true` beside a stored `lm_head.weight` uses the stored head
+/// (transformers 5.24 ties only a head the checkpoint lacks); sinklab tied it.
+#[test]
+fn a_stored_lm_head_is_used_even_when_the_config_says_tie() {
+    let d = tempfile::tempdir().unwrap();
+    let (vocab, dm) = (64usize, 32usize);
+    let head: Vec<u8> = (0..vocab * dm)
+        .flat_map(|k| (((k * 7919) % 97) as f32 / 97.0 - 0.5).to_le_bytes())
+        .collect();
+    let with_head = |ts: &mut Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)>| {
+        assert!(
+            !ts.iter().any(|t| t.0 == "lm_head.weight"),
+            "fixture is tied"
+        );
+        ts.push((
+            "lm_head.weight".into(),
+            safetensors::Dtype::F32,
+            vec![vocab, dm],
+            head.clone(),
+        ));
+    };
+    let tied = d.path().join("tied");
+    hf_copy(&tied, with_head, |_| {});
+    let untied = d.path().join("untied");
+    hf_copy(&untied, with_head, |c| {
+        c["tie_word_embeddings"] = false.into();
+    });
+    let a = load(&tied).unwrap();
+    let b = load(&untied).unwrap();
+    assert!(
+        a.model.lm_head.is_some(),
+        "the stored lm_head was ignored (tied)"
+    );
+    let x: Vec<f32> = (0..dm).map(|k| (k as f32 * 0.37).sin()).collect();
+    let (la, lb) = (a.model.logits(&x).unwrap(), b.model.logits(&x).unwrap());
+    assert_eq!(
+        la, lb,
+        "tie_word_embeddings changed the logits of a stored head"
+    );
+    // Without a stored head the config's tie stands (the control).
+    let plain = d.path().join("plain");
+    hf_copy(&plain, |_| {}, |_| {});
+    let c = load(&plain).unwrap();
+    assert!(c.model.lm_head.is_none());
+    assert_ne!(c.model.logits(&x).unwrap(), la);
+}
+
+/// Issue 25: a weight stored with an integer dtype (F32 bits labelled I32/U32) is refused
+/// naming the tensor and the dtype; it was decoded as integers.
+#[test]
+fn integer_dtypes_where_a_float_weight_is_expected_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    for dt in [
+        safetensors::Dtype::I32,
+        safetensors::Dtype::U32,
+        safetensors::Dtype::I64,
+    ] {
+        let p = d.path().join(format!("{dt:?}"));
+        let name = "model.layers.0.self_attn.q_proj.weight";
+        hf_copy(
+            &p,
+            |ts| {
+                let t = ts.iter_mut().find(|t| t.0 == name).unwrap();
+                t.1 = dt;
+                if dt == safetensors::Dtype::I64 {
+                    let last = t.2.len() - 1;
+                    t.2[last] /= 2;
+                }
+            },
+            |_| {},
+        );
+        let msg = load(&p).err().map(|e| e.to_string()).expect("loaded");
+        for n in [name, &format!("{dt:?}"), "model.safetensors"] {
+            assert!(msg.contains(n), "`{msg}` does not mention `{n}`");
+        }
+    }
+}

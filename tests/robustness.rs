@@ -834,3 +834,104 @@ fn a_one_token_input_does_not_claim_the_a1_corollary() {
     // Two tokens: the corollary is tested again (the control).
     assert!(run("5,7").contains("A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): holds on"));
 }
+
+// ---- issue 25: sweep specs ---------------------------------------------------------------
+
+#[test]
+fn specs_with_no_points_pooled_gaps_overflowing_widths_or_extreme_deltas_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let block = "[[exact]]\npatterns = [\"sink\"]\nnorms = [\"fro\"]\n\
+                 embeddings = [\"gaussian\"]\nt = [4, 6]\nseeds = [0]\n";
+    let out = tmp.path().join("o");
+    let check = |name: &str, text: String, needles: &[&str]| {
+        let path = write(tmp.path(), name, &text);
+        let e = SweepSpec::load(Path::new(&path)).unwrap_err().to_string();
+        for n in needles.iter().chain([&path.as_str()]) {
+            assert!(e.contains(n), "`{e}` does not name `{n}`");
+        }
+        refused(&["sweep", &path, "--out", out.to_str().unwrap()], needles);
+    };
+    // No block at all, and a block whose every point max_t_nuclear drops (was exit 0, []).
+    check("empty.toml", "name = \"e\"\n".into(), &["no points"]);
+    check(
+        "dropped.toml",
+        format!("name = \"e\"\n{block}").replace("[\"fro\"]", "[\"nuclear\"]\nmax_t_nuclear = 3"),
+        &["no points"],
+    );
+    // Two blocks differing only in Δ (were pooled into one fit).
+    check(
+        "pooled.toml",
+        format!("name = \"e\"\n{block}delta = 5.0\n{block}delta = 10.0\n"),
+        &["exact[0]", "exact[1]", "delta = 5", "delta = 10", "one fit"],
+    );
+    // d_factor·T overflows (wrapped).
+    check(
+        "overflow.toml",
+        format!("name = \"e\"\n{block}d_factor = {}\n", u64::MAX / 5),
+        &["exact[0].d_factor", "overflows"],
+    );
+    // Δ = 1e-300 (cost 0) and Δ = 1e308 (NaN).
+    for x in ["1e-300", "1e308"] {
+        check(
+            "delta.toml",
+            format!("name = \"e\"\n{block}delta = {x}\n"),
+            &["exact[0].delta", "must lie in"],
+        );
+    }
+    // The controls: one Δ in two blocks, or two Δ on different embeddings, are specs.
+    for text in [
+        format!(
+            "name = \"e\"\n{block}delta = 5.0\n{}delta = 5.0\n",
+            block.replace("[0]", "[1]")
+        ),
+        format!(
+            "name = \"e\"\n{block}delta = 5.0\n{}delta = 10.0\n",
+            block.replace("gaussian", "orthonormal")
+        ),
+    ] {
+        SweepSpec::from_toml(&text).unwrap();
+    }
+}
+
+// ---- issue 25: job scripts ---------------------------------------------------------------
+
+#[test]
+fn slurm_task_index_expands_under_an_out_with_a_space_and_names_are_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = write(tmp.path(), "s.toml", SPEC);
+    let out = tmp.path().join("with space");
+    let o = sinklab(&[
+        "sweep",
+        &spec,
+        "--out",
+        out.to_str().unwrap(),
+        "--emit",
+        "slurm",
+        "--shards",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = Command::new("bash")
+        .arg(out.join("jobs/sweep.sbatch"))
+        .env("SLURM_ARRAY_TASK_ID", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Task 1 wrote shard1 (it wrote a literal `shard${SLURM_ARRAY_TASK_ID}`).
+    assert!(out.join("shard1/results.jsonl").exists());
+    assert!(!out.join("shard${SLURM_ARRAY_TASK_ID}").exists());
+    // A name with a newline (or another control character) would break `#SBATCH --job-name`.
+    for name in ["a\\nb", "a\\rb", "a\\u0007b"] {
+        let text = SPEC.replace("name = \"tiny\"", &format!("name = \"{name}\""));
+        let path = write(tmp.path(), "n.toml", &text);
+        let e = SweepSpec::load(Path::new(&path)).unwrap_err().to_string();
+        assert!(
+            e.contains("`name`") && e.contains("control character"),
+            "{e}"
+        );
+        refused(
+            &["sweep", &path, "--emit", "slurm", "--shards", "2"],
+            &["`name`"],
+        );
+    }
+}

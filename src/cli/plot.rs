@@ -39,6 +39,26 @@ pub fn run(a: Args) -> Result<i32> {
             None
         },
     };
+    // Two data files drawn to one stem would overwrite each other's SVG and PNG.
+    let mut stems: Vec<(PathBuf, &PathBuf)> = Vec::new();
+    for d in &a.data {
+        let dir = a
+            .out
+            .clone()
+            .or_else(|| d.parent().map(PathBuf::from))
+            .unwrap_or_default();
+        let stem = dir.join(d.file_stem().unwrap_or_default());
+        if let Some((_, first)) = stems.iter().find(|(s, _)| *s == stem) {
+            anyhow::bail!(
+                "{} and {}: both would be drawn to {}.svg/.png (one stem); plot them to \
+                 separate --out directories",
+                first.display(),
+                d.display(),
+                stem.display()
+            );
+        }
+        stems.push((stem, d));
+    }
     for d in &a.data {
         for f in plot::redraw(d, &opts, a.out.as_deref())? {
             outln!("{}", f.display());

@@ -145,7 +145,25 @@ impl StFile {
         Ok((v, shape))
     }
 
+    /// A float tensor with finite values (every weight is read through here; an integer
+    /// dtype is refused).
     pub(crate) fn finite(&self, name: &str) -> Result<(Vec<f32>, Vec<usize>), RealError> {
+        if let Ok(t) = self.st().tensor(name) {
+            // A weight is a float; integer data decoded to f32 would be read as numbers it does
+            // not hold (F32 bits labelled I32 become integers), so an integer dtype is refused.
+            if !matches!(
+                t.dtype(),
+                Dtype::F32 | Dtype::F16 | Dtype::BF16 | Dtype::F64
+            ) {
+                return Err(RealError::file(
+                    &self.path,
+                    format!(
+                        "tensor `{name}` has dtype {:?}: a weight must be F32, F16, BF16 or F64",
+                        t.dtype()
+                    ),
+                ));
+            }
+        }
         let (v, s) = self.tensor(name)?;
         if let Some(k) = v.iter().position(|x| !x.is_finite()) {
             return Err(RealError::file(

@@ -62,6 +62,9 @@ pub struct JobPlan {
 /// The most shards a plan may have (a job array larger than this is almost surely a typo).
 pub const MAX_SHARDS: usize = 100_000;
 
+/// Stand-in for the task index in the argv of the array job.
+const TASK: &str = "@@TASK@@";
+
 /// Quotes `s` for a POSIX shell (single quotes; embedded `'` as `'\''`).
 pub fn shell_quote(s: &str) -> String {
     if !s.is_empty()
@@ -104,6 +107,21 @@ impl JobPlan {
         self.exe = absolute(&self.exe)?;
         self.spec = absolute(&self.spec)?;
         self.out = absolute(&self.out)?;
+        // The scripts name these paths in comments and commands, one to a line: a newline
+        // (or another control character) in one would start a command of its own.
+        for (what, p) in [
+            ("the executable", &self.exe),
+            ("the spec", &self.spec),
+            ("--out", &self.out),
+        ] {
+            let text = p.display().to_string();
+            if text.chars().any(char::is_control) || text.contains(TASK) {
+                return Err(SweepError::Spec(format!(
+                    "{what} {text:?}: a path written into the job scripts must not hold a \
+                     control character (or {TASK})"
+                )));
+            }
+        }
         Ok(self)
     }
 
@@ -177,11 +195,27 @@ impl JobPlan {
                 vec![("shards.txt", s), ("merge.sh", merge_sh)]
             }
             JobKind::Slurm => {
-                // The task index is substituted by the shell at run time, so it stays unquoted
-                // inside double quotes; every other word is quoted.
-                let var = "${SLURM_ARRAY_TASK_ID}";
-                let argv = self.shard_argv("@@TASK@@");
-                let cmd = line(&argv).replace("@@TASK@@", var);
+                // The task index is substituted by the shell at run time: in every word that
+                // holds it, the text around it is quoted on its own and the variable stands
+                // between, in double quotes (inside single quotes it would stay literal).
+                let var = "\"${SLURM_ARRAY_TASK_ID}\"";
+                let cmd = self
+                    .shard_argv(TASK)
+                    .iter()
+                    .map(|w| {
+                        w.split(TASK)
+                            .map(|part| {
+                                if part.is_empty() {
+                                    String::new()
+                                } else {
+                                    shell_quote(part)
+                                }
+                            })
+                            .collect::<Vec<_>>()
+                            .join(var)
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ");
                 let cpus = self
                     .threads
                     .map_or(String::new(), |k| format!("#SBATCH --cpus-per-task={k}\n"));

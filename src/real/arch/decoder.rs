@@ -473,7 +473,8 @@ impl DecoderWeights for HfWeights<'_> {
 }
 
 /// Builds a Llama-like decoder from a Hugging Face checkpoint: the BOS comes from
-/// `bos_token_id` (always added), the head is tied per `tie_word_embeddings`.
+/// `bos_token_id` (always added), the head is tied per `tie_word_embeddings` unless the
+/// checkpoint stores `lm_head.weight` (then that is the head, as in transformers 5.24).
 #[allow(clippy::too_many_arguments)]
 pub fn decoder_hf(
     c: &HfCfg,
@@ -485,7 +486,9 @@ pub fn decoder_hf(
     attn_scale: f32,
     softcaps: (Option<f32>, Option<f32>),
 ) -> Result<Pretrained, RealError> {
-    let tie = c.bool_or("tie_word_embeddings", spec.tie_default)?;
+    // transformers 5.24 ties only a head the checkpoint does not store: an `lm_head.weight`
+    // beside `tie_word_embeddings: true` is loaded and used as it is.
+    let tie = c.bool_or("tie_word_embeddings", spec.tie_default)? && !w.has("lm_head.weight");
     let bos_id = c
         .get("bos_token_id")
         .and_then(Value::as_u64)

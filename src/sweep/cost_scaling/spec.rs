@@ -145,6 +145,14 @@ impl SweepSpec {
     }
 
     fn validate(&self, c: &Check<'_>) -> Result<(), SweepError> {
+        // The name becomes the Slurm job name and figure titles, one line each.
+        if self.name.is_empty() || self.name.chars().any(char::is_control) {
+            return Err(c.err(
+                "name",
+                &format!("{:?}", self.name),
+                "must be non-empty and hold no newline or other control character",
+            ));
+        }
         c.range(
             "bootstrap",
             self.bootstrap as f64,
@@ -168,9 +176,20 @@ impl SweepSpec {
             c.range(&k("d_factor"), e.d_factor as f64, 1.0, f64::MAX)?;
             if let Some(d) = e.d {
                 c.range(&k("d"), d as f64, 1.0, f64::MAX)?;
+            } else if let Some(&t) = e.t.iter().find(|&&t| e.d_factor.checked_mul(t).is_none()) {
+                return Err(c.err(
+                    &k("d_factor"),
+                    &e.d_factor.to_string(),
+                    &format!("d = d_factor·T overflows at T = {t}"),
+                ));
             }
             if let Some(x) = e.delta {
-                c.positive(&k("delta"), x)?;
+                // Δ is a logit gap: the routing constraints are margins of Δ, so the W_QK
+                // cost scales with Δ and no exponent needs an extreme one, while the solver's
+                // squared norms and absolute tolerances leave f64's range near its ends
+                // (Δ = 1e-300 gives cost 0, Δ = 1e308 NaN). (1e-6, 1e6) keeps Δ² within
+                // 1e±12 of the default Δ = 10 and covers every gap ε gives (ln of a ratio).
+                c.open(&k("delta"), x, MIN_DELTA, MAX_DELTA)?;
             }
             if let Some(x) = e.eps {
                 c.open(&k("eps"), x, 0.0, 1.0)?;
@@ -188,7 +207,7 @@ impl SweepSpec {
             }
             if e.embeddings.contains(&EmbeddingKind::Orthonormal) {
                 for &t in &e.t {
-                    let d = e.d.unwrap_or(e.d_factor * t);
+                    let d = e.d.unwrap_or(e.d_factor.saturating_mul(t));
                     if d < t {
                         return Err(c.err(
                             &k("d"),
@@ -199,6 +218,7 @@ impl SweepSpec {
                 }
             }
         }
+        self.check_one_gap_per_fit(c)?;
         if let Some(t) = &self.trained {
             let k = |n: &str| format!("trained.{n}");
             c.non_empty(&k("t"), t.t.len())?;
@@ -226,6 +246,65 @@ impl SweepSpec {
             c.positive(&k("alpha"), t.alpha)?;
             if let Some(a) = t.target_acc_on {
                 c.range(&k("target_acc_on"), a, 0.0, 1.0)?;
+            }
+        }
+        if self.points().is_empty() {
+            return Err(SweepError::Spec(format!(
+                "{}: the spec has no points (no [[exact]] block yields one \
+                 (max_t_nuclear below every T?) and there is no [trained] part)",
+                c.file
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuses two `[[exact]]` blocks whose points fall into one fit group (embedding,
+    /// recorded norm, pattern) with different gaps (`delta`, or `eps`): a fit pools every
+    /// record of its group, and one exponent over costs of two gaps is no exponent of either.
+    fn check_one_gap_per_fit(&self, c: &Check<'_>) -> Result<(), SweepError> {
+        use std::collections::BTreeMap;
+        let gap = |e: &ExactSpec| match e.eps {
+            Some(eps) => format!("eps = {eps}"),
+            None => format!("delta = {}", e.delta.unwrap_or(10.0)),
+        };
+        let mut seen: BTreeMap<(String, String, String), usize> = BTreeMap::new();
+        for (i, e) in self.exact.iter().enumerate() {
+            for emb in &e.embeddings {
+                for scope in &e.scopes {
+                    for norm in &e.norms {
+                        if !e.t.iter().any(|&t| {
+                            *norm != NormKind::Nuclear || e.max_t_nuclear.is_none_or(|m| t <= m)
+                        }) {
+                            continue;
+                        }
+                        let norm = match scope {
+                            Scope::Qk => norm.to_string(),
+                            Scope::Head => format!("head_{norm}"),
+                        };
+                        for pattern in &e.patterns {
+                            let key = (emb.to_string(), norm.clone(), pattern.to_string());
+                            match seen.get(&key) {
+                                Some(&j) if gap(&self.exact[j]) != gap(e) => {
+                                    return Err(SweepError::Spec(format!(
+                                        "{}: `exact[{j}]` ({}) and `exact[{i}]` ({}) would be \
+                                         pooled into one fit ({} {} {}): one gap per fit; put \
+                                         them in separate specs",
+                                        c.file,
+                                        gap(&self.exact[j]),
+                                        gap(e),
+                                        key.0,
+                                        key.1,
+                                        key.2
+                                    )));
+                                }
+                                Some(_) => {}
+                                None => {
+                                    seen.insert(key, i);
+                                }
+                            }
+                        }
+                    }
+                }
             }
         }
         Ok(())
@@ -267,7 +346,7 @@ impl SweepSpec {
                                             norm,
                                             embedding: emb,
                                             t,
-                                            d: e.d.unwrap_or(e.d_factor * t),
+                                            d: e.d.unwrap_or(e.d_factor.saturating_mul(t)),
                                             delta: match e.eps {
                                                 Some(eps) => {
                                                     cost::delta_eps(t - 1, eps).unwrap_or(f64::NAN)
@@ -328,6 +407,11 @@ impl ExactSpec {
         }
     }
 }
+
+/// Smallest gap Δ a spec may give (exclusive; see the `delta` check).
+pub const MIN_DELTA: f64 = 1e-6;
+/// Largest gap Δ a spec may give (exclusive).
+pub const MAX_DELTA: f64 = 1e6;
 
 /// Most bootstrap resamples a spec may ask for (each costs one least-squares fit per group;
 /// the default is 2000).
