@@ -878,6 +878,13 @@ fn specs_with_no_points_pooled_gaps_overflowing_widths_or_extreme_deltas_are_ref
             &["exact[0].delta", "must lie in"],
         );
     }
+    // A gap ε that implies a negative Δ at some T (ε = 0.9 at T = 4: ln(3·0.1/0.9) < 0).
+    check(
+        "eps.toml",
+        format!("name = \"e\"\n{block}eps = 0.9\n"),
+        &["exact[0].eps", "at T = 4", "outside"],
+    );
+    SweepSpec::from_toml(&format!("name = \"e\"\n{block}eps = 0.01\n")).unwrap();
     // The controls: one Δ in two blocks, or two Δ on different embeddings, are specs.
     for text in [
         format!(

@@ -193,6 +193,21 @@ impl SweepSpec {
             }
             if let Some(x) = e.eps {
                 c.open(&k("eps"), x, 0.0, 1.0)?;
+                // The gap ε implies at each T, Δ = ln((T−1)(1−ε)/ε), obeys Δ's range too
+                // (ε near 1 makes it negative: no sink pattern to cost).
+                for &t in &e.t {
+                    let gap = crate::cost::delta_eps(t.saturating_sub(1), x).unwrap_or(f64::NAN);
+                    if !(gap > MIN_DELTA && gap < MAX_DELTA) {
+                        return Err(c.err(
+                            &k("eps"),
+                            &x.to_string(),
+                            &format!(
+                                "gives the gap Δ = ln((T−1)(1−ε)/ε) = {gap:.3e} at T = {t}, \
+                                 outside ({MIN_DELTA}, {MAX_DELTA})"
+                            ),
+                        ));
+                    }
+                }
             }
             c.open(&k("tol"), e.tol, 0.0, 1.0)?;
             if let Some(m) = e.max_iter {
