@@ -3,8 +3,8 @@
 //!
 //! For the simple block types of the packaged models, with block scale $d$ (f16), minimum $m$
 //! (f16, Q4_1 only) and integer quants $q_j$ in a block $b$ of 32 values:
-//! - Q8_0: $w_j = d\,q_j$ ($q_j$ int8), so $\langle w_b, x_b\rangle = d \sum_j q_j x_j$;
-//! - Q4_1: $w_j = d\,q_j + m$ ($q_j$ in $0..16$, the low nibbles of the 16 bytes first, then the
+//! - Q8_0: $w_j = d\thinspace q_j$ ($q_j$ int8), so $\langle w_b, x_b\rangle = d \sum_j q_j x_j$;
+//! - Q4_1: $w_j = d\thinspace q_j + m$ ($q_j$ in $0..16$, the low nibbles of the 16 bytes first, then the
 //!   high ones), so $\langle w_b, x_b\rangle = d \sum_j q_j x_j + m \sum_j x_j$, the block sums of
 //!   $x$ computed once per activation row.
 //!
@@ -179,7 +179,7 @@ mod tests {
     }
 
     /// Against dequantize-then-multiply with candle's own `to_float` and an f64 dot product:
-    /// each output within the f32 rounding of its terms, $2\cdot 32\,u \sum_j |w_j x_j|$ per
+    /// each output within the f32 rounding of its terms, $2\cdot 32\thinspace u \sum_j |w_j x_j|$ per
     /// block plus one rounding per block of the running sum (γ over `cols` terms).
     #[test]
     fn fused_products_equal_dequantize_then_multiply() {
