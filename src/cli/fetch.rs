@@ -11,6 +11,10 @@ pub struct Args {
     /// Cache directory (default: $SINKLAB_CACHE, $XDG_CACHE_HOME/sinklab or ~/.cache/sinklab).
     #[arg(long)]
     cache: Option<PathBuf>,
+    /// Re-hash every cached file (SHA-256) instead of trusting the size and modification time
+    /// stamped at its last check: finds bit rot and copies that restore both (`cp -p`, `rsync -t`).
+    #[arg(long)]
+    verify: bool,
 }
 
 pub fn run(a: Args) -> Result<i32> {
@@ -23,7 +27,9 @@ pub fn run(a: Args) -> Result<i32> {
         a.models
     };
     for n in names {
-        let p = sinklab::real::fetch::fetch(&n, a.cache.as_deref(), &mut |s| errln!("{s}"))?;
+        let p = sinklab::real::fetch::fetch_with(&n, a.cache.as_deref(), a.verify, &mut |s| {
+            errln!("{s}")
+        })?;
         outln!("{}", p.display());
     }
     Ok(0)

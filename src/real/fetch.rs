@@ -277,8 +277,19 @@ fn mtime_ns(m: &std::fs::Metadata) -> Option<u128> {
 /// Checks the cached files of `spec` under `root`. A file whose size and modification time
 /// are the ones stamped at its last verification is trusted; any other is re-hashed (SHA-256)
 /// against the pinned hash, and the stamp renewed when it matches. So a file edited in place —
-/// one flipped byte keeps the size but not the mtime — is re-hashed and reported.
+/// one flipped byte keeps the size but not the mtime — is re-hashed and reported. Bit rot, or a
+/// copy that restores size and mtime (`cp -p`, `rsync -t`), keeps the stamp: only
+/// [`check_cache_rehash`] (`sinklab fetch --verify`) finds it.
 pub fn check_cache(root: &Path, spec: &ModelSpec) -> Result<CacheState, RealError> {
+    check_cache_with(root, spec, false)
+}
+
+/// [`check_cache`] re-hashing every file whatever its stamp (`sinklab fetch --verify`).
+pub fn check_cache_rehash(root: &Path, spec: &ModelSpec) -> Result<CacheState, RealError> {
+    check_cache_with(root, spec, true)
+}
+
+fn check_cache_with(root: &Path, spec: &ModelSpec, rehash: bool) -> Result<CacheState, RealError> {
     let dir = model_dir(root, spec);
     let Ok(marker) = std::fs::read_to_string(dir.join(MARKER)) else {
         return Ok(CacheState::Missing);
@@ -303,7 +314,7 @@ pub fn check_cache(root: &Path, spec: &ModelSpec) -> Result<CacheState, RealErro
             return Ok(CacheState::Missing);
         };
         let now = mtime_ns(&meta);
-        if size != Some(meta.len()) || mtime.is_none() || mtime != now {
+        if rehash || size != Some(meta.len()) || mtime.is_none() || mtime != now {
             let got = sha256_file(&path)?;
             if got != f.sha256 {
                 return Ok(CacheState::Corrupt {
@@ -409,6 +420,17 @@ pub fn fetch(
     root: Option<&Path>,
     log: &mut dyn FnMut(&str),
 ) -> Result<PathBuf, RealError> {
+    fetch_with(name, root, false, log)
+}
+
+/// [`fetch`]; with `rehash`, every cached file is re-hashed whatever its stamp
+/// (`sinklab fetch --verify`), and a mismatch is re-fetched.
+pub fn fetch_with(
+    name: &str,
+    root: Option<&Path>,
+    rehash: bool,
+    log: &mut dyn FnMut(&str),
+) -> Result<PathBuf, RealError> {
     let spec = spec(name).ok_or_else(|| {
         RealError::Input(format!(
             "unknown model `{name}` (known: {})",
@@ -416,10 +438,16 @@ pub fn fetch(
         ))
     })?;
     let root = root.map(Path::to_path_buf).unwrap_or_else(cache_root);
-    match check_cache(&root, spec)? {
+    match check_cache_with(&root, spec, rehash)? {
         CacheState::Verified => {
+            // Say what was checked: a stamped file is trusted by size and mtime, not re-hashed.
+            let how = if rehash {
+                "sha256 ok, every file re-hashed"
+            } else {
+                "size and mtime as at their last SHA-256 check; `sinklab fetch --verify` re-hashes"
+            };
             log(&format!(
-                "{}: cached in {} (sha256 ok)",
+                "{}: cached in {} ({how})",
                 spec.name,
                 model_dir(&root, spec).display()
             ));
@@ -601,6 +629,39 @@ mod tests {
         let marker = std::fs::read_to_string(model_dir(root.path(), spec).join(MARKER)).unwrap();
         let stamped: u128 = marker.split_whitespace().nth(3).unwrap().parse().unwrap();
         assert_eq!(Some(stamped), mtime_ns(&std::fs::metadata(&p).unwrap()));
+    }
+
+    /// Bit rot or `cp -p`: a flipped byte with the size and mtime restored keeps the stamp, so
+    /// the stamped check trusts it; the re-hashing check (`fetch --verify`) reports it.
+    #[test]
+    fn a_flipped_byte_with_restored_mtime_is_found_by_rehashing() {
+        let root = tempfile::tempdir().unwrap();
+        let bytes: Vec<u8> = (0..50_000u32).map(|i| (i * 13 % 251) as u8).collect();
+        let spec = fake(root.path(), &bytes);
+        assert_eq!(
+            check_cache(root.path(), spec).unwrap(),
+            CacheState::Verified
+        );
+        let p = model_dir(root.path(), spec).join("m.gguf");
+        let before = std::fs::metadata(&p).unwrap().modified().unwrap();
+        let mut b = bytes.clone();
+        b[12_345] ^= 0x10;
+        std::fs::write(&p, &b).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(before)
+            .unwrap();
+        assert_eq!(
+            check_cache(root.path(), spec).unwrap(),
+            CacheState::Verified,
+            "the stamp (size, mtime) is what the quick check trusts"
+        );
+        assert!(matches!(
+            check_cache_rehash(root.path(), spec).unwrap(),
+            CacheState::Corrupt { .. }
+        ));
     }
 
     #[test]
