@@ -106,6 +106,72 @@ alpha = 0.3
     assert_eq!(base, id(exact), "ids are stable");
 }
 
+/// Shards of one spec merge; a second spec's results merged into the same output are refused
+/// naming both specs (were pooled into one fit).
+#[test]
+fn merges_refuse_records_of_another_spec() {
+    let tmp = tempfile::tempdir().unwrap();
+    let one = "name = \"one\"\n[[exact]]\npatterns = [\"sink\"]\nnorms = [\"fro\"]\n\
+               embeddings = [\"orthonormal\"]\nt = [4, 6]\nseeds = [0]\ndelta = 5.0\n";
+    let two = one
+        .replace("\"one\"", "\"two\"")
+        .replace("t = [4, 6]", "t = [8, 12]");
+    let (s1, s2) = (
+        write(tmp.path(), "one.toml", one),
+        write(tmp.path(), "two.toml", &two),
+    );
+    let d = |n: &str| tmp.path().join(n).display().to_string();
+    for (spec, out) in [(&s1, d("a0")), (&s1, d("a1")), (&s2, d("b"))] {
+        let shard = if out.ends_with("a1") { "1/2" } else { "0/2" };
+        let o = sinklab(&[
+            "sweep",
+            spec,
+            "--out",
+            &out,
+            "--shard",
+            shard,
+            "--no-analysis",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let m = d("m");
+    // The two shards of one spec: merged, with their identity.
+    let o = sinklab(&[
+        "merge",
+        &d("a0"),
+        &d("a1"),
+        "--out",
+        &m,
+        "--bootstrap",
+        "50",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let id = std::fs::read_to_string(tmp.path().join("m/sweep.id")).unwrap();
+    assert!(id.starts_with("one "), "{id}");
+    // Another spec into the same output, or beside it as an input: refused, nothing changed.
+    let before = std::fs::read(tmp.path().join("m/results.jsonl")).unwrap();
+    refused(
+        &["merge", &d("b"), "--out", &m, "--bootstrap", "50"],
+        &["spec `two", "spec `one", "one fit"],
+    );
+    refused(
+        &[
+            "merge",
+            &d("a0"),
+            &d("b"),
+            "--out",
+            &d("m2"),
+            "--bootstrap",
+            "50",
+        ],
+        &["spec `two", "spec `one"],
+    );
+    assert_eq!(
+        before,
+        std::fs::read(tmp.path().join("m/results.jsonl")).unwrap()
+    );
+}
+
 #[test]
 fn a_spec_edit_recomputes_exactly_the_changed_block() {
     let tmp = tempfile::tempdir().unwrap();

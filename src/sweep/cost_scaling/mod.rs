@@ -29,9 +29,67 @@ pub fn read_results(path: &Path) -> Result<Vec<Record>, SweepError> {
     sweep::read_records(path)
 }
 
-/// Joins the results of shard directories into `out/results.jsonl` ([`sweep::merge`]).
+/// File in a sweep's output directory naming the spec its records come from (one line,
+/// [`identity`]); every shard of one spec writes the same line.
+pub const IDENTITY_FILE: &str = "sweep.id";
+
+/// The identity of a spec: its name and the SHA-256 of its sorted point ids (which hold every
+/// parameter that changes a result), so shards of one spec agree and two specs do not.
+pub fn identity(spec: &SweepSpec) -> String {
+    use sha2::{Digest, Sha256};
+    let mut ids: Vec<String> = spec.points().iter().map(Point::id).collect();
+    ids.sort();
+    ids.dedup();
+    let h = Sha256::digest(ids.join("\n").as_bytes());
+    let hex: String = h.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{} {hex}", spec.name.escape_default())
+}
+
+fn read_identity(dir: &Path) -> Result<Option<String>, SweepError> {
+    let p = dir.join(IDENTITY_FILE);
+    match std::fs::read_to_string(&p) {
+        Ok(s) => Ok(Some(s.trim().to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(SweepError::Io { path: p, source }),
+    }
+}
+
+/// Joins the results of shard directories into `out/results.jsonl` ([`sweep::merge`]),
+/// refusing inputs of different specs: every input directory, and `out` when it already holds
+/// results, carries its spec's [`IDENTITY_FILE`], and two different ones are refused naming
+/// both (a plain results file, or a directory from before the file existed, carries none and
+/// is not checked). The merged directory gets the common identity.
 pub fn merge(inputs: &[PathBuf], out: &Path) -> Result<usize, SweepError> {
-    sweep::merge::<Record>(inputs, out)
+    let mut seen: Option<(String, PathBuf)> = None;
+    let mut dirs: Vec<PathBuf> = inputs.iter().filter(|d| d.is_dir()).cloned().collect();
+    if out.join("results.jsonl").exists() {
+        dirs.insert(0, out.to_path_buf());
+    }
+    for d in &dirs {
+        let Some(id) = read_identity(d)? else {
+            continue;
+        };
+        match &seen {
+            Some((first, from)) if *first != id => {
+                return Err(SweepError::Results {
+                    path: d.join(IDENTITY_FILE),
+                    msg: format!(
+                        "records of spec `{id}` cannot be merged with those of spec `{first}` \
+                         ({}): different specs would be pooled into one fit",
+                        from.join(IDENTITY_FILE).display()
+                    ),
+                });
+            }
+            Some(_) => {}
+            None => seen = Some((id, d.clone())),
+        }
+    }
+    let n = sweep::merge::<Record>(inputs, out)?;
+    if let Some((id, _)) = seen {
+        let p = out.join(IDENTITY_FILE);
+        std::fs::write(&p, id + "\n").map_err(|source| SweepError::Io { path: p, source })?;
+    }
+    Ok(n)
 }
 
 /// Runs (or resumes) the points of `shard` in `dir`, appending to `results.jsonl`.
@@ -42,6 +100,15 @@ pub fn run(
     shard: Option<Shard>,
     show_progress: bool,
 ) -> Result<RunSummary, SweepError> {
+    // The directory's records are this spec's from now on (records of an edited spec's
+    // removed points are moved aside by the engine), so its identity is this spec's.
+    std::fs::create_dir_all(dir).map_err(|source| SweepError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let idp = dir.join(IDENTITY_FILE);
+    std::fs::write(&idp, identity(spec) + "\n")
+        .map_err(|source| SweepError::Io { path: idp, source })?;
     sweep::run(
         &spec.points(),
         dir,
