@@ -11,31 +11,28 @@ pub fn fro_norm(w: MatRef<'_, f64>) -> f64 {
     w.norm_l2()
 }
 
-/// Singular values of `w`, in non-increasing order.
+/// Singular values of `w`, in non-increasing order (faer's SVD on its global parallelism, the
+/// cyclic-Jacobi fallback when it does not converge).
 ///
 /// Returns an empty vector for an empty matrix.
 pub fn singular_values(w: MatRef<'_, f64>) -> Vec<f64> {
-    if w.nrows() == 0 || w.ncols() == 0 {
-        return Vec::new();
-    }
-    let mut s = w
-        .singular_values()
-        .unwrap_or_else(|_| jacobi_singular_values(w));
-    s.sort_by(|a, b| b.total_cmp(a));
-    s
+    singular_values_par(w, faer::get_global_parallelism())
 }
 
-/// Singular values of `w` in non-increasing order, computed on the calling thread
-/// (`Par::Seq`): for the many small decompositions of a per-head loop, which itself runs in
-/// parallel; faer's convenience methods would each fork onto the global pool.
+/// [`singular_values`] computed on the calling thread (`Par::Seq`): for the many small
+/// decompositions of a per-head loop, which itself runs in parallel (each would otherwise fork
+/// onto the global pool).
 pub fn singular_values_seq(w: MatRef<'_, f64>) -> Vec<f64> {
+    singular_values_par(w, faer::Par::Seq)
+}
+
+fn singular_values_par(w: MatRef<'_, f64>, par: faer::Par) -> Vec<f64> {
     use faer::dyn_stack::{MemBuffer, MemStack};
     use faer::linalg::svd::{self, ComputeSvdVectors};
     let (m, n) = (w.nrows(), w.ncols());
     if m == 0 || n == 0 {
         return Vec::new();
     }
-    let par = faer::Par::Seq;
     let mut s = faer::diag::Diag::<f64>::zeros(m.min(n));
     let req = svd::svd_scratch::<f64>(
         m,
