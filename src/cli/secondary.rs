@@ -255,17 +255,15 @@ pub fn run(a: Args) -> Result<i32> {
         );
         // The saturation rule guards this path as it guards the native runs: when (nearly)
         // every position is aligned with the BOS, the labels describe anisotropy, not sinks.
-        let val = &an.detection.validity;
         errln!(
-            "faithful: {} of {} positions flagged ({:.3}){}",
-            (val.frac_flagged * val.positions as f64).round(),
-            val.positions,
-            val.frac_flagged,
-            if val.saturated {
-                "; saturated: anisotropy, not sinks (the records below are not secondary sinks)"
-            } else {
-                ""
-            }
+            "{}",
+            validity_line(
+                "faithful",
+                an.detection.validity.positions,
+                an.detection.validity.frac_flagged,
+                an.detection.validity.saturated,
+                true
+            )
         );
         print_records(&an.records, a.json)?;
         return Ok(0);
@@ -351,16 +349,14 @@ pub fn run(a: Args) -> Result<i32> {
     for v in &st.variants {
         let val = &v.measures.validity;
         errln!(
-            "{}: {} of {} positions flagged ({:.3}){}",
-            v.name,
-            (val.frac_flagged * val.positions as f64).round(),
-            val.positions,
-            val.frac_flagged,
-            if val.saturated {
-                "; saturated: anisotropy, not sinks"
-            } else {
-                ""
-            }
+            "{}",
+            validity_line(
+                &v.name,
+                val.positions,
+                val.frac_flagged,
+                val.saturated,
+                false
+            )
         );
     }
     if let Some(dir) = &a.out {
@@ -368,4 +364,27 @@ pub fn run(a: Args) -> Result<i32> {
         errln!("{}", serde_json::to_string_pretty(&st.primary().measures)?);
     }
     Ok(0)
+}
+
+/// One line of a detector run's validity: positions flagged and the saturation rule, the same
+/// on every path (native runs' variants, pooled, and activation files, one sequence).
+/// `records_follow`: the records printed next are the ones the rule speaks of.
+fn validity_line(
+    name: &str,
+    positions: usize,
+    frac_flagged: f64,
+    saturated: bool,
+    records_follow: bool,
+) -> String {
+    let sat = match (saturated, records_follow) {
+        (false, _) => "",
+        (true, false) => "; saturated: anisotropy, not sinks",
+        (true, true) => {
+            "; saturated: anisotropy, not sinks (the records below are not secondary sinks)"
+        }
+    };
+    format!(
+        "{name}: {} of {positions} positions flagged ({frac_flagged:.3}){sat}",
+        (frac_flagged * positions as f64).round()
+    )
 }
