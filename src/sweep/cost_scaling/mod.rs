@@ -45,6 +45,18 @@ pub fn identity(spec: &SweepSpec) -> String {
     format!("{} {hex}", spec.name.escape_default())
 }
 
+/// Writes `dir/sweep.id` through a temporary file and a rename (a crash leaves the old file or
+/// the new one, never a cut line).
+fn write_identity(dir: &Path, id: &str) -> Result<(), SweepError> {
+    let (tmp, dst) = (dir.join(".sweep.id.tmp"), dir.join(IDENTITY_FILE));
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| SweepError::Io { path, source }
+    };
+    std::fs::write(&tmp, format!("{id}\n")).map_err(io(&tmp))?;
+    std::fs::rename(&tmp, &dst).map_err(io(&dst))
+}
+
 fn read_identity(dir: &Path) -> Result<Option<String>, SweepError> {
     let p = dir.join(IDENTITY_FILE);
     match std::fs::read_to_string(&p) {
@@ -86,8 +98,7 @@ pub fn merge(inputs: &[PathBuf], out: &Path) -> Result<usize, SweepError> {
     }
     let n = sweep::merge::<Record>(inputs, out)?;
     if let Some((id, _)) = seen {
-        let p = out.join(IDENTITY_FILE);
-        std::fs::write(&p, id + "\n").map_err(|source| SweepError::Io { path: p, source })?;
+        write_identity(out, &id)?;
     }
     Ok(n)
 }
@@ -106,9 +117,7 @@ pub fn run(
         path: dir.to_path_buf(),
         source,
     })?;
-    let idp = dir.join(IDENTITY_FILE);
-    std::fs::write(&idp, identity(spec) + "\n")
-        .map_err(|source| SweepError::Io { path: idp, source })?;
+    write_identity(dir, &identity(spec))?;
     sweep::run(
         &spec.points(),
         dir,
