@@ -1,5 +1,7 @@
 //! Weights kept in their storage format (`sinklab::real::weights`): quantized GGUF blocks and
-//! f16/bf16 safetensors, dequantized inside the product.
+//! f16/bf16 safetensors, dequantized inside the product (or, for a few rows of Q8_0/Q4_1, in
+//! the fused kernels of `sinklab::real::fused`, which the t = 1 and 3 product checks below
+//! exercise under the same bound).
 //!
 //! Tolerances. Every f32 dot product of length k computed in any summation order lies within
 //! $\gamma_k\sum_i|x_i w_i|$ of the real value ($\gamma_k = ku/(1-ku)$, $u = 2^{-24}$, the standard
@@ -347,6 +349,13 @@ fn quantized_gguf_stays_quantized_in_the_map_and_exact_mode_matches_f32() {
             &logits(&lm.model, TOKS),
             &logits(&f, TOKS),
             &format!("{dt:?} exact vs f32 copy"),
+        );
+        // A few rows (≤ `fused::MAX_ROWS`): Q8_0 projections and its tied head take the fused
+        // dequantize-and-dot kernels, Q4_K the tiles; the same bound against the f32 copy.
+        assert_close_logits(
+            &logits(&lm.model, &TOKS[..3]),
+            &logits(&f, &TOKS[..3]),
+            &format!("{dt:?} exact vs f32 copy, 3 tokens"),
         );
     }
 }
