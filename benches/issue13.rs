@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! issue13 ids      MODEL TEXT N            # N ids of TEXT (repeated) with BOS, comma-separated
-//! issue13 load     MODEL                   # wall of real::load, peak RSS
+//! issue13 load     MODEL                   # wall of runtime::load, peak RSS
 //! issue13 generate MODEL IDS N             # greedy, KV cache: wall of prefill + N new tokens
 //! issue13 forward  MODEL IDS REPS all|none # forward with full capture (or none): best of REPS
 //! issue13 limits                           # the machine: f32 GEMM GFLOP/s, copy GB/s
@@ -16,8 +16,8 @@
 #[path = "support/limits.rs"]
 mod limits;
 
-use sinklab::real::capture::{Capture, Captured};
-use sinklab::real::tokenizer::Bos;
+use sinklab::runtime::capture::{Capture, Captured};
+use sinklab::runtime::tokenizer::Bos;
 use std::path::Path;
 use std::time::Instant;
 
@@ -37,7 +37,7 @@ fn rss_kb() -> (u64, u64) {
 /// Multiply-add flops of a forward over `t` new tokens after `past` cached ones: every layer
 /// projection ($2t$ per weight) and the attention products $QK^\top$, $AV$ as computed (full
 /// $t \times (past+t)$ maps per head, $2 \cdot 2\,t\,(past+t)\,d_h$).
-fn forward_flops(m: &sinklab::real::model::Pretrained, t: usize, past: usize) -> f64 {
+fn forward_flops(m: &sinklab::runtime::model::Pretrained, t: usize, past: usize) -> f64 {
     let c = &m.cfg;
     let mut w = 0usize;
     for ly in &m.layers {
@@ -50,7 +50,7 @@ fn forward_flops(m: &sinklab::real::model::Pretrained, t: usize, past: usize) ->
 
 /// Bytes of weights a decoded token reads: every layer projection and the output head in their
 /// resident format (the embedding row is one row).
-fn bytes_per_token(m: &sinklab::real::model::Pretrained) -> usize {
+fn bytes_per_token(m: &sinklab::runtime::model::Pretrained) -> usize {
     let mut b = 0usize;
     for ly in &m.layers {
         for w in [&ly.wq.w, &ly.wk.w, &ly.wv.w, &ly.wo.w, &ly.up.w, &ly.down.w] {
@@ -97,7 +97,7 @@ fn main() {
         fail("usage: issue13 ids|load|generate|forward MODEL ... | limits".into())
     };
     let t0 = Instant::now();
-    let mut lm = sinklab::real::load(Path::new(model)).unwrap_or_else(|e| fail(e.to_string()));
+    let mut lm = sinklab::runtime::load(Path::new(model)).unwrap_or_else(|e| fail(e.to_string()));
     let weights = std::env::var("SINKLAB_WEIGHTS").unwrap_or_else(|_| "file".into());
     match weights.as_str() {
         "file" => {}

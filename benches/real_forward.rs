@@ -4,8 +4,8 @@
 //! venv; SINKLAB_PYTHON_BENCH overrides the interpreter, default /work/venv/bin/python).
 //! Reports the best of 5 timed runs each (after one warm-up) and the ratio.
 
-use sinklab::real::capture::{Capture, Captured};
-use sinklab::real::{fetch, load};
+use sinklab::runtime::capture::{Capture, Captured};
+use sinklab::runtime::{fetch, load};
 use std::time::Instant;
 
 const T: usize = 512;
@@ -23,7 +23,7 @@ pub fn main() {
         .tok
         .as_ref()
         .unwrap()
-        .encode(&text, sinklab::real::tokenizer::Bos::Yes)
+        .encode(&text, sinklab::runtime::tokenizer::Bos::Yes)
         .unwrap();
     toks.truncate(T);
     assert_eq!(toks.len(), T);

@@ -1,14 +1,14 @@
 //! A seeded mutation fuzzer for the model-file loaders, for machines without cargo-fuzz (the
 //! cargo-fuzz target is `fuzz/fuzz_targets/loaders.rs`). Seeds: a tiny valid GGUF (llama and
 //! gemma3) and a tiny activations file; mutations: byte flips, random overwrites of 1/2/4/8-byte
-//! fields with extreme values, truncation, insertion. Every input goes through `real::load` and
+//! fields with extreme values, truncation, insertion. Every input goes through `runtime::load` and
 //! `activations::analyze_file` inside `catch_unwind`; a panic is reported with its input saved.
 //!
 //! `cargo run --release --example fuzz_loaders -- SECONDS [SEED]`
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use sinklab::real::synth::{SynthSpec, write_gguf};
+use sinklab::synth::{SynthSpec, write_gguf};
 use std::time::{Duration, Instant};
 
 fn main() {
@@ -92,7 +92,7 @@ fn main() {
         std::fs::write(&g, &b).unwrap();
         std::fs::write(&st, &b).unwrap();
         let r = std::panic::catch_unwind(|| {
-            let _ = sinklab::real::load(&g);
+            let _ = sinklab::runtime::load(&g);
             let _ = sinklab::real::activations::analyze_file(&st);
         });
         n += 1;

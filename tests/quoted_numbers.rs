@@ -5,7 +5,7 @@
 use sinklab::cost::exact::{doubling, grid_slope};
 use sinklab::cost::{NormKind, Pattern};
 use sinklab::real::head_space::{A1Options, REALISED, TEXTS, analyze, middle_mean};
-use sinklab::real::{fetch, load, tokenizer::Bos};
+use sinklab::runtime::{fetch, load, tokenizer::Bos};
 
 fn docs() -> (String, String) {
     let root = env!("CARGO_MANIFEST_DIR");

@@ -14,9 +14,9 @@
 //! $2.7\cdot10^{-4}$ for L = 2. Every variant's feature moves the logits by `variant_delta`
 //! ≥ 1e-2 (recorded by the script), far above τ, so a wrong convention cannot pass.
 
-use sinklab::real::arch;
-use sinklab::real::capture::{Capture, Captured};
-use sinklab::real::safetensors::StFile;
+use sinklab::runtime::arch;
+use sinklab::runtime::capture::{Capture, Captured};
+use sinklab::runtime::safetensors::StFile;
 use std::path::{Path, PathBuf};
 
 const U: f64 = 5.960_464_477_539_063e-8; // 2^-24
@@ -42,7 +42,7 @@ fn max_err(ours: &[f32], theirs: &[f32]) -> (f64, f64) {
 fn parity(name: &str) -> f64 {
     let d = dir(name);
     let fx = StFile::open(&d.join("expected.safetensors")).expect("fixture");
-    let lm = sinklab::real::load(&d).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let lm = sinklab::runtime::load(&d).unwrap_or_else(|e| panic!("{name}: {e}"));
     let m = &lm.model;
     let tokens: Vec<u32> = fx
         .tensor("tokens")
@@ -242,7 +242,7 @@ fn edited(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> tempfile::Te
 }
 
 fn refused(dir: &Path, needles: &[&str]) {
-    let e = match sinklab::real::load(dir) {
+    let e = match sinklab::runtime::load(dir) {
         Ok(_) => panic!("loaded, expected a refusal mentioning {needles:?}"),
         Err(e) => e.to_string(),
     };
@@ -283,8 +283,8 @@ fn legacy_rope_theta_and_rope_scaling_are_read() {
         v["rope_theta"] = p["rope_theta"].clone();
         v["rope_scaling"] = serde_json::json!({"type": "linear", "factor": p["factor"]});
     });
-    let a = sinklab::real::load(t.path()).unwrap();
-    let b = sinklab::real::load(&dir("llama_linear")).unwrap();
+    let a = sinklab::runtime::load(t.path()).unwrap();
+    let b = sinklab::runtime::load(&dir("llama_linear")).unwrap();
     let ra = a.model.layers[0].rope.as_ref().unwrap();
     let rb = b.model.layers[0].rope.as_ref().unwrap();
     assert_eq!(ra.inv_freq, rb.inv_freq);
@@ -292,7 +292,7 @@ fn legacy_rope_theta_and_rope_scaling_are_read() {
     let t2 = edited("llama_linear", |v| {
         v["rope_parameters"]["rope_theta"] = 500000.0.into();
     });
-    let c = sinklab::real::load(t2.path()).unwrap();
+    let c = sinklab::runtime::load(t2.path()).unwrap();
     assert_ne!(
         c.model.layers[0].rope.as_ref().unwrap().inv_freq,
         rb.inv_freq
@@ -331,7 +331,7 @@ fn quantized_checkpoint_is_refused() {
 fn missing_shard_is_one_clear_error() {
     let t = edited("llama_bf16_sharded", |_| {});
     std::fs::remove_file(t.path().join("model-00002-of-00002.safetensors")).unwrap();
-    let e = sinklab::real::load(t.path()).err().unwrap().to_string();
+    let e = sinklab::runtime::load(t.path()).err().unwrap().to_string();
     assert!(e.contains("model-00002-of-00002.safetensors"), "{e}");
     assert_eq!(e.matches("No such file").count(), 1, "{e}");
 }
@@ -339,7 +339,7 @@ fn missing_shard_is_one_clear_error() {
 #[test]
 fn dynamic_rope_equals_default_within_max_positions() {
     // transformers' dynamic NTK leaves the frequencies unchanged up to max_position_embeddings.
-    let lm = sinklab::real::load(&dir("llama_dynamic")).unwrap();
+    let lm = sinklab::runtime::load(&dir("llama_dynamic")).unwrap();
     let r = lm.model.layers[0].rope.as_ref().unwrap();
     assert_eq!(&*r.inv_freq_at(8), &r.inv_freq[..]);
     assert_ne!(&*r.inv_freq_at(12), &r.inv_freq[..]);

@@ -1,7 +1,7 @@
 //! `sinklab real --file inputs.jsonl`: many inputs through one loaded model, one JSON line
 //! each, the same reports as one run per input, resumable, malformed input refused up front.
 
-use sinklab::real::synth::{SynthSpec, write_gguf};
+use sinklab::synth::{SynthSpec, write_gguf};
 use std::path::Path;
 use std::process::Command;
 

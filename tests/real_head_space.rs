@@ -9,10 +9,10 @@
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use sinklab::real::capture::{Capture, Captured};
 use sinklab::real::head_space::{A1Options, Pool, heads_of_layer, layer};
-use sinklab::real::synth::{SynthSpec, write_gguf};
-use sinklab::real::{LoadedModel, load};
+use sinklab::runtime::capture::{Capture, Captured};
+use sinklab::runtime::{LoadedModel, load};
+use sinklab::synth::{SynthSpec, write_gguf};
 
 fn synth(spec: &SynthSpec, seed: u64) -> (tempfile::TempDir, LoadedModel) {
     let dir = tempfile::tempdir().unwrap();
@@ -186,7 +186,7 @@ fn layer_inputs_and_the_cosine_observable() {
 #[test]
 fn pooled_a1_on_cached_models() {
     use sinklab::real::head_space::{TEXTS, analyze, markdown};
-    use sinklab::real::{fetch, tokenizer::Bos};
+    use sinklab::runtime::{fetch, tokenizer::Bos};
     for (name, bos, causal) in [
         ("smollm2", Bos::Yes, true),
         ("gemma3-270m", Bos::Yes, true),

@@ -5,8 +5,8 @@
 use candle_core::Device;
 use candle_core::quantized::QTensor;
 use candle_core::quantized::gguf_file::{Content, Value, write};
-use sinklab::real::load;
-use sinklab::real::synth::{SynthSpec, write_gguf};
+use sinklab::runtime::load;
+use sinklab::synth::{SynthSpec, write_gguf};
 use std::path::Path;
 
 /// Rewrites `src` to `dst` with metadata edited by `edit`.

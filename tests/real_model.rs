@@ -5,14 +5,14 @@
 //! Tolerance 1e-5 relative where two f32 computations of the same quantity differ only in the
 //! number of rows in a GEMM (blocking changes the summation order: errors ~ √d·2⁻²⁴ per op).
 
-use sinklab::real::capture::{Capture, Captured};
-use sinklab::real::forward::{Intervention, KvCache, Replace};
-use sinklab::real::gguf::unpermute_rows;
 use sinklab::real::stats::StatsObserver;
-use sinklab::real::synth::{SynthSpec, write_gguf};
-use sinklab::real::{RealError, load};
+use sinklab::runtime::arch::llama::unpermute_rows;
+use sinklab::runtime::capture::{Capture, Captured};
+use sinklab::runtime::forward::{Intervention, KvCache, Replace};
+use sinklab::runtime::{RealError, load};
+use sinklab::synth::{SynthSpec, write_gguf};
 
-fn synth(spec: &SynthSpec, seed: u64) -> (tempfile::TempDir, sinklab::real::LoadedModel) {
+fn synth(spec: &SynthSpec, seed: u64) -> (tempfile::TempDir, sinklab::runtime::LoadedModel) {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("tiny.gguf");
     write_gguf(&p, spec, seed).unwrap();
@@ -207,11 +207,11 @@ fn statistics_are_consistent_with_captured_tensors() {
     });
     let mut st = StatsObserver::default();
     struct Both<'a>(&'a mut Captured, &'a mut StatsObserver);
-    impl sinklab::real::forward::LayerObserver for Both<'_> {
+    impl sinklab::runtime::forward::LayerObserver for Both<'_> {
         fn layer(
             &mut self,
-            m: &sinklab::real::model::Pretrained,
-            t: &sinklab::real::forward::LayerTensors<'_>,
+            m: &sinklab::runtime::model::Pretrained,
+            t: &sinklab::runtime::forward::LayerTensors<'_>,
         ) {
             self.0.layer(m, t);
             self.1.layer(m, t);

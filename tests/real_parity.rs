@@ -13,11 +13,11 @@
 //! architecture is implemented right, and far above it (O(1)) for any wrong convention
 //! (RoPE pairing, GQA grouping, norm offsets, scaling).
 
-use sinklab::real::capture::{Capture, Captured};
-use sinklab::real::forward::LayerObserver;
-use sinklab::real::safetensors::StFile;
-use sinklab::real::tokenizer::Bos;
-use sinklab::real::{fetch, load};
+use sinklab::runtime::capture::{Capture, Captured};
+use sinklab::runtime::forward::LayerObserver;
+use sinklab::runtime::safetensors::StFile;
+use sinklab::runtime::tokenizer::Bos;
+use sinklab::runtime::{fetch, load};
 use std::path::PathBuf;
 
 /// The text of the fixtures (as in scripts/make_parity_fixtures.py).
@@ -53,8 +53,8 @@ struct Both<'a>(
 impl LayerObserver for Both<'_> {
     fn layer(
         &mut self,
-        m: &sinklab::real::model::Pretrained,
-        t: &sinklab::real::forward::LayerTensors<'_>,
+        m: &sinklab::runtime::model::Pretrained,
+        t: &sinklab::runtime::forward::LayerTensors<'_>,
     ) {
         self.0.layer(m, t);
         self.1.layer(m, t);

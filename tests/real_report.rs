@@ -2,8 +2,9 @@
 //! lines and both figures are written. Skips with a reason when the model is not fetched
 //! (fails instead under `SINKLAB_REQUIRE_MODELS=1`).
 
-use sinklab::real::{fetch, report_section};
+use sinklab::real::report_section;
 use sinklab::report::ReportCtx;
+use sinklab::runtime::fetch;
 
 #[test]
 fn real_models_section_writes_tables_verdicts_and_figures() {

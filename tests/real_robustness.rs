@@ -5,8 +5,9 @@
 use candle_core::quantized::gguf_file::{Value, write};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
-use sinklab::real::synth::{SynthSpec, write_gguf};
-use sinklab::real::{activations, load};
+use sinklab::real::activations;
+use sinklab::runtime::load;
+use sinklab::synth::{SynthSpec, write_gguf};
 use std::path::Path;
 
 fn expect_err(p: &Path, needle: &str) -> String {
@@ -293,7 +294,7 @@ fn malformed_activations_are_named() {
 fn one_activation_reader_for_both_consumers() {
     use safetensors::Dtype;
     use safetensors::tensor::TensorView;
-    use sinklab::real::activation_file::Activations;
+    use sinklab::runtime::activation_file::Activations;
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("a.safetensors");
     let f = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();

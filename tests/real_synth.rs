@@ -1,4 +1,4 @@
-//! The streaming paper-scale GGUF writer (`real::synth::write_paper_gguf`, `sinklab synth`), at
+//! The streaming paper-scale GGUF writer (`synth::write_paper_gguf`, `sinklab synth`), at
 //! tiny shapes with the paper models' structure: bytes fixed by the seed, the file read back by
 //! candle (and the sinklab loader) and by the Python `gguf` package, values those of the f32 draw
 //! up to Q4_K rounding, and the paper shapes' parameter counts equal to the published models'.
@@ -6,7 +6,7 @@
 use candle_core::quantized::gguf_file::Content;
 use candle_core::{Device, quantized::GgmlDType};
 use sha2::{Digest, Sha256};
-use sinklab::real::synth::{Llama3Rope, PaperShape, SynthDtype, paper_size, write_paper_gguf};
+use sinklab::synth::{Llama3Rope, PaperShape, SynthDtype, paper_size, write_paper_gguf};
 use std::path::Path;
 use std::process::Command;
 
@@ -190,7 +190,7 @@ fn the_sinklab_loader_runs_it_on_token_ids() {
     for shape in ["tiny-llama3", "tiny-qwen2"] {
         let s = PaperShape::by_name(shape).unwrap();
         let p = write(d.path(), "m.gguf", shape, SynthDtype::Q4KM, 5);
-        let lm = sinklab::real::load(&p).unwrap();
+        let lm = sinklab::runtime::load(&p).unwrap();
         let c = &lm.model.cfg;
         assert_eq!(
             (

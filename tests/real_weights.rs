@@ -1,6 +1,6 @@
-//! Weights kept in their storage format (`sinklab::real::weights`): quantized GGUF blocks and
+//! Weights kept in their storage format (`sinklab::runtime::weights`): quantized GGUF blocks and
 //! f16/bf16 safetensors, dequantized inside the product (or, for a few rows of Q8_0/Q4_1, in
-//! the fused kernels of `sinklab::real::fused`, which the t = 1 and 3 product checks below
+//! the fused kernels of `sinklab::runtime::fused`, which the t = 1 and 3 product checks below
 //! exercise under the same bound).
 //!
 //! Tolerances. Every f32 dot product of length k computed in any summation order lies within
@@ -18,11 +18,12 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use sinklab::real::gguf::unpermute_rows;
-use sinklab::real::model::Pretrained;
-use sinklab::real::synth::{SynthSpec, write_gguf};
-use sinklab::real::weights::{Bytes, Matmul, Storage, Weight, q8_bound, scale_offsets};
-use sinklab::real::{load, q8_deviation};
+use sinklab::real::q8_deviation;
+use sinklab::runtime::arch::llama::unpermute_rows;
+use sinklab::runtime::load;
+use sinklab::runtime::model::Pretrained;
+use sinklab::runtime::weights::{Bytes, Matmul, Storage, Weight, q8_bound, scale_offsets};
+use sinklab::synth::{SynthSpec, write_gguf};
 use std::path::Path;
 
 const QUANT: &[GgmlDType] = &[
@@ -154,7 +155,7 @@ fn row_slices_and_permutations_on_bytes_equal_those_on_f32() {
             .collect();
         assert_eq!(&*p.to_f32(), &want[..], "{dt:?} permutation");
         // llama.cpp's q/k interleaving undone on bytes = undone on the f32 matrix.
-        let un = w.permute_rows(&sinklab::real::arch::llama::unpermute_perm(3, 8));
+        let un = w.permute_rows(&sinklab::runtime::arch::llama::unpermute_perm(3, 8));
         assert_eq!(
             &*un.to_f32(),
             &unpermute_rows(&deq, 3, 8, cols)[..],
@@ -439,8 +440,8 @@ fn write_hf(m: &Pretrained, dir: &Path, dtype: safetensors::Dtype) {
             _ => v.iter().flat_map(|a| a.to_le_bytes()).collect(),
         }
     };
-    let gain = |n: &Option<sinklab::real::model::NormLayer>| match n {
-        Some(sinklab::real::model::NormLayer::Rms { w, .. }) => w.clone(),
+    let gain = |n: &Option<sinklab::runtime::model::NormLayer>| match n {
+        Some(sinklab::runtime::model::NormLayer::Rms { w, .. }) => w.clone(),
         _ => panic!("Llama uses RMSNorm"),
     };
     let mut t: Vec<(String, Vec<usize>, Vec<u8>, safetensors::Dtype)> = Vec::new();

@@ -594,7 +594,7 @@ fn a_closed_stdout_pipe_exits_141_quietly() {
     // `sinklab real … | head`: a real-model report into a reader that went away.
     let tmp = tempfile::tempdir().unwrap();
     let m = tmp.path().join("tiny.gguf");
-    sinklab::real::synth::write_gguf(&m, &Default::default(), 1).unwrap();
+    sinklab::synth::write_gguf(&m, &Default::default(), 1).unwrap();
     for json in [false, true] {
         let mut c = bin();
         c.args([
@@ -659,7 +659,7 @@ fn a_full_stdout_is_one_error_line_naming_the_stream() {
 fn secondary_sizes_are_budgeted_before_any_work() {
     let tmp = tempfile::tempdir().unwrap();
     let m = tmp.path().join("tiny.gguf");
-    sinklab::real::synth::write_gguf(&m, &Default::default(), 1).unwrap();
+    sinklab::synth::write_gguf(&m, &Default::default(), 1).unwrap();
     let m = m.to_str().unwrap();
     // An 8 TB bootstrap used to abort on the allocation.
     refused(
@@ -880,7 +880,7 @@ fn zero_sizes_and_ignored_flags_are_refused_by_name() {
 fn a_one_token_input_does_not_claim_the_a1_corollary() {
     let tmp = tempfile::tempdir().unwrap();
     let m = tmp.path().join("tiny.gguf");
-    sinklab::real::synth::write_gguf(&m, &Default::default(), 1).unwrap();
+    sinklab::synth::write_gguf(&m, &Default::default(), 1).unwrap();
     let run = |toks: &str| {
         let o = sinklab(&[
             "real",

@@ -1,7 +1,7 @@
 //! A bounded mutation fuzzer, run by `cargo test`: seeded mutations of small valid inputs —
 //! a GGUF model, a safetensors model directory, its `config.json` and `tokenizer.json`, an
 //! activation file and a sweep spec — fed to the crate's entry points
-//! ([`sinklab::real::load`], the activation reader and analysis, the spec parser). Every
+//! ([`sinklab::runtime::load`], the activation reader and analysis, the spec parser). Every
 //! input must give `Ok` or `Err`: no panic (caught), no abort (it would end this process, so
 //! the test), no hang (each input runs in its own thread and must finish within
 //! [`LIMIT`]). The libFuzzer target `fuzz/fuzz_targets/loaders.rs` explores further.
@@ -9,7 +9,7 @@
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use safetensors::{Dtype, tensor::TensorView};
-use sinklab::real::synth::{SynthSpec, write_gguf};
+use sinklab::synth::{SynthSpec, write_gguf};
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -235,11 +235,11 @@ fn mutated_inputs_never_panic_abort_or_hang() {
     let gguf = tmp.path().join("tiny.gguf");
     write_gguf(&gguf, &SynthSpec::default(), 1).unwrap();
     let gguf_seed = std::fs::read(&gguf).unwrap();
-    sinklab::real::load(&gguf).expect("the GGUF seed loads");
+    sinklab::runtime::load(&gguf).expect("the GGUF seed loads");
     let bdir = tmp.path().join("bert");
     std::fs::create_dir_all(&bdir).unwrap();
     let (config, st, tok) = bert_dir(&bdir);
-    sinklab::real::load(&bdir).expect("the BERT seed loads");
+    sinklab::runtime::load(&bdir).expect("the BERT seed loads");
     let acts = activations_seed();
     let spec = sinklab::sweep::cost_scaling::QUICK_SPEC.as_bytes().to_vec();
 
@@ -263,7 +263,7 @@ fn mutated_inputs_never_panic_abort_or_hang() {
         }
     };
     let load = |p: PathBuf| {
-        let _ = sinklab::real::load(&p);
+        let _ = sinklab::runtime::load(&p);
     };
     let mut total = Duration::ZERO;
     total += campaign("gguf", &gguf_seed, 120, 11, file("m.gguf"), load);
@@ -292,7 +292,7 @@ fn mutated_inputs_never_panic_abort_or_hang() {
         load,
     );
     total += campaign("activations", &acts, 100, 15, file("a.safetensors"), |p| {
-        let _ = sinklab::real::activation_file::Activations::read(&p);
+        let _ = sinklab::runtime::activation_file::Activations::read(&p);
         let _ = sinklab::real::activations::analyze_file(&p);
     });
     total += campaign("sweep spec", &spec, 100, 16, file("s.toml"), |p| {

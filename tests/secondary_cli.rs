@@ -178,7 +178,7 @@ fn bad_input_is_an_error() {
 /// agrees with what it returns (records, label counts, patching, figures).
 #[test]
 fn model_study_outputs_agree_with_its_records() {
-    use sinklab::real::{fetch, load};
+    use sinklab::runtime::{fetch, load};
     use sinklab::secondary::run::{StudyOptions, study, write_outputs};
     use sinklab::secondary::{DetectorParams, WindowMode};
     let Some(path) = fetch::cached("smollm2") else {
@@ -249,8 +249,8 @@ fn model_study_outputs_agree_with_its_records() {
 /// keeps runs of different policies apart.
 #[test]
 fn study_bos_policy_reaches_the_prompt() {
-    use sinklab::real::tokenizer::Bos;
-    use sinklab::real::{fetch, load};
+    use sinklab::runtime::tokenizer::Bos;
+    use sinklab::runtime::{fetch, load};
     use sinklab::secondary::run::{StudyOptions, study};
     use sinklab::secondary::{DetectorParams, long};
     let Some(path) = fetch::cached("smollm2") else {

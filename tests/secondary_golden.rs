@@ -9,7 +9,7 @@
 //! included), the same flagged layers, the same labels and token ids.
 
 use serde_json::Value;
-use sinklab::real::activation_file::Activations;
+use sinklab::runtime::activation_file::Activations;
 use sinklab::secondary::{DetectorParams, WindowMode, detect};
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,21 +1,28 @@
 //! Invariants of the source tree, checked on the files themselves (in the spirit of
 //! rust-analyzer's `xtask/src/tidy.rs`):
 //!
-//! 1. **Leaf modules** (`outcome`, `section`) import nothing from the crate.
-//! 2. **Math modules** (attention, patterns, geometry, cost, oversmoothing, switch,
-//!    tasks, stats, linalg, fit) import only other math modules and `outcome`, and
-//!    never the file system: no plotting, reports, check registry, training,
-//!    backends, sweeps, real-model or CLI code. The kernel layer (`backend`) obeys
-//!    the same rule.
-//! 3. **No import cycle** between top-level modules of `src/` (one known cycle is
-//!    allowed in [`KNOWN_CYCLES`] until it is removed; an entry that is no longer a
-//!    cycle fails, so the list only shrinks).
+//! 0. **Layers**: every top-level module of `src/` is in exactly one of [`LAYERS`] (a new
+//!    module fails until it is placed), and imports only modules listed before it, read from
+//!    `crate::` paths and from `super::` paths that climb to the crate root: leaf, math,
+//!    kernels, runtime (`budget`, `runtime`, `synth`: the runtime imports no study, report,
+//!    plot or claim code), output (`plot`, `section`), experiments, presentation.
+//! 1. **Leaf modules** (`outcome`) import nothing from the crate.
+//! 2. **Math modules** and the kernel layer (`backend`) never touch the file system.
+//! 3. **No import cycle** between top-level modules of `src/`, nor between files: the file
+//!    graph resolves `crate::`, `super::` and `self::` paths (groups expanded, inline modules
+//!    and `#[cfg(test)]` items accounted for) to the file of the deepest module named; a
+//!    module's root file naming its own children is how it is assembled, not an edge. The
+//!    allow-lists are empty.
 //! 4. **Every test file runs**: each `.rs` file directly in `tests/` or `theorems/`
 //!    is a `[[test]]` target of `Cargo.toml` (the package has `autotests = false`),
 //!    and each `.rs` file in a subfolder is a module some target includes.
 //! 5. **No hidden state in training and kernels**: no `thread_local!` in `src/train/`
 //!    or `src/backend/` (the backend is an explicit argument, as faer passes `Par`;
-//!    nothing is chosen by what a caller installed on the thread).
+//!    nothing is chosen by what a caller installed on the thread). Outside the binary, no
+//!    global mutable state (`static mut`, a `static` lock, cell or atomic) and no implicit
+//!    thread-pool lookup (`rayon::current_num_threads`, `current_thread_index`,
+//!    `faer::get_global_parallelism`, `Par::rayon(0)`) beyond the sites of
+//!    [`KNOWN_GLOBAL_STATE`], each with the reason it remains; the list only shrinks.
 //! 6. **Doc formulas survive Markdown**: rustdoc's Markdown runs before KaTeX sees the
 //!    `$…$` and `$$…$$` formulas of the doc comments, so inside them (in `src/`)
 //!    - no backslash before ASCII punctuation: Markdown reads it as an escape, and `\|`, `\,`,
@@ -34,25 +41,41 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Modules that import nothing from the crate.
-const LEAF: &[&str] = &["outcome", "section"];
-
-/// The pure-math layer.
-const MATH: &[&str] = &[
-    "attention",
-    "patterns",
-    "geometry",
-    "cost",
-    "oversmoothing",
-    "switch",
-    "tasks",
-    "stats",
-    "linalg",
-    "fit",
+/// The layers of `src/`, bottom first, each listing its top-level modules in order. A module
+/// may import only modules listed before it (in its own layer or a lower one), every module is
+/// in exactly one layer, and an unlisted module fails (rule 0).
+const LAYERS: &[(&str, &[&str])] = &[
+    ("leaf", &["outcome"]),
+    (
+        "math",
+        &[
+            "linalg",
+            "stats",
+            "fit",
+            "attention",
+            "patterns",
+            "geometry",
+            "switch",
+            "oversmoothing",
+            "cost",
+            "tasks",
+        ],
+    ),
+    ("kernels", &["backend"]),
+    ("runtime", &["budget", "runtime", "synth"]),
+    ("output", &["plot", "section"]),
+    ("experiments", &["train", "sweep", "real", "secondary"]),
+    ("presentation", &["claims", "check", "report"]),
 ];
 
-/// Kernel layer: as pure as the math (it may use math and leaf modules only).
-const KERNELS: &[&str] = &["backend"];
+/// The modules of the named layers, in order.
+fn layer(names: &[&str]) -> Vec<&'static str> {
+    LAYERS
+        .iter()
+        .filter(|(n, _)| names.contains(n))
+        .flat_map(|(_, ms)| ms.iter().copied())
+        .collect()
+}
 
 /// Modules where the backend is passed in, never read from thread-local state.
 const NO_THREAD_LOCAL: &[&str] = &["train", "backend"];
@@ -208,6 +231,132 @@ fn uses_thread_local(code: &str) -> bool {
         .any(|w| w == "thread_local" || w == "LocalKey")
 }
 
+/// Rule 5b: global mutable state and implicit thread-pool lookups in a (comment-free, test
+/// items removed) source: `static mut`, a `static` holding a lock, cell or atomic, and the
+/// calls that read the process's pool instead of a `Par`/thread count passed in
+/// (`rayon::current_num_threads`, `rayon::current_thread_index`,
+/// `faer::get_global_parallelism`, `Par::rayon(0)`). Each finding is `(what, line text)`.
+fn global_state(code: &str) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    for line in code.lines() {
+        let t = line.trim();
+        let words: Vec<&str> = t
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        let is_static = words.first() == Some(&"static")
+            || (words.first() == Some(&"pub") && words.contains(&"static"));
+        if is_static && words.contains(&"mut") {
+            out.push(("static mut", t.to_string()));
+        } else if is_static
+            && words.iter().any(|w| {
+                matches!(*w, "Mutex" | "RwLock" | "RefCell" | "Cell" | "UnsafeCell")
+                    || w.starts_with("Atomic")
+            })
+        {
+            out.push(("global mutable state", t.to_string()));
+        }
+        for (needle, what) in [
+            ("current_num_threads", "implicit pool lookup"),
+            ("current_thread_index", "implicit pool lookup"),
+            ("get_global_parallelism", "implicit pool lookup"),
+            ("Par::rayon(0)", "implicit pool lookup"),
+        ] {
+            if t.contains(needle) {
+                out.push((what, t.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// Sites of rule 5b that exist today, each with why it is still there (file under `src/`, the
+/// needle found on the line). The list only shrinks: an entry that no longer matches fails.
+const KNOWN_GLOBAL_STATE: &[(&str, &str, &str)] = &[
+    (
+        "backend/gpu/tensor.rs",
+        "NEXT_TENSOR_ID",
+        "process-unique tensor ids keying the bind-group cache; no value depends on it",
+    ),
+    (
+        "backend/cpu.rs",
+        "current_num_threads",
+        "Cpu splits batches by the pool it runs in: to become a thread count held by Cpu",
+    ),
+    (
+        "runtime/weights.rs",
+        "current_num_threads",
+        "row-tile size of the dequantizing product: to take the caller's thread count",
+    ),
+    (
+        "runtime/weights.rs",
+        "Par::rayon(0)",
+        "the dequantizing product's faer Par: to take the caller's Par",
+    ),
+    (
+        "synth.rs",
+        "current_num_threads",
+        "batch size and time estimate of the streaming writer: to take --threads",
+    ),
+    (
+        "linalg.rs",
+        "get_global_parallelism",
+        "singular_values without a Par: callers to use singular_values_par/_seq",
+    ),
+    (
+        "train/kernels.rs",
+        "current_thread_index",
+        "goes parallel only outside a rayon worker: to take the caller's Par",
+    ),
+    (
+        "train/kernels.rs",
+        "Par::rayon(0)",
+        "the host model's large products: to take the caller's Par",
+    ),
+    (
+        "cost/program.rs",
+        "current_thread_index",
+        "goes parallel only outside a rayon worker: to take the caller's Par",
+    ),
+    (
+        "cost/program.rs",
+        "Par::rayon(0)",
+        "the cost programs' large SVDs: to take the caller's Par",
+    ),
+    (
+        "train/embeddings.rs",
+        "static C",
+        "per-process cache of trained embeddings: to become a cache the sweep passes in",
+    ),
+];
+
+/// Problems of rule 5b: findings not in `known`, and entries of `known` found nowhere.
+fn global_state_problems(
+    found: &[(String, &'static str, String)],
+    known: &[(&str, &str, &str)],
+) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (file, what, line) in found {
+        if !known
+            .iter()
+            .any(|(f, needle, _)| f == file && line.contains(needle))
+        {
+            bad.push(format!("src/{file}: {what}: `{line}`"));
+        }
+    }
+    for (f, needle, _) in known {
+        if !found
+            .iter()
+            .any(|(file, _, line)| file == f && line.contains(needle))
+        {
+            bad.push(format!(
+                "KNOWN_GLOBAL_STATE entry ({f}, {needle}) is gone: remove it from tests/tidy.rs"
+            ));
+        }
+    }
+    bad
+}
+
 /// Rule 6: what Markdown would change inside the doc-comment formulas of a source file, as
 /// (line number from 1, the characters). Consecutive `///` (or `//!`) lines form one Markdown
 /// text, so a formula may span lines; code spans and fenced code blocks hold no formulas.
@@ -321,14 +470,60 @@ fn sources() -> Vec<(PathBuf, String, String)> {
         .collect()
 }
 
-/// Violations of rules 1–2 for one file.
-fn layer_violations(rel: &Path, top: &str, code: &str) -> Vec<String> {
-    let mut bad = Vec::new();
-    let imports: BTreeSet<String> = crate_imports(code)
+/// Top-level modules a file reaches through `super::` paths that climb to the crate root
+/// (`super::super::plot` from `real/x.rs`).
+fn super_imports(rel: &Path, code: &str) -> BTreeSet<String> {
+    let depth = module_path(rel).map_or(0, |m| m.len());
+    relative_paths(&strip_test_items(code))
         .into_iter()
-        .filter(|m| m != top)
-        .collect();
-    if LEAF.contains(&top) {
+        .filter_map(|(inline, path)| {
+            let supers = path.iter().take_while(|s| *s == "super").count();
+            (path.first().is_some_and(|s| s == "super") && supers.saturating_sub(inline) >= depth)
+                .then(|| path.get(supers).cloned())
+                .flatten()
+        })
+        .collect()
+}
+
+/// Violations of rules 0–2 for one file: imports out of the layer order (`order` is every
+/// module, bottom first), leaf modules importing anything, math and kernels touching files.
+fn layer_violations(rel: &Path, top: &str, code: &str) -> Vec<String> {
+    layer_violations_in(&layer_order(), rel, top, code)
+}
+
+fn layer_order() -> Vec<&'static str> {
+    LAYERS
+        .iter()
+        .flat_map(|(_, ms)| ms.iter().copied())
+        .collect()
+}
+
+fn layer_violations_in(order: &[&str], rel: &Path, top: &str, code: &str) -> Vec<String> {
+    let mut bad = Vec::new();
+    let (leaf, pure) = (layer(&["leaf"]), layer(&["math", "kernels"]));
+    let mut imports: BTreeSet<String> = crate_imports(code);
+    imports.extend(super_imports(rel, code));
+    imports.remove(top);
+    let Some(me) = order.iter().position(|m| *m == top) else {
+        return vec![format!(
+            "src/{}: module `{top}` is in no layer of tests/tidy.rs (add it to LAYERS)",
+            rel.display()
+        )];
+    };
+    for m in &imports {
+        match order.iter().position(|o| o == m) {
+            Some(k) if k < me => {}
+            Some(_) => bad.push(format!(
+                "src/{}: `{top}` imports crate::{m}, listed after it in LAYERS (an upward import)",
+                rel.display()
+            )),
+            None => bad.push(format!(
+                "src/{}: `{top}` imports crate::{m}, which is in no layer",
+                rel.display()
+            )),
+        }
+    }
+    if leaf.contains(&top) {
         for m in &imports {
             bad.push(format!(
                 "src/{}: leaf module `{top}` imports crate::{m}",
@@ -336,28 +531,12 @@ fn layer_violations(rel: &Path, top: &str, code: &str) -> Vec<String> {
             ));
         }
     }
-    if MATH.contains(&top) || KERNELS.contains(&top) {
-        let layer = if MATH.contains(&top) {
-            "math"
-        } else {
-            "kernel"
-        };
-        for m in &imports {
-            let allowed =
-                MATH.contains(&m.as_str()) || (LEAF.contains(&m.as_str()) && m != "section");
-            if !allowed {
-                bad.push(format!(
-                    "src/{}: {layer} module `{top}` imports crate::{m} (an upper layer)",
-                    rel.display()
-                ));
-            }
-        }
-        if uses_fs(code) {
-            bad.push(format!(
-                "src/{}: {layer} module `{top}` uses the file system",
-                rel.display()
-            ));
-        }
+    if pure.contains(&top) && uses_fs(code) {
+        let which = if top == "backend" { "kernel" } else { "math" };
+        bad.push(format!(
+            "src/{}: {which} module `{top}` uses the file system",
+            rel.display()
+        ));
     }
     bad
 }
@@ -444,7 +623,7 @@ fn cycle_problems(found: &[Vec<String>], known: &[&[&str]]) -> Vec<String> {
     let mut bad = Vec::new();
     for c in found {
         if !known.iter().any(|k| k.iter().eq(c.iter())) {
-            bad.push(format!("import cycle between top-level modules: {c:?}"));
+            bad.push(format!("import cycle: {c:?}"));
         }
     }
     for k in known {
@@ -497,6 +676,223 @@ fn test_targets() -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
+// ---- rule 3b: no import cycle between files ----
+
+/// The module path of a file under `src/` (`a/b.rs` and `a/b/mod.rs` → `["a", "b"]`,
+/// `lib.rs` → `[]`); `None` for the binary (`main.rs`, `cli/`), which is above every layer.
+fn module_path(rel: &Path) -> Option<Vec<String>> {
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts.first().is_some_and(|p| p == "main.rs" || p == "cli") {
+        return None;
+    }
+    let last = parts.pop()?;
+    let stem = last.strip_suffix(".rs")?;
+    if !matches!(stem, "mod" | "lib") {
+        parts.push(stem.to_string());
+    }
+    Some(parts)
+}
+
+/// Source without its `#[cfg(test)]` items (test modules import their own file with
+/// `super::*`, which is no dependency between files).
+fn strip_test_items(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut rest = code;
+    while let Some(k) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..k]);
+        let after = &rest[k..];
+        // The item ends at its `;` or at the brace that closes its first `{`.
+        let (semi, brace) = (after.find(';'), after.find('{'));
+        let end = match (semi, brace) {
+            (Some(s), Some(b)) if s < b => s + 1,
+            (_, Some(b)) => {
+                let mut depth = 0usize;
+                let mut end = after.len();
+                for (j, c) in after[b..].char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                end = b + j + 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                end
+            }
+            (Some(s), None) => s + 1,
+            (None, None) => after.len(),
+        };
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Depth of inline `mod name {` blocks at each byte of a (comment-free) source.
+fn inline_mod_depth(code: &str) -> Vec<u8> {
+    let b = code.as_bytes();
+    let mut depth = vec![0u8; b.len() + 1];
+    // Stack of brace depths at which an inline module opened.
+    let (mut braces, mut opened): (usize, Vec<usize>) = (0, Vec::new());
+    let mut cur = 0u8;
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'{' {
+            braces += 1;
+            let before = code[..i].trim_end();
+            let word_start = before
+                .char_indices()
+                .rev()
+                .find(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '_'))
+                .map_or(0, |(k, c)| k + c.len_utf8());
+            let head = before[..word_start].trim_end();
+            if !before[word_start..].is_empty() && (head.ends_with(" mod") || head == "mod") {
+                opened.push(braces);
+                cur += 1;
+            }
+        } else if b[i] == b'}' {
+            if opened.last() == Some(&braces) {
+                opened.pop();
+                cur -= 1;
+            }
+            braces = braces.saturating_sub(1);
+        }
+        depth[i] = cur;
+        i += 1;
+    }
+    depth
+}
+
+/// Every path a (comment-free) source names from `crate::`, `super::` or `self::`, each with
+/// the inline-module depth where it stands; groups `a::{b, c::{d}}` are expanded.
+fn relative_paths(code: &str) -> Vec<(usize, Vec<String>)> {
+    fn expand(s: &str, prefix: &[String], out: &mut Vec<Vec<String>>) {
+        // s starts right after a `::`: either `{…}` or `ident[::rest]`.
+        let s = s.trim_start();
+        if let Some(group) = s.strip_prefix('{') {
+            let (mut depth, mut start) = (0usize, 0usize);
+            for (j, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        expand_item(&group[start..j], prefix, out);
+                        return;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        expand_item(&group[start..j], prefix, out);
+                        start = j + 1;
+                    }
+                    _ => {}
+                }
+            }
+            return;
+        }
+        let id = ident_at(s);
+        if id.is_empty() {
+            if s.starts_with('*') {
+                out.push(prefix.to_vec());
+            }
+            return;
+        }
+        let mut p = prefix.to_vec();
+        if id != "self" {
+            p.push(id.to_string());
+        }
+        match s[id.len()..].strip_prefix("::") {
+            Some(rest) => expand(rest, &p, out),
+            None => out.push(p),
+        }
+    }
+    fn expand_item(item: &str, prefix: &[String], out: &mut Vec<Vec<String>>) {
+        let item = item.trim();
+        if !item.is_empty() {
+            expand(item, prefix, out);
+        }
+    }
+    let depth = inline_mod_depth(code);
+    let mut out = Vec::new();
+    for root in ["crate::", "super::", "self::"] {
+        let mut from = 0;
+        while let Some(k) = code[from..].find(root) {
+            let at = from + k;
+            from = at + root.len();
+            let before = code[..at].chars().last();
+            if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$' || c == ':')
+            {
+                continue;
+            }
+            let head = root.trim_end_matches(':').to_string();
+            let mut paths = Vec::new();
+            expand(&code[from..], &[head], &mut paths);
+            for p in paths {
+                out.push((depth[at] as usize, p));
+            }
+        }
+    }
+    out
+}
+
+/// The file graph: file (relative to `src/`) → files it imports. A path resolves to the
+/// deepest module with a file along it; a module's root file naming its own children
+/// (declaring, re-exporting or using them) is how a module is assembled and not an edge.
+fn file_graph(files: &[(PathBuf, String)]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut by_module: BTreeMap<Vec<String>, String> = BTreeMap::new();
+    for (rel, _) in files {
+        if let Some(m) = module_path(rel) {
+            by_module.insert(m, rel.to_string_lossy().replace('\\', "/"));
+        }
+    }
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (rel, code) in files {
+        let Some(me) = module_path(rel) else {
+            continue;
+        };
+        let name = rel.to_string_lossy().replace('\\', "/");
+        let edges = g.entry(name.clone()).or_default();
+        let code = strip_test_items(code);
+        for (inline, path) in relative_paths(&code) {
+            let mut base: Vec<String> = me.clone();
+            let mut segs = path.as_slice();
+            match segs.first().map(String::as_str) {
+                Some("crate") => {
+                    base.clear();
+                    segs = &segs[1..];
+                }
+                Some("self") => segs = &segs[1..],
+                _ => {
+                    let supers = segs.iter().take_while(|s| *s == "super").count();
+                    segs = &segs[supers..];
+                    // `super` inside an inline module first leaves that module.
+                    for _ in 0..supers.saturating_sub(inline) {
+                        base.pop();
+                    }
+                }
+            }
+            let mut full = base;
+            full.extend(segs.iter().cloned());
+            let target = (0..=full.len())
+                .rev()
+                .find_map(|n| by_module.get(&full[..n]))
+                .cloned();
+            let Some(target) = target else { continue };
+            let t = module_path(Path::new(&target)).unwrap_or_default();
+            let is_my_child = t.len() == me.len() + 1 && t.starts_with(&me);
+            if target != name && !is_my_child {
+                edges.insert(target);
+            }
+        }
+    }
+    g
+}
+
 // ---- the rules on planted inputs (each rule can fail) ----
 
 #[test]
@@ -526,16 +922,45 @@ fn planted_upward_imports_are_flagged() {
         "use crate::train::TrainConfig;",
         "use crate::backend::Backend;",
         "use crate::sweep::Spec;",
+        // Later in the same layer.
+        "use crate::cost::solve;",
         "fn f() { std::fs::write(\"a\", \"b\").unwrap(); }",
     ] {
         assert_eq!(layer_violations(p, "switch", bad).len(), 1, "{bad}");
     }
     assert_eq!(
         layer_violations(Path::new("outcome.rs"), "outcome", "use crate::linalg;").len(),
+        2,
+        "a leaf importing anything, and upward"
+    );
+    // Between upper layers too, with no cycle closed: the runtime imports no study.
+    assert_eq!(
+        layer_violations(
+            Path::new("runtime/mod.rs"),
+            "runtime",
+            "use crate::real::stats;"
+        )
+        .len(),
         1
     );
-    // Upper layers may import anything.
+    assert_eq!(
+        layer_violations(Path::new("real/a.rs"), "real", "use crate::secondary::x;").len(),
+        1
+    );
     assert!(layer_violations(Path::new("report.rs"), "report", "use crate::plot;").is_empty());
+    // Written with `super::`: from `real/a.rs`, two steps reach the crate root.
+    let climb = "use super::super::secondary::x;\nuse super::stats;";
+    assert_eq!(
+        layer_violations(Path::new("real/a.rs"), "real", climb).len(),
+        1
+    );
+    // A module in no layer fails, and so does an import of one.
+    let unlisted = layer_violations(Path::new("newthing.rs"), "newthing", "");
+    assert!(unlisted[0].contains("in no layer"), "{unlisted:?}");
+    assert_eq!(
+        layer_violations(Path::new("report.rs"), "report", "use crate::newthing;").len(),
+        1
+    );
 }
 
 #[test]
@@ -631,23 +1056,91 @@ fn planted_markdown_in_doc_formulas_is_flagged() {
     assert_eq!(doc_formula_problems(&fixed), []);
 }
 
+#[test]
+fn planted_global_state_and_pool_lookups_are_flagged() {
+    let code = strip_comments(
+        "static N: AtomicU64 = AtomicU64::new(0);\npub static mut X: u8 = 0;\n\
+         static C: OnceLock<Mutex<u8>> = OnceLock::new();\nstatic FONT: OnceLock<Font> = OnceLock::new();\n\
+         let t = rayon::current_num_threads();\nlet p = Par::rayon(0);\n// rayon::current_thread_index()\n\
+         let ok = Par::rayon(threads);",
+    );
+    let got: Vec<&str> = global_state(&code).into_iter().map(|(w, _)| w).collect();
+    assert_eq!(
+        got,
+        [
+            "global mutable state",
+            "static mut",
+            "global mutable state",
+            "implicit pool lookup",
+            "implicit pool lookup"
+        ]
+    );
+    let found = vec![(
+        "a.rs".to_string(),
+        "implicit pool lookup",
+        "f(current_num_threads())".into(),
+    )];
+    assert!(global_state_problems(&found, &[("a.rs", "current_num_threads", "")]).is_empty());
+    assert_eq!(global_state_problems(&found, &[]).len(), 1);
+    assert_eq!(
+        global_state_problems(&[], &[("a.rs", "current_num_threads", "")]).len(),
+        1,
+        "a stale allowance fails"
+    );
+}
+
 // ---- the rules on the tree ----
 
 #[test]
-fn math_and_leaf_modules_import_no_upper_layer() {
+fn no_global_state_or_implicit_pool_outside_the_binary() {
+    let src = root().join("src");
+    let mut found = Vec::new();
+    for p in rs_files(&src) {
+        let rel = p
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        if rel == "main.rs" || rel.starts_with("cli/") {
+            continue;
+        }
+        let code = strip_test_items(&strip_comments(&std::fs::read_to_string(&p).unwrap()));
+        for (what, line) in global_state(&code) {
+            found.push((rel.clone(), what, line));
+        }
+    }
+    let bad = global_state_problems(&found, KNOWN_GLOBAL_STATE);
+    assert!(
+        bad.is_empty(),
+        "pass state and threads as arguments (a faer Par, a thread count) instead:\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn every_module_is_in_one_layer_and_imports_only_below() {
     let files = sources();
-    // The layer lists name real modules (a renamed module must be renamed here too).
-    for m in LEAF.iter().chain(MATH).chain(KERNELS) {
+    let order = layer_order();
+    // Each listed module exists and is listed once.
+    for (k, m) in order.iter().enumerate() {
         assert!(
             files.iter().any(|(_, top, _)| top == m),
-            "tidy: no module `{m}` in src/"
+            "tidy: LAYERS names `{m}`, which is no module of src/"
+        );
+        assert!(
+            !order[..k].contains(m),
+            "tidy: `{m}` is listed twice in LAYERS"
         );
     }
-    let bad: Vec<String> = files
+    let bad: BTreeSet<String> = files
         .iter()
         .flat_map(|(rel, top, code)| layer_violations(rel, top, code))
         .collect();
-    assert!(bad.is_empty(), "layering violations:\n{}", bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "layering violations:\n{}",
+        bad.into_iter().collect::<Vec<_>>().join("\n")
+    );
 }
 
 #[test]
@@ -719,4 +1212,60 @@ fn doc_formulas_survive_markdown() {
          punctuation; see rule 6):\n{}",
         bad.join("\n")
     );
+}
+
+#[test]
+fn no_import_cycle_between_files() {
+    let src = root().join("src");
+    let files: Vec<(PathBuf, String)> = rs_files(&src)
+        .into_iter()
+        .map(|p| {
+            let code = strip_comments(&std::fs::read_to_string(&p).unwrap());
+            (p.strip_prefix(&src).unwrap().to_path_buf(), code)
+        })
+        .collect();
+    let g = file_graph(&files);
+    assert!(g.len() > 100, "{} files read", g.len());
+    let bad = cycle_problems(&cycles(&g), &[]);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn planted_file_cycles_are_found_through_super_self_and_groups() {
+    let file = |p: &str, c: &str| (PathBuf::from(p), strip_comments(c));
+    let files = [
+        file("lib.rs", "pub mod a; pub mod b;"),
+        file(
+            "a/mod.rs",
+            "pub mod x; pub mod y; pub use x::X; pub struct E;",
+        ),
+        // x → y through `super::{…}`, y → x through `self::`-free `crate::a::{x::X}`.
+        file("a/x.rs", "use super::{E, y::Y}; pub struct X;"),
+        file(
+            "a/y.rs",
+            "use crate::a::{x::{X}}; pub struct Y;\n#[cfg(test)] mod tests { use super::*; use crate::b::B; }",
+        ),
+        // An inline module's `super` stays in its file; `self::` stays in the module.
+        file(
+            "b.rs",
+            "mod inner { use super::B; } use self::inner as _; pub struct B;",
+        ),
+    ];
+    let g = file_graph(&files);
+    assert_eq!(
+        g["a/x.rs"],
+        ["a/mod.rs".to_string(), "a/y.rs".into()].into()
+    );
+    assert_eq!(
+        g["a/y.rs"],
+        ["a/x.rs".to_string()].into(),
+        "test items are not edges"
+    );
+    assert!(
+        g["a/mod.rs"].is_empty(),
+        "a root file naming its children is no edge"
+    );
+    assert!(g["b.rs"].is_empty(), "{:?}", g["b.rs"]);
+    let found = cycles(&g);
+    assert_eq!(found, vec![vec!["a/x.rs".to_string(), "a/y.rs".into()]]);
 }

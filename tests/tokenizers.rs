@@ -5,8 +5,8 @@
 //! pre-tokenizer rule in use (`qwen2`, `smollm`, SentencePiece `default` for Gemma). Ids must be
 //! identical (no tolerance: tokenization is discrete). Plus the BOS policy on both formats.
 
-use sinklab::real::tokenizer::Bos;
-use sinklab::real::{fetch, load};
+use sinklab::runtime::tokenizer::Bos;
+use sinklab::runtime::{fetch, load};
 use std::path::PathBuf;
 
 fn model_or_skip(name: &str) -> Option<PathBuf> {

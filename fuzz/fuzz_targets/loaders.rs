@@ -13,13 +13,13 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(mut f) = std::fs::File::create(&g) {
         let _ = f.write_all(data);
     }
-    let _ = sinklab::real::load(&g);
+    let _ = sinklab::runtime::load(&g);
     let st = dir.join("model.safetensors");
     let _ = std::fs::write(&st, data);
     let _ = std::fs::write(
         dir.join("config.json"),
         r#"{"model_type":"bert","hidden_size":8,"num_hidden_layers":1,"num_attention_heads":2,"intermediate_size":16,"vocab_size":10,"max_position_embeddings":4}"#,
     );
-    let _ = sinklab::real::load(&dir);
+    let _ = sinklab::runtime::load(&dir);
     let _ = sinklab::real::activations::analyze_file(&st);
 });

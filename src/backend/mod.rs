@@ -39,7 +39,8 @@ use std::str::FromStr;
 
 pub use cpu::{Cpu, CpuTensor};
 pub use gpu::{GpuOptions, GpuStats, GpuTensor, MatmulKernel, Wgpu};
-pub use real::{Real, exp_f32};
+pub use real::Real;
+pub use simd::exp_f32;
 
 /// Errors of the dense backends. GPU failures (no adapter, lost device,
 /// out-of-memory, a buffer over the adapter's limits, a wait that never ends)

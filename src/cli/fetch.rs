@@ -19,7 +19,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<i32> {
     let names: Vec<String> = if a.models.iter().any(|m| m == "all") {
-        sinklab::real::fetch::MODELS
+        sinklab::runtime::fetch::MODELS
             .iter()
             .map(|m| m.name.to_string())
             .collect()
@@ -27,7 +27,7 @@ pub fn run(a: Args) -> Result<i32> {
         a.models
     };
     for n in names {
-        let p = sinklab::real::fetch::fetch_with(&n, a.cache.as_deref(), a.verify, &mut |s| {
+        let p = sinklab::runtime::fetch::fetch_with(&n, a.cache.as_deref(), a.verify, &mut |s| {
             errln!("{s}")
         })?;
         outln!("{}", p.display());

@@ -4,8 +4,9 @@
 //! [`super::real_batch`]) and `sinklab real --activations F`.
 
 use anyhow::{Context, Result, bail};
-use sinklab::real::tokenizer::{Bos, apply_bos};
-use sinklab::real::{analysis, fetch, load};
+use sinklab::real::analysis;
+use sinklab::runtime::tokenizer::{Bos, apply_bos};
+use sinklab::runtime::{fetch, load};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -69,7 +70,7 @@ pub enum WeightsArg {
 /// Applies `--weights` to a loaded model: `f32` converts every matrix once, after checking
 /// its f32 size against the memory budget (refused, naming the flag, when over it).
 pub fn apply_weights(
-    lm: &mut sinklab::real::LoadedModel,
+    lm: &mut sinklab::runtime::LoadedModel,
     w: WeightsArg,
     max_mem: Option<&str>,
 ) -> Result<()> {
@@ -160,7 +161,7 @@ pub fn run(a: Args) -> Result<i32> {
     }
     let q8 = if a.matmul == MatmulArg::Q8 {
         let dev = sinklab::real::q8_deviation::measure(&mut lm.model, &tokens)?;
-        lm.model.matmul = sinklab::real::weights::Matmul::Q8;
+        lm.model.matmul = sinklab::runtime::weights::Matmul::Q8;
         Some(dev)
     } else {
         None

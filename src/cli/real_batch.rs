@@ -13,8 +13,8 @@
 
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
-use sinklab::real::LoadedModel;
-use sinklab::real::tokenizer::{Bos, apply_bos};
+use sinklab::runtime::LoadedModel;
+use sinklab::runtime::tokenizer::{Bos, apply_bos};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 

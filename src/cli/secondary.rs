@@ -8,8 +8,8 @@
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use sinklab::real::activation_file::Activations;
-use sinklab::real::{fetch, load};
+use sinklab::runtime::activation_file::Activations;
+use sinklab::runtime::{fetch, load};
 use sinklab::secondary::detector::Centering;
 use sinklab::secondary::native::LastLayer;
 use sinklab::secondary::records::{SinkRecord, analyse};
@@ -76,8 +76,8 @@ pub struct Args {
     long_generate: usize,
     /// BOS policy of the prompts: the model's default, always, never (a run with a
     /// non-default policy goes to `<model>+bos-yes|no`).
-    #[arg(long, value_enum, default_value_t = sinklab::real::tokenizer::Bos::Auto)]
-    bos: sinklab::real::tokenizer::Bos,
+    #[arg(long, value_enum, default_value_t = sinklab::runtime::tokenizer::Bos::Auto)]
+    bos: sinklab::runtime::tokenizer::Bos,
     /// Scan every layer instead of the window from the BOS-norm jumps.
     #[arg(long)]
     no_window: bool,

@@ -2,9 +2,7 @@
 //! GGUF with a paper model's shapes and seeded random weights, written streaming.
 
 use anyhow::{Result, bail};
-use sinklab::real::synth::{
-    PaperShape, SynthDtype, estimate_seconds, paper_size, write_paper_gguf,
-};
+use sinklab::synth::{PaperShape, SynthDtype, estimate_seconds, paper_size, write_paper_gguf};
 use std::path::PathBuf;
 use std::time::Instant;
 

@@ -8,9 +8,6 @@ use super::text;
 use super::ticks::{self, Ticks};
 use super::{Panel, Style};
 
-/// Opacity of confidence bands.
-pub const BAND_ALPHA: f64 = 0.2;
-
 /// Grey of the major grid lines.
 const GRID: Rgb = Rgb(228, 228, 228);
 
@@ -51,48 +48,6 @@ fn padded((lo, hi): (f64, f64), log: bool) -> (f64, f64) {
         let p = 0.5f64.max(0.05 * lo.abs());
         (lo - p, hi + p)
     }
-}
-
-/// Splits a polyline into dashes of `pattern` (lengths in line widths).
-pub fn dash(pts: &[(f64, f64)], pattern: Option<&[f64]>, width: f64) -> Vec<Vec<(f64, f64)>> {
-    let Some(pat) = pattern else {
-        return vec![pts.to_vec()];
-    };
-    let pat: Vec<f64> = pat.iter().map(|l| l * width.max(0.3)).collect();
-    let mut out = Vec::new();
-    let (mut k, mut left, mut on) = (0usize, pat[0], true);
-    let mut cur: Vec<(f64, f64)> = pts.first().copied().into_iter().collect();
-    for w in pts.windows(2) {
-        let (mut a, b) = (w[0], w[1]);
-        let mut len = ((b.0 - a.0).powi(2) + (b.1 - a.1).powi(2)).sqrt();
-        while len > 0.0 {
-            let step = left.min(len);
-            let t = step / len;
-            let p = (a.0 + t * (b.0 - a.0), a.1 + t * (b.1 - a.1));
-            if on {
-                cur.push(p);
-            }
-            a = p;
-            len -= step;
-            left -= step;
-            if left <= 1e-12 {
-                if on && cur.len() >= 2 {
-                    out.push(std::mem::take(&mut cur));
-                }
-                cur.clear();
-                on = !on;
-                k = (k + 1) % pat.len();
-                left = pat[k];
-                if on {
-                    cur.push(a);
-                }
-            }
-        }
-    }
-    if on && cur.len() >= 2 {
-        out.push(cur);
-    }
-    out
 }
 
 /// Axis coordinates of every finite value of a panel, x then y.
@@ -358,7 +313,7 @@ fn draw_panel(
             scene.push(Prim::Fill {
                 pts: poly,
                 color: color(s.color),
-                alpha: BAND_ALPHA,
+                alpha: style::BAND_ALPHA,
             });
         }
     }
@@ -376,7 +331,7 @@ fn draw_panel(
             }
         }
         for run in runs.iter().filter(|r| r.len() >= 2) {
-            for piece in dash(run, style::dashes(s.style), w) {
+            for piece in style::dash(run, style::dashes(s.style), w) {
                 for seg in piece.windows(2) {
                     obs.segments.push((seg[0], seg[1]));
                 }

@@ -193,13 +193,11 @@ pub fn draw(scene: &mut Scene, m: &Measured, r: &Rect, z: &Sizes, framed: bool) 
                     (x0, mid + 0.35 * z.font),
                 ],
                 color: c,
-                alpha: super::axes::BAND_ALPHA,
+                alpha: style::BAND_ALPHA,
             });
         }
         if let Some(st) = e.line {
-            for piece in
-                super::axes::dash(&[(x0, mid), (x1, mid)], style::dashes(st), line_w(st, z))
-            {
+            for piece in style::dash(&[(x0, mid), (x1, mid)], style::dashes(st), line_w(st, z)) {
                 scene.push(Prim::Line {
                     pts: piece,
                     color: c,

@@ -204,6 +204,51 @@ impl Marker {
     }
 }
 
+/// Opacity of confidence bands.
+pub const BAND_ALPHA: f64 = 0.2;
+
+/// Splits a polyline into dashes of `pattern` (lengths in line widths).
+pub fn dash(pts: &[(f64, f64)], pattern: Option<&[f64]>, width: f64) -> Vec<Vec<(f64, f64)>> {
+    let Some(pat) = pattern else {
+        return vec![pts.to_vec()];
+    };
+    let pat: Vec<f64> = pat.iter().map(|l| l * width.max(0.3)).collect();
+    let mut out = Vec::new();
+    let (mut k, mut left, mut on) = (0usize, pat[0], true);
+    let mut cur: Vec<(f64, f64)> = pts.first().copied().into_iter().collect();
+    for w in pts.windows(2) {
+        let (mut a, b) = (w[0], w[1]);
+        let mut len = ((b.0 - a.0).powi(2) + (b.1 - a.1).powi(2)).sqrt();
+        while len > 0.0 {
+            let step = left.min(len);
+            let t = step / len;
+            let p = (a.0 + t * (b.0 - a.0), a.1 + t * (b.1 - a.1));
+            if on {
+                cur.push(p);
+            }
+            a = p;
+            len -= step;
+            left -= step;
+            if left <= 1e-12 {
+                if on && cur.len() >= 2 {
+                    out.push(std::mem::take(&mut cur));
+                }
+                cur.clear();
+                on = !on;
+                k = (k + 1) % pat.len();
+                left = pat[k];
+                if on {
+                    cur.push(a);
+                }
+            }
+        }
+    }
+    if on && cur.len() >= 2 {
+        out.push(cur);
+    }
+    out
+}
+
 /// Dash pattern (on, off lengths in units of the line width) of a line style.
 pub fn dashes(style: crate::plot::Style) -> Option<&'static [f64]> {
     use crate::plot::Style;

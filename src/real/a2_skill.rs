@@ -27,11 +27,11 @@
 //! (density) against $\cos_{\rm real} - \cos_I$ (how much the head's real pattern smooths
 //! relative to none), Spearman correlation with a bootstrap CI over heads.
 
-use super::RealError;
-use super::capture::{Capture, Captured};
-use super::forward::{Intervention, KvCache, Replace, linear};
-use super::model::{NormLayer, Pretrained};
 use super::stats::mean_pairwise_cos;
+use crate::runtime::RealError;
+use crate::runtime::capture::{Capture, Captured};
+use crate::runtime::forward::{Intervention, KvCache, Replace, linear};
+use crate::runtime::model::{NormLayer, Pretrained};
 
 /// |Δcos| at or below which a head has no measured effect. Mean cosines are averages of
 /// O(T²) f32-derived products, accurate to ~1e-6; 1e-3 is an effect-size floor well above that.

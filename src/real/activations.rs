@@ -9,8 +9,8 @@
 //!
 //! A missing optional tensor only removes the statistics that need it (they become `null`).
 
-use super::RealError;
 use super::stats::{Dims, LayerStats, layer_stats};
+use crate::runtime::RealError;
 use std::path::Path;
 
 /// The statistics of an activations file.
@@ -37,9 +37,9 @@ fn heads_to_rows(x: &[f32], hk: usize, t: usize, dh: usize) -> Vec<f32> {
 }
 
 /// Reads and analyses an activations file (parsed by the crate's one schema reader,
-/// [`crate::real::activation_file::Activations`]).
+/// [`crate::runtime::activation_file::Activations`]).
 pub fn analyze_file(path: &Path) -> Result<ActivationsReport, RealError> {
-    use super::activation_file::{ActivationError, Activations, HeadTensor};
+    use crate::runtime::activation_file::{ActivationError, Activations, HeadTensor};
     let a = Activations::read(path).map_err(|e| match e {
         ActivationError::Missing(n) if n == "hidden.0" => RealError::file(
             path,

@@ -1,11 +1,11 @@
 //! `sinklab real`: one forward pass with the statistics observer, the next-token loss, and the
 //! per-head costs, gathered in a serialisable [`RealReport`].
 
-use super::capture::{Capture, Captured};
-use super::forward::LayerObserver;
-use super::model::{Arch, Config, NormLayer, Pretrained};
 use super::stats::{LayerStats, StatsObserver};
-use super::{LoadedModel, RealError};
+use crate::runtime::capture::{Capture, Captured};
+use crate::runtime::forward::LayerObserver;
+use crate::runtime::model::{Arch, Config, NormLayer, Pretrained};
+use crate::runtime::{LoadedModel, RealError};
 use faer::Mat;
 
 /// Cost of one head (THEORY §1 norms), on the bilinear forms acting on the unit-RMS residual
@@ -159,7 +159,7 @@ pub fn analyze(
         b: &'a mut dyn LayerObserver,
     }
     impl LayerObserver for Both<'_> {
-        fn layer(&mut self, m: &Pretrained, t: &super::forward::LayerTensors<'_>) {
+        fn layer(&mut self, m: &Pretrained, t: &crate::runtime::forward::LayerTensors<'_>) {
             self.a.layer(m, t);
             self.c.layer(m, t);
             self.b.layer(m, t);

@@ -11,9 +11,9 @@
 //! Also the empirical sufficient condition (the corollary): cos(s, a_i) < 0 for every query and
 //! ≤ 0 for every key makes `W = −c·s sᵀ` a witness; its truth and the largest cosine are reported.
 
-use super::RealError;
-use super::capture::{Capture, Captured};
-use super::model::Pretrained;
+use crate::runtime::RealError;
+use crate::runtime::capture::{Capture, Captured};
+use crate::runtime::model::Pretrained;
 
 /// The A1 inputs of one layer (f64 rows).
 #[derive(Debug, Clone)]

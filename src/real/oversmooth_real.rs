@@ -13,11 +13,11 @@
 //! against the constant predictor); this module is the earlier `x := a` form, kept because
 //! `sinklab real --a2 --json` writes both (`a2` beside `a2_skill`).
 
-use super::RealError;
-use super::capture::{Capture, Captured};
-use super::forward::{Intervention, KvCache, Replace};
-use super::model::Pretrained;
 use super::stats::mean_pairwise_cos;
+use crate::runtime::RealError;
+use crate::runtime::capture::{Capture, Captured};
+use crate::runtime::forward::{Intervention, KvCache, Replace};
+use crate::runtime::model::Pretrained;
 use faer::Mat;
 
 /// A2 result of one head.

@@ -9,10 +9,10 @@
 //! construction of that bound; the downstream deviations (logits, attention, loss) have no
 //! such bound through the nonlinear layers and are reported as measured.
 
-use super::RealError;
-use super::forward::{LayerObserver, LayerTensors, linear_with};
-use super::model::{Linear, Matmul, Pretrained};
-use super::weights::q8_bound;
+use crate::runtime::RealError;
+use crate::runtime::forward::{LayerObserver, LayerTensors, linear_with};
+use crate::runtime::model::{Linear, Matmul, Pretrained};
+use crate::runtime::weights::q8_bound;
 
 /// Deviation of the q8 mode from the exact mode on one input.
 #[derive(Debug, Clone, serde::Serialize)]

@@ -4,9 +4,10 @@
 //! the rest. Models not fetched are listed with the command that fetches them.
 
 use super::analysis::{RealReport, analyze};
-use super::tokenizer::Bos;
-use super::{a2_skill, fetch, halfspace_real, head_space, load, switch_real};
+use super::{a2_skill, halfspace_real, head_space, switch_real};
 use crate::plot::{Heatmap, Panel, Series, Style, render, render_heatmap};
+use crate::runtime::tokenizer::Bos;
+use crate::runtime::{fetch, load};
 use crate::section::{ReportCtx, ReportSection, SectionError};
 use std::fmt::Write as _;
 use std::io::Write as _;

@@ -13,9 +13,9 @@
 //! - massive activations (|h| > 100 and ≥ 1000 × the median |h| of that hidden state);
 //! - mean pairwise token cosine after the layer (the A2 observable).
 
-use super::forward::{LayerObserver, LayerTensors};
-use super::model::Pretrained;
 use crate::patterns::{self, ValueClass};
+use crate::runtime::forward::{LayerObserver, LayerTensors};
+use crate::runtime::model::Pretrained;
 use faer::Mat;
 
 /// Statistics of one head.

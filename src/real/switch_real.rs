@@ -13,11 +13,11 @@
 //! Class (threshold [`SMALL`], the NOP-like value-norm ratio of `patterns`): *≈ 0* if
 //! $z \le$ SMALL; else *token-wise* if $e_d \le$ SMALL and $e_d < e_0/2$; else *mixing*.
 
-use super::RealError;
 use super::analysis::RealReport;
-use super::capture::{Capture, Captured};
-use super::model::Pretrained;
 use crate::patterns::ValueClass;
+use crate::runtime::RealError;
+use crate::runtime::capture::{Capture, Captured};
+use crate::runtime::model::Pretrained;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;

@@ -6,8 +6,8 @@
 
 use super::detector::{DetectorParams, LabelRule};
 use super::run::{RunError, StudyOptions, standard_variants, study, write_outputs};
-use crate::real::tokenizer::Bos;
-use crate::real::{fetch, load};
+use crate::runtime::tokenizer::Bos;
+use crate::runtime::{fetch, load};
 use std::path::{Path, PathBuf};
 
 /// Models of the long study by default (paper B's Qwen family, and SmolLM2).
@@ -17,9 +17,12 @@ pub const LONG_GENERATE: usize = 1024;
 /// Prompts of `sims/secondary_prompts.txt` used (the first N).
 pub const LONG_PROMPTS: usize = 4;
 
+/// The prompts of the secondary-sink runs, the report's and the long traces'.
+pub const REPORT_PROMPTS: &str = include_str!("../../sims/secondary_prompts.txt");
+
 /// The prompts of the secondary-sink runs (`sims/secondary_prompts.txt`).
 pub fn prompts() -> Vec<String> {
-    super::report::REPORT_PROMPTS
+    REPORT_PROMPTS
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))

@@ -4,13 +4,13 @@
 //! activations ([`records`], [`activations`]), and the synthetic analogue of
 //! claim B3 ([`synthetic`]).
 
-/// The activation-file reader lives in [`crate::real::activation_file`] (paper A's
+/// The activation-file reader lives in [`crate::runtime::activation_file`] (paper A's
 /// `real --activations` reads the same files); re-exported here under its old path.
-pub use crate::real::activation_file as activations;
+pub use crate::runtime::activation_file as activations;
 pub mod detector;
 pub mod figures;
-/// Hidden-state tensors, in [`crate::real::hidden`]; re-exported under the old path.
-pub use crate::real::hidden;
+/// Hidden-state tensors, in [`crate::runtime::hidden`]; re-exported under the old path.
+pub use crate::runtime::hidden;
 pub mod long;
 pub mod native;
 pub mod records;

@@ -15,11 +15,11 @@
 use super::activations::{Activations, HeadTensor};
 use super::detector::{DetectorParams, detect};
 use super::hidden::HiddenStates;
-use crate::real::LoadedModel;
-use crate::real::RealError;
-use crate::real::capture::{Capture, Captured};
-use crate::real::forward::{KvCache, LayerObserver, LayerTensors, linear};
-use crate::real::model::Pretrained;
+use crate::runtime::LoadedModel;
+use crate::runtime::RealError;
+use crate::runtime::capture::{Capture, Captured};
+use crate::runtime::forward::{KvCache, LayerObserver, LayerTensors, linear};
+use crate::runtime::model::Pretrained;
 use serde::Serialize;
 
 /// Which state stands for the last layer.

@@ -214,9 +214,6 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
     })
 }
 
-/// The prompts of the report's own runs (`sims/secondary_prompts.txt`).
-pub const REPORT_PROMPTS: &str = include_str!("../../sims/secondary_prompts.txt");
-
 /// The report's own short real-model runs: model, tokens generated per prompt. Every
 /// run reports the faithful detector and its named variants
 /// ([`super::long::configurations`]).

@@ -11,8 +11,8 @@ use super::native::{NativeError, PatchOutcome, capture, patch_sinks};
 use super::records::{Analysis, ClaimMeasures, SinkRecord, analyse_with, claim_measures};
 use super::{DetectorParams, WindowMode};
 use crate::plot::PlotError;
-use crate::real::tokenizer::Bos;
-use crate::real::{LoadedModel, RealError};
+use crate::runtime::tokenizer::Bos;
+use crate::runtime::{LoadedModel, RealError};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 

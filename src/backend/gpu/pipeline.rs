@@ -51,12 +51,16 @@ pub(crate) struct Shader {
     pub entry: &'static str,
 }
 
+/// Invocations per workgroup of the elementwise kernels.
+pub(crate) const ELEM_WG: usize = 256;
+/// Workgroup width of the row kernels: invocations sharing one row
+/// (`main_group`) or rows per workgroup (`main_rowwise`).
+pub(crate) const ROW_WG: usize = 64;
+
 /// Workgroup sizes shared by the host's dispatch sizes and the shaders,
 /// emitted as WGSL `const`s at the top of every module.
-pub(crate) const WGSL_CONSTS: &[(&str, u32)] = &[
-    ("ELEM_WG", super::kernels::ELEM_WG as u32),
-    ("ROW_WG", super::kernels::ROW_WG as u32),
-];
+pub(crate) const WGSL_CONSTS: &[(&str, u32)] =
+    &[("ELEM_WG", ELEM_WG as u32), ("ROW_WG", ROW_WG as u32)];
 
 impl Shader {
     /// The WGSL module as compiled (see the module doc for its layout).

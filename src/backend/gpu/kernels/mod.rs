@@ -12,13 +12,8 @@
 use super::Wgpu;
 use super::adapter::MatmulKernel;
 use super::pipeline::{Access, Shader};
+pub(crate) use super::pipeline::{ELEM_WG, ROW_WG};
 use crate::backend::{BackendError, Result};
-
-/// Invocations per workgroup of the elementwise kernels.
-pub(crate) const ELEM_WG: usize = 256;
-/// Workgroup width of the row kernels: invocations sharing one row
-/// (`main_group`) or rows per workgroup (`main_rowwise`).
-pub(crate) const ROW_WG: usize = 64;
 
 /// WGSL entry point of the elementwise kernels (defines `fn main`, calls the
 /// kernel's `fn element(i: u32)`).

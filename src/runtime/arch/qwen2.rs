@@ -10,10 +10,10 @@ use super::{
     DecoderSpec, GgufDims, HfCfg, check_gguf_keys, decoder_gguf, layer_types, one_rope_hf,
     plain_scale, same_rope, swiglu_dims,
 };
-use crate::real::RealError;
-use crate::real::gguf::GgufFile;
-use crate::real::model::{Arch, Pretrained, Rope};
-use crate::real::safetensors::Checkpoint;
+use crate::runtime::RealError;
+use crate::runtime::gguf::GgufFile;
+use crate::runtime::model::{Arch, Pretrained, Rope};
+use crate::runtime::safetensors::Checkpoint;
 
 /// `config.json` keys of the Qwen sliding windows ([`windows`]), shared with Qwen3.
 pub const WINDOW_KEYS: &[&str] = &[

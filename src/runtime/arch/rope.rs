@@ -15,8 +15,8 @@
 //! refused, naming the key and the file.
 
 use super::HfCfg;
-use crate::real::RealError;
-use crate::real::model::{DynamicNtk, Rope};
+use crate::runtime::RealError;
+use crate::runtime::model::{DynamicNtk, Rope};
 use serde_json::{Map, Value};
 
 /// The RoPE parameter object of a config: transformers ≥ 5 `rope_parameters` (`sub` selects a

@@ -5,9 +5,9 @@
 //! Hugging Face directories only.
 
 use super::{DecoderSpec, HfCfg, one_rope_hf, plain_scale, swiglu_dims};
-use crate::real::RealError;
-use crate::real::model::{Arch, Pretrained};
-use crate::real::safetensors::Checkpoint;
+use crate::runtime::RealError;
+use crate::runtime::model::{Arch, Pretrained};
+use crate::runtime::safetensors::Checkpoint;
 
 /// `config.json` keys read (besides [`super::DECODER_KEYS`], [`super::INERT`] and
 /// [`super::COMMON_KEYS`]).

@@ -8,7 +8,7 @@
 //! This is the crate's one reader of the activation schema: `sinklab secondary
 //! --activations` uses it directly and [`crate::real::activations::analyze_file`]
 //! computes its per-layer statistics from it; tensors are decoded by
-//! [`crate::real::safetensors::decode`], the decoder of the model weights.
+//! [`crate::runtime::safetensors::decode`], the decoder of the model weights.
 //! Layers must be contiguous from 0 and hidden states finite.
 
 use super::hidden::{HiddenStates, ShapeError};
@@ -123,7 +123,7 @@ fn floats(name: &str, v: &TensorView<'_>) -> Result<Vec<f32>, ActivationError> {
             dtype,
         });
     }
-    crate::real::safetensors::decode(v).map_err(|dtype| ActivationError::Dtype {
+    crate::runtime::safetensors::decode(v).map_err(|dtype| ActivationError::Dtype {
         name: name.into(),
         dtype,
     })

@@ -12,10 +12,10 @@ use super::{
     DecoderSpec, GgufDims, HfCfg, LayerPlan, check_gguf_keys, decoder_gguf, decoder_hf,
     layer_types, rope,
 };
-use crate::real::RealError;
-use crate::real::gguf::GgufFile;
-use crate::real::model::{Act, Arch, Pretrained, Rope};
-use crate::real::safetensors::Checkpoint;
+use crate::runtime::RealError;
+use crate::runtime::gguf::GgufFile;
+use crate::runtime::model::{Act, Arch, Pretrained, Rope};
+use crate::runtime::safetensors::Checkpoint;
 
 /// `config.json` keys read besides Gemma 2's ([`super::gemma2::KEYS`]),
 /// [`super::DECODER_KEYS`], [`super::INERT`] and [`super::COMMON_KEYS`].

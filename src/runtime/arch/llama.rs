@@ -11,10 +11,10 @@ use super::{
     DecoderSpec, GgufDims, HfCfg, check_gguf_keys, decoder_gguf, one_rope_hf, plain_scale,
     same_rope, swiglu_dims,
 };
-use crate::real::RealError;
-use crate::real::gguf::GgufFile;
-use crate::real::model::{Arch, Pretrained, Rope};
-use crate::real::safetensors::Checkpoint;
+use crate::runtime::RealError;
+use crate::runtime::gguf::GgufFile;
+use crate::runtime::model::{Arch, Pretrained, Rope};
+use crate::runtime::safetensors::Checkpoint;
 use serde_json::Value;
 
 /// `config.json` keys read (besides [`super::DECODER_KEYS`], [`super::INERT`] and
@@ -56,7 +56,7 @@ pub fn from_hf(c: &HfCfg, w: &Checkpoint, mt: &str) -> Result<Pretrained, RealEr
 }
 
 /// The row permutation [`unpermute_rows`] applies: HF row `dst` is GGUF row `perm[dst]`
-/// (a byte operation on quantized rows, [`crate::real::weights::Weight::permute_rows`]).
+/// (a byte operation on quantized rows, [`crate::runtime::weights::Weight::permute_rows`]).
 pub fn unpermute_perm(n_heads: usize, head_dim: usize) -> Vec<usize> {
     let half = head_dim / 2;
     let mut perm = vec![0; n_heads * head_dim];

@@ -5,7 +5,7 @@
 //! permutation) is [`super::arch`]'s business.
 
 use super::RealError;
-use super::model::{Linear, Pretrained};
+use super::model::Linear;
 use super::weights::{Backing, Bytes, Weight};
 use candle_core::quantized::gguf_file::{Content, Value};
 use std::fs::File;
@@ -450,11 +450,4 @@ pub fn value_usize(v: &Value) -> Option<usize> {
         Value::I64(x) if *x >= 0 => *x as usize,
         _ => return None,
     })
-}
-
-pub use super::arch::llama::unpermute_rows;
-
-/// Loads a GGUF model; see [`super::arch::load_gguf`].
-pub fn load(path: &Path) -> Result<Pretrained, RealError> {
-    super::arch::load_gguf(path)
 }

@@ -1,13 +1,13 @@
 //! Qwen3: the Llama block with a per-head RMSNorm on queries and keys (applied before RoPE),
 //! no q/k/v biases unless `attention_bias`, `head_dim` independent of `hidden_size / heads`.
 //! Sliding windows as in Qwen2 ([`super::qwen2::windows`]). Hugging Face directories only: a
-//! `qwen3` GGUF is refused by [`super::load_gguf`].
+//! `qwen3` GGUF is refused by [`super::from_gguf`].
 
 use super::qwen2::{WINDOW_KEYS, windows};
 use super::{DecoderSpec, HfCfg, one_rope_hf, plain_scale, swiglu_dims};
-use crate::real::RealError;
-use crate::real::model::{Arch, Pretrained};
-use crate::real::safetensors::Checkpoint;
+use crate::runtime::RealError;
+use crate::runtime::model::{Arch, Pretrained};
+use crate::runtime::safetensors::Checkpoint;
 
 /// `config.json` keys read (besides [`super::DECODER_KEYS`], [`super::INERT`] and
 /// [`super::COMMON_KEYS`]): `attention_bias` and the Qwen windows

@@ -5,7 +5,7 @@
 //! [`super::arch`].
 
 use super::RealError;
-use super::model::{Linear, NormLayer, Pretrained};
+use super::model::{Linear, NormLayer};
 use super::weights::{Backing, Bytes, Weight};
 use candle_core::quantized::GgmlDType;
 use safetensors::{Dtype, SafeTensors};
@@ -332,10 +332,4 @@ impl Checkpoint {
             eps,
         })
     }
-}
-
-/// Loads a Hugging Face directory (or a `model.safetensors` inside one); see
-/// [`super::arch::load_hf`].
-pub fn load(path: &Path) -> Result<Pretrained, RealError> {
-    super::arch::load_hf(path)
 }

@@ -14,11 +14,11 @@
 //! [`GGUF_DECODER_KEYS`]).
 
 use super::{HfCfg, MAX_DIM, MAX_LAYERS};
-use crate::real::RealError;
-use crate::real::gguf::{GgufFile, value_usize};
-use crate::real::model::{Act, Arch, Config, Layer, Linear, NormLayer, Pretrained, Rope};
-use crate::real::safetensors::Checkpoint;
-use crate::real::weights::Weight;
+use crate::runtime::RealError;
+use crate::runtime::gguf::{GgufFile, value_usize};
+use crate::runtime::model::{Act, Arch, Config, Layer, Linear, NormLayer, Pretrained, Rope};
+use crate::runtime::safetensors::Checkpoint;
+use crate::runtime::weights::Weight;
 use candle_core::quantized::gguf_file::Value as GValue;
 use serde_json::Value;
 

@@ -8,9 +8,9 @@
 use super::{
     DecoderDims, DecoderSpec, HfCfg, activation, layer_types, one_rope_hf, refuse_quantized,
 };
-use crate::real::RealError;
-use crate::real::model::{Act, Arch, Pretrained};
-use crate::real::safetensors::Checkpoint;
+use crate::runtime::RealError;
+use crate::runtime::model::{Act, Arch, Pretrained};
+use crate::runtime::safetensors::Checkpoint;
 use serde_json::Value;
 
 /// `config.json` keys read (besides [`super::DECODER_KEYS`], [`super::INERT`] and

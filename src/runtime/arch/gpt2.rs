@@ -2,9 +2,9 @@
 //! `Conv1D` weights stored `[in, out]` (transposed here), tied head. Hugging Face directories.
 
 use super::{HfCfg, MAX_DIM, MAX_LAYERS, refuse_quantized};
-use crate::real::RealError;
-use crate::real::model::{Act, Arch, Config, Layer, Linear, Pretrained, Weight};
-use crate::real::safetensors::Checkpoint;
+use crate::runtime::RealError;
+use crate::runtime::model::{Act, Arch, Config, Layer, Linear, Pretrained, Weight};
+use crate::runtime::safetensors::Checkpoint;
 use serde_json::Value;
 
 /// `config.json` keys read (besides [`super::INERT`] and [`super::COMMON_KEYS`]).

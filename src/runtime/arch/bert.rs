@@ -3,9 +3,9 @@
 //! biases everywhere, no language-model head. Hugging Face directories.
 
 use super::{HfCfg, MAX_DIM, MAX_LAYERS, activation, refuse_quantized};
-use crate::real::RealError;
-use crate::real::model::{Arch, Config, Layer, Pretrained};
-use crate::real::safetensors::Checkpoint;
+use crate::runtime::RealError;
+use crate::runtime::model::{Arch, Config, Layer, Pretrained};
+use crate::runtime::safetensors::Checkpoint;
 use serde_json::Value;
 
 /// `config.json` keys read (besides [`super::INERT`] and [`super::COMMON_KEYS`]).

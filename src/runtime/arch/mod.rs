@@ -352,17 +352,16 @@ pub const HF_TYPES: &[&str] = &[
 /// `general.architecture`s a GGUF file may have.
 pub const GGUF_ARCHS: &[&str] = &["llama", "mistral", "qwen2", "gemma3"];
 
-/// Loads a GGUF file: dispatches on `general.architecture`.
-pub fn load_gguf(path: &Path) -> Result<Pretrained, RealError> {
-    let mut g = GgufFile::open(path)?;
+/// Builds the model of an opened GGUF file: dispatches on `general.architecture`.
+pub fn from_gguf(g: &mut GgufFile, path: &Path) -> Result<Pretrained, RealError> {
     let arch = g
         .meta_str("general.architecture")
         .ok_or_else(|| g.err("missing metadata `general.architecture`"))?
         .to_string();
     let m = match arch.as_str() {
-        "llama" | "mistral" => llama::from_gguf(&mut g, &arch)?,
-        "qwen2" => qwen2::from_gguf(&mut g)?,
-        "gemma3" => gemma3::from_gguf(&mut g)?,
+        "llama" | "mistral" => llama::from_gguf(g, &arch)?,
+        "qwen2" => qwen2::from_gguf(g)?,
+        "gemma3" => gemma3::from_gguf(g)?,
         other => {
             return Err(g.err(format!(
                 "unknown architecture `{other}` for GGUF (supported: {}; Qwen3, Gemma 2 \

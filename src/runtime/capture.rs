@@ -3,7 +3,7 @@
 //! decoding steps).
 //!
 //! ```no_run
-//! # use sinklab::real::{capture::{Capture, Captured}, load};
+//! # use sinklab::runtime::{capture::{Capture, Captured}, load};
 //! let lm = load(std::path::Path::new("model.gguf")).unwrap();
 //! let mut cap = Captured::new(Capture { hidden: true, mlp_out: true, kv_norms: true, ..Capture::default() });
 //! lm.model.forward(&[1, 2, 3], &mut cap, None).unwrap();

@@ -2,7 +2,7 @@
 //! tests, fuzz seeds and benches that must run without the real model cache. The file is a
 //! genuine `llama` (or `gemma3`) GGUF, read back through the same loader as the real models.
 
-use super::RealError;
+use crate::runtime::RealError;
 use candle_core::quantized::gguf_file::{Value, write};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
