@@ -19,16 +19,16 @@ pub const FLOPS: f64 = 1e10;
 /// Most worker threads any command starts.
 pub const MAX_THREADS: usize = 1024;
 
-/// An estimate of what a piece of work needs.
+/// What a piece of work needs: an estimate of its peak memory and its time.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Estimate {
+pub struct Need {
     /// Peak bytes.
     pub bytes: f64,
     /// Seconds (a lower bound).
     pub seconds: f64,
 }
 
-impl Estimate {
+impl Need {
     /// Memory only.
     pub fn bytes(bytes: f64) -> Self {
         Self {
@@ -98,7 +98,7 @@ pub enum BudgetError {
 /// Refuses a size argument over an absolute limit, before any work: `what` names the flag or
 /// key with its value (`--generate 9000`), `why` where the limit comes from (`the model's
 /// context of 8192 tokens`). The one check for counts that have a hard ceiling; sizes whose
-/// cost is memory or time go through [`Budget::check`] with an [`Estimate`].
+/// cost is memory or time go through [`Budget::check`] with a [`Need`].
 pub fn size(what: &str, value: usize, limit: usize, why: &str) -> Result<(), BudgetError> {
     if value > limit {
         return Err(BudgetError::Cap {
@@ -222,7 +222,7 @@ impl Budget {
 
     /// Refuses `e` when over a limit. `what` names the input (`--t 100000`); the hint names
     /// the override (`--max-mem` / `--max-time` flags, or their environment variables).
-    pub fn check(&self, what: &str, e: Estimate, flags: bool) -> Result<(), BudgetError> {
+    pub fn check(&self, what: &str, e: Need, flags: bool) -> Result<(), BudgetError> {
         let (mem_flag, time_flag) = if flags {
             ("--max-mem", "--max-time")
         } else {
@@ -288,7 +288,7 @@ pub fn check_threads(k: usize) -> Result<usize, BudgetError> {
     Ok(k)
 }
 
-impl fmt::Display for Estimate {
+impl fmt::Display for Need {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -312,24 +312,24 @@ impl fmt::Display for Estimate {
 /// added it (`sinklab cost --pattern sink --norm fro --t 512`, 2 shared cores): 500
 /// iterations in 23 s, i.e. about 40× this bound, so the bound refuses only work that is
 /// certainly long.
-pub fn cost_program(t: usize, d: usize, nuclear: bool) -> Estimate {
+pub fn cost_program(t: usize, d: usize, nuclear: bool) -> Need {
     let (t, d) = (t as f64, d as f64);
     let r = t.min(d);
     let bytes = 8.0 * 3.0 * t * d + 8.0 * 2.0 * t * t + 40.0 * t * t / 2.0 + 72.0 * r * r;
     let per_iter = 100.0 * t * t + if nuclear { 20.0 * r * r * r } else { 0.0 };
-    Estimate::work(bytes, 4.0 * t * t * d + 200.0 * per_iter)
+    Need::work(bytes, 4.0 * t * t * d + 200.0 * per_iter)
 }
 
 /// The worst case of one exact gap program allowed `max_iter` iterations: building it and
 /// every iteration run (memory as [`cost_program`]). [`cost_program`] is the lower bound of a
 /// program at the solver's default iteration budget; an iteration budget raised above that
 /// default is checked at its worst case too, since nothing else bounds how long it may run.
-pub fn cost_program_iterations(t: usize, d: usize, nuclear: bool, max_iter: usize) -> Estimate {
+pub fn cost_program_iterations(t: usize, d: usize, nuclear: bool, max_iter: usize) -> Need {
     let lower = cost_program(t, d, nuclear);
     let (tf, df) = (t as f64, d as f64);
     let r = tf.min(df);
     let per_iter = 100.0 * tf * tf + if nuclear { 20.0 * r * r * r } else { 0.0 };
-    Estimate::work(lower.bytes, 4.0 * tf * tf * df + max_iter as f64 * per_iter)
+    Need::work(lower.bytes, 4.0 * tf * tf * df + max_iter as f64 * per_iter)
 }
 
 /// One training run of `train`: parameters, gradients and AdamW moments in f32, the batch's
@@ -345,7 +345,7 @@ pub fn training(
     n: usize,
     batch: usize,
     steps: usize,
-) -> Estimate {
+) -> Need {
     let (t, d, r, l, h, n, b, s) = (
         t as f64,
         d as f64,
@@ -362,13 +362,13 @@ pub fn training(
     let acts = 4.0 * rows * l * (10.0 * d + 3.0 * t + 2.0 * h);
     let bytes = 16.0 * params + acts + 8.0 * n * n;
     let flops = 6.0 * s * b * t * (l * per_layer + 2.0 * l * t * r);
-    Estimate::work(bytes, flops)
+    Need::work(bytes, flops)
 }
 
 /// Bootstrap of the exponent fits: `n_boot` resamples of `n_points` points per group.
-pub fn bootstrap(n_boot: usize, n_points: usize, groups: usize) -> Estimate {
+pub fn bootstrap(n_boot: usize, n_points: usize, groups: usize) -> Need {
     let (b, p, g) = (n_boot as f64, n_points as f64, groups as f64);
-    Estimate::work(8.0 * b + 16.0 * p, 10.0 * b * p.max(1.0) * g.max(1.0))
+    Need::work(8.0 * b + 16.0 * p, 10.0 * b * p.max(1.0) * g.max(1.0))
 }
 
 #[cfg(test)]

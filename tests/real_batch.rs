@@ -220,3 +220,31 @@ fn a_second_writer_of_one_results_file_is_refused() {
     assert!(run_file(&model, &inputs, None).status.success());
     assert_eq!(lines(&results).len(), 1);
 }
+
+#[test]
+fn another_model_at_the_same_path_recomputes_every_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    let inputs = dir.path().join("inputs.jsonl");
+    std::fs::write(&inputs, "[1, 5, 9, 3]\n[2, 11, 7]\n").unwrap();
+    let results = dir.path().join("inputs.results.jsonl");
+    write_gguf(&model, &SynthSpec::default(), 7).unwrap();
+    let o = run_file(&model, &inputs, None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let first = lines(&results);
+    // The control: the same model again reuses both lines.
+    let o = run_file(&model, &inputs, None);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("2 already"));
+    // Other weights (seed 8) at the same path: the old lines were stale before (keyed by path).
+    write_gguf(&model, &SynthSpec::default(), 8).unwrap();
+    let o = run_file(&model, &inputs, None);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && err.contains("0 already"), "{err}");
+    let all = lines(&results);
+    assert_eq!(all.len(), 4, "two new lines beside the two old ones");
+    assert_ne!(all[2]["key"], first[0]["key"]);
+    assert_ne!(
+        all[2]["report"], first[0]["report"],
+        "the new model's own report"
+    );
+}

@@ -446,3 +446,50 @@ fn gguf_token_ids_of_the_wrong_type_or_range_are_refused_by_name() {
         expect_err(&p, "`tokenizer.ggml.bos_token_id`");
     }
 }
+
+/// Rewrites the u32 value of metadata key `key` (stored as type 4, uint32).
+fn patch_meta_u32(p: &Path, key: &str, f: impl Fn(u32) -> u32) {
+    let mut b = std::fs::read(p).unwrap();
+    let mut pat = (key.len() as u64).to_le_bytes().to_vec();
+    pat.extend_from_slice(key.as_bytes());
+    let at = b.windows(pat.len()).position(|w| w == pat).expect("key") + pat.len();
+    assert_eq!(
+        u32::from_le_bytes(b[at..at + 4].try_into().unwrap()),
+        4,
+        "uint32"
+    );
+    let v = u32::from_le_bytes(b[at + 4..at + 8].try_into().unwrap());
+    b[at + 4..at + 8].copy_from_slice(&f(v).to_le_bytes());
+    std::fs::write(p, b).unwrap();
+}
+
+#[test]
+fn gguf_tensor_count_and_block_count_must_describe_the_whole_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("m.gguf");
+    let same = |_: &str, v: Vec<f32>, s: (usize, usize)| (v, s);
+    // The control: the file as written loads, every tensor used.
+    write_custom(&p, "llama", same);
+    let full = load(&p).expect("the unaltered file loads");
+    assert_eq!(full.model.layers.len(), SynthSpec::default().n_layer);
+    // `tensor_count` one short (header bytes 8..16 of GGUF v2/v3): the directory then ends one
+    // info early, every data offset shifts, and the loader used to run on shifted bytes.
+    write_custom(&p, "llama", same);
+    let mut b = std::fs::read(&p).unwrap();
+    let n = u64::from_le_bytes(b[8..16].try_into().unwrap());
+    b[8..16].copy_from_slice(&(n - 1).to_le_bytes());
+    std::fs::write(&p, &b).unwrap();
+    let msg = std::panic::catch_unwind(|| load(&p).err().map(|e| e.to_string()))
+        .expect("no panic")
+        .expect("a tensor_count one short is refused");
+    assert!(
+        msg.contains(&p.display().to_string()) && !msg.contains("candle_core::"),
+        "{msg}"
+    );
+    // A smaller `block_count`: the last layer's tensors used to be ignored, fewer layers run.
+    write_custom(&p, "llama", same);
+    patch_meta_u32(&p, "llama.block_count", |v| v - 1);
+    let last = SynthSpec::default().n_layer - 1;
+    expect_err(&p, &format!("tensor `blk.{last}."));
+    expect_err(&p, "not used by the `llama` loader");
+}

@@ -22,7 +22,7 @@ use sinklab::real::q8_deviation;
 use sinklab::runtime::arch::llama::unpermute_rows;
 use sinklab::runtime::load;
 use sinklab::runtime::model::Pretrained;
-use sinklab::runtime::weights::{Bytes, Matmul, Storage, Weight, q8_bound, scale_offsets};
+use sinklab::runtime::weights::{Bytes, Matmul, Storage, StoredMatrix, q8_bound, scale_offsets};
 use sinklab::synth::{SynthSpec, write_gguf};
 use std::path::Path;
 
@@ -52,11 +52,11 @@ fn random(n: usize, seed: u64) -> Vec<f32> {
 }
 
 /// A quantized `[rows, cols]` matrix (through candle's quantizer) and candle's own dequantization.
-fn quantized(dt: GgmlDType, rows: usize, cols: usize, seed: u64) -> (Weight, Vec<f32>) {
+fn quantized(dt: GgmlDType, rows: usize, cols: usize, seed: u64) -> (StoredMatrix, Vec<f32>) {
     let t = Tensor::from_vec(random(rows * cols, seed), (rows, cols), &Device::Cpu).unwrap();
     let q = QTensor::quantize(&t, dt).unwrap();
     let bytes = q.data().unwrap();
-    let w = Weight::from_bytes(dt, Bytes::owned(&bytes), rows, cols).unwrap();
+    let w = StoredMatrix::from_bytes(dt, Bytes::owned(&bytes), rows, cols).unwrap();
     let deq = q
         .dequantize(&Device::Cpu)
         .unwrap()
@@ -213,7 +213,7 @@ fn block_scales_are_exactly_the_fields_that_make_values_non_finite() {
         for o in (0..blk.len()).step_by(step) {
             let mut b = blk.clone();
             b[o..o + step].copy_from_slice(nan);
-            let p = Weight::from_bytes(dt, Bytes::owned(&b), 1, dt.block_size()).unwrap();
+            let p = StoredMatrix::from_bytes(dt, Bytes::owned(&b), 1, dt.block_size()).unwrap();
             let nonfinite = p.to_f32().iter().any(|v| !v.is_finite());
             assert_eq!(
                 nonfinite,
@@ -248,7 +248,7 @@ fn f16_and_bf16_matrices_convert_in_the_tile() {
                 h.iter().map(|a| a.to_f32()).collect(),
             )
         };
-        let w = Weight::from_bytes(dt, Bytes::owned(&bytes), rows, cols).unwrap();
+        let w = StoredMatrix::from_bytes(dt, Bytes::owned(&bytes), rows, cols).unwrap();
         assert_eq!(w.storage_bytes(), 2 * rows * cols);
         assert_eq!(&*w.to_f32(), &back[..], "{dt:?}");
         assert_eq!(w.first_non_finite_row(), None);
@@ -263,7 +263,7 @@ fn f16_and_bf16_matrices_convert_in_the_tile() {
             half::bf16::INFINITY.to_le_bytes()
         };
         b[2 * (33 * cols + 7)..2 * (33 * cols + 8)].copy_from_slice(&inf);
-        let p = Weight::from_bytes(dt, Bytes::owned(&b), rows, cols).unwrap();
+        let p = StoredMatrix::from_bytes(dt, Bytes::owned(&b), rows, cols).unwrap();
         assert_eq!(p.first_non_finite_row(), Some(33), "{dt:?}");
     }
 }
@@ -547,8 +547,8 @@ fn streamed_loss_over_a_quantized_head_equals_the_chunked_loss_of_its_f32_copy()
     let mut m = load(&synth(tmp.path(), "v.gguf", spec, 17)).unwrap().model;
     let e = Tensor::from_vec(m.embed.to_f32().into_owned(), (5000, 32), &Device::Cpu).unwrap();
     let q = QTensor::quantize(&e, GgmlDType::Q8_0).unwrap();
-    m.embed =
-        Weight::from_bytes(GgmlDType::Q8_0, Bytes::owned(&q.data().unwrap()), 5000, 32).unwrap();
+    m.embed = StoredMatrix::from_bytes(GgmlDType::Q8_0, Bytes::owned(&q.data().unwrap()), 5000, 32)
+        .unwrap();
     let f = as_f32(&m);
     let toks: Vec<u32> = (0..60).map(|i| (i * 71 + 3) % 5000).collect();
     let (oq, of) = (

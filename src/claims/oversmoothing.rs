@@ -23,7 +23,7 @@ const NORMS: [(&str, Norm); 3] = [
 
 /// Sizes of the section (quick mode is for tests and `--quick`).
 #[derive(Clone, Copy, Debug)]
-pub struct Sizes {
+pub struct SweepSizes {
     /// Model dimension of the λ sweep.
     pub d: usize,
     /// Number of λ grid points on [0, 1].
@@ -40,7 +40,7 @@ pub struct Sizes {
     pub ds: &'static [usize],
 }
 
-impl Sizes {
+impl SweepSizes {
     /// Sizes for a context.
     pub fn for_ctx(quick: bool) -> Self {
         if quick {
@@ -84,7 +84,7 @@ fn mean_sim(
 
 /// Builds the section.
 pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
-    let sz = Sizes::for_ctx(ctx.quick);
+    let sz = SweepSizes::for_ctx(ctx.quick);
     let mut rng = StdRng::seed_from_u64(ctx.seed ^ 0x05e7_5500);
     // One instance (W, μ, Σ) shared by the three norms.
     let base = random_setup(&mut rng, sz.d, Norm::Identity, 0.3);

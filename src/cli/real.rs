@@ -77,11 +77,7 @@ pub fn apply_weights(
     if w == WeightsArg::F32 {
         let budget = sinklab::budget::Budget::with(max_mem, None)?;
         let bytes = 4.0 * lm.model.matrix_elements() as f64;
-        budget.check(
-            "--weights f32",
-            sinklab::budget::Estimate::bytes(bytes),
-            true,
-        )?;
+        budget.check("--weights f32", sinklab::budget::Need::bytes(bytes), true)?;
         lm.model.make_f32_resident();
     }
     Ok(())

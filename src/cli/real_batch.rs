@@ -242,9 +242,11 @@ pub fn run(
     a1: bool,
     a2: bool,
 ) -> Result<i32> {
+    // Results are keyed by the model's content, not its path: another model put at the same
+    // path recomputes every input.
+    let model_hash = sinklab::runtime::content_hash(model_path)?;
     let salt = format!(
-        "{}|{bos:?}|a1={a1}|a2={a2}|{}",
-        model_path.display(),
+        "{model_hash}|{bos:?}|a1={a1}|a2={a2}|{}",
         env!("CARGO_PKG_VERSION")
     );
     let inputs = read_inputs(file, &salt)?;

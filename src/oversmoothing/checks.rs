@@ -6,7 +6,7 @@
 //! reproducible alone and the outcome does not depend on thread scheduling.
 
 use super::OversmoothingError as E;
-use super::model::{self, Estimate, Setup};
+use super::model::{self, MonteCarlo, Setup};
 use super::predict::{self, Prediction};
 use crate::attention::{Mask, Norm};
 use crate::outcome::CheckOutcome;
@@ -143,7 +143,7 @@ pub struct PredictionCase {
     /// Prediction (under the variant).
     pub pred: Prediction,
     /// Simulated exact limit.
-    pub limit: Estimate,
+    pub limit: MonteCarlo,
     /// RMS deviation of the finite-$n$ simulation from the limit, per `PRED_NS`.
     pub rms: Vec<f64>,
     /// Fitted slope of log RMS vs log n.
@@ -260,7 +260,7 @@ pub struct SignCase {
     /// Predicted gap (correct formula).
     pub pred_gap: f64,
     /// Simulated mean cosine gap (dense − identity), finite $n$, bidirectional.
-    pub sim_gap: Estimate,
+    pub sim_gap: MonteCarlo,
 }
 
 /// Runs sign case `k`: `Ok(None)` when the predicted gap is tiny or undefined.
@@ -299,7 +299,7 @@ pub fn sign_case(seed: u64, k: usize, variant: Variant) -> Result<Option<SignCas
         norm,
         predicted_dense_more,
         pred_gap: v.gap,
-        sim_gap: Estimate {
+        sim_gap: MonteCarlo {
             value: mean,
             se: (var / r).sqrt(),
         },

@@ -234,7 +234,7 @@ pub fn simulate_endpoints<R: Rng + ?Sized>(
 
 /// A Monte Carlo estimate with its standard error.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Estimate {
+pub struct MonteCarlo {
     /// Point estimate.
     pub value: f64,
     /// Standard error.
@@ -252,7 +252,7 @@ pub fn limit_cosine<R: Rng + ?Sized>(
     lambda: f64,
     samples: usize,
     rng: &mut R,
-) -> Result<Estimate, E> {
+) -> Result<MonteCarlo, E> {
     setup.validate()?;
     check_lambda(lambda)?;
     if samples < 2 {
@@ -293,7 +293,7 @@ pub fn limit_cosine<R: Rng + ?Sized>(
     let h1m = h1.iter().sum::<f64>() / nf;
     let var_h1 = h1.iter().map(|v| (v - h1m) * (v - h1m)).sum::<f64>() / (nf - 1.0);
     let se = (4.0 * var_h1 / nf + 2.0 / (nf * nf)).sqrt();
-    Ok(Estimate { value, se })
+    Ok(MonteCarlo { value, se })
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use faer::Mat;
 /// thin factors (QR of each d × d_head factor, then an SVD of the d_head × d_head core), which is
 /// exact and cheap. Gemma's q/k norms and BERT's post-norms are not folded in.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct HeadCost {
+pub struct HeadNorms {
     /// Layer.
     pub layer: usize,
     /// Head.
@@ -45,7 +45,7 @@ pub struct RealReport {
     /// Per layer (index l = after layer l).
     pub layers: Vec<LayerStats>,
     /// Per head.
-    pub head_costs: Vec<HeadCost>,
+    pub head_costs: Vec<HeadNorms>,
     /// A1 per layer (THEORY §3): the corollary's sufficient condition on the real embeddings.
     pub a1: Vec<super::halfspace_real::A1Corollary>,
     /// A1 verdicts per layer through `geometry` (without biases, and homogenised where the model
@@ -88,7 +88,7 @@ fn core_singular_values(ra: &Mat<f64>, rb: &Mat<f64>) -> Vec<f64> {
 /// $W_{VO} = W_O[:, h]\thinspace(\mathrm{diag}(g) W_V^\top)^\top$ from the `d_head × d_head` cores of
 /// their thin factors. The keys' and values' R factors are computed once per KV head (shared by
 /// its query group), and the heads of a layer run in parallel, each decomposition sequential.
-pub fn head_costs(m: &Pretrained) -> Vec<HeadCost> {
+pub fn head_costs(m: &Pretrained) -> Vec<HeadNorms> {
     use rayon::prelude::*;
     let c: &Config = &m.cfg;
     let (d, dh, h, hk) = (c.d_model, c.head_dim, c.n_head, c.n_kv_head);
@@ -112,7 +112,7 @@ pub fn head_costs(m: &Pretrained) -> Vec<HeadCost> {
                 (r_of(fk), r_of(fv))
             })
             .collect();
-        let layer: Vec<HeadCost> = (0..h)
+        let layer: Vec<HeadNorms> = (0..h)
             .into_par_iter()
             .map(|hh| {
                 let kv = hh / (h / hk);
@@ -124,7 +124,7 @@ pub fn head_costs(m: &Pretrained) -> Vec<HeadCost> {
                 let fo = Mat::<f64>::from_fn(d, dh, |i, r| wo[i * ly.wo.inp + hh * dh + r] as f64);
                 let sqk = core_singular_values(&r_of(fq), &kv_r[kv].0);
                 let svo = core_singular_values(&r_of(fo), &kv_r[kv].1);
-                HeadCost {
+                HeadNorms {
                     layer: l,
                     head: hh,
                     qk_fro: sqk.iter().map(|s| s * s).sum::<f64>().sqrt(),

@@ -269,7 +269,7 @@ impl Activations {
         crate::budget::Budget::default()
             .check(
                 &format!("activation file with T = {t} positions"),
-                crate::budget::Estimate::bytes(8.0 * 4.0 * (t as f64) * (t as f64)),
+                crate::budget::Need::bytes(8.0 * 4.0 * (t as f64) * (t as f64)),
                 false,
             )
             .map_err(|e| ActivationError::Format(e.to_string()))?;

@@ -583,7 +583,7 @@ impl Pretrained {
     /// f64), so neither the `[T, vocab]` logits nor T/64 dequantizations of the head happen.
     fn next_token_nll_streamed(
         &self,
-        head: &super::weights::Weight,
+        head: &super::weights::StoredMatrix,
         normed: &[f32],
         tokens: &[u32],
     ) -> Result<Vec<f64>, RealError> {

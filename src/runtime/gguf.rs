@@ -1,12 +1,12 @@
 //! GGUF model files: the header through candle-core's reader (`quantized::gguf_file`), the
-//! tensor data memory-mapped and kept in its storage format ([`Weight`]: quantized blocks and
+//! tensor data memory-mapped and kept in its storage format ([`StoredMatrix`]: quantized blocks and
 //! f16/bf16 reference the map; f32 tensors are copied once). This module only reads files;
 //! which architectures load and with which conventions (e.g. the Llama-only q/k row
 //! permutation) is [`super::arch`]'s business.
 
 use super::RealError;
 use super::model::Linear;
-use super::weights::{Backing, Bytes, Weight};
+use super::weights::{Backing, Bytes, StoredMatrix};
 use candle_core::quantized::gguf_file::{Content, Value};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -17,6 +17,8 @@ pub struct GgufFile {
     path: PathBuf,
     content: Content,
     map: Arc<Backing>,
+    /// Names of the tensors read so far (an architecture must read every tensor once).
+    read: std::cell::RefCell<std::collections::BTreeSet<String>>,
 }
 
 /// A candle error's message without the backtrace candle may attach to it.
@@ -283,10 +285,32 @@ impl GgufFile {
                 ));
             }
         }
+        // The data section holds the listed tensors and their padding, nothing more: bytes past
+        // the last tensor's padding mean the directory lists fewer tensors than the file holds
+        // (a `tensor_count` one short shifts every offset), so the offsets cannot be trusted.
+        let data_end = extents
+            .iter()
+            .map(|e| e.1)
+            .max()
+            .unwrap_or(content.tensor_data_offset);
+        let trailing = file_len.saturating_sub(data_end);
+        if trailing >= alignment {
+            return Err(RealError::file(
+                path,
+                format!(
+                    "{trailing} bytes follow the last tensor's data (at most {} of padding are \
+                     allowed): the tensor directory ({} tensors) does not describe the whole \
+                     file; is `tensor_count` wrong?",
+                    alignment - 1,
+                    content.tensor_infos.len()
+                ),
+            ));
+        }
         Ok(Self {
             path: path.to_path_buf(),
             content,
             map,
+            read: Default::default(),
         })
     }
 
@@ -346,18 +370,30 @@ impl GgufFile {
     }
 
     /// Whether a tensor exists.
+    /// Tensors of the directory not read so far, in name order.
+    pub fn unread_tensors(&self) -> Vec<String> {
+        let read = self.read.borrow();
+        self.content
+            .tensor_infos
+            .keys()
+            .filter(|n| !read.contains(n.as_str()))
+            .cloned()
+            .collect()
+    }
+
     pub fn has(&self, name: &str) -> bool {
         self.content.tensor_infos.contains_key(name)
     }
 
     /// A tensor in its storage format, viewed as a row-major matrix `[∏ dims[..n−1], dims[n−1]]`
     /// (a 1-D tensor is one row), and its dims in PyTorch order.
-    pub fn weight(&self, name: &str) -> Result<(Weight, Vec<usize>), RealError> {
+    pub fn weight(&self, name: &str) -> Result<(StoredMatrix, Vec<usize>), RealError> {
         let ti = self
             .content
             .tensor_infos
             .get(name)
             .ok_or_else(|| self.err(format!("missing tensor `{name}`")))?;
+        self.read.borrow_mut().insert(name.to_string());
         let dims = ti.shape.dims().to_vec();
         let cols = dims.last().copied().unwrap_or(1);
         let rows = dims.iter().rev().skip(1).product::<usize>();
@@ -370,7 +406,7 @@ impl GgufFile {
                 "tensor `{name}`: truncated: the file ends inside this tensor's data"
             ))
         })?;
-        let w = Weight::from_bytes(dt, bytes, rows, cols)
+        let w = StoredMatrix::from_bytes(dt, bytes, rows, cols)
             .map_err(|m| self.err(format!("tensor `{name}`: {m}")))?;
         Ok((w, dims))
     }
@@ -390,7 +426,12 @@ impl GgufFile {
 
     /// A `[out, inp]` matrix in its storage format (finiteness is checked by
     /// [`Pretrained::validate`] on the scales, without dequantizing).
-    pub(crate) fn matrix(&self, name: &str, out: usize, inp: usize) -> Result<Weight, RealError> {
+    pub(crate) fn matrix(
+        &self,
+        name: &str,
+        out: usize,
+        inp: usize,
+    ) -> Result<StoredMatrix, RealError> {
         let (w, dims) = self.weight(name)?;
         if dims != [out, inp] {
             return Err(self.err(format!(

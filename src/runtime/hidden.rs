@@ -1,11 +1,11 @@
 //! A stack of hidden states $h^l_t \in \mathbb{R}^d$, $l = 0..L-1$, $t = 0..T-1$,
 //! stored contiguously as `[L][T][d]` (the layout of captured activations).
 
-/// Element type of a hidden-state tensor (f32 for captured activations,
-/// f64 for the synthetic models). Arithmetic is done in f64.
-pub trait Scalar: Copy + Send + Sync + Into<f64> + 'static {}
-impl Scalar for f32 {}
-impl Scalar for f64 {}
+//!
+//! The element type is the crate's one scalar trait, [`Real`]: f32 for captured activations,
+//! f64 for the synthetic models; arithmetic on the states is done in f64.
+
+pub use crate::backend::Real;
 
 /// Errors when building a hidden-state tensor.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -43,14 +43,14 @@ pub enum ShapeError {
 
 /// Hidden states of one sequence, `[L][T][d]` row-major.
 #[derive(Clone, Debug, PartialEq)]
-pub struct HiddenStates<S: Scalar> {
+pub struct HiddenStates<S: Real> {
     layers: usize,
     tokens: usize,
     dim: usize,
     data: Vec<S>,
 }
 
-impl<S: Scalar> HiddenStates<S> {
+impl<S: Real> HiddenStates<S> {
     /// Wraps a `[L][T][d]` buffer.
     pub fn new(layers: usize, tokens: usize, dim: usize, data: Vec<S>) -> Result<Self, ShapeError> {
         if layers == 0 || tokens == 0 || dim == 0 {
@@ -128,7 +128,7 @@ impl<S: Scalar> HiddenStates<S> {
     pub fn norm(&self, layer: usize, pos: usize) -> f64 {
         self.state(layer, pos)
             .iter()
-            .map(|&v| v.into() * v.into())
+            .map(|&v| v.to_f64() * v.to_f64())
             .sum::<f64>()
             .sqrt()
     }
@@ -136,7 +136,7 @@ impl<S: Scalar> HiddenStates<S> {
 
 /// $\langle a, b\rangle$ and $\lVert a\rVert^2$ in one pass, accumulated in f64.
 #[inline]
-pub(crate) fn dot_and_sq<S: Scalar>(a: &[S], b: &[S]) -> (f64, f64) {
+pub(crate) fn dot_and_sq<S: Real>(a: &[S], b: &[S]) -> (f64, f64) {
     // Four independent accumulators let the compiler vectorise the loop.
     let mut d = [0.0f64; 4];
     let mut s = [0.0f64; 4];
@@ -145,16 +145,16 @@ pub(crate) fn dot_and_sq<S: Scalar>(a: &[S], b: &[S]) -> (f64, f64) {
     let (ra, rb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
         for k in 0..4 {
-            let xv: f64 = x[k].into();
-            d[k] += xv * y[k].into();
+            let xv: f64 = x[k].to_f64();
+            d[k] += xv * y[k].to_f64();
             s[k] += xv * xv;
         }
     }
     let mut dd = d.iter().sum::<f64>();
     let mut ss = s.iter().sum::<f64>();
     for (x, y) in ra.iter().zip(rb) {
-        let xv: f64 = (*x).into();
-        dd += xv * (*y).into();
+        let xv: f64 = x.to_f64();
+        dd += xv * y.to_f64();
         ss += xv * xv;
     }
     (dd, ss)

@@ -6,7 +6,7 @@
 //!
 //! Data flow: [`fetch`] puts verified files in the cache → [`gguf`] / [`safetensors`] read
 //! the files and [`arch`] (one module per architecture) turns them into a [`model::Pretrained`]
-//! (weights kept as the file stores them, [`weights::Weight`]: f32, f16/bf16 or ggml blocks,
+//! (weights kept as the file stores them, [`weights::StoredMatrix`]: f32, f16/bf16 or ggml blocks,
 //! which a product dequantizes in row tiles or, with [`weights::Matmul::Q8`], multiplies by
 //! integer dot products; `--weights f32` converts them once at load) → [`forward`] runs it,
 //! showing each layer's tensors to an observer ([`forward::LayerObserver`]) while they exist,
@@ -145,4 +145,41 @@ fn load_files(path: &Path) -> Result<LoadedModel, RealError> {
             "neither a GGUF file (magic `GGUF`) nor a safetensors model (`.safetensors` or a directory)",
         ))
     }
+}
+
+/// SHA-256 over the content of every file [`load`] reads for `path` (a GGUF file; or a
+/// directory's or a `.safetensors` file's `config.json`, `tokenizer.json` and `*.safetensors`,
+/// name by name in sorted order): what identifies a model's results, whatever path it sits at.
+pub fn content_hash(path: &Path) -> Result<String, RealError> {
+    use sha2::{Digest, Sha256};
+    let mut files: Vec<PathBuf> = Vec::new();
+    if path.is_dir() || path.extension().is_some_and(|e| e == "safetensors") {
+        let dir = if path.is_dir() {
+            path.to_path_buf()
+        } else {
+            path.parent().unwrap_or(Path::new(".")).to_path_buf()
+        };
+        let rd = std::fs::read_dir(&dir).map_err(|e| RealError::io(&dir, e))?;
+        for e in rd {
+            let p = e.map_err(|e| RealError::io(&dir, e))?.path();
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if name == "config.json"
+                || name == "tokenizer.json"
+                || (name.ends_with(".safetensors") && (path.is_dir() || p == path))
+            {
+                files.push(p);
+            }
+        }
+        files.sort();
+    } else {
+        files.push(path.to_path_buf());
+    }
+    let mut h = Sha256::new();
+    for f in &files {
+        h.update(f.file_name().map(|n| n.as_encoded_bytes()).unwrap_or(b""));
+        h.update([0]);
+        h.update(fetch::sha256_file(f)?.as_bytes());
+        h.update([0]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -1,15 +1,15 @@
 //! The in-memory model: architecture description and weights, independent of the file
 //! format it came from (GGUF or safetensors). Projection matrices and the token embedding
-//! stay in their storage format ([`Weight`]: f32, f16/bf16, or quantized ggml blocks);
+//! stay in their storage format ([`StoredMatrix`]: f32, f16/bf16, or quantized ggml blocks);
 //! norms, biases and position embeddings are f32.
 //!
-//! Weight matrices are row-major `[out, in]` (PyTorch's `nn.Linear` layout), so a projection
+//! StoredMatrix matrices are row-major `[out, in]` (PyTorch's `nn.Linear` layout), so a projection
 //! is `y = x Wᵀ + b` for a row-major activation `x ∈ R^{T×in}`. Q/K rows are stored in the
 //! Hugging Face order (rotary pairs `(j, j + d_rot/2)`): the Llama-family GGUF loader undoes
 //! llama.cpp's interleaving (see [`super::arch`]).
 
 use super::RealError;
-pub use super::weights::{Matmul, Weight};
+pub use super::weights::{Matmul, StoredMatrix};
 use std::path::Path;
 
 /// Model family.
@@ -92,8 +92,8 @@ impl NormLayer {
 /// A dense projection `y = x Wᵀ + b`, `W` row-major `[out, in]`.
 #[derive(Debug, Clone)]
 pub struct Linear {
-    /// Weight, row-major `[out, in]`, in its storage format.
-    pub w: Weight,
+    /// StoredMatrix, row-major `[out, in]`, in its storage format.
+    pub w: StoredMatrix,
     /// Output width.
     pub out: usize,
     /// Input width.
@@ -251,7 +251,7 @@ pub struct Pretrained {
     pub cfg: Config,
     /// Token embeddings, row-major `[vocab, d]`, in their storage format (a lookup
     /// dequantizes only the rows it needs).
-    pub embed: Weight,
+    pub embed: StoredMatrix,
     /// Learned absolute positions, row-major `[max_context, d]`.
     pub pos_embed: Option<Vec<f32>>,
     /// Token-type-0 embedding (BERT), length d.

@@ -1,12 +1,12 @@
 //! safetensors files (f32, f16 or bf16 weights) and Hugging Face checkpoints: one
 //! `model.safetensors` or shards listed in `model.safetensors.index.json`. Files are
-//! memory-mapped; f16/bf16 matrices stay 16-bit in the map ([`Weight`]), converted to f32 in
+//! memory-mapped; f16/bf16 matrices stay 16-bit in the map ([`StoredMatrix`]), converted to f32 in
 //! the product's tile. This module only reads files; the architectures that use them live in
 //! [`super::arch`].
 
 use super::RealError;
 use super::model::{Linear, NormLayer};
-use super::weights::{Backing, Bytes, Weight};
+use super::weights::{Backing, Bytes, StoredMatrix};
 use candle_core::quantized::GgmlDType;
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
@@ -82,7 +82,12 @@ impl StFile {
 
     /// A finite `[out, inp]` matrix: f16/bf16 kept 16-bit in the map, other dtypes converted
     /// to f32 (finiteness of 16-bit data is checked by [`Pretrained::validate`]).
-    pub(crate) fn weight(&self, name: &str, out: usize, inp: usize) -> Result<Weight, RealError> {
+    pub(crate) fn weight(
+        &self,
+        name: &str,
+        out: usize,
+        inp: usize,
+    ) -> Result<StoredMatrix, RealError> {
         let st = self.st();
         let t = st
             .tensor(name)
@@ -90,7 +95,7 @@ impl StFile {
         let dt = match t.dtype() {
             Dtype::F16 => GgmlDType::F16,
             Dtype::BF16 => GgmlDType::BF16,
-            _ => return Ok(Weight::f32(self.shaped(name, &[out, inp])?, out, inp)),
+            _ => return Ok(StoredMatrix::f32(self.shaped(name, &[out, inp])?, out, inp)),
         };
         if t.shape() != [out, inp] {
             return Err(RealError::file(
@@ -105,7 +110,7 @@ impl StFile {
         let start = t.data().as_ptr() as usize - self.bytes.bytes().as_ptr() as usize;
         let bytes = Bytes::new(self.bytes.clone(), start, t.data().len())
             .ok_or_else(|| RealError::file(&self.path, format!("tensor `{name}`: bad extent")))?;
-        Weight::from_bytes(dt, bytes, out, inp)
+        StoredMatrix::from_bytes(dt, bytes, out, inp)
             .map_err(|m| RealError::file(&self.path, format!("tensor `{name}`: {m}")))
     }
 
@@ -297,7 +302,7 @@ impl Checkpoint {
     }
 
     /// A `[out, inp]` matrix in its storage format (f16/bf16 kept, others as f32).
-    pub fn weight(&self, name: &str, out: usize, inp: usize) -> Result<Weight, RealError> {
+    pub fn weight(&self, name: &str, out: usize, inp: usize) -> Result<StoredMatrix, RealError> {
         self.file_of(name)?.weight(name, out, inp)
     }
 

@@ -1,16 +1,16 @@
 //! A weight matrix in its storage format, and products with it.
 //!
-//! A [`Weight`] is a row-major `[rows, cols]` matrix kept as the file stored it: f32, 16-bit
+//! A [`StoredMatrix`] is a row-major `[rows, cols]` matrix kept as the file stored it: f32, 16-bit
 //! floats (f16 / bf16, converted in the kernel), or ggml blocks (Q4_0 … Q8_K) whose bytes stay
 //! in the memory-mapped file. Quantized blocks run along a row (the input dimension of a
 //! projection `y = x Wᵀ`), so a row is a contiguous byte range: row slices and row
-//! permutations are byte operations on every storage type ([`Weight::rows`],
-//! [`Weight::permute_rows`]); anything else converts to f32 first ([`Weight::to_f32`]).
+//! permutations are byte operations on every storage type ([`StoredMatrix::rows`],
+//! [`StoredMatrix::permute_rows`]); anything else converts to f32 first ([`StoredMatrix::to_f32`]).
 //!
 //! Dequantization is candle-core's block kernels (`GgmlType::to_float`) applied to the file's
 //! bytes reinterpreted as blocks; there is no dequantizer of our own.
 //!
-//! Two products $x W^\top$ ([`Weight::matmul_t`]):
+//! Two products $x W^\top$ ([`StoredMatrix::matmul_t`]):
 //! - [`Matmul::Exact`]: rows of `W` are dequantized in tiles of [`TILE`] rows into an f32
 //!   scratch and multiplied by faer, so activations stay f32 and the result equals
 //!   dequantize-then-multiply up to f32 summation order; for up to
@@ -143,7 +143,7 @@ impl Bytes {
 
 /// Reinterprets bytes as a slice of `B` (a ggml block or a 16-bit float).
 ///
-/// Callers guarantee the invariants [`Weight`]'s constructors check: the length is a multiple
+/// Callers guarantee the invariants [`StoredMatrix`]'s constructors check: the length is a multiple
 /// of `size_of::<B>()` and the address is aligned (every [`Bytes`] starts 8-byte aligned and row
 /// offsets are multiples of the block size, itself a multiple of the block's alignment).
 fn cast<B>(b: &[u8]) -> &[B] {
@@ -229,7 +229,7 @@ pub fn scale_offsets(dt: GgmlDType) -> &'static [usize] {
     }
 }
 
-/// How a [`Weight`] is stored.
+/// How a [`StoredMatrix`] is stored.
 #[derive(Debug, Clone)]
 pub enum Storage {
     /// f32 values.
@@ -249,17 +249,17 @@ pub enum Storage {
 
 /// A row-major `[rows, cols]` matrix in its storage format.
 #[derive(Debug, Clone)]
-pub struct Weight {
+pub struct StoredMatrix {
     rows: usize,
     cols: usize,
     storage: Storage,
 }
 
-impl Weight {
+impl StoredMatrix {
     /// An f32 matrix. Panics if `v.len() != rows · cols` (a caller bug, not an input error).
     pub fn f32(v: Vec<f32>, rows: usize, cols: usize) -> Self {
         assert_eq!(v.len(), rows * cols, "f32 weight of the wrong length");
-        Weight {
+        StoredMatrix {
             rows,
             cols,
             storage: Storage::F32(v),
@@ -310,7 +310,7 @@ impl Weight {
                 Storage::Quantized { dtype: q, bytes }
             }
         };
-        Ok(Weight {
+        Ok(StoredMatrix {
             rows,
             cols,
             storage,
@@ -361,7 +361,7 @@ impl Weight {
     }
 
     /// Rows `r0 .. r0 + n` (a byte range for every storage type; no copy for mapped bytes).
-    pub fn rows(&self, r0: usize, n: usize) -> Weight {
+    pub fn rows(&self, r0: usize, n: usize) -> StoredMatrix {
         assert!(r0 + n <= self.rows && n > 0, "row range out of bounds");
         let rb = self.row_bytes();
         let storage = match &self.storage {
@@ -373,7 +373,7 @@ impl Weight {
                 bytes: bytes.sub(r0 * rb, n * rb),
             },
         };
-        Weight {
+        StoredMatrix {
             rows: n,
             cols: self.cols,
             storage,
@@ -381,7 +381,7 @@ impl Weight {
     }
 
     /// The matrix whose row `i` is row `perm[i]` of this one (bytes copied once).
-    pub fn permute_rows(&self, perm: &[usize]) -> Weight {
+    pub fn permute_rows(&self, perm: &[usize]) -> StoredMatrix {
         assert!(
             perm.len() == self.rows && perm.iter().all(|&p| p < self.rows),
             "not a row permutation"
@@ -417,7 +417,7 @@ impl Weight {
                 }
             }
         };
-        Weight {
+        StoredMatrix {
             rows: self.rows,
             cols: self.cols,
             storage,

@@ -32,7 +32,7 @@
 //! positions $t > b$ are flagged at some scanned layer, or at some scanned layer
 //! the median of $|\cos|$ over $t > b$ exceeds $\tau$.
 
-use super::hidden::{HiddenStates, Scalar, dot_and_sq};
+use super::hidden::{HiddenStates, Real, dot_and_sq};
 use crate::stats::quantile_sorted;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -327,7 +327,7 @@ pub fn window_from_norms(norms: &[f64]) -> Range<usize> {
 }
 
 /// Picks the BOS position among the candidates (largest mean norm over layers, first on ties).
-pub fn choose_bos<S: Scalar>(
+pub fn choose_bos<S: Real>(
     h: &HiddenStates<S>,
     candidates: &[usize],
 ) -> Result<usize, DetectError> {
@@ -353,10 +353,7 @@ pub fn choose_bos<S: Scalar>(
 }
 
 /// Runs the detector on one sequence of hidden states.
-pub fn detect<S: Scalar>(
-    h: &HiddenStates<S>,
-    p: &DetectorParams,
-) -> Result<Detection, DetectError> {
+pub fn detect<S: Real>(h: &HiddenStates<S>, p: &DetectorParams) -> Result<Detection, DetectError> {
     if !(0.0..=1.0).contains(&p.tau) {
         return Err(DetectError::Tau(p.tau));
     }
@@ -379,7 +376,7 @@ pub fn detect<S: Scalar>(
         let mut n = 0usize;
         for t in (0..nt).filter(|t| !p.bos_candidates.contains(t)) {
             for (m, &x) in mu.iter_mut().zip(h.state(l, t)) {
-                *m += x.into();
+                *m += x.to_f64();
             }
             n += 1;
         }
@@ -404,13 +401,13 @@ pub fn detect<S: Scalar>(
                         .collect()
                 }
                 Some(mu) => {
-                    let cb: Vec<f64> = hb.iter().zip(&mu).map(|(&x, m)| x.into() - m).collect();
+                    let cb: Vec<f64> = hb.iter().zip(&mu).map(|(&x, m)| x.to_f64() - m).collect();
                     let nb = cb.iter().map(|x| x * x).sum::<f64>().sqrt();
                     (b + 1..nt)
                         .map(|t| {
                             let (mut dot, mut sq) = (0.0, 0.0);
                             for ((&x, m), c) in h.state(l, t).iter().zip(&mu).zip(&cb) {
-                                let y = x.into() - m;
+                                let y = x.to_f64() - m;
                                 dot += y * c;
                                 sq += y * y;
                             }

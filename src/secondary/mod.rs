@@ -23,4 +23,4 @@ pub use detector::{
     DetectError, Detection, DetectorParams, Label, LabelRule, Level, LevelSummary, Sink,
     WindowMode, detect, level_summary, levels,
 };
-pub use hidden::{HiddenStates, Scalar, ShapeError};
+pub use hidden::{HiddenStates, ShapeError};

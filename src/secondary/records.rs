@@ -121,7 +121,7 @@ pub struct Analysis {
     pub summary: SequenceSummary,
 }
 
-fn cos<S: super::hidden::Scalar>(a: &[S], b: &[S]) -> Option<f64> {
+fn cos<S: super::hidden::Real>(a: &[S], b: &[S]) -> Option<f64> {
     let (d, sa) = dot_and_sq(a, b);
     let (_, sb) = dot_and_sq(b, b);
     (sa > 0.0 && sb > 0.0).then(|| (d / (sa.sqrt() * sb.sqrt())).clamp(-1.0, 1.0))

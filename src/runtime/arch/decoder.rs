@@ -18,7 +18,7 @@ use crate::runtime::RealError;
 use crate::runtime::gguf::{GgufFile, value_usize};
 use crate::runtime::model::{Act, Arch, Config, Layer, Linear, NormLayer, Pretrained, Rope};
 use crate::runtime::safetensors::Checkpoint;
-use crate::runtime::weights::Weight;
+use crate::runtime::weights::StoredMatrix;
 use candle_core::quantized::gguf_file::Value as GValue;
 use serde_json::Value;
 
@@ -168,7 +168,7 @@ pub enum Gain {
 /// A decoder's tensors, asked for by role.
 pub trait DecoderWeights {
     /// The token embedding `[vocab, d]` and `vocab`.
-    fn embed(&mut self, d: usize) -> Result<(Weight, usize), RealError>;
+    fn embed(&mut self, d: usize) -> Result<(StoredMatrix, usize), RealError>;
     /// An RMSNorm gain of length `n`, as the forward pass multiplies by it.
     fn gain(&mut self, at: Gain, n: usize) -> Result<Vec<f32>, RealError>;
     /// The q, k and v projections of layer `l` (`hq`, `hk`, `hk` rows, `d` columns).
@@ -391,7 +391,7 @@ pub struct HfWeights<'a> {
 }
 
 impl DecoderWeights for HfWeights<'_> {
-    fn embed(&mut self, d: usize) -> Result<(Weight, usize), RealError> {
+    fn embed(&mut self, d: usize) -> Result<(StoredMatrix, usize), RealError> {
         let e = self.w.weight("model.embed_tokens.weight", self.vocab, d)?;
         Ok((e, self.vocab))
     }
@@ -707,7 +707,7 @@ impl GgufWeights<'_> {
 }
 
 impl DecoderWeights for GgufWeights<'_> {
-    fn embed(&mut self, d: usize) -> Result<(Weight, usize), RealError> {
+    fn embed(&mut self, d: usize) -> Result<(StoredMatrix, usize), RealError> {
         let vocab = self.rows("token_embd.weight", d, "vocab")?;
         Ok((self.g.matrix("token_embd.weight", vocab, d)?, vocab))
     }

@@ -3,7 +3,7 @@
 
 use super::{HfCfg, MAX_DIM, MAX_LAYERS, refuse_quantized};
 use crate::runtime::RealError;
-use crate::runtime::model::{Act, Arch, Config, Layer, Linear, Pretrained, Weight};
+use crate::runtime::model::{Act, Arch, Config, Layer, Linear, Pretrained, StoredMatrix};
 use crate::runtime::safetensors::Checkpoint;
 use serde_json::Value;
 
@@ -83,7 +83,7 @@ pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Pretrained, RealError> {
         let b = st.shaped(&format!("{name}.bias"), &[out])?;
         Ok(Linear {
             // Conv1D stores [in, out]: a transpose is not a row operation, so f32.
-            w: Weight::f32(transpose(&w, inp, out), out, inp),
+            w: StoredMatrix::f32(transpose(&w, inp, out), out, inp),
             out,
             inp,
             b: Some(b),

@@ -56,7 +56,7 @@ pub fn from_hf(c: &HfCfg, w: &Checkpoint, mt: &str) -> Result<Pretrained, RealEr
 }
 
 /// The row permutation [`unpermute_rows`] applies: HF row `dst` is GGUF row `perm[dst]`
-/// (a byte operation on quantized rows, [`crate::runtime::weights::Weight::permute_rows`]).
+/// (a byte operation on quantized rows, [`crate::runtime::weights::StoredMatrix::permute_rows`]).
 pub fn unpermute_perm(n_heads: usize, head_dim: usize) -> Vec<usize> {
     let half = head_dim / 2;
     let mut perm = vec![0; n_heads * head_dim];

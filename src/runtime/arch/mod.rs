@@ -370,6 +370,20 @@ pub fn from_gguf(g: &mut GgufFile, path: &Path) -> Result<Pretrained, RealError>
             )));
         }
     };
+    // Every tensor is used exactly once: one the architecture does not read (a layer beyond
+    // `block_count`, a tensor of another architecture) is refused by name, as a missing one is.
+    let unread = g.unread_tensors();
+    if let Some(first) = unread.first() {
+        let more = match unread.len() {
+            1 => String::new(),
+            n => format!(" and {} more", n - 1),
+        };
+        return Err(g.err(format!(
+            "tensor `{first}`{more} not used by the `{arch}` loader ({} layers from \
+             `{arch}.block_count`); sinklab refuses a file whose tensors it would not run",
+            m.layers.len()
+        )));
+    }
     m.validate(path)?;
     Ok(m)
 }

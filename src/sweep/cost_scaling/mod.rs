@@ -217,7 +217,7 @@ pub fn check_budget(
                 budget::training(c.t, c.d, r, c.layers, c.mlp_hidden, n, c.batch, c.steps)
             }
         };
-        let at_once = budget::Estimate {
+        let at_once = budget::Need {
             bytes: e.bytes * parallel,
             seconds: e.seconds,
         };
@@ -229,7 +229,7 @@ pub fn check_budget(
             "{name}: all {} points together on {parallel} threads",
             points.len()
         ),
-        budget::Estimate {
+        budget::Need {
             bytes: 0.0,
             seconds: total_seconds / parallel,
         },
