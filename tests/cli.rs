@@ -1,10 +1,8 @@
 //! The command line as a user meets it: JSON output, exit codes, the report.
 
-use std::process::Command;
-
-fn sinklab() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_sinklab"))
-}
+#[path = "support/cli.rs"]
+mod cli;
+use cli::bin as sinklab;
 
 #[test]
 fn check_json_has_the_documented_keys() {
@@ -20,11 +18,7 @@ fn check_json_has_the_documented_keys() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", cli::stderr(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let arr = v.as_array().unwrap();
     assert_eq!(arr.len(), 1);
@@ -70,7 +64,7 @@ fn bad_arguments_exit_with_code_2() {
             out.status.code(),
             Some(2),
             "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
+            cli::stderr(&out)
         );
         assert!(!out.stderr.is_empty(), "{args:?} printed no message");
     }
@@ -84,11 +78,7 @@ fn report_quick_writes_markdown_with_the_claims_table() {
         .arg(dir.path())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", cli::stderr(&out));
     let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
     assert!(md.contains(
         "| claim | theorem | statement | cases tried | result | worst margin | figure |"
@@ -120,11 +110,7 @@ fn cost_json(args: &[&str]) -> serde_json::Value {
         .arg("--json")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", cli::stderr(&out));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 

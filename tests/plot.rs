@@ -2,11 +2,13 @@
 //! span the data, no text leaves the canvas, one legend entry per series, and
 //! `sinklab plot` redraws a figure from its data file byte for byte.
 
+#[path = "support/cli.rs"]
+mod cli;
+use cli::bin;
 use proptest::prelude::*;
 use sinklab::plot::scene::Scene;
 use sinklab::plot::{self, Figure, Heatmap, Options, Panel, Series, Style, ticks};
 use std::path::Path;
-use std::process::Command;
 
 /// Every property the issue asks of a drawn figure.
 fn check_scene(sc: &Scene, what: &str) {
@@ -278,10 +280,6 @@ proptest! {
     }
 }
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_sinklab"))
-}
-
 #[test]
 fn sinklab_plot_redraws_the_same_bytes() {
     let dir = tempfile::tempdir().unwrap();
@@ -310,11 +308,7 @@ fn sinklab_plot_redraws_the_same_bytes() {
             ])
             .output()
             .unwrap();
-        assert!(
-            st.status.success(),
-            "{}",
-            String::from_utf8_lossy(&st.stderr)
-        );
+        assert!(st.status.success(), "{}", cli::stderr(&st));
         for ext in ["svg", "png"] {
             let a = std::fs::read(dir.path().join(format!("{name}.{ext}"))).unwrap();
             let b = std::fs::read(out.join(format!("{name}.{ext}"))).unwrap();
@@ -336,11 +330,7 @@ fn sinklab_plot_redraws_the_same_bytes() {
         ])
         .output()
         .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
+    assert!(st.status.success(), "{}", cli::stderr(&st));
     let png = std::fs::read(out.join("scaling.png")).unwrap();
     assert_eq!(u32::from_be_bytes(png[16..20].try_into().unwrap()), 1500);
     let svg = std::fs::read_to_string(out.join("scaling.svg")).unwrap();
@@ -352,7 +342,7 @@ fn plot_err(path: &Path, extra: &[&str]) -> String {
     c.arg("plot").arg(path).args(extra);
     let st = c.output().unwrap();
     assert!(!st.status.success(), "{path:?} should be refused");
-    let e = String::from_utf8_lossy(&st.stderr).to_string();
+    let e = cli::stderr(&st).to_string();
     assert!(!e.contains("panicked"), "{e}");
     e
 }
@@ -453,9 +443,5 @@ fn two_data_files_with_one_stem_into_one_directory_are_refused() {
     );
     assert!(!out.join("fig.svg").exists(), "drew before refusing");
     let st = bin().arg("plot").arg(&a).arg(&b).output().unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
+    assert!(st.status.success(), "{}", cli::stderr(&st));
 }

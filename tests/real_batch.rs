@@ -1,13 +1,11 @@
 //! `sinklab real --file inputs.jsonl`: many inputs through one loaded model, one JSON line
 //! each, the same reports as one run per input, resumable, malformed input refused up front.
 
+#[path = "support/cli.rs"]
+mod cli;
+use cli::bin;
 use sinklab::synth::{SynthSpec, write_gguf};
 use std::path::Path;
-use std::process::Command;
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_sinklab"))
-}
 
 fn lines(p: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(p)
@@ -37,7 +35,7 @@ fn a_jsonl_file_gives_the_single_run_reports_and_resumes() {
             .unwrap()
     };
     let o = run();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", cli::stderr(&o));
     let results = dir.path().join("inputs.results.jsonl");
     let got = lines(&results);
     assert_eq!(got.len(), 3);
@@ -57,14 +55,14 @@ fn a_jsonl_file_gives_the_single_run_reports_and_resumes() {
     }
     // A rerun computes nothing; a partial tail (a killed run) is cut and the input recomputed.
     let o = run();
-    assert!(String::from_utf8_lossy(&o.stderr).contains("3 already"));
+    assert!(cli::stderr(&o).contains("3 already"));
     assert_eq!(lines(&results).len(), 3);
     let full = std::fs::read_to_string(&results).unwrap();
     let keep: String = full.lines().take(2).map(|l| format!("{l}\n")).collect();
     std::fs::write(&results, format!("{keep}{{\"line\": 4, \"ke")).unwrap();
     let o = run();
     assert!(o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("2 already"));
+    assert!(cli::stderr(&o).contains("2 already"));
     assert_eq!(std::fs::read_to_string(&results).unwrap(), full);
 }
 
@@ -90,7 +88,7 @@ fn malformed_lines_are_refused_with_file_and_line_before_any_work() {
             .arg(&inputs)
             .output()
             .unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = cli::stderr(&o);
         assert!(!o.status.success(), "{bad:?}");
         assert!(err.contains(what), "{bad:?}: {err}");
         assert!(!dir.path().join("bad.results.jsonl").exists());
@@ -117,7 +115,7 @@ fn run_file(m: &Path, inputs: &Path, results: Option<&Path>) -> std::process::Ou
 }
 
 fn refused(o: &std::process::Output, needles: &[&str]) {
-    let e = String::from_utf8_lossy(&o.stderr);
+    let e = cli::stderr(o);
     assert!(!o.status.success(), "accepted: {e}");
     assert!(!e.contains("panicked"), "{e}");
     for n in needles {
@@ -183,12 +181,8 @@ fn one_damaged_results_line_is_recomputed_alone() {
     let damaged = format!("{}\n#\u{0}garbage\n{}\n{}\n", orig[0], orig[2], orig[3]);
     std::fs::write(&results, damaged).unwrap();
     let o = run_file(&model, &inputs, None);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("3 already"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{}", cli::stderr(&o));
+    assert!(cli::stderr(&o).contains("3 already"), "{}", cli::stderr(&o));
     let now = std::fs::read_to_string(&results).unwrap();
     let mut a: Vec<&str> = now.lines().collect();
     let mut b = orig.clone();
@@ -230,15 +224,15 @@ fn another_model_at_the_same_path_recomputes_every_input() {
     let results = dir.path().join("inputs.results.jsonl");
     write_gguf(&model, &SynthSpec::default(), 7).unwrap();
     let o = run_file(&model, &inputs, None);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", cli::stderr(&o));
     let first = lines(&results);
     // The control: the same model again reuses both lines.
     let o = run_file(&model, &inputs, None);
-    assert!(String::from_utf8_lossy(&o.stderr).contains("2 already"));
+    assert!(cli::stderr(&o).contains("2 already"));
     // Other weights (seed 8) at the same path: the old lines were stale before (keyed by path).
     write_gguf(&model, &SynthSpec::default(), 8).unwrap();
     let o = run_file(&model, &inputs, None);
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = cli::stderr(&o);
     assert!(o.status.success() && err.contains("0 already"), "{err}");
     let all = lines(&results);
     assert_eq!(all.len(), 4, "two new lines beside the two old ones");

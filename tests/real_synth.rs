@@ -3,8 +3,11 @@
 //! candle (and the sinklab loader) and by the Python `gguf` package, values those of the f32 draw
 //! up to Q4_K rounding, and the paper shapes' parameter counts equal to the published models'.
 
+#[path = "support/cli.rs"]
+mod cli;
 use candle_core::quantized::gguf_file::Content;
 use candle_core::{Device, quantized::GgmlDType};
+use cli::bin;
 use sha2::{Digest, Sha256};
 use sinklab::synth::{Llama3Rope, PaperShape, SynthDtype, paper_size, write_paper_gguf};
 use std::path::Path;
@@ -217,7 +220,7 @@ fn the_sinklab_loader_runs_it_on_token_ids() {
     }
     // `sinklab real --tokens` on the synthetic vocabulary.
     let p = write(d.path(), "cli.gguf", "tiny-qwen2", SynthDtype::Q4K, 5);
-    let o = Command::new(env!("CARGO_BIN_EXE_sinklab"))
+    let o = bin()
         .args([
             "real",
             "--model",
@@ -228,7 +231,7 @@ fn the_sinklab_loader_runs_it_on_token_ids() {
         ])
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", cli::stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v.is_object(), "{v}");
 }
@@ -269,7 +272,7 @@ print(json.dumps({"arch": r.fields["general.architecture"].contents(),
         .args(["-c", script, p.to_str().unwrap()])
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", cli::stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["arch"], "llama");
     assert_eq!(v["vocab"], 300);
@@ -328,7 +331,7 @@ fn refuses_shapes_that_do_not_fit_the_blocks_and_unknown_names() {
         &mut |_, _| {},
     )
     .unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_sinklab"))
+    let o = bin()
         .args([
             "synth",
             "--shape",
@@ -339,7 +342,7 @@ fn refuses_shapes_that_do_not_fit_the_blocks_and_unknown_names() {
         .output()
         .unwrap();
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("llama3.1-8b"));
+    assert!(cli::stderr(&o).contains("llama3.1-8b"));
 }
 
 #[test]
@@ -395,7 +398,7 @@ print(",".join(map(str, g)))
         assert!(
             o.status.success(),
             "{shape}: llama.cpp refused the file: {}",
-            String::from_utf8_lossy(&o.stderr)
+            cli::stderr(&o)
         );
         let ids: Vec<u32> = String::from_utf8_lossy(&o.stdout)
             .trim()

@@ -14,8 +14,11 @@
 //! relative (k ≤ 256), and two pre-norm layers of random N(0, 1/k) weights do not amplify it
 //! by more than a small factor (the measured gap is printed).
 
+#[path = "support/cli.rs"]
+mod cli;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
+use cli::bin;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use sinklab::real::q8_deviation;
@@ -575,14 +578,14 @@ fn cli_matmul_q8_prints_its_measured_deviation_and_refuses_batches() {
     let tmp = tempfile::tempdir().unwrap();
     let (_, spec) = specs()[1];
     let p = synth(tmp.path(), "cli.gguf", spec, 5);
-    let bin = || std::process::Command::new(env!("CARGO_BIN_EXE_sinklab"));
+    let bin = || bin();
     let o = bin()
         .args(["real", "--model"])
         .arg(&p)
         .args(["--tokens", "1,5,9,3,17,22", "--matmul", "q8", "--json"])
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", cli::stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let d = &v["q8_deviation"];
     assert_eq!(d["quantized_projections"], 14);
@@ -600,7 +603,7 @@ fn cli_matmul_q8_prints_its_measured_deviation_and_refuses_batches() {
         .output()
         .unwrap();
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--matmul q8"));
+    assert!(cli::stderr(&o).contains("--matmul q8"));
 }
 
 /// Every number of two JSON reports, paired by path.
@@ -627,7 +630,7 @@ fn cli_weights_f32_reports_what_the_file_format_reports_and_is_budgeted() {
     let (_, spec) = specs()[1];
     let p = synth(tmp.path(), "w.gguf", spec, 6);
     let run = |extra: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_sinklab"))
+        bin()
             .args(["real", "--model"])
             .arg(&p)
             .args(["--tokens", "1,5,9,3,17,22,4,8", "--json"])
@@ -637,16 +640,8 @@ fn cli_weights_f32_reports_what_the_file_format_reports_and_is_budgeted() {
     };
     let file = run(&[]);
     let f32 = run(&["--weights", "f32"]);
-    assert!(
-        file.status.success(),
-        "{}",
-        String::from_utf8_lossy(&file.stderr)
-    );
-    assert!(
-        f32.status.success(),
-        "{}",
-        String::from_utf8_lossy(&f32.stderr)
-    );
+    assert!(file.status.success(), "{}", cli::stderr(&file));
+    assert!(f32.status.success(), "{}", cli::stderr(&f32));
     let (mut a, mut b) = (Vec::new(), Vec::new());
     json_numbers(
         &serde_json::from_slice(&file.stdout).unwrap(),
@@ -673,7 +668,7 @@ fn cli_weights_f32_reports_what_the_file_format_reports_and_is_budgeted() {
     }
     let small = run(&["--weights", "f32", "--max-mem", "1K"]);
     assert!(!small.status.success());
-    let err = String::from_utf8_lossy(&small.stderr);
+    let err = cli::stderr(&small);
     assert!(
         err.contains("--weights f32") && err.contains("--max-mem"),
         "{err}"
@@ -684,12 +679,7 @@ fn cli_weights_f32_reports_what_the_file_format_reports_and_is_budgeted() {
 fn weights_flag_is_refused_where_no_model_is_loaded_by_it() {
     // `secondary --long` loads its own models and `--activations` loads none: a `--weights`
     // there would be silently ignored, so the command line is refused, naming the flag.
-    let run = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_sinklab"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&str]| bin().args(args).output().unwrap();
     for args in [
         &["secondary", "--long", "--weights", "f32"][..],
         &[
@@ -704,7 +694,7 @@ fn weights_flag_is_refused_where_no_model_is_loaded_by_it() {
     ] {
         let o = run(args);
         assert!(!o.status.success(), "{args:?} was accepted");
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = cli::stderr(&o);
         assert!(
             err.contains("--weights") || err.contains("--matmul"),
             "{args:?}: {err}"

@@ -1,22 +1,13 @@
 //! Issue 12 (robustness), each case reproduced: a clear error and a non-zero exit, the right
 //! recomputation, or identical bytes.
 
+#[path = "support/cli.rs"]
+mod cli;
+use cli::{bin, run as sinklab, stderr};
 use sinklab::sweep::cost_scaling::{SweepSpec, fit_all, read_results, run};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_sinklab"))
-}
-
-fn sinklab(args: &[&str]) -> Output {
-    bin().args(args).output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 /// Fails with a non-zero exit and a message holding every needle.
 fn refused(args: &[&str], needles: &[&str]) {
@@ -123,7 +114,7 @@ fn merges_refuse_records_of_another_spec() {
     let d = |n: &str| tmp.path().join(n).display().to_string();
     for (spec, out) in [(&s1, d("a0")), (&s1, d("a1")), (&s2, d("b"))] {
         let shard = if out.ends_with("a1") { "1/2" } else { "0/2" };
-        let o = sinklab(&[
+        let o = sinklab([
             "sweep",
             spec,
             "--out",
@@ -136,7 +127,7 @@ fn merges_refuse_records_of_another_spec() {
     }
     let m = d("m");
     // The two shards of one spec: merged, with their identity.
-    let o = sinklab(&[
+    let o = sinklab([
         "merge",
         &d("a0"),
         &d("a1"),
@@ -247,7 +238,7 @@ fn invalid_spec_values_name_file_key_and_value() {
         &format!("{exact}t = [4, 6, 8]\n").replace("t = [4]\n", ""),
     );
     let out = tmp.path().join("good");
-    let o = sinklab(&["sweep", &path, "--out", out.to_str().unwrap()]);
+    let o = sinklab(["sweep", &path, "--out", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     let fit = std::fs::read_to_string(out.join("fit.json")).unwrap();
     assert!(fit.contains("exponent"), "{fit}");
@@ -282,7 +273,7 @@ fn a_second_writer_is_refused_and_a_killed_ones_lock_is_not_stale() {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(300));
-    let o = sinklab(&[
+    let o = sinklab([
         "sweep",
         &spec,
         "--out",
@@ -298,7 +289,7 @@ fn a_second_writer_is_refused_and_a_killed_ones_lock_is_not_stale() {
     first.kill().unwrap(); // SIGKILL: the lock file stays, the kernel drops the lock.
     first.wait().unwrap();
     assert!(out.join(".sweep.lock").exists());
-    let o = sinklab(&[
+    let o = sinklab([
         "sweep",
         &spec,
         "--out",
@@ -320,7 +311,7 @@ fn fit_json_is_the_same_bytes_for_one_and_two_threads() {
     let mut fits = Vec::new();
     for k in ["1", "2"] {
         let out = tmp.path().join(format!("t{k}"));
-        let o = sinklab(&[
+        let o = sinklab([
             "sweep",
             &spec,
             "--out",
@@ -348,7 +339,7 @@ fn fit_json_is_the_same_bytes_for_one_and_two_threads() {
     let rev: String = text.lines().rev().map(|l| format!("{l}\n")).collect();
     let shuffled = write(tmp.path(), "rev.jsonl", &rev);
     let merged = tmp.path().join("merged");
-    let o = sinklab(&[
+    let o = sinklab([
         "merge",
         "--out",
         merged.to_str().unwrap(),
@@ -438,7 +429,7 @@ fn negative_and_non_finite_arguments_are_refused_by_name() {
         &["--lr inf", "finite"],
     );
     // A finite but absurd rate diverges: an error, not a NaN model reported as a number.
-    let o = sinklab(&[
+    let o = sinklab([
         "train", "--lr", "1e30", "--steps", "20", "--t", "8", "--d", "8", "--r", "8",
     ]);
     let out = String::from_utf8_lossy(&o.stdout);
@@ -493,7 +484,7 @@ mod activation_files {
         for n in needles {
             assert!(e.contains(n), "`{e}` does not say `{n}`");
         }
-        let o = super::sinklab(&["real", "--activations", p.to_str().unwrap()]);
+        let o = super::sinklab(["real", "--activations", p.to_str().unwrap()]);
         assert!(!o.status.success(), "real --activations accepted {e}");
     }
 
@@ -823,7 +814,7 @@ fn synth_over_an_existing_file_keeps_it_when_the_write_fails() {
     assert!(!o.status.success(), "{}", stderr(&o));
     assert_eq!(std::fs::read(&out).unwrap(), b"the old file");
     // Without the limit the new file replaces it, and no temporary file is left.
-    let o = sinklab(&[
+    let o = sinklab([
         "synth",
         "--shape",
         "tiny-llama3",
@@ -882,7 +873,7 @@ fn a_one_token_input_does_not_claim_the_a1_corollary() {
     let m = tmp.path().join("tiny.gguf");
     sinklab::synth::write_gguf(&m, &Default::default(), 1).unwrap();
     let run = |toks: &str| {
-        let o = sinklab(&[
+        let o = sinklab([
             "real",
             "--model",
             m.to_str().unwrap(),
@@ -973,7 +964,7 @@ fn slurm_task_index_expands_under_an_out_with_a_space_and_names_are_one_line() {
     let tmp = tempfile::tempdir().unwrap();
     let spec = write(tmp.path(), "s.toml", SPEC);
     let out = tmp.path().join("with space");
-    let o = sinklab(&[
+    let o = sinklab([
         "sweep",
         &spec,
         "--out",

@@ -1,13 +1,11 @@
 //! `sinklab secondary --activations F`: one JSON record per detected sink,
 //! matching the library detector; bad input is an error, not a panic.
 
+#[path = "support/cli.rs"]
+mod cli;
+use cli::bin as sinklab;
 use sinklab::secondary::synthetic::{SyntheticConfig, SyntheticModel};
 use sinklab::secondary::{DetectorParams, LabelRule, detect};
-use std::process::Command;
-
-fn sinklab() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_sinklab"))
-}
 
 #[test]
 fn records_match_the_detector() {
@@ -37,11 +35,7 @@ fn records_match_the_detector() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", cli::stderr(&out));
     let recs: Vec<serde_json::Value> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -130,7 +124,7 @@ fn activation_files_get_the_saturation_rule() {
             .output()
             .unwrap();
         assert!(out.status.success());
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = cli::stderr(&out);
         assert!(err.contains("positions flagged"), "{name}: {err}");
         assert_eq!(
             err.contains("saturated: anisotropy"),
@@ -149,7 +143,7 @@ fn bad_input_is_an_error() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("reading activations"));
+    assert!(cli::stderr(&out).contains("reading activations"));
     let dir = tempfile::tempdir().unwrap();
     let junk = dir.path().join("junk.safetensors");
     std::fs::write(&junk, b"not a safetensors file").unwrap();
@@ -169,7 +163,7 @@ fn bad_input_is_an_error() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("tau"));
+    assert!(cli::stderr(&out).contains("tau"));
 }
 
 /// The model study behind `sinklab secondary --model … --out` and the full report, on

@@ -2,6 +2,9 @@
 //! figures; resume recomputes nothing; SIGKILL never corrupts the file and a
 //! rerun completes only the missing points; shards merge into the full set.
 
+#[path = "support/cli.rs"]
+mod cli;
+use cli::bin;
 use sinklab::sweep::cost_scaling::{SweepSpec, read_results};
 use std::collections::HashMap;
 use std::path::Path;
@@ -20,10 +23,6 @@ d_factor = 2
 seeds = [0, 1, 2]
 delta = 5.0
 "#;
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_sinklab"))
-}
 
 fn write_spec(dir: &Path) -> std::path::PathBuf {
     let p = dir.join("tiny.toml");
@@ -51,11 +50,7 @@ fn sweep_then_resume_recomputes_nothing() {
         ])
         .output()
         .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
+    assert!(st.status.success(), "{}", cli::stderr(&st));
     let recs = read_results(&out.join("results.jsonl")).unwrap();
     assert_eq!(recs.len(), n_points());
     assert!(
@@ -128,7 +123,7 @@ fn sweep_then_resume_recomputes_nothing() {
         .output()
         .unwrap();
     assert!(st.status.success());
-    let err = String::from_utf8_lossy(&st.stderr);
+    let err = cli::stderr(&st);
     assert!(
         err.contains(&format!("{} already done, 0 computed", n_points())),
         "{err}"
@@ -203,12 +198,8 @@ fn sigkill_loses_at_most_points_in_flight() {
         ])
         .output()
         .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-    let err = String::from_utf8_lossy(&st.stderr);
+    assert!(st.status.success(), "{}", cli::stderr(&st));
+    let err = cli::stderr(&st);
     assert!(
         err.contains(&format!("{} already done", killed_with.len())),
         "{err}"
@@ -275,11 +266,7 @@ fn shards_merge_into_the_full_sweep() {
             ])
             .output()
             .unwrap();
-        assert!(
-            st.status.success(),
-            "{}",
-            String::from_utf8_lossy(&st.stderr)
-        );
+        assert!(st.status.success(), "{}", cli::stderr(&st));
         let n = read_results(&d.join("results.jsonl")).unwrap().len();
         assert!(n > 0 && n < n_points());
         dirs.push(d);
@@ -292,11 +279,7 @@ fn shards_merge_into_the_full_sweep() {
     ];
     args.extend(dirs.iter().map(|d| d.display().to_string()));
     let st = bin().args(&args).output().unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
+    assert!(st.status.success(), "{}", cli::stderr(&st));
     let recs = read_results(&merged.join("results.jsonl")).unwrap();
     let mut ids: Vec<String> = recs.iter().map(|r| r.id.clone()).collect();
     ids.sort();
@@ -320,11 +303,7 @@ fn shards_merge_into_the_full_sweep() {
 /// Runs `sinklab sweep` and asserts success.
 fn sweep_ok(args: &[&str]) {
     let st = bin().arg("sweep").args(args).output().unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
+    assert!(st.status.success(), "{}", cli::stderr(&st));
 }
 
 fn sh(program: &str, script: &Path, env: &[(&str, String)]) -> std::process::Output {
@@ -364,14 +343,10 @@ fn emitted_manifest_and_slurm_jobs_reproduce_the_unsharded_fit() {
     assert_eq!(lines.lines().count(), 3);
     for l in lines.lines() {
         let o = Command::new("sh").arg("-c").arg(l).output().unwrap();
-        assert!(
-            o.status.success(),
-            "{l}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        assert!(o.status.success(), "{l}: {}", cli::stderr(&o));
     }
     let o = sh("sh", &man.join("jobs/merge.sh"), &[]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", cli::stderr(&o));
     assert_eq!(std::fs::read(man.join("fit.json")).unwrap(), want);
 
     // Slurm: the array script run as tasks 0..2, then the merge script.
@@ -393,10 +368,10 @@ fn emitted_manifest_and_slurm_jobs_reproduce_the_unsharded_fit() {
     assert!(!sh("bash", &script, &[]).status.success());
     for i in 0..2 {
         let o = sh("bash", &script, &[("SLURM_ARRAY_TASK_ID", i.to_string())]);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(o.status.success(), "{}", cli::stderr(&o));
     }
     let o = sh("bash", &sl.join("jobs/merge.sbatch"), &[]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", cli::stderr(&o));
     assert_eq!(std::fs::read(sl.join("fit.json")).unwrap(), want);
 
     // Bad requests are refused.
