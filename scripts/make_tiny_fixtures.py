@@ -80,6 +80,13 @@ def variants():
                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                  rms_norm_eps=1e-5, tie_word_embeddings=False)
     rp = lambda **kw: dict(rope_theta=10000.0, **kw)
+    gemma3 = dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
+                  rms_norm_eps=1e-6, query_pre_attn_scalar=16, sliding_window=5,
+                  layer_types=["sliding_attention", "full_attention"],
+                  rope_parameters={"sliding_attention": rp(rope_type="default"),
+                                   "full_attention": dict(rope_theta=1000000.0, rope_type="linear", factor=4.0)},
+                  hidden_activation="gelu_pytorch_tanh")
     # (name, config class, model class, config kwargs, off-switch kwargs or None, options)
     return [
         ("llama_default", LlamaConfig, LlamaForCausalLM,
@@ -115,14 +122,7 @@ def variants():
               layer_types=["sliding_attention", "full_attention"],
               rope_parameters=rp(rope_type="default"), hidden_activation="gelu_pytorch_tanh"),
          dict(attn_logit_softcapping=None, final_logit_softcapping=None), dict(gemma=True)),
-        ("gemma3_text", Gemma3TextConfig, Gemma3ForCausalLM,
-         dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
-              rms_norm_eps=1e-6, query_pre_attn_scalar=16, sliding_window=5,
-              layer_types=["sliding_attention", "full_attention"],
-              rope_parameters={"sliding_attention": rp(rope_type="default"),
-                               "full_attention": dict(rope_theta=1000000.0, rope_type="linear", factor=4.0)},
-              hidden_activation="gelu_pytorch_tanh"),
+        ("gemma3_text", Gemma3TextConfig, Gemma3ForCausalLM, gemma3,
          dict(layer_types=["full_attention", "full_attention"]), dict(gemma=True)),
         ("gpt2", GPT2Config, GPT2LMHeadModel,
          dict(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=32, layer_norm_epsilon=1e-5), None, {}),
@@ -135,6 +135,21 @@ def variants():
         ("bert", BertConfig, BertModel,
          dict(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
               num_attention_heads=4, max_position_embeddings=32, layer_norm_eps=1e-12), None, dict(encoder=True)),
+        # Issue 25's loader zoo: config.json edited after saving, the reference taken from the
+        # model transformers reloads from that file (what it does with the keys, not with ours).
+        # Both pattern keys and an attention soft-cap: the public pattern decides, the private
+        # one and the cap are stored and ignored.
+        ("gemma3_pattern_keys", Gemma3TextConfig, Gemma3ForCausalLM, gemma3, None,
+         dict(gemma=True, edit=lambda c: (c.pop("layer_types"), c.update(
+             sliding_window_pattern=2, _sliding_window_pattern=1, attn_logit_softcapping=2.0)))),
+        # Only the private pattern key: ignored, the default 6 applies (every layer local here).
+        ("gemma3_private_pattern", Gemma3TextConfig, Gemma3ForCausalLM, gemma3, None,
+         dict(gemma=True, edit=lambda c: (c.pop("layer_types"), c.update(_sliding_window_pattern=1)))),
+        # YaRN with a pretraining length in the RoPE parameters (64) and another at the top level
+        # (16): building the model standardizes the parameters again and the top-level one wins.
+        ("llama_yarn_top_level_length", LlamaConfig, LlamaForCausalLM,
+         dict(llama, rope_parameters=rp(rope_type="yarn", factor=4.0, original_max_position_embeddings=64)),
+         None, dict(edit=lambda c: c.update(original_max_position_embeddings=16))),
     ]
 
 def main():
@@ -168,6 +183,13 @@ def main():
             p = os.path.join(out, junk)
             if os.path.exists(p):
                 os.remove(p)
+        if opt.get("edit"):
+            cp = os.path.join(out, "config.json")
+            c = json.load(open(cp))
+            opt["edit"](c)
+            json.dump(c, open(cp, "w"), indent=2)
+            model = M.from_pretrained(out, attn_implementation="eager").eval()
+            resid, attn, logits, final = run(model, ids)
         d = {"tokens": ids[0].numpy().astype(np.int64), "resid": resid.astype(np.float32),
              "attn": attn.astype(np.float32), "final": final.astype(np.float32)}
         if logits is not None:

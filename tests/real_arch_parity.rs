@@ -131,6 +131,11 @@ parity_tests! {
     gpt2 => "gpt2",
     phi3_fused_projections_partial_rotary => "phi3",
     bert_encoder => "bert",
+    // Issue 25's loader zoo: config.json edited after saving, the reference from the model
+    // transformers 5.24 reloads from it.
+    gemma3_public_pattern_wins_and_attention_softcap_is_not_applied => "gemma3_pattern_keys",
+    gemma3_private_pattern_key_alone_leaves_the_default_6 => "gemma3_private_pattern",
+    yarn_length_at_top_level_overrides_the_default => "llama_yarn_top_level_length",
 }
 
 const VARIANTS: &[&str] = &[
@@ -148,6 +153,9 @@ const VARIANTS: &[&str] = &[
     "gpt2",
     "phi3",
     "bert",
+    "gemma3_pattern_keys",
+    "gemma3_private_pattern",
+    "llama_yarn_top_level_length",
 ];
 
 /// Keys that change the forward pass of some architecture: each must be read by some
@@ -343,4 +351,21 @@ fn dynamic_rope_equals_default_within_max_positions() {
     let r = lm.model.layers[0].rope.as_ref().unwrap();
     assert_eq!(&*r.inv_freq_at(8), &r.inv_freq[..]);
     assert_ne!(&*r.inv_freq_at(12), &r.inv_freq[..]);
+}
+
+#[test]
+fn phi3_reads_su_and_yarn_as_longrope_and_refuses_other_scalings() {
+    for (ty, needles) in [
+        ("yarn", &["`yarn`", "longrope", "does not implement"][..]),
+        ("su", &["`su`", "longrope"][..]),
+        ("linear", &["`linear`", "only `default` or `longrope`"][..]),
+    ] {
+        let t = edited("phi3", |v| {
+            v["rope_parameters"]["rope_type"] = ty.into();
+            v["rope_parameters"]["factor"] = 2.0.into();
+        });
+        refused(t.path(), needles);
+    }
+    // The control: the unedited fixture loads.
+    sinklab::runtime::load(&dir("phi3")).expect("phi3 with default RoPE loads");
 }

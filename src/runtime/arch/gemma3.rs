@@ -32,12 +32,12 @@ pub const GGUF_KEYS: &[&str] = &["attention.sliding_window"];
 pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Pretrained, RealError> {
     let g = GemmaCommon::read(c)?;
     let dims = &g.dims;
-    let pattern = match c.dim_opt("sliding_window_pattern", super::MAX_LAYERS)? {
-        Some(p) => p,
-        None => c
-            .dim_opt("_sliding_window_pattern", super::MAX_LAYERS)?
-            .unwrap_or(6),
-    };
+    // As transformers 5.24: without `layer_types`, every `sliding_window_pattern`-th layer
+    // (default 6) is global; the private `_sliding_window_pattern` it stores is never read.
+    let _ignored = c.get("_sliding_window_pattern");
+    let pattern = c
+        .dim_opt("sliding_window_pattern", super::MAX_LAYERS)?
+        .unwrap_or(6);
     let kinds = layer_types(c, dims.n_layer, |l| (l + 1) % pattern != 0)?;
     let split = matches!(c.get("rope_parameters"), Some(serde_json::Value::Object(o))
         if o.contains_key("sliding_attention") || o.contains_key("full_attention"));
@@ -65,7 +65,10 @@ pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Pretrained, RealError> {
         })
         .collect::<Result<Vec<_>, RealError>>()?;
     let spec = DecoderSpec::gemma(Arch::Gemma3, g.act, true);
-    decoder_hf(c, w, spec, dims, plans, ctx, g.attn_scale, g.softcaps)
+    // transformers 5.24's Gemma 3 attention takes no soft cap: `attn_logit_softcapping` is
+    // stored and never applied (the final-logit cap is).
+    let softcaps = (None, g.softcaps.1);
+    decoder_hf(c, w, spec, dims, plans, ctx, g.attn_scale, softcaps)
 }
 
 /// Loads a `gemma3` GGUF: every 6th layer global (base θ from the file, no window), the others

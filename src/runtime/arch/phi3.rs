@@ -19,6 +19,28 @@ pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Pretrained, RealError> {
     let window = c.dim_opt("sliding_window", 1 << 30)?;
     // Only rope_type longrope reads it; read here so that the key is accounted for.
     let _ = c.dim_opt("original_max_position_embeddings", 1 << 30)?;
+    // transformers 5.24's Phi-3 reads `su` and `yarn` as `longrope` (not implemented here) and
+    // refuses every other scaling.
+    let (name, p) = super::rope::params(c, None, 10_000.0)?;
+    match p
+        .get("rope_type")
+        .and_then(|v| v.as_str())
+        .unwrap_or("default")
+    {
+        "default" => {}
+        t @ ("su" | "yarn" | "longrope") => {
+            return Err(c.err(format!(
+                "`{name}.rope_type` = `{t}`: Phi-3 reads it as `longrope` (transformers 5.24), \
+                 which sinklab does not implement"
+            )));
+        }
+        t => {
+            return Err(c.err(format!(
+                "`{name}.rope_type` = `{t}`: Phi-3 takes only `default` or `longrope` \
+                 (transformers 5.24 refuses it too)"
+            )));
+        }
+    }
     let spec = DecoderSpec {
         fused: true,
         ..DecoderSpec::llama(Arch::Phi3)

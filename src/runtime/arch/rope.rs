@@ -180,20 +180,19 @@ pub fn build(
         }
         Ok(f)
     };
+    // The pretraining length as transformers 5.24 ends up using it: `standardize_rope_params`
+    // runs again when the model is built, and then a top-level `original_max_position_embeddings`
+    // overrides the one in the RoPE parameters; without either, `max_position_embeddings`.
     let orig = |c: &HfCfg| -> Result<f64, RealError> {
+        if let Some(top) = c.dim_opt("original_max_position_embeddings", 1 << 30)? {
+            return Ok(top as f64);
+        }
         match num("original_max_position_embeddings")? {
             Some(v) if v >= 1.0 => Ok(v),
             Some(v) => Err(c.err(format!(
                 "`{name}.original_max_position_embeddings` = {v} must be ≥ 1"
             ))),
-            None => c
-                .dim_opt("original_max_position_embeddings", 1 << 30)?
-                .map(|v| v as f64)
-                .ok_or_else(|| {
-                    c.err(format!(
-                        "rope_type `{ty}` needs `{name}.original_max_position_embeddings`"
-                    ))
-                }),
+            None => Ok(max_pos as f64),
         }
     };
     match ty.as_str() {
