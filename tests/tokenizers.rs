@@ -83,3 +83,47 @@ fn bos_yes_prepends_the_models_bos_on_gguf() {
     assert_eq!(&yes[1..], &auto[..]);
     assert_eq!(tok.encode("def f():", Bos::No).unwrap(), auto);
 }
+
+/// A character the vocabulary cannot encode (no token, no byte fallback, no unknown token) used
+/// to vanish from the ids; now the text is refused naming it. The control: a text of known
+/// words, and an unknown word where the vocabulary has an unknown token, both encode.
+#[test]
+fn characters_the_vocabulary_cannot_encode_are_refused_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = |unk: bool| {
+        let (unk_entry, unk_token) = if unk {
+            (r#", "[UNK]": 4"#, r#""[UNK]""#)
+        } else {
+            ("", "null")
+        };
+        let model = format!(
+            r#"{{"type": "BPE", "vocab": {{"a": 0, "b": 1, "c": 2, "d": 3{unk_entry}}},
+                "merges": [], "unk_token": {unk_token}, "dropout": null,
+                "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                "fuse_unk": false, "byte_fallback": false}}"#
+        );
+        let p = dir.path().join(format!("tokenizer{unk}.json"));
+        let json = format!(
+            r#"{{"version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+                "normalizer": null, "pre_tokenizer": {{"type": "Whitespace"}},
+                "post_processor": null, "decoder": null, "model": {model}}}"#
+        );
+        std::fs::write(&p, json).unwrap();
+        sinklab::runtime::tokenizer::from_json(&p).unwrap()
+    };
+    let plain = tok(false);
+    assert_eq!(
+        plain.encode("ab cd  ab", Bos::No).unwrap(),
+        [0, 1, 2, 3, 0, 1]
+    );
+    let e = plain.encode("ab zz cd", Bos::No).unwrap_err().to_string();
+    assert!(
+        e.contains("cannot encode 'z' (character 4 of the text)"),
+        "{e}"
+    );
+    let with_unk = tok(true);
+    assert_eq!(
+        with_unk.encode("ab zz cd", Bos::No).unwrap(),
+        [0, 1, 4, 4, 2, 3]
+    );
+}

@@ -324,6 +324,7 @@ impl Tok {
             .inner
             .encode(text, with_template)
             .map_err(|e| RealError::Input(format!("tokenizer: {e}")))?;
+        refuse_dropped(text, enc.get_offsets())?;
         let mut ids = enc.get_ids().to_vec();
         if !self.template {
             apply_bos(&mut ids, bos, self.bos_id, self.add_bos)?;
@@ -336,6 +337,31 @@ impl Tok {
     /// Decodes ids to text.
     pub fn decode(&self, ids: &[u32]) -> String {
         self.inner.decode(ids, false).unwrap_or_default()
+    }
+}
+
+/// Refuses a text with a character no token covers (byte offsets of the encoding): a
+/// vocabulary with no token and no byte fallback for it would drop it silently, and the
+/// statistics would be those of another text. White space may go unencoded (pre-tokenizers
+/// split on it); an unknown-token replacement covers its character and passes.
+fn refuse_dropped(text: &str, offsets: &[(usize, usize)]) -> Result<(), RealError> {
+    let mut covered = vec![false; text.len()];
+    for &(s, e) in offsets {
+        for c in &mut covered[s.min(text.len())..e.min(text.len())] {
+            *c = true;
+        }
+    }
+    match text
+        .char_indices()
+        .enumerate()
+        .find(|(_, (b, ch))| !ch.is_whitespace() && !covered[*b])
+    {
+        None => Ok(()),
+        Some((n, (_, ch))) => Err(RealError::Input(format!(
+            "the tokenizer cannot encode {ch:?} (character {} of the text): its vocabulary has \
+             no token for it and no byte fallback; sinklab does not drop characters",
+            n + 1
+        ))),
     }
 }
 
