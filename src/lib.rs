@@ -28,3 +28,4 @@ pub mod sweep;
 pub mod switch;
 pub mod tasks;
 pub mod train;
+pub mod view;
