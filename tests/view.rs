@@ -327,3 +327,86 @@ fn view_refusals_name_the_problem() {
     );
     assert!(!page.exists(), "nothing written on a refusal");
 }
+
+/// An activations file with attention maps (written here, seeded) gives a page whose `layers`
+/// equal `sinklab real --activations F --json`'s; a file without `attn.{l}` is refused (exit 2).
+#[test]
+fn activations_page_equals_real_activations_json_and_a_file_without_maps_is_refused() {
+    use sinklab::real::activation_file::{Activations, HeadTensor};
+    use sinklab::real::hidden::HiddenStates;
+    let (l, t, d, h) = (3, 6, 8, 2);
+    let mut s = 7u64;
+    let mut next = || {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+    };
+    let hidden: Vec<f32> = (0..l * t * d).map(|_| next()).collect();
+    // Causal softmax rows of seeded logits.
+    let attn: Vec<HeadTensor> = (0..l)
+        .map(|_| {
+            let mut a = vec![0f32; h * t * t];
+            for hh in 0..h {
+                for i in 0..t {
+                    let e: Vec<f32> = (0..=i).map(|_| (3.0 * next()).exp()).collect();
+                    let z: f32 = e.iter().sum();
+                    for (j, v) in e.iter().enumerate() {
+                        a[(hh * t + i) * t + j] = v / z;
+                    }
+                }
+            }
+            HeadTensor {
+                heads: h,
+                tokens: t,
+                width: t,
+                data: a,
+            }
+        })
+        .collect();
+    let act = Activations {
+        hidden: HiddenStates::new(l, t, d, hidden).unwrap(),
+        attn: Some(attn),
+        mlp_out: None,
+        keys: None,
+        values: None,
+        tokens: Some((0..t as i64).collect()),
+        metadata: Default::default(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("act.safetensors");
+    act.write(&f).unwrap();
+    let bin = env!("CARGO_BIN_EXE_sinklab");
+    let page = dir.path().join("a.html");
+    let o = Command::new(bin)
+        .args(["view", "--heads", "1.1", "--activations"])
+        .arg(&f)
+        .arg("--out")
+        .arg(&page)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let real = Command::new(bin)
+        .args(["real", "--json", "--activations"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(real.status.success());
+    let real: serde_json::Value = serde_json::from_slice(&real.stdout).unwrap();
+    let v = sinklab::view::extract(&std::fs::read_to_string(&page).unwrap()).unwrap();
+    assert_eq!(v["layers"], real["layers"]);
+    assert_eq!(v["causal"], true, "zero above the diagonal: the causal layout");
+    assert_eq!(v["exact"][0]["head"], 1);
+    // The golden fixture has hidden states only.
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/secondary_golden/smollm2_0.safetensors");
+    let o = Command::new(bin)
+        .args(["view", "--activations"])
+        .arg(&golden)
+        .arg("--out")
+        .arg(dir.path().join("b.html"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no attn.{l} tensors"));
+}

@@ -153,12 +153,12 @@ pub fn base64(bytes: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut s = String::with_capacity(base64_len(bytes.len()));
     for c in bytes.chunks(3) {
-        let n = (c[0] as u32) << 16
-            | (*c.get(1).unwrap_or(&0) as u32) << 8
-            | *c.get(2).unwrap_or(&0) as u32;
+        let n = ((c[0] as u32) << 16)
+            | ((*c.get(1).unwrap_or(&0) as u32) << 8)
+            | (*c.get(2).unwrap_or(&0) as u32);
         for k in 0..4 {
             if k <= c.len() {
-                s.push(A[(n >> (18 - 6 * k) & 63) as usize] as char);
+                s.push(A[((n >> (18 - 6 * k)) & 63) as usize] as char);
             } else {
                 s.push('=');
             }
