@@ -171,13 +171,13 @@ fn synthetic(l_n: usize, h_n: usize, t: usize, tokens: Vec<String>) -> ViewData 
 
 #[test]
 fn blob_survives_script_closing_token_strings_and_round_trips() {
-    let toks = ["</script><script>alert(1)</script>", "<!--", "a&b\"c", "\u{2028}é"];
-    let d = synthetic(
-        2,
-        3,
-        4,
-        toks.iter().map(|s| s.to_string()).collect(),
-    );
+    let toks = [
+        "</script><script>alert(1)</script>",
+        "<!--",
+        "a&b\"c",
+        "\u{2028}é",
+    ];
+    let d = synthetic(2, 3, 4, toks.iter().map(|s| s.to_string()).collect());
     let html = sinklab::view::render(&d).unwrap();
     // The template's two script elements close once each; the token strings add no closing tag.
     assert_eq!(html.matches("</script>").count(), 2);
@@ -196,7 +196,10 @@ fn payload_formula_counts_the_encoded_maps() {
     assert_eq!(got, 6 * 4 * (256 * 257 / 2usize).div_ceil(3));
     // Without token curves the payload is the maps' part of the formula.
     let curves = 2 * sinklab::view::base64_len(4 * 3 * 300);
-    assert_eq!(got, sinklab::view::payload_bytes(3, 2, 300, 256, true, 0) - curves);
+    assert_eq!(
+        got,
+        sinklab::view::payload_bytes(3, 2, 300, 256, true, 0) - curves
+    );
 }
 
 /// T = 2048 at SmolLM2's shape: the file size is bounded by the payload formula plus the
@@ -255,27 +258,43 @@ fn smollm2_page_equals_real_json_and_passes_its_browser_selftest() {
     let dir = tempfile::tempdir().unwrap();
     let page = dir.path().join("v.html");
     let out = Command::new(bin)
-        .args(["view", "--model", "smollm2", "--text", text, "--heads", "2.3", "--out"])
+        .args([
+            "view", "--model", "smollm2", "--text", text, "--heads", "2.3", "--out",
+        ])
         .arg(&page)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let real = Command::new(bin)
         .args(["real", "--model", "smollm2", "--text", text, "--json"])
         .output()
         .unwrap();
-    assert!(real.status.success(), "{}", String::from_utf8_lossy(&real.stderr));
+    assert!(
+        real.status.success(),
+        "{}",
+        String::from_utf8_lossy(&real.stderr)
+    );
     let real: serde_json::Value = serde_json::from_slice(&real.stdout).unwrap();
     let html = std::fs::read_to_string(&page).unwrap();
     let d = sinklab::view::extract(&html).expect("the page's blob");
-    assert_eq!(d["layers"], real["layers"], "the page's statistics are the report's");
+    assert_eq!(
+        d["layers"], real["layers"],
+        "the page's statistics are the report's"
+    );
     assert_eq!(d["tokens"], real["tokens"]);
     let t = real["tokens"].as_array().unwrap().len();
     assert_eq!(d["t"], t);
     assert_eq!(d["maps_q8"].as_array().unwrap().len(), 30 * 9);
     // T < 256: no pooling, the 8-bit lower triangle of every head; one exact head.
     assert_eq!(d["res"], t);
-    assert_eq!(d["maps_q8"][0].as_str().unwrap().len(), 4 * (t * (t + 1) / 2).div_ceil(3));
+    assert_eq!(
+        d["maps_q8"][0].as_str().unwrap().len(),
+        4 * (t * (t + 1) / 2).div_ceil(3)
+    );
     assert_eq!(d["exact"][0]["layer"], 2);
     assert_eq!(d["exact"][0]["head"], 3);
     assert!(d["detector"]["error"].is_null(), "{}", d["detector"]);
@@ -395,7 +414,10 @@ fn activations_page_equals_real_activations_json_and_a_file_without_maps_is_refu
     let real: serde_json::Value = serde_json::from_slice(&real.stdout).unwrap();
     let v = sinklab::view::extract(&std::fs::read_to_string(&page).unwrap()).unwrap();
     assert_eq!(v["layers"], real["layers"]);
-    assert_eq!(v["causal"], true, "zero above the diagonal: the causal layout");
+    assert_eq!(
+        v["causal"], true,
+        "zero above the diagonal: the causal layout"
+    );
     assert_eq!(v["exact"][0]["head"], 1);
     // The golden fixture has hidden states only.
     let golden = Path::new(env!("CARGO_MANIFEST_DIR"))

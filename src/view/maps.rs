@@ -212,7 +212,10 @@ mod tests {
     fn quantisation_error_is_at_most_half_a_step() {
         let p: Vec<f32> = (0..=1000).map(|k| k as f32 / 1000.0).collect();
         for (x, q) in p.iter().zip(quantise(&p)) {
-            assert!((q as f32 / 255.0 - x).abs() <= 0.5 / 255.0 + 1e-7, "{x} -> {q}");
+            assert!(
+                (q as f32 / 255.0 - x).abs() <= 0.5 / 255.0 + 1e-7,
+                "{x} -> {q}"
+            );
         }
         assert_eq!(quantise(&[-0.1, 1.5]), vec![0, 255]);
     }

@@ -306,7 +306,10 @@ mod tests {
 
     #[test]
     fn heads_spec_errors_name_the_entry() {
-        assert_eq!(parse_heads("0.1, 2.3,0.1", 30, 9).unwrap(), vec![(0, 1), (2, 3)]);
+        assert_eq!(
+            parse_heads("0.1, 2.3,0.1", 30, 9).unwrap(),
+            vec![(0, 1), (2, 3)]
+        );
         let e = parse_heads("0.1,x3", 30, 9).unwrap_err();
         assert!(e.contains("`x3`"), "{e}");
         let e = parse_heads("30.0", 30, 9).unwrap_err();
@@ -323,7 +326,9 @@ mod tests {
         let t = TEMPLATE
             .replace("http://www.w3.org/2000/svg", "")
             .replace("url(#", "");
-        for bad in ["http://", "https://", "//cdn", "@import", "<link", "src=", "url("] {
+        for bad in [
+            "http://", "https://", "//cdn", "@import", "<link", "src=", "url(",
+        ] {
             assert!(!t.contains(bad), "page.html contains `{bad}`");
         }
     }
