@@ -11,7 +11,7 @@ trap 'rm -rf "$tmp"' EXIT
   --out "$tmp/view.html"
 chromium --headless --no-sandbox --disable-gpu --no-first-run --disable-extensions \
   --host-resolver-rules="MAP * ~NOTFOUND" --proxy-server=127.0.0.1:9 \
-  --user-data-dir="$tmp/profile" --hide-scrollbars --window-size=1260,1240 \
+  --user-data-dir="$tmp/profile" --hide-scrollbars --window-size=1260,1300 \
   --virtual-time-budget=5000 --screenshot="$tmp/shot.png" "file://$tmp/view.html" 2>/dev/null
 # Palette-quantised when python3 with Pillow is there, to keep docs/ small.
 mkdir -p docs
