@@ -9,6 +9,16 @@ use sinklab::view::assemble::{ViewError, from_activations, from_model};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
+#[command(
+    after_help = "The page's data is one JSON blob, <script type=\"application/json\" id=\"sinklab-data\">, \
+fields: schema, source, n_layer, n_head, t, causal, res, bos_first, tokens, token_text, \
+layers (exactly the `layers` of `sinklab real --json`: per head alpha_first = Gu's α₀, …), \
+maps_q8 (base64 of each head's 8-bit max-pooled cells, index l·H + h, lower triangle row-major \
+when causal), exact ([{layer, head, f32}]: base64 little-endian f32 cells), detector \
+({variant, error, bos, window, sinks: [{position, label, creation_layer, lifetime, layers}], \
+bos_entry, frac_flagged, saturated}), token_curves ({bos, norm_f32, cos_f32}: [L, T] f32). \
+Open page.html#selftest to run the page's own checks (result in <pre id=\"selftest-result\">)."
+)]
 pub struct Args {
     /// Model: a fetched name (smollm2, gemma3-270m, minilm, qwen2.5-coder-0.5b) or a path (GGUF file, HF directory).
     #[arg(long, required_unless_present = "activations")]
@@ -115,13 +125,19 @@ pub fn run(a: Args) -> Result<i32> {
             ));
         }
         errln!(
-            "view: {} tokens through {} ({} layers × {} heads): statistics and maps, then the detector's states",
+            "view: {} tokens through {} ({} layers × {} heads): statistics and pooled maps",
             tokens.len(),
             path.display(),
             c.n_layer,
             c.n_head
         );
-        match from_model(&lm, &tokens, a.max_res, exact) {
+        let mut progress = |l: usize, n: usize| {
+            err!("\rview: layer {l}/{n}");
+            if l == n {
+                errln!(", then the detector's pass");
+            }
+        };
+        match from_model(&lm, &tokens, a.max_res, exact, &mut progress) {
             Err(ViewError::Input(m)) => return refuse(&m),
             r => r?,
         }

@@ -6,6 +6,8 @@
 use super::maps::MapObserver;
 use super::{DetectorView, ViewData, encode_maps, token_curves};
 use crate::real::LoadedModel;
+use crate::real::forward::{LayerObserver, LayerTensors};
+use crate::real::model::Pretrained;
 use crate::secondary::DetectorParams;
 use crate::secondary::activations::Activations;
 use crate::secondary::native::LastLayer;
@@ -33,13 +35,24 @@ fn detector(act: &Activations) -> DetectorView {
     }
 }
 
+/// Reports each finished layer of the first pass to a callback.
+struct Progress<'a>(&'a mut dyn FnMut(usize, usize));
+
+impl LayerObserver for Progress<'_> {
+    fn layer(&mut self, m: &Pretrained, t: &LayerTensors<'_>) {
+        (self.0)(t.layer + 1, m.cfg.n_layer);
+    }
+}
+
 /// Runs `tokens` through the model: statistics and pooled maps in one pass, the detector's
-/// states in a second; `exact` heads are kept at full resolution.
+/// states in a second; `exact` heads are kept at full resolution. `progress(l, L)` is called
+/// after each layer of the first pass.
 pub fn from_model(
     lm: &LoadedModel,
     tokens: &[u32],
     max_res: usize,
     exact: Vec<(usize, usize)>,
+    progress: &mut dyn FnMut(usize, usize),
 ) -> Result<ViewData, ViewError> {
     let c = &lm.model.cfg;
     if tokens.is_empty() {
@@ -52,8 +65,9 @@ pub fn from_model(
             c.max_context
         )));
     }
-    let mut obs = MapObserver::new(max_res, exact);
+    let mut obs = (MapObserver::new(max_res, exact), Progress(progress));
     let rep = crate::real::analysis::analyze(lm, tokens, false, &mut obs)?;
+    let obs = obs.0;
     let (act, _) = crate::secondary::native::capture(lm, tokens, false, LastLayer::FinalNorm)?;
     let det = detector(&act);
     let bos = if det.error.is_none() { det.bos } else { 0 };
