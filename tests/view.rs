@@ -50,6 +50,7 @@ fn selftest(browser: &Path, page: &Path) -> (serde_json::Value, Duration) {
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
+            "--disable-dev-shm-usage",
             "--no-first-run",
             "--disable-extensions",
             "--disable-background-networking",
