@@ -30,3 +30,4 @@ pub mod switch;
 pub mod synth;
 pub mod tasks;
 pub mod train;
+pub mod view;

@@ -17,6 +17,7 @@ mod secondary;
 mod sweep;
 mod synth;
 mod train;
+mod view;
 
 /// sinklab: attention sinks, checked.
 #[derive(Parser, Debug)]
@@ -50,6 +51,8 @@ enum Command {
     Real(real::Args),
     /// Write a synthetic GGUF with a paper model's shapes (llama3.1-8b, qwen2-7b), seeded, streaming.
     Synth(synth::Args),
+    /// Write one self-contained HTML page of a run: sink grid, attention maps, detector labels, curves.
+    View(view::Args),
     /// Redraw a figure from its data file (`figures/<name>.json`) in another style.
     Plot(plot::Args),
 }
@@ -70,6 +73,7 @@ pub fn main() -> i32 {
         Command::Real(a) => real::run(a),
         Command::Plot(a) => plot::run(a),
         Command::Synth(a) => synth::run(a),
+        Command::View(a) => view::run(a),
     };
     // Flushes stdout; a broken pipe exits 141 silently, a full disk is one line naming the stream.
     out::finish(r)

@@ -1,0 +1,171 @@
+//! `sinklab view --model M (--text S | --file F | --tokens IDS) [--bos …] [--heads L.H,…]
+//! [--max-res R] --out page.html`, or `sinklab view --activations F --out page.html`: one
+//! self-contained HTML page of the run (`sinklab::view`).
+
+use anyhow::{Context, Result};
+use sinklab::runtime::tokenizer::{Bos, apply_bos};
+use sinklab::runtime::{fetch, load};
+use sinklab::view::assemble::{ViewError, from_activations, from_model};
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "The page's data is one JSON blob, <script type=\"application/json\" id=\"sinklab-data\">, \
+fields: schema, source, n_layer, n_head, t, causal, res, bos_first, tokens, token_text, \
+layers (exactly the `layers` of `sinklab real --json`: per head alpha_first = Gu's α₀, …), \
+maps_q8 (base64 of each head's 8-bit max-pooled cells, index l·H + h, lower triangle row-major \
+when causal), exact ([{layer, head, f32}]: base64 little-endian f32 cells), detector \
+({variant, error, bos, window, sinks: [{position, label, creation_layer, lifetime, layers}], \
+bos_entry, frac_flagged, saturated}), token_curves ({bos, norm_f32, cos_f32}: [L, T] f32). \
+Open page.html#selftest to run the page's own checks (result in <pre id=\"selftest-result\">)."
+)]
+pub struct Args {
+    /// Model: a fetched name (smollm2, gemma3-270m, minilm, qwen2.5-coder-0.5b) or a path (GGUF file, HF directory).
+    #[arg(long, required_unless_present = "activations")]
+    model: Option<String>,
+    /// Input text.
+    #[arg(long, conflicts_with_all = ["file", "tokens"])]
+    text: Option<String>,
+    /// Input text file.
+    #[arg(long, conflicts_with = "tokens")]
+    file: Option<PathBuf>,
+    /// Token ids, comma or space separated.
+    #[arg(long)]
+    tokens: Option<String>,
+    /// BOS policy: the model's default, always, never.
+    #[arg(long, value_enum, default_value_t = Bos::Auto)]
+    bos: Bos,
+    /// Activations file with `attn.{l}` maps (schema in `sinklab::real::activations`) instead of a model.
+    #[arg(long, conflicts_with_all = ["model", "text", "file", "tokens", "bos"])]
+    activations: Option<PathBuf>,
+    /// Heads embedded exactly (f32, T × T), e.g. `3.1,7.0` (layer.head, from 0); all others
+    /// max-pooled to --max-res and quantised to 8 bits.
+    #[arg(long)]
+    heads: Option<String>,
+    /// Resolution cap of the pooled maps: R = min(T, max-res) cells a side.
+    #[arg(long, default_value_t = sinklab::view::DEFAULT_MAX_RES)]
+    max_res: usize,
+    /// The page to write.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+/// A bad argument: the message, exit status 2.
+fn refuse(msg: &str) -> Result<i32> {
+    errln!("error: {msg}");
+    Ok(2)
+}
+
+fn ids(s: &str) -> Result<Vec<u32>, String> {
+    s.split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<u32>()
+                .map_err(|_| format!("--tokens: `{s}` is not a token id"))
+        })
+        .collect()
+}
+
+pub fn run(a: Args) -> Result<i32> {
+    if a.max_res < 1 {
+        return refuse("--max-res must be at least 1");
+    }
+    let heads_of = |l: usize, h: usize| match &a.heads {
+        Some(s) => sinklab::view::parse_heads(s, l, h),
+        None => Ok(Vec::new()),
+    };
+    let data = if let Some(f) = &a.activations {
+        match from_activations(f, a.max_res, &heads_of) {
+            Err(ViewError::Input(m)) => return refuse(&m),
+            r => r?,
+        }
+    } else {
+        let name = a.model.as_deref().unwrap_or_default();
+        let path = fetch::resolve(name)?;
+        let lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
+        let c = &lm.model.cfg;
+        let exact = match heads_of(c.n_layer, c.n_head) {
+            Ok(v) => v,
+            Err(m) => return refuse(&m),
+        };
+        let tokens = if let Some(t) = &a.tokens {
+            let mut v = match ids(t) {
+                Ok(v) => v,
+                Err(m) => return refuse(&m),
+            };
+            apply_bos(&mut v, a.bos, c.bos_id, c.add_bos)?;
+            v
+        } else {
+            let text = match (&a.text, &a.file) {
+                (Some(t), _) => t.clone(),
+                (None, Some(f)) => std::fs::read_to_string(f)
+                    .with_context(|| format!("reading {}", f.display()))?,
+                _ => return refuse("give one of --text, --file, --tokens"),
+            };
+            if text.is_empty() {
+                return refuse("the input text is empty");
+            }
+            let tok = lm.tok.as_ref().with_context(|| {
+                format!(
+                    "{}: no tokenizer in the model files; use --tokens",
+                    path.display()
+                )
+            })?;
+            tok.encode(&text, a.bos)?
+        };
+        if tokens.is_empty() {
+            return refuse("no tokens to run");
+        }
+        if tokens.len() > c.max_context {
+            return refuse(&format!(
+                "{} tokens exceed the context of {}, {} tokens",
+                tokens.len(),
+                path.display(),
+                c.max_context
+            ));
+        }
+        errln!(
+            "view: {} tokens through {} ({} layers × {} heads): statistics and pooled maps",
+            tokens.len(),
+            path.display(),
+            c.n_layer,
+            c.n_head
+        );
+        let mut progress = |l: usize, n: usize| {
+            err!("\rview: layer {l}/{n}");
+            if l == n {
+                errln!(", then the detector's pass");
+            }
+        };
+        match from_model(&lm, &tokens, a.max_res, exact, &mut progress) {
+            Err(ViewError::Input(m)) => return refuse(&m),
+            r => r?,
+        }
+    };
+    let html = sinklab::view::render(&data)?;
+    std::fs::write(&a.out, &html).with_context(|| format!("writing {}", a.out.display()))?;
+    let payload = sinklab::view::payload_bytes(
+        data.n_layer,
+        data.n_head,
+        data.t,
+        a.max_res,
+        data.causal,
+        data.exact.len(),
+    );
+    outln!(
+        "wrote {}: {} bytes (maps and curves {} bytes: {} heads at {}×{}{}), T = {}",
+        a.out.display(),
+        html.len(),
+        payload,
+        data.n_layer * data.n_head,
+        data.res,
+        data.res,
+        if data.exact.is_empty() {
+            String::new()
+        } else {
+            format!(", {} exact", data.exact.len())
+        },
+        data.t
+    );
+    Ok(0)
+}
