@@ -1,6 +1,8 @@
 //! The report: `sinklab report` runs every registered theorem check and every
 //! report section (default sims, real-model measurements, ...) and writes
-//! `out/report.md` with a claims table and the figures (SVG + PNG).
+//! `out/report.md` with a claims table and the figures (SVG + PNG), and `out/report.html`:
+//! the same Markdown as one self-contained page (figures inline as SVG data, no network),
+//! linking one `sinklab view` page per cached packaged model (`out/view/<model>.html`).
 //!
 //! A module contributes a section by adding a [`SectionFn`] to [`sections`].
 
@@ -107,7 +109,113 @@ pub fn write_report(
             }
         }
     }
+    progress("viewer pages");
+    let viewers = write_viewers(ctx, &mut section_errors);
     let path = ctx.out_dir.join("report.md");
-    std::fs::write(&path, md)?;
+    std::fs::write(&path, &md)?;
+    std::fs::write(
+        ctx.out_dir.join("report.html"),
+        html(&md, &ctx.out_dir, &viewers),
+    )?;
     Ok((path, outcomes, section_errors))
+}
+
+/// The text each report viewer page shows.
+pub const VIEW_TEXT: &str =
+    "The cat sat on the mat. Attention sinks hold the first token, and the dog barked.";
+
+/// Writes `out/view/<model>.html` (the `sinklab view` page of [`VIEW_TEXT`]) for every packaged
+/// model in the cache (with `--quick`, SmolLM2's only); returns (model, page path relative to the output directory). A model
+/// that fails is reported as a section error and left out.
+fn write_viewers(ctx: &ReportCtx, errors: &mut Vec<String>) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let dir = ctx.out_dir.join("view");
+    for spec in crate::runtime::fetch::MODELS {
+        // `--quick` stays quick: one page, the smallest decoder's.
+        if ctx.quick && spec.name != "smollm2" {
+            continue;
+        }
+        let Some(path) = crate::runtime::fetch::cached(spec.name) else {
+            continue;
+        };
+        let page = (|| -> Result<String, String> {
+            let lm = crate::runtime::load(&path).map_err(|e| e.to_string())?;
+            let tok = lm.tok.as_ref().ok_or("no tokenizer")?;
+            let ids = tok
+                .encode(VIEW_TEXT, crate::runtime::tokenizer::Bos::Auto)
+                .map_err(|e| e.to_string())?;
+            let d = crate::view::assemble::from_model(
+                &lm,
+                &ids,
+                crate::view::DEFAULT_MAX_RES,
+                Vec::new(),
+                &mut |_, _| {},
+            )
+            .map_err(|e| e.to_string())?;
+            crate::view::render(&d).map_err(|e| e.to_string())
+        })();
+        let file = dir.join(format!("{}.html", spec.name));
+        match page.and_then(|p| {
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            std::fs::write(&file, p).map_err(|e| format!("{}: {e}", file.display()))
+        }) {
+            Ok(()) => out.push((spec.name.to_string(), rel(&ctx.out_dir, &file))),
+            Err(e) => errors.push(format!("viewer page of {}: {e}", spec.name)),
+        }
+    }
+    out
+}
+
+/// The report as one HTML page: the Markdown rendered (tables on), every figure image
+/// replaced by its SVG inline as a data URI (the `.svg` beside a `.png`), and a first section
+/// linking the viewer pages. Formulas stay as written (`$…$` text): the page loads no script.
+pub fn html(md: &str, out_dir: &Path, viewers: &[(String, String)]) -> String {
+    use pulldown_cmark::{Event, Options, Parser, Tag, html::push_html};
+    let mut body = String::new();
+    if !viewers.is_empty() {
+        body.push_str(
+            "<p><b>Viewer</b> (attention maps, sink labels, per-layer curves of one text): ",
+        );
+        let links: Vec<String> = viewers
+            .iter()
+            .map(|(m, p)| format!("<a href=\"{}\">{}</a>", escape(p), escape(m)))
+            .collect();
+        body.push_str(&links.join(" · "));
+        body.push_str("</p>\n");
+    }
+    let events = Parser::new_ext(md, Options::ENABLE_TABLES).map(|e| match e {
+        Event::Start(Tag::Image {
+            link_type,
+            dest_url,
+            title,
+            id,
+        }) => {
+            let svg = out_dir.join(dest_url.as_ref()).with_extension("svg");
+            let dest = match std::fs::read(&svg) {
+                Ok(b) => format!("data:image/svg+xml;base64,{}", crate::view::base64(&b)).into(),
+                Err(_) => dest_url,
+            };
+            Event::Start(Tag::Image {
+                link_type,
+                dest_url: dest,
+                title,
+                id,
+            })
+        }
+        e => e,
+    });
+    push_html(&mut body, events);
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sinklab report</title>\n\
+         <style>body{{font:15px/1.45 system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}}\
+         table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;padding:2px 6px;vertical-align:top}}\
+         img{{max-width:100%}}code{{background:#f4f4f4}}</style></head>\n<body>\n{body}</body></html>\n"
+    )
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }

@@ -101,6 +101,34 @@ fn report_quick_writes_markdown_with_the_claims_table() {
         assert_eq!(bars, 8, "malformed claims row: {line}");
     }
     assert!(!md.contains("FAILS"), "{md}");
+    // report.html: the same report as one page, every figure inline, nothing from the network.
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    assert!(html.contains("<h2>Claims</h2>") && html.contains("<table>"));
+    assert!(html.contains("<code>hard_switch</code>"));
+    let imgs: Vec<&str> = html.split("<img src=\"").skip(1).collect();
+    let figures = md.matches("![").count();
+    assert!(figures > 0);
+    assert_eq!(imgs.len(), figures, "one image per figure of report.md");
+    for i in &imgs {
+        assert!(
+            i.starts_with("data:image/svg+xml;base64,"),
+            "{}",
+            &i[..60.min(i.len())]
+        );
+    }
+    for remote in ["src=\"http", "href=\"http", "<script src", "<link "] {
+        assert!(!html.contains(remote), "report.html loads `{remote}`");
+    }
+    // With SmolLM2 cached, the quick report links its viewer page, a page `sinklab view` wrote.
+    if sinklab::runtime::fetch::cached("smollm2").is_some() {
+        assert!(
+            html.contains("<a href=\"view/smollm2.html\">smollm2</a>"),
+            "no viewer link"
+        );
+        let page = std::fs::read_to_string(dir.path().join("view/smollm2.html")).unwrap();
+        let blob = sinklab::view::extract(&page).expect("the page's data blob");
+        assert_eq!(blob["n_layer"], 30);
+    }
 }
 
 fn cost_json(args: &[&str]) -> serde_json::Value {

@@ -65,7 +65,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("runtime", &["budget", "runtime", "synth"]),
     ("output", &["plot", "section"]),
     ("experiments", &["train", "sweep", "real", "secondary"]),
-    ("presentation", &["claims", "check", "report", "view"]),
+    ("presentation", &["claims", "check", "view", "report"]),
 ];
 
 /// The modules of the named layers, in order.
