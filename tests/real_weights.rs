@@ -306,13 +306,23 @@ fn assert_close_logits(a: &[f32], b: &[f32], what: &str) {
 
 const TOKS: &[u32] = &[1, 5, 9, 3, 17, 22, 8, 30, 2, 11];
 
-fn specs() -> [(GgmlDType, SynthSpec); 2] {
+fn specs() -> [(GgmlDType, SynthSpec); 3] {
     [
         (
             GgmlDType::Q8_0,
             SynthSpec {
                 d_ff: 64,
                 dtype: GgmlDType::Q8_0,
+                ..SynthSpec::default()
+            },
+        ),
+        (
+            GgmlDType::Q5_0,
+            SynthSpec {
+                d: 64,
+                head_dim: 16,
+                d_ff: 64,
+                dtype: GgmlDType::Q5_0,
                 ..SynthSpec::default()
             },
         ),
@@ -354,7 +364,7 @@ fn quantized_gguf_stays_quantized_in_the_map_and_exact_mode_matches_f32() {
             &logits(&f, TOKS),
             &format!("{dt:?} exact vs f32 copy"),
         );
-        // A few rows (≤ `fused::MAX_ROWS`): Q8_0 projections and its tied head take the fused
+        // A few rows (≤ `fused::MAX_ROWS`): Q8_0 and Q5_0 projections take the fused
         // dequantize-and-dot kernels, Q4_K the tiles; the same bound against the f32 copy.
         assert_close_logits(
             &logits(&lm.model, &TOKS[..3]),
@@ -362,6 +372,29 @@ fn quantized_gguf_stays_quantized_in_the_map_and_exact_mode_matches_f32() {
             &format!("{dt:?} exact vs f32 copy, 3 tokens"),
         );
     }
+}
+
+/// candle's q8 dot product of Q5_0 (and Q4_1, Q5_1) pairs blocks: a row of one block used to
+/// panic inside it; the q8 mode now refuses the model, naming the matrix. The control: the
+/// same model in the exact mode runs.
+#[test]
+fn q8_mode_refuses_rows_of_an_odd_number_of_paired_blocks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = SynthSpec {
+        d_ff: 64,
+        dtype: GgmlDType::Q5_0,
+        ..SynthSpec::default()
+    };
+    let p = synth(tmp.path(), "odd.gguf", spec, 5);
+    let mut lm = load(&p).unwrap();
+    assert!(lm.model.forward(TOKS, &mut (), None).is_ok());
+    let e = q8_deviation::measure(&mut lm.model, TOKS)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("layer 0: q projection") && e.contains("odd number") && e.contains("Q5_0"),
+        "{e}"
+    );
 }
 
 #[test]

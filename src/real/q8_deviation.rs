@@ -13,6 +13,7 @@ use crate::runtime::RealError;
 use crate::runtime::forward::{LayerObserver, LayerTensors, linear_with};
 use crate::runtime::model::{Linear, Matmul, Pretrained};
 use crate::runtime::weights::q8_bound;
+use candle_core::quantized::GgmlDType;
 
 /// Deviation of the q8 mode from the exact mode on one input.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -92,6 +93,21 @@ impl LayerObserver for Probe {
 
 /// Runs `tokens` in both modes and measures the q8 deviation; `m.matmul` is restored.
 pub fn measure(m: &mut Pretrained, tokens: &[u32]) -> Result<Q8Deviation, RealError> {
+    // candle's q8 dot products of Q4_1, Q5_0 and Q5_1 take their blocks two at a time: a row
+    // of an odd number of blocks is outside what they compute.
+    for (what, w) in m.matrices() {
+        let dt = w.dtype();
+        if matches!(dt, GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1)
+            && !(w.n_cols() / 32).is_multiple_of(2)
+        {
+            return Err(RealError::Input(format!(
+                "--matmul q8: the {what} ({dt:?}, {} columns) has an odd number of 32-value \
+                 blocks per row, which the q8 dot product of {dt:?} does not handle; use \
+                 --matmul exact",
+                w.n_cols()
+            )));
+        }
+    }
     let saved = m.matmul;
     let run = |m: &mut Pretrained, mode: Matmul| -> Result<_, RealError> {
         m.matmul = mode;

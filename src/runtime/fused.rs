@@ -6,7 +6,10 @@
 //! - Q8_0: $w_j = d\thinspace q_j$ ($q_j$ int8), so $\langle w_b, x_b\rangle = d \sum_j q_j x_j$;
 //! - Q4_1: $w_j = d\thinspace q_j + m$ ($q_j$ in $0..16$, the low nibbles of the 16 bytes first, then the
 //!   high ones), so $\langle w_b, x_b\rangle = d \sum_j q_j x_j + m \sum_j x_j$, the block sums of
-//!   $x$ computed once per activation row.
+//!   $x$ computed once per activation row;
+//! - Q5_0: $w_j = d\thinspace (q_j - 16)$ with $q_j$ in $0..32$, its low four bits in the nibbles as
+//!   Q4_1 stores them and its fifth bit bit $j$ of a 32-bit word `qh`, so
+//!   $\langle w_b, x_b\rangle = d \sum_j (q_j - 16)\thinspace x_j$.
 //!
 //! The arithmetic is f32, as the exact product's ([`super::weights::Matmul::Exact`]): the
 //! values are those of dequantize-then-multiply up to the order of the f32 roundings (the test
@@ -66,6 +69,26 @@ fn dot_q4_1(row: &[u8], x: &[f32], xsum: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + mins
 }
 
+/// $\langle w, x\rangle$ for one Q5_0 row (blocks of 22 bytes: scale, `qh`, 16 nibble bytes),
+/// lanes as in [`dot_q8_0`], the offset applied to each quant ($q_j - 16$ is exact in f32).
+#[inline(always)]
+fn dot_q5_0(row: &[u8], x: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    for (blk, xb) in row.chunks_exact(22).zip(x.chunks_exact(QK)) {
+        let blk: &[u8; 22] = blk.try_into().expect("22-byte block");
+        let xb: &[f32; QK] = xb.try_into().expect("32 values");
+        let d = scale(blk, 0);
+        let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+        for j in 0..16 {
+            let q = blk[6 + j];
+            let lo = ((q & 0x0F) as u32 | ((qh >> j) & 1) << 4) as i32 - 16;
+            let hi = ((q >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4) as i32 - 16;
+            acc[j] += d * (lo as f32 * xb[j] + hi as f32 * xb[j + 16]);
+        }
+    }
+    acc.iter().sum()
+}
+
 /// One output row block: `out[k·t + i] = ⟨W[r0 + k], x_i⟩` for the weight rows of `w`
 /// (`rows` × `row_bytes` bytes) and the `t` activation rows of `x`.
 #[allow(clippy::too_many_arguments)]
@@ -100,13 +123,14 @@ fn rows_loop(
             let xi = &x[i * cols..(i + 1) * cols];
             *oi = match dt {
                 GgmlDType::Q8_0 => dot_q8_0(row, xi),
+                GgmlDType::Q5_0 => dot_q5_0(row, xi),
                 _ => dot_q4_1(row, xi, &xsum[i * nb..(i + 1) * nb]),
             };
         }
     }
 }
 
-/// `x Wᵀ` as a row-major `[rows, t]` matrix (transposed, free for `t = 1`) for a Q8_0 or Q4_1
+/// `x Wᵀ` as a row-major `[rows, t]` matrix (transposed, free for `t = 1`) for a Q8_0, Q4_1 or Q5_0
 /// `W` stored as `bytes`; `None` for another type, a width that is not whole blocks, or more
 /// than [`MAX_ROWS`] activation rows. Rows of `W` are split over the threads when `par`.
 pub fn matmul_t_rows(
@@ -121,6 +145,7 @@ pub fn matmul_t_rows(
     let block_bytes = match dt {
         GgmlDType::Q8_0 => 34,
         GgmlDType::Q4_1 => 20,
+        GgmlDType::Q5_0 => 22,
         _ => return None,
     };
     if t == 0 || t > MAX_ROWS || !cols.is_multiple_of(QK) || x.len() != t * cols {
@@ -150,11 +175,15 @@ pub fn matmul_t_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::quantized::k_quants::{BlockQ4_1, BlockQ8_0, GgmlType};
+    use candle_core::quantized::k_quants::{BlockQ4_1, BlockQ5_0, BlockQ8_0, GgmlType};
 
     /// Random but valid block bytes (finite f16 scales in ±0.05, any quants), seeded.
     fn blocks(dt: GgmlDType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
-        let bb = if dt == GgmlDType::Q8_0 { 34 } else { 20 };
+        let bb = match dt {
+            GgmlDType::Q8_0 => 34,
+            GgmlDType::Q5_0 => 22,
+            _ => 20,
+        };
         let mut s = seed;
         let mut next = || {
             s = s
@@ -168,7 +197,7 @@ mod tests {
             for v in b.iter_mut() {
                 *v = next() as u8;
             }
-            let nscales = if dt == GgmlDType::Q8_0 { 1 } else { 2 };
+            let nscales = if dt == GgmlDType::Q4_1 { 2 } else { 1 };
             for k in 0..nscales {
                 let v = (next() % 2000) as f32 / 2000.0 * 0.1 - 0.05;
                 b[2 * k..2 * k + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
@@ -183,12 +212,13 @@ mod tests {
     /// block plus one rounding per block of the running sum (γ over `cols` terms).
     #[test]
     fn fused_products_equal_dequantize_then_multiply() {
-        for dt in [GgmlDType::Q8_0, GgmlDType::Q4_1] {
+        for dt in [GgmlDType::Q8_0, GgmlDType::Q4_1, GgmlDType::Q5_0] {
             let (rows, cols) = (130, 576);
             let w = blocks(dt, rows, cols, 7);
             let mut deq = vec![0f32; rows * cols];
             match dt {
                 GgmlDType::Q8_0 => BlockQ8_0::to_float(bytemuck_cast::<BlockQ8_0>(&w), &mut deq),
+                GgmlDType::Q5_0 => BlockQ5_0::to_float(bytemuck_cast::<BlockQ5_0>(&w), &mut deq),
                 _ => BlockQ4_1::to_float(bytemuck_cast::<BlockQ4_1>(&w), &mut deq),
             }
             for t in 1..=MAX_ROWS {

@@ -308,6 +308,31 @@ impl Pretrained {
         n + self.lm_head.as_ref().map_or(0, |h| h.w.len())
     }
 
+    /// Every projection matrix with its name (`layer l: q projection`, …), the embedding and
+    /// a separate head included.
+    pub fn matrices(&self) -> Vec<(String, &StoredMatrix)> {
+        let mut v = vec![("token embedding".to_string(), &self.embed)];
+        for (l, ly) in self.layers.iter().enumerate() {
+            for (what, m) in [
+                ("q", &ly.wq),
+                ("k", &ly.wk),
+                ("v", &ly.wv),
+                ("output", &ly.wo),
+                ("up", &ly.up),
+                ("down", &ly.down),
+            ] {
+                v.push((format!("layer {l}: {what} projection"), &m.w));
+            }
+            if let Some(g) = &ly.gate {
+                v.push((format!("layer {l}: gate projection"), &g.w));
+            }
+        }
+        if let Some(h) = &self.lm_head {
+            v.push(("output head".to_string(), &h.w));
+        }
+        v
+    }
+
     /// Checks shapes and finiteness; `path` names the file in the error.
     pub fn validate(&self, path: &Path) -> Result<(), RealError> {
         let c = &self.cfg;
