@@ -16,6 +16,7 @@ pub mod activations;
 pub mod analysis;
 pub mod arch;
 pub mod capture;
+pub mod chat_template;
 pub mod fetch;
 pub mod forward;
 pub mod fused;

@@ -406,8 +406,8 @@ fn real_models(
             "- **{model}** ({kind} traces, {} configuration):",
             vars[0]["name"].as_str().unwrap_or("?")
         )?;
-        for (k, st, text) in super::verdict::verdicts(c) {
-            writeln!(sentences, "  - {k}: {} — {text}.", st.as_str())?;
+        for line in super::findings::verdict_sentences(c) {
+            writeln!(sentences, "  - {line}.")?;
         }
         // The variants that are informative here (not saturated, enough secondary sinks).
         for var in &vars[1..] {
