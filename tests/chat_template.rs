@@ -4,6 +4,7 @@
 //! (tokenization is discrete: no tolerance) on every packaged model that ships a template, and
 //! a refusal naming the model on every one that does not.
 
+use sinklab::real::chat_template::ChatTemplate;
 use sinklab::real::{fetch, load};
 use std::path::PathBuf;
 use std::process::Command;
@@ -101,4 +102,34 @@ fn cli_chat_refuses_a_model_without_template() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no chat template"), "{err}");
+}
+
+fn template(src: &str) -> ChatTemplate {
+    ChatTemplate {
+        source: src.into(),
+        bos_token: "<s>".into(),
+        eos_token: "</s>".into(),
+        origin: "test".into(),
+    }
+}
+
+/// transformers' whitespace rules: `trim_blocks` drops the newline after a block tag,
+/// `lstrip_blocks` the indentation before one; `.strip()` comes from pycompat.
+#[test]
+fn renders_with_transformers_whitespace_rules_and_python_methods() {
+    let src = "{{ bos_token }}{% for m in messages %}\n    {% if m.role == 'user' %}\n[{{ m.content.strip() }}]\n    {% endif %}\n{% endfor %}\n{% if add_generation_prompt %}>{% endif %}";
+    assert_eq!(template(src).render_user("  hi ").unwrap(), "<s>[hi]\n>");
+}
+
+/// A template the engine cannot parse, or one that raises, is refused with the reason.
+#[test]
+fn refuses_what_the_engine_cannot_render() {
+    let e = template("{% for m in messages %}")
+        .render_user("x")
+        .unwrap_err();
+    assert!(e.to_string().contains("cannot parse"), "{e}");
+    let e = template("{{ raise_exception('no system role') }}")
+        .render_user("x")
+        .unwrap_err();
+    assert!(e.to_string().contains("no system role"), "{e}");
 }

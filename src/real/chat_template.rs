@@ -158,35 +158,3 @@ pub fn from_hf_dir(dir: &Path) -> Result<Option<ChatTemplate>, RealError> {
         origin,
     }))
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn t(src: &str) -> ChatTemplate {
-        ChatTemplate {
-            source: src.into(),
-            bos_token: "<s>".into(),
-            eos_token: "</s>".into(),
-            origin: "test".into(),
-        }
-    }
-
-    #[test]
-    fn renders_with_transformers_whitespace_rules_and_python_methods() {
-        // trim_blocks drops the newline after a block tag; lstrip_blocks the indentation
-        // before one; `.strip()` comes from pycompat.
-        let src = "{{ bos_token }}{% for m in messages %}\n    {% if m.role == 'user' %}\n[{{ m.content.strip() }}]\n    {% endif %}\n{% endfor %}\n{% if add_generation_prompt %}>{% endif %}";
-        assert_eq!(t(src).render_user("  hi ").unwrap(), "<s>[hi]\n>");
-    }
-
-    #[test]
-    fn refuses_what_the_engine_cannot_render() {
-        let e = t("{% for m in messages %}").render_user("x").unwrap_err();
-        assert!(e.to_string().contains("cannot parse"), "{e}");
-        let e = t("{{ raise_exception('no system role') }}")
-            .render_user("x")
-            .unwrap_err();
-        assert!(e.to_string().contains("no system role"), "{e}");
-    }
-}
