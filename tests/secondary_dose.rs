@@ -46,7 +46,7 @@ fn dose_response_is_measured_and_zero_is_the_unpatched_run() {
         tokens: 1,
         ..DoseOptions::default()
     };
-    let res = dose_response(&lm, &[ids.clone()], &p, &o, &mut |_: &str| {}).unwrap();
+    let res = dose_response(&lm, std::slice::from_ref(&ids), &p, &o, &mut |_: &str| {}).unwrap();
     assert_eq!(res.curves.len(), 2);
     assert_eq!(
         (res.curves[0].direction, res.curves[1].direction),

@@ -34,7 +34,9 @@ pub struct DoseOptions {
 }
 
 /// The default grid of $r$.
-pub const DOSE_GRID: [f64; 8] = [0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 1.0, 2.0];
+pub const DOSE_GRID: [f64; 12] = [
+    0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0,
+];
 
 impl Default for DoseOptions {
     fn default() -> Self {
@@ -162,14 +164,13 @@ pub fn dose_response(
     let c = &lm.model.cfg;
     let (nl, d) = (c.n_layer, c.d_model);
     let lc = o.layer.unwrap_or(nl / 2);
-    let bad = |m: String| NativeError::Capture(m);
     if lc + 1 >= nl {
-        return Err(bad(format!(
+        return Err(NativeError::Capture(format!(
             "dose-response layer {lc}: needs a block after it (L = {nl})"
         )));
     }
     if o.grid.first() != Some(&0.0) || o.grid.windows(2).any(|w| w[1] <= w[0]) {
-        return Err(bad(format!(
+        return Err(NativeError::Capture(format!(
             "dose-response grid {:?}: must start at 0 and increase",
             o.grid
         )));
@@ -216,8 +217,12 @@ pub fn dose_response(
                         .as_ref()
                         .map_or(f64::NAN, |sc| mean_over(&|l| sc[l][pos]));
                     let (keys, values) = (
-                        act.keys.as_ref().ok_or_else(|| bad("no keys".into()))?,
-                        act.values.as_ref().ok_or_else(|| bad("no values".into()))?,
+                        act.keys
+                            .as_ref()
+                            .ok_or_else(|| NativeError::Capture("no keys".into()))?,
+                        act.values
+                            .as_ref()
+                            .ok_or_else(|| NativeError::Capture("no values".into()))?,
                     );
                     points.push(DosePoint {
                         r,
@@ -298,7 +303,7 @@ fn summarise(dir: &'static str, curves: &[DoseCurve], grid: &[f64]) -> Direction
 /// A table a person reads: one row per $r$ and direction, then the summary lines.
 pub fn table(res: &DoseResult) -> String {
     let mut s = format!(
-        "dose-response at block {} of {} (mean ‖h_BOS‖ there {:.1}), seed {}\n{:>6} {:>7} {:>9} {:>9} {:>11} {:>9} {:>9}\n",
+        "dose-response at block {} of {} (mean ‖h_BOS‖ there {:.1}), seed {}\n{:>7} {:>7} {:>9} {:>9} {:>11} {:>9} {:>9}\n",
         res.layer,
         res.layers,
         res.bos_norm,
@@ -314,7 +319,7 @@ pub fn table(res: &DoseResult) -> String {
     for ds in &res.summary {
         for &(r, f, l, a, k, v) in &ds.per_r {
             s.push_str(&format!(
-                "{r:>6.2} {:>7} {f:>9.2} {l:>9.2} {a:>11.5} {k:>9.3} {v:>9.3}\n",
+                "{r:>7} {:>7} {f:>9.2} {l:>9.2} {a:>11.5} {k:>9.3} {v:>9.3}\n",
                 ds.direction
             ));
         }
