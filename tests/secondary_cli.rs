@@ -292,3 +292,91 @@ fn study_bos_policy_reaches_the_prompt() {
     assert_eq!(long::model_dir(root, "m", Bos::Auto), root.join("m"));
     assert_eq!(long::model_dir(root, "m", Bos::Yes), root.join("m+bos-yes"));
 }
+
+/// One analysis for every entry point: the same anisotropic states (every token after the BOS
+/// aligned with it) reach the saturated verdict through the activation-file path (CLI and
+/// library), the native-study path (per-sequence analysis and pooling, as `study` does), and
+/// the path of `--long` and the report (`claims.json` written by `write_outputs`, read back),
+/// with the same validity line and verdict sentences on each; a mixed file is not saturated
+/// on any of them.
+#[test]
+fn every_entry_point_reaches_the_same_saturated_verdict() {
+    use sinklab::secondary::findings;
+    use sinklab::secondary::native::Extras;
+    use sinklab::secondary::run::{Study, StudyOptions, standard_variants, write_outputs};
+    let dir = tempfile::tempdir().unwrap();
+    let base = SyntheticConfig {
+        seed: 5,
+        ..Default::default()
+    };
+    let all_cfg = SyntheticConfig {
+        cone_tokens: base.tokens - 1,
+        ..base.clone()
+    };
+    let mixed: Vec<f64> = (0..base.tokens)
+        .map(|t| 15.0 * t as f64 / base.tokens as f64)
+        .collect();
+    for (name, cfg, rs, want_sat) in [
+        ("all", all_cfg, vec![15.0; base.tokens], true),
+        ("mixed", base.clone(), mixed, false),
+    ] {
+        let act = SyntheticModel::new(cfg).unwrap().activations(&rs);
+        let path = dir.path().join(format!("{name}.safetensors"));
+        act.write(&path).unwrap();
+        let p = DetectorParams::default();
+        let params: Vec<DetectorParams> = std::iter::once(p.clone())
+            .chain(standard_variants(&p))
+            .collect();
+        // 1. Activation files (library).
+        let vars = findings::from_activations(&act, &params, 200, 0).unwrap();
+        let lines_act = findings::summary_lines(&findings::claims_json(&vars), false);
+        // 2. The native study's own steps on the same states.
+        let an = findings::analyse_sequence(&act, &Extras::default(), &params, 0).unwrap();
+        let per: Vec<Vec<_>> = an.into_iter().map(|a| vec![a]).collect();
+        let layers = act.hidden.layers();
+        let pooled = findings::pool(params.clone(), per, layers, 200, 0);
+        let lines_native = findings::summary_lines(&findings::claims_json(&pooled), false);
+        assert_eq!(lines_act, lines_native, "{name}");
+        // 3. `--long` and the report: claims.json written, then read back.
+        let st = Study {
+            layers,
+            variants: pooled,
+            patches: Vec::new(),
+            patch_variant: None,
+            generated: (0, 0.0),
+            seq_tokens: vec![act.hidden.tokens()],
+        };
+        let out = dir.path().join(name);
+        write_outputs(&out, name, &StudyOptions::default(), &st).unwrap();
+        let lines_file = findings::summary_lines_of_file(&out.join("claims.json")).unwrap();
+        assert_eq!(lines_act, lines_file, "{name}");
+        let sat = lines_act[0].contains("saturated: anisotropy");
+        assert_eq!(sat, want_sat, "{name}: {lines_act:?}");
+        let untestable = lines_act
+            .iter()
+            .filter(|l| l.contains("untestable here — the detector is saturated"))
+            .count();
+        assert_eq!(untestable == 5, want_sat, "{name}: {lines_act:?}");
+        // 4. The CLI on the file prints the same verdict sentences.
+        let cli = sinklab()
+            .args([
+                "secondary",
+                "--activations",
+                path.to_str().unwrap(),
+                "--with-variants",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        assert!(cli.status.success());
+        let err = String::from_utf8_lossy(&cli.stderr);
+        assert_eq!(
+            err.contains("saturated: anisotropy"),
+            want_sat,
+            "{name}: {err}"
+        );
+        for l in lines_act.iter().skip(params.len()) {
+            assert!(err.contains(l.as_str()), "{name}: {l} not in {err}");
+        }
+    }
+}

@@ -31,6 +31,10 @@ pub struct Args {
     /// BOS policy: the model's default, always, never.
     #[arg(long, value_enum, default_value_t = Bos::Auto)]
     bos: Bos,
+    /// Wrap the text in the model's own chat template as one user turn, generation prompt on
+    /// (as transformers' `apply_chat_template`); a model without a template is refused.
+    #[arg(long, conflicts_with_all = ["tokens", "bos", "activations", "results"])]
+    chat: bool,
     /// Activations file (schema in `sinklab::real::activations`) instead of a model.
     #[arg(long, conflicts_with_all = ["model", "text", "file", "tokens", "bos", "a1", "a2"])]
     activations: Option<PathBuf>,
@@ -123,6 +127,9 @@ pub fn run(a: Args) -> Result<i32> {
     let mut lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
     apply_weights(&mut lm, a.weights, a.max_mem.as_deref())?;
     if let Some(f) = batch {
+        if a.chat {
+            bail!("--chat with a .jsonl --file is not implemented: give --text or a plain --file");
+        }
         return super::real_batch::run(&lm, &path, f, a.results.clone(), a.bos, a.a1, a.a2);
     }
     let tokens: Vec<u32> = if let Some(t) = &a.tokens {
@@ -150,7 +157,11 @@ pub fn run(a: Args) -> Result<i32> {
                 path.display()
             )
         })?;
-        tok.encode(&text, a.bos)?
+        if a.chat {
+            tok.encode_chat(&text, &path)?
+        } else {
+            tok.encode(&text, a.bos)?
+        }
     };
     if tokens.is_empty() {
         bail!("no tokens to run");

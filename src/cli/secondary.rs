@@ -1,5 +1,6 @@
 //! `sinklab secondary (--model <name|path> (--prompt S | --file F | --prompts F) [--generate N]
-//! | --activations F | --long [--models A,B]) [--tau X] [--centered] [--json] [--out DIR]`:
+//! | --activations F | --long [--models A,B] | --model M --dose-response) [--chat]
+//! [--prompt-set steps|math] [--tau X] [--centered] [--json] [--out DIR]`:
 //! the paper-B secondary-sink
 //! detector on a real model's native forward pass or on captured activations;
 //! one JSON record per detected sink (`--json`, JSON lines on stdout) or a table.
@@ -11,8 +12,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sinklab::runtime::activation_file::Activations;
 use sinklab::runtime::{fetch, load};
 use sinklab::secondary::detector::Centering;
+use sinklab::secondary::findings;
 use sinklab::secondary::native::LastLayer;
-use sinklab::secondary::records::{SinkRecord, analyse};
+use sinklab::secondary::records::SinkRecord;
 use sinklab::secondary::run::{StudyOptions, standard_variants, study, write_outputs};
 use sinklab::secondary::{DetectorParams, LabelRule, WindowMode};
 use std::path::PathBuf;
@@ -42,9 +44,44 @@ pub struct Args {
     #[arg(long, default_value_t = sinklab::secondary::detector::PAPER_TAU)]
     tau: f64,
     /// Candidate BOS positions (comma-separated); the one of largest mean norm is used.
-    /// (The authors' default is 0,1; 0,1,2 under a chat template.)
-    #[arg(long, value_delimiter = ',', default_value = "0,1")]
-    bos_candidates: Vec<usize>,
+    /// Default: the authors' 0,1, or 0,1,2 under --chat (their chat-template setting).
+    #[arg(long, value_delimiter = ',')]
+    bos_candidates: Option<Vec<usize>>,
+    /// Wrap each prompt in the model's own chat template (one user turn, generation prompt on,
+    /// as transformers' `apply_chat_template`; a model without one is refused) and default the
+    /// BOS candidates to 0,1,2. With --long the runs go to `<model>+chat`.
+    #[arg(long, conflicts_with_all = ["activations", "bos", "file"])]
+    chat: bool,
+    /// Prompt set of --long and --dose-response: `steps` (sims/secondary_prompts.txt) or `math`
+    /// (sims/secondary_math_prompts.txt: competition-style problems ending in "…final answer
+    /// within \boxed{}"; --long runs go to `<model>+math`).
+    #[arg(long, value_enum, default_value_t = sinklab::secondary::long::PromptSet::Steps)]
+    prompt_set: sinklab::secondary::long::PromptSet,
+    /// Causal dose–response (B2/B3 by intervention) on --model: at --dose-layer, add
+    /// r·‖h_BOS‖·u to an ordinary token's MLP output (u: the unit BOS direction there; a
+    /// seeded random unit direction as the control) for r on --dose-grid, and run the
+    /// faithful detector. Prompts: --prompt/--prompts, else the first --dose-prompts of
+    /// --prompt-set. `--json`: one JSON object (fields `layers`, `layer`, `grid`, `seed`,
+    /// `bos_norm`, `curves[]` {`sequence`, `position`, `direction`, `points[]` {`r`, `sink`,
+    /// `label`, `lifetime`, `attention`, `key_norm`, `value_norm`}, `threshold`,
+    /// `lifetime_monotone`, `attention_monotone`}, `summary[]` per direction {`direction`,
+    /// `curves`, `with_sink`, `median_threshold`, `lifetime_monotone`, `attention_monotone`,
+    /// `per_r` [r, sink fraction, lifetime, attention, key norm, value norm]}); `--out DIR`
+    /// also writes DIR/dose_response.json.
+    #[arg(long, conflicts_with_all = ["activations", "long", "generate", "file"])]
+    dose_response: bool,
+    /// Block of the dose–response addition (default: L/2).
+    #[arg(long, requires = "dose_response")]
+    dose_layer: Option<usize>,
+    /// Grid of r (comma-separated, starting at 0, increasing).
+    #[arg(long, value_delimiter = ',', requires = "dose_response")]
+    dose_grid: Option<Vec<f64>>,
+    /// Ordinary tokens patched per prompt.
+    #[arg(long, default_value_t = 3)]
+    dose_tokens: usize,
+    /// Prompts of --prompt-set used by --dose-response.
+    #[arg(long, default_value_t = 2)]
+    dose_prompts: usize,
     /// Anisotropy-corrected variant: cosines after removing the mean token state.
     #[arg(long)]
     centered: bool,
@@ -110,7 +147,11 @@ fn params(a: &Args) -> Result<DetectorParams> {
     }
     Ok(DetectorParams {
         tau: a.tau,
-        bos_candidates: a.bos_candidates.clone(),
+        bos_candidates: match &a.bos_candidates {
+            Some(v) => v.clone(),
+            None if a.chat => sinklab::secondary::detector::PAPER_CHAT_BOS_CANDIDATES.to_vec(),
+            None => sinklab::secondary::detector::PAPER_BOS_CANDIDATES.to_vec(),
+        },
         window: if a.no_window {
             WindowMode::AllLayers
         } else {
@@ -207,7 +248,7 @@ pub fn run(a: Args) -> Result<i32> {
             MAX_GENERATE,
             "the most new tokens a run generates",
         )?;
-        let n = sinklab::secondary::long::prompts().len();
+        let n = sinklab::secondary::long::prompts_of(a.prompt_set).len();
         sinklab::budget::size(
             &format!("--long-prompts {}", a.long_prompts),
             a.long_prompts,
@@ -218,15 +259,20 @@ pub fn run(a: Args) -> Result<i32> {
             &a.out.clone().unwrap_or_else(|| PathBuf::from("out")),
         );
         let mut failed = 0;
+        let setting = sinklab::secondary::long::Setting {
+            bos: a.bos,
+            chat: a.chat,
+            set: a.prompt_set,
+        };
         for m in &a.models {
-            let dir = sinklab::secondary::long::model_dir(&root, m, a.bos);
-            let r = sinklab::secondary::long::run_model_with_bos(
+            let dir = sinklab::secondary::long::setting_dir(&root, m, setting);
+            let r = sinklab::secondary::long::run_model_in(
                 m,
                 &dir,
                 a.long_prompts,
                 a.long_generate,
                 a.seed,
-                a.bos,
+                setting,
                 &mut |l: &str| errln!("{l}"),
             );
             if let Err(e) = r {
@@ -239,8 +285,17 @@ pub fn run(a: Args) -> Result<i32> {
     if let Some(path) = &a.activations {
         let act = Activations::read(path)
             .with_context(|| format!("reading activations {}", path.display()))?;
-        let an = analyse(&act, &p, 0).context("running the detector")?;
+        let params: Vec<DetectorParams> = std::iter::once(p.clone())
+            .chain(if a.with_variants {
+                standard_variants(&p)
+            } else {
+                Vec::new()
+            })
+            .collect();
+        let vars = findings::from_activations(&act, &params, a.boot, a.seed)
+            .context("running the detector")?;
         note_labels(&p, act.hidden.layers());
+        let an = &vars[0].analyses[0];
         let s = &an.summary;
         errln!(
             "L = {}, T = {}, BOS = {}, window = [{}, {}), sinks: {} bos_sink, {} secondary, {} noise",
@@ -253,19 +308,12 @@ pub fn run(a: Args) -> Result<i32> {
             s.label_counts.1,
             s.label_counts.2
         );
-        // The saturation rule guards this path as it guards the native runs: when (nearly)
-        // every position is aligned with the BOS, the labels describe anisotropy, not sinks.
-        errln!(
-            "{}",
-            validity_line(
-                "faithful",
-                an.detection.validity.positions,
-                an.detection.validity.frac_flagged,
-                an.detection.validity.saturated,
-                true
-            )
-        );
-        print_records(&an.records, a.json)?;
+        // The same lines as every other path: validity (with the saturation rule) and the
+        // verdict sentences.
+        for l in findings::summary_lines(&findings::claims_json(&vars), true) {
+            errln!("{l}");
+        }
+        print_records(&vars[0].records, a.json)?;
         return Ok(0);
     }
     let Some(name) = &a.model else {
@@ -285,6 +333,10 @@ pub fn run(a: Args) -> Result<i32> {
     )?;
     super::real::apply_weights(&mut lm, a.weights, a.max_mem.as_deref())?;
     let texts: Vec<String> = match (&a.prompt, &a.file, &a.prompts) {
+        (None, None, None) if a.dose_response => sinklab::secondary::long::prompts_of(a.prompt_set)
+            .into_iter()
+            .take(a.dose_prompts)
+            .collect(),
         (Some(t), _, _) => vec![t.clone()],
         (None, Some(f), _) => {
             vec![std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?]
@@ -303,6 +355,9 @@ pub fn run(a: Args) -> Result<i32> {
     }
     let nl = lm.model.cfg.n_layer;
     note_labels(&p, nl);
+    if a.dose_response {
+        return dose(&a, &lm, &texts, &p);
+    }
     let pb = ProgressBar::new(texts.len() as u64);
     pb.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} sequences {elapsed} {msg}")
@@ -326,6 +381,7 @@ pub fn run(a: Args) -> Result<i32> {
         },
         ids_dir: None,
         bos: a.bos,
+        chat: a.chat,
     };
     let st = study(&lm, &texts, &p, &opts, &mut |line: &str| {
         if line.contains("analysed") {
@@ -346,18 +402,8 @@ pub fn run(a: Args) -> Result<i32> {
         write_outputs(dir, &path.display().to_string(), &opts, &st)?;
     }
     print_records(&st.primary().records, a.json)?;
-    for v in &st.variants {
-        let val = &v.measures.validity;
-        errln!(
-            "{}",
-            validity_line(
-                &v.name,
-                val.positions,
-                val.frac_flagged,
-                val.saturated,
-                false
-            )
-        );
+    for l in findings::summary_lines(&findings::claims_json(&st.variants), false) {
+        errln!("{l}");
     }
     if let Some(dir) = &a.out {
         errln!("wrote {}", dir.display());
@@ -366,25 +412,60 @@ pub fn run(a: Args) -> Result<i32> {
     Ok(0)
 }
 
-/// One line of a detector run's validity: positions flagged and the saturation rule, the same
-/// on every path (native runs' variants, pooled, and activation files, one sequence).
-/// `records_follow`: the records printed next are the ones the rule speaks of.
-fn validity_line(
-    name: &str,
-    positions: usize,
-    frac_flagged: f64,
-    saturated: bool,
-    records_follow: bool,
-) -> String {
-    let sat = match (saturated, records_follow) {
-        (false, _) => "",
-        (true, false) => "; saturated: anisotropy, not sinks",
-        (true, true) => {
-            "; saturated: anisotropy, not sinks (the records below are not secondary sinks)"
-        }
+fn dose(
+    a: &Args,
+    lm: &sinklab::runtime::LoadedModel,
+    texts: &[String],
+    p: &DetectorParams,
+) -> Result<i32> {
+    use sinklab::secondary::dose::{DOSE_GRID, DoseOptions, dose_response, table};
+    let tok = lm
+        .tok
+        .as_ref()
+        .with_context(|| format!("{}: no tokenizer in the model files", lm.path.display()))?;
+    let seqs: Vec<Vec<u32>> = texts
+        .iter()
+        .map(|t| {
+            if a.chat {
+                tok.encode_chat(t, &lm.path)
+            } else {
+                tok.encode(t, a.bos)
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    let nl = lm.model.cfg.n_layer;
+    if let Some(l) = a.dose_layer
+        && l + 1 >= nl
+    {
+        bail!("--dose-layer {l}: needs a block after it (the model has L = {nl})");
+    }
+    let grid = a.dose_grid.clone().unwrap_or_else(|| DOSE_GRID.to_vec());
+    if grid.first() != Some(&0.0) || grid.windows(2).any(|w| w[1] <= w[0]) {
+        bail!("--dose-grid {grid:?}: must start at 0 and increase");
+    }
+    let o = DoseOptions {
+        layer: a.dose_layer,
+        grid,
+        tokens: a.dose_tokens,
+        seed: a.seed,
+        last: if a.raw_last_layer {
+            LastLayer::Raw
+        } else {
+            LastLayer::FinalNorm
+        },
     };
-    format!(
-        "{name}: {} of {positions} positions flagged ({frac_flagged:.3}){sat}",
-        (frac_flagged * positions as f64).round()
-    )
+    let res = dose_response(lm, &seqs, p, &o, &mut |l: &str| errln!("{l}"))?;
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let f = dir.join("dose_response.json");
+        std::fs::write(&f, serde_json::to_string_pretty(&res)?)
+            .with_context(|| format!("writing {}", f.display()))?;
+        errln!("wrote {}", f.display());
+    }
+    if a.json {
+        outln!("{}", serde_json::to_string(&res)?);
+    } else {
+        out!("{}", table(&res));
+    }
+    Ok(0)
 }

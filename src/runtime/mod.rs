@@ -15,6 +15,7 @@
 pub mod activation_file;
 pub mod arch;
 pub mod capture;
+pub mod chat_template;
 pub mod fetch;
 pub mod forward;
 pub mod fused;

@@ -41,6 +41,8 @@ pub struct Tok {
     pub add_bos: bool,
     /// Special tokens come from a post-processor template (BERT's `[CLS] … [SEP]`).
     pub template: bool,
+    /// The model's chat template, when its files carry one ([`super::chat_template`]).
+    pub chat: Option<super::chat_template::ChatTemplate>,
 }
 
 fn strings(g: &GgufFile, key: &str, path: &Path) -> Result<Vec<String>, RealError> {
@@ -228,11 +230,22 @@ pub fn from_gguf(g: &GgufFile, path: &Path) -> Result<Tok, RealError> {
         .map(|(t, _)| AddedToken::from(t.clone(), false).normalized(false))
         .collect();
     tk.add_tokens(&user);
+    let eos_id = g
+        .meta_int_opt("tokenizer.ggml.eos_token_id", u32::MAX as u64)?
+        .map(|v| v as u32);
+    let chat = super::chat_template::from_gguf_meta(
+        g.meta_str("tokenizer.chat_template"),
+        &tokens,
+        bos_id,
+        eos_id,
+        path,
+    );
     Ok(Tok {
         inner: tk,
         bos_id,
         add_bos,
         template: false,
+        chat,
     })
 }
 
@@ -308,11 +321,16 @@ pub fn from_json(path: &Path) -> Result<Tok, RealError> {
     ]
     .iter()
     .find_map(|t| tk.token_to_id(t));
+    let chat = match path.parent() {
+        Some(dir) => super::chat_template::from_hf_dir(dir)?,
+        None => None,
+    };
     Ok(Tok {
         inner: tk,
         bos_id,
         add_bos: template,
         template,
+        chat,
     })
 }
 
@@ -331,6 +349,32 @@ impl Tok {
         }
         if ids.is_empty() {
             return Err(RealError::Input("the text tokenizes to no tokens".into()));
+        }
+        Ok(ids)
+    }
+    /// Token ids of one user turn `text` under the model's chat template, generation prompt
+    /// on ([`super::chat_template`]): special tokens in the rendered text are recognised,
+    /// and no BOS is added (the template writes its own), as transformers'
+    /// `apply_chat_template(…, tokenize=True)` does. `model` names the model in the refusal.
+    pub fn encode_chat(&self, text: &str, model: &Path) -> Result<Vec<u32>, RealError> {
+        let Some(ct) = &self.chat else {
+            return Err(super::chat_template::no_template(
+                model,
+                "no `tokenizer.chat_template` in a GGUF file, no `chat_template` in \
+                 tokenizer_config.json",
+            ));
+        };
+        let rendered = ct.render_user(text)?;
+        let ids = self
+            .inner
+            .encode(rendered.as_str(), false)
+            .map_err(|e| RealError::Input(format!("tokenizer: {e}")))?
+            .get_ids()
+            .to_vec();
+        if ids.is_empty() {
+            return Err(RealError::Input(
+                "the chat text tokenizes to no tokens".into(),
+            ));
         }
         Ok(ids)
     }

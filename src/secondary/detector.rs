@@ -47,6 +47,8 @@ pub const PAPER_BOS_MARGIN: usize = 15;
 pub const PAPER_NOISE_MAX: usize = 4;
 /// The authors' BOS candidates without a chat template (`[0, 1, 2]` with one).
 pub const PAPER_BOS_CANDIDATES: [usize; 2] = [0, 1];
+/// The authors' BOS candidates under a chat template (its opening special tokens).
+pub const PAPER_CHAT_BOS_CANDIDATES: [usize; 3] = [0, 1, 2];
 /// Saturation rule: more than this fraction of the positions after the BOS flagged.
 pub const SATURATION_FRAC: f64 = 0.5;
 
@@ -166,7 +168,10 @@ impl DetectorParams {
         if self.tau != PAPER_TAU {
             v.push(format!("tau={}", self.tau));
         }
-        if self.bos_candidates != PAPER_BOS_CANDIDATES {
+        // Both of the authors' candidate lists (plain and chat template) are faithful.
+        if self.bos_candidates != PAPER_BOS_CANDIDATES
+            && self.bos_candidates != PAPER_CHAT_BOS_CANDIDATES
+        {
             v.push(format!("bos={:?}", self.bos_candidates));
         }
         if self.labels != LabelRule::default() {
@@ -179,6 +184,17 @@ impl DetectorParams {
             "faithful".into()
         } else {
             v.join("+")
+        }
+    }
+}
+
+impl DetectorParams {
+    /// The authors' configuration under a chat template: BOS candidates
+    /// [`PAPER_CHAT_BOS_CANDIDATES`], the rest as [`Default`].
+    pub fn chat() -> Self {
+        Self {
+            bos_candidates: PAPER_CHAT_BOS_CANDIDATES.to_vec(),
+            ..Self::default()
         }
     }
 }

@@ -1,5 +1,7 @@
-//! Paper B's setting: long greedy generations (KV cache) after prompts that ask
-//! for step-by-step reasoning, on a configurable list of models, as a resumable
+//! Paper B's setting: long greedy generations (KV cache) after reasoning prompts
+//! ([`PromptSet`]: the step-by-step set, or competition-style problems with the
+//! authors' "final answer in \boxed{}" instruction), optionally inside the model's chat
+//! template, on a configurable list of models, as a resumable
 //! study: the generated ids of each sequence are kept under
 //! `out/secondary_long/<model>/ids/`, so an interrupted run regenerates nothing it
 //! already has; a model whose `claims.json` matches the request is skipped.
@@ -20,6 +22,57 @@ pub const LONG_PROMPTS: usize = 4;
 /// The prompts of the secondary-sink runs, the report's and the long traces'.
 pub const REPORT_PROMPTS: &str = include_str!("../../sims/secondary_prompts.txt");
 
+/// Which prompts a long run generates after.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptSet {
+    /// `sims/secondary_prompts.txt`: step-by-step reasoning requests (the original set).
+    #[default]
+    Steps,
+    /// `sims/secondary_math_prompts.txt`: competition-style problems, each ending in
+    /// "Please reason step by step, and put your final answer within \boxed{}." (paper B's format).
+    Math,
+}
+
+/// The competition-style prompt set (`sims/secondary_math_prompts.txt`).
+pub const MATH_PROMPTS: &str = include_str!("../../sims/secondary_math_prompts.txt");
+
+/// The prompts of a set, one per non-comment line.
+pub fn prompts_of(set: PromptSet) -> Vec<String> {
+    match set {
+        PromptSet::Steps => REPORT_PROMPTS,
+        PromptSet::Math => MATH_PROMPTS,
+    }
+    .lines()
+    .map(str::trim)
+    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    .map(String::from)
+    .collect()
+}
+
+/// How the prompts of a long run are presented to the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Setting {
+    /// BOS policy of plain prompts (ignored under `chat`: the template writes its own).
+    pub bos: Bos,
+    /// Wrap each prompt in the model's chat template (one user turn, generation prompt on),
+    /// and use the authors' chat-setting BOS candidates `[0, 1, 2]`.
+    pub chat: bool,
+    /// The prompt set.
+    pub set: PromptSet,
+}
+
+impl Default for Setting {
+    /// The model's BOS default, no template, the step-by-step set.
+    fn default() -> Self {
+        Self {
+            bos: Bos::Auto,
+            chat: false,
+            set: PromptSet::Steps,
+        }
+    }
+}
+
 /// The prompts of the secondary-sink runs (`sims/secondary_prompts.txt`).
 pub fn prompts() -> Vec<String> {
     REPORT_PROMPTS
@@ -39,7 +92,16 @@ pub fn long_dir(out: &Path) -> PathBuf {
 /// the standard variants, and, when the paper's label constants leave no lifetime that
 /// can be `secondary` (L ≤ 20), the same with `bos_margin = L/2`, `noise_max = 2`.
 pub fn configurations(layers: usize) -> (DetectorParams, Vec<DetectorParams>) {
-    let faithful = DetectorParams::default();
+    configurations_with(layers, &DetectorParams::default())
+}
+
+/// [`configurations`] around a given faithful configuration (e.g. the chat-setting BOS
+/// candidates).
+pub fn configurations_with(
+    layers: usize,
+    faithful: &DetectorParams,
+) -> (DetectorParams, Vec<DetectorParams>) {
+    let faithful = faithful.clone();
     let mut v = standard_variants(&faithful);
     if !faithful.labels.secondary_possible(layers) {
         let scaled = DetectorParams {
@@ -82,11 +144,34 @@ pub fn run_model(
 /// Directory of one model's long run: `root/<model>`, or `root/<model>+bos-yes|no` when the
 /// BOS policy is not the model's default (so runs of different policies never share ids).
 pub fn model_dir(root: &Path, model: &str, bos: Bos) -> PathBuf {
-    match bos {
-        Bos::Auto => root.join(model),
-        Bos::Yes => root.join(format!("{model}+bos-yes")),
-        Bos::No => root.join(format!("{model}+bos-no")),
+    setting_dir(
+        root,
+        model,
+        Setting {
+            bos,
+            ..Setting::default()
+        },
+    )
+}
+
+/// Directory of one model's long run under a [`Setting`]: `root/<model>` for the default
+/// (model's BOS, no template, step-by-step set), else suffixed `+bos-yes|no`, `+chat`,
+/// `+math`, so runs of different settings never share ids.
+pub fn setting_dir(root: &Path, model: &str, s: Setting) -> PathBuf {
+    let mut name = model.to_string();
+    if s.chat {
+        name.push_str("+chat");
+    } else {
+        match s.bos {
+            Bos::Auto => {}
+            Bos::Yes => name.push_str("+bos-yes"),
+            Bos::No => name.push_str("+bos-no"),
+        }
     }
+    if s.set == PromptSet::Math {
+        name.push_str("+math");
+    }
+    root.join(name)
 }
 
 /// [`run_model`] with an explicit BOS policy for the prompts.
@@ -99,9 +184,34 @@ pub fn run_model_with_bos(
     bos: Bos,
     progress: &mut dyn FnMut(&str),
 ) -> Result<(), RunError> {
-    let texts: Vec<String> = prompts().into_iter().take(n_prompts).collect();
+    let s = Setting {
+        bos,
+        ..Setting::default()
+    };
+    run_model_in(model, dir, n_prompts, generate, seed, s, progress)
+}
+
+/// [`run_model`] under a [`Setting`] (prompt set, chat template, BOS policy).
+pub fn run_model_in(
+    model: &str,
+    dir: &Path,
+    n_prompts: usize,
+    generate: usize,
+    seed: u64,
+    setting: Setting,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(), RunError> {
+    let texts: Vec<String> = prompts_of(setting.set)
+        .into_iter()
+        .take(n_prompts)
+        .collect();
     if finished(dir, texts.len(), generate) {
         progress(&format!("{model}: finished run found in {}", dir.display()));
+        if let Ok(lines) = super::findings::summary_lines_of_file(&dir.join("claims.json")) {
+            for l in lines {
+                progress(&format!("{model}: {l}"));
+            }
+        }
         return Ok(());
     }
     let path = fetch::fetch(model, None, &mut |line: &str| {
@@ -109,7 +219,12 @@ pub fn run_model_with_bos(
     })
     .map_err(|e| RunError::Invalid(format!("{model}: fetch failed ({e})")))?;
     let lm = load(&path)?;
-    let (p, variants) = configurations(lm.model.cfg.n_layer);
+    let base = if setting.chat {
+        DetectorParams::chat()
+    } else {
+        DetectorParams::default()
+    };
+    let (p, variants) = configurations_with(lm.model.cfg.n_layer, &base);
     let o = StudyOptions {
         generate,
         patch: 4,
@@ -117,7 +232,8 @@ pub fn run_model_with_bos(
         seed,
         variants,
         ids_dir: Some(dir.join("ids")),
-        bos,
+        bos: setting.bos,
+        chat: setting.chat,
         ..StudyOptions::default()
     };
     let t0 = std::time::Instant::now();
@@ -125,6 +241,9 @@ pub fn run_model_with_bos(
         progress(&format!("{model}: {line}"))
     })?;
     write_outputs(dir, model, &o, &st)?;
+    for l in super::findings::summary_lines(&super::findings::claims_json(&st.variants), false) {
+        progress(&format!("{model}: {l}"));
+    }
     progress(&format!(
         "{model}: done in {:.0} s, wrote {}",
         t0.elapsed().as_secs_f64(),

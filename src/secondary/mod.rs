@@ -8,7 +8,9 @@
 /// `real --activations` reads the same files); re-exported here under its old path.
 pub use crate::runtime::activation_file as activations;
 pub mod detector;
+pub mod dose;
 pub mod figures;
+pub mod findings;
 /// Hidden-state tensors, in [`crate::runtime::hidden`]; re-exported under the old path.
 pub use crate::runtime::hidden;
 pub mod long;

@@ -179,6 +179,20 @@ fn rows_to_heads(x: &[f32], heads: usize, t: usize, width: usize) -> HeadTensor 
     }
 }
 
+/// A vector added to one position's MLP output at one layer. The MLP output is the last term
+/// added to the residual stream in a block, so this is
+/// $h^{l}\_{pos} \leftarrow h^{l}\_{pos} + \delta$ after block $l$; the later blocks then run
+/// on the changed stream.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Addition {
+    /// The block $l$.
+    pub layer: usize,
+    /// The position.
+    pub position: usize,
+    /// $\delta$, length $d$.
+    pub delta: Vec<f32>,
+}
+
 /// One forward pass over `tokens`, capturing hidden states (the last one as `last`
 /// says), MLP outputs, keys, values and (when `scores`) the sink scores of every layer.
 pub fn capture(
@@ -186,6 +200,18 @@ pub fn capture(
     tokens: &[u32],
     scores: bool,
     last: LastLayer,
+) -> Result<(Activations, Extras), NativeError> {
+    capture_with(lm, tokens, scores, last, None)
+}
+
+/// [`capture`] with an [`Addition`] to one MLP output (the captured hidden state and MLP
+/// output of that layer and position include it). `None` is the model's own forward pass.
+pub fn capture_with(
+    lm: &LoadedModel,
+    tokens: &[u32],
+    scores: bool,
+    last: LastLayer,
+    add: Option<&Addition>,
 ) -> Result<(Activations, Extras), NativeError> {
     let m = &lm.model;
     let c = &m.cfg;
@@ -203,9 +229,40 @@ pub fn capture(
             out: Extras::default(),
         },
     );
-    m.forward(tokens, &mut obs, None)?;
-    let (cap, ex) = (obs.0, obs.1.out);
     let (nl, t, d) = (c.n_layer, tokens.len(), c.d_model);
+    match add {
+        None => {
+            m.forward(tokens, &mut obs, None)?;
+        }
+        Some(a) => {
+            if a.layer >= nl || a.position >= t || a.delta.len() != d {
+                return Err(NativeError::Capture(format!(
+                    "addition at layer {} position {} (length {}) outside L = {nl}, T = {t}, d = {d}",
+                    a.layer,
+                    a.position,
+                    a.delta.len()
+                )));
+            }
+            let mut cache = KvCache {
+                k: vec![Vec::new(); nl],
+                v: vec![Vec::new(); nl],
+                len: 0,
+            };
+            let mut x = m.embed(tokens, 0)?;
+            for l in 0..nl {
+                x = m.layer_forward(l, &x, 0, &mut cache, &mut obs, None, false)?;
+                if l == a.layer {
+                    for (xv, dv) in x[a.position * d..(a.position + 1) * d]
+                        .iter_mut()
+                        .zip(&a.delta)
+                    {
+                        *xv += dv;
+                    }
+                }
+            }
+        }
+    }
+    let (cap, ex) = (obs.0, obs.1.out);
     let miss = |w: &str, l: usize| NativeError::Capture(format!("no {w} for layer {l}"));
     let mut hidden = Vec::with_capacity(nl * t * d);
     let mut mlp = Vec::with_capacity(nl * t * d);
@@ -237,6 +294,18 @@ pub fn capture(
             t,
             c.head_dim,
         ));
+    }
+    if let Some(a) = add {
+        // The observer saw block `a.layer` before the addition.
+        let at = (a.layer * t + a.position) * d;
+        for ((h, mo), dv) in hidden[at..at + d]
+            .iter_mut()
+            .zip(&mut mlp[at..at + d])
+            .zip(&a.delta)
+        {
+            *h += dv;
+            *mo += dv;
+        }
     }
     apply_last(m, &mut hidden, nl, t, last);
     let shape = |e: super::hidden::ShapeError| NativeError::Capture(e.to_string());

@@ -128,7 +128,7 @@ fn cos<S: super::hidden::Real>(a: &[S], b: &[S]) -> Option<f64> {
 }
 
 /// The median (type-7 quantile ½: the mean of the two middle values for even n; NaN when empty).
-fn median(mut v: Vec<f64>) -> f64 {
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     crate::stats::quantile_sorted(&v, 0.5)
 }

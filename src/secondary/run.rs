@@ -6,9 +6,10 @@
 
 use super::detector::{DetectError, Label};
 use super::figures::{levels_heatmap, norm_points, norm_scatters, primary_vs_secondary};
+use super::findings::{analyse_sequence, pool};
 use super::native::{LastLayer, generate_with_progress};
 use super::native::{NativeError, PatchOutcome, capture, patch_sinks};
-use super::records::{Analysis, ClaimMeasures, SinkRecord, analyse_with, claim_measures};
+use super::records::{Analysis, SinkRecord};
 use super::{DetectorParams, WindowMode};
 use crate::plot::PlotError;
 use crate::runtime::tokenizer::Bos;
@@ -65,6 +66,9 @@ pub struct StudyOptions {
     /// BOS policy of the prompts (`Auto`: the model's own default; Qwen's adds none, so its
     /// first position is then an ordinary prompt token).
     pub bos: Bos,
+    /// Wrap each prompt in the model's chat template (one user turn, generation prompt on;
+    /// [`crate::runtime::chat_template`]); `bos` is then unused.
+    pub chat: bool,
 }
 
 impl Default for StudyOptions {
@@ -78,6 +82,7 @@ impl Default for StudyOptions {
             variants: Vec::new(),
             ids_dir: None,
             bos: Bos::Auto,
+            chat: false,
         }
     }
 }
@@ -103,19 +108,7 @@ pub fn standard_variants(primary: &DetectorParams) -> Vec<DetectorParams> {
     ]
 }
 
-/// One detector configuration over the whole study.
-pub struct VariantResult {
-    /// [`DetectorParams::variant_name`].
-    pub name: String,
-    /// The configuration.
-    pub params: DetectorParams,
-    /// Per-sequence analyses.
-    pub analyses: Vec<Analysis>,
-    /// Every record, sequence by sequence.
-    pub records: Vec<SinkRecord>,
-    /// B1–B6 and the validity.
-    pub measures: ClaimMeasures,
-}
+pub use super::findings::VariantResult;
 
 /// The outcome of a study.
 pub struct Study {
@@ -168,6 +161,13 @@ pub fn study(
     if texts.is_empty() {
         return Err(RunError::Invalid("no prompt to run".into()));
     }
+    let encode = |text: &str| -> Result<Vec<u32>, RealError> {
+        if o.chat {
+            tok.encode_chat(text, &lm.path)
+        } else {
+            tok.encode(text, o.bos)
+        }
+    };
     let params: Vec<DetectorParams> = std::iter::once(p.clone())
         .chain(o.variants.iter().cloned())
         .collect();
@@ -181,7 +181,7 @@ pub fn study(
         // would stop at the context silently, after the time of the whole run).
         let ctx = lm.model.cfg.max_context;
         for (k, text) in texts.iter().enumerate() {
-            let n = tok.encode(text, o.bos)?.len();
+            let n = encode(text)?.len();
             if n + o.generate > ctx {
                 return Err(RunError::Invalid(format!(
                     "prompt {k} ({n} tokens) + {} generated tokens = {} tokens, over the context of {} ({ctx} tokens)",
@@ -196,7 +196,7 @@ pub fn study(
         std::fs::create_dir_all(d).map_err(io(d))?;
     }
     for (k, text) in texts.iter().enumerate() {
-        let prompt = tok.encode(text, o.bos)?;
+        let prompt = encode(text)?;
         if prompt.len() < 2 {
             return Err(RunError::Invalid(format!(
                 "prompt {k} encodes to {} token(s); the detector needs a BOS and at least one more",
@@ -239,8 +239,10 @@ pub fn study(
             None => prompt.clone(),
         };
         let (act, ex) = capture(lm, &ids, true, o.last)?;
-        for (pi, pp) in params.iter().enumerate() {
-            let mut an = analyse_with(&act, pp, k, &ex)?;
+        for (pi, mut an) in analyse_sequence(&act, &ex, &params, k)?
+            .into_iter()
+            .enumerate()
+        {
             for r in &mut an.records {
                 r.token_text = r.token.map(|t| tok.decode(&[t as u32]));
             }
@@ -284,20 +286,7 @@ pub fn study(
         ));
     }
     let layers = lm.model.cfg.n_layer;
-    let variants = params
-        .into_iter()
-        .zip(analyses)
-        .map(|(pp, an)| {
-            let records: Vec<SinkRecord> = an.iter().flat_map(|a| a.records.clone()).collect();
-            VariantResult {
-                name: pp.variant_name(),
-                measures: claim_measures(&an, layers, o.boot, o.seed),
-                params: pp,
-                analyses: an,
-                records,
-            }
-        })
-        .collect();
+    let variants = pool(params, analyses, layers, o.boot, o.seed);
     Ok(Study {
         layers,
         variants,

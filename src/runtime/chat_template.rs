@@ -1,0 +1,160 @@
+//! A model's own chat template (a Jinja program shipped with the weights: GGUF
+//! `tokenizer.chat_template`, or `chat_template` in a Hugging Face directory's
+//! `tokenizer_config.json`), rendered with the `minijinja` engine the way transformers'
+//! `apply_chat_template` renders it: `trim_blocks` and `lstrip_blocks` on, loop controls,
+//! Python string methods (`.strip()`, `.startswith()`, …), `raise_exception`, and the context
+//! `messages = [{role: "user", content: …}]`, `add_generation_prompt = true`, `bos_token`,
+//! `eos_token`. The rendered text is then tokenized with special tokens recognised and no
+//! BOS added ([`super::tokenizer::Tok::encode_chat`]): the template writes its own.
+//!
+//! A model without a template, or a template the engine cannot parse or render, is refused
+//! with the model file and the engine's message; nothing is guessed.
+
+use super::RealError;
+use minijinja::value::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// A chat template and the special-token strings it is rendered with.
+#[derive(Clone, Debug)]
+pub struct ChatTemplate {
+    /// The Jinja source.
+    pub source: String,
+    /// `bos_token` in the rendering context (empty when the model has none).
+    pub bos_token: String,
+    /// `eos_token` in the rendering context (empty when the model has none).
+    pub eos_token: String,
+    /// Where the template was read (file and key), for messages.
+    pub origin: String,
+}
+
+/// Why no chat text could be made.
+pub fn no_template(path: &Path, where_: &str) -> RealError {
+    RealError::file(
+        path,
+        format!(
+            "this model ships no chat template ({where_}); --chat needs the model's own \
+             template (refusing rather than inventing one)"
+        ),
+    )
+}
+
+/// The transformers-compatible environment: whitespace control as transformers sets it,
+/// loop controls, Python string methods and `raise_exception`.
+fn environment() -> minijinja::Environment<'static> {
+    let mut env = minijinja::Environment::new();
+    let syntax = minijinja::syntax::SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .build()
+        .expect("the default delimiters are valid");
+    env.set_syntax(syntax);
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_function(
+        "raise_exception",
+        |msg: String| -> Result<Value, minijinja::Error> {
+            Err(minijinja::Error::new(
+                minijinja::ErrorKind::InvalidOperation,
+                format!("the template raised: {msg}"),
+            ))
+        },
+    );
+    env
+}
+
+impl ChatTemplate {
+    /// Renders one user turn with the generation prompt on (the assistant's turn opened).
+    pub fn render_user(&self, content: &str) -> Result<String, RealError> {
+        let fail = |what: &str, e: minijinja::Error| {
+            RealError::Input(format!(
+                "chat template of {}: the engine cannot {what} it: {e:#}",
+                self.origin
+            ))
+        };
+        let mut env = environment();
+        env.add_template_owned("chat_template", self.source.clone())
+            .map_err(|e| fail("parse", e))?;
+        let t = env
+            .get_template("chat_template")
+            .map_err(|e| fail("load", e))?;
+        let msg: BTreeMap<&str, Value> = [
+            ("role", Value::from("user")),
+            ("content", Value::from(content)),
+        ]
+        .into();
+        let ctx: BTreeMap<&str, Value> = [
+            ("messages", Value::from(vec![Value::from(msg)])),
+            ("add_generation_prompt", Value::from(true)),
+            ("bos_token", Value::from(self.bos_token.as_str())),
+            ("eos_token", Value::from(self.eos_token.as_str())),
+        ]
+        .into();
+        t.render(Value::from(ctx)).map_err(|e| fail("render", e))
+    }
+}
+
+/// The template of a GGUF file's metadata: `tokenizer.chat_template`, with `bos_token` and
+/// `eos_token` the vocabulary entries of `tokenizer.ggml.{bos,eos}_token_id`.
+pub fn from_gguf_meta(
+    source: Option<&str>,
+    tokens: &[String],
+    bos_id: Option<u32>,
+    eos_id: Option<u32>,
+    path: &Path,
+) -> Option<ChatTemplate> {
+    let tok = |id: Option<u32>| {
+        id.and_then(|i| tokens.get(i as usize).cloned())
+            .unwrap_or_default()
+    };
+    source.map(|s| ChatTemplate {
+        source: s.to_string(),
+        bos_token: tok(bos_id),
+        eos_token: tok(eos_id),
+        origin: format!("{} (`tokenizer.chat_template`)", path.display()),
+    })
+}
+
+/// The template of a Hugging Face directory: `chat_template` of `tokenizer_config.json`
+/// (a string; the list form of named templates is refused), or a `chat_template.jinja` file;
+/// `bos_token`/`eos_token` from `tokenizer_config.json` (a string or `{content: …}`).
+pub fn from_hf_dir(dir: &Path) -> Result<Option<ChatTemplate>, RealError> {
+    let cfg_path: PathBuf = dir.join("tokenizer_config.json");
+    let cfg: serde_json::Value = match std::fs::read_to_string(&cfg_path) {
+        Ok(s) => serde_json::from_str(&s)
+            .map_err(|e| RealError::file(&cfg_path, format!("not JSON: {e}")))?,
+        Err(_) => serde_json::Value::Null,
+    };
+    let special = |k: &str| match &cfg[k] {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Object(o) => o
+            .get("content")
+            .and_then(|c| c.as_str())
+            .unwrap_or_default()
+            .to_string(),
+        _ => String::new(),
+    };
+    let jinja = dir.join("chat_template.jinja");
+    let (source, origin) = match &cfg["chat_template"] {
+        serde_json::Value::String(s) => (
+            s.clone(),
+            format!("{} (`chat_template`)", cfg_path.display()),
+        ),
+        serde_json::Value::Null if jinja.exists() => (
+            std::fs::read_to_string(&jinja).map_err(|e| RealError::io(&jinja, e))?,
+            jinja.display().to_string(),
+        ),
+        serde_json::Value::Null => return Ok(None),
+        _ => {
+            return Err(RealError::file(
+                &cfg_path,
+                "`chat_template` is not a single string (named templates are not implemented)",
+            ));
+        }
+    };
+    Ok(Some(ChatTemplate {
+        source,
+        bos_token: special("bos_token"),
+        eos_token: special("eos_token"),
+        origin,
+    }))
+}
