@@ -28,6 +28,7 @@ pub mod oversmooth_real;
 pub mod q8_deviation;
 pub mod report_section;
 pub mod safetensors;
+pub mod sink_control;
 pub mod stats;
 pub mod switch_real;
 pub mod synth;

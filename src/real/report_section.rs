@@ -5,7 +5,7 @@
 
 use super::analysis::{RealReport, analyze};
 use super::tokenizer::Bos;
-use super::{a2_skill, fetch, halfspace_real, head_space, load, switch_real};
+use super::{a2_skill, fetch, halfspace_real, head_space, load, sink_control, switch_real};
 use crate::plot::{Heatmap, Panel, Series, Style, render, render_heatmap};
 use crate::section::{ReportCtx, ReportSection, SectionError};
 use std::fmt::Write as _;
@@ -16,11 +16,27 @@ pub const REPORT_TEXT: &str = "In the middle of the night the old lighthouse kee
 listening to the waves and wondering whether the ship he had seen at dusk would reach the harbour before the storm.";
 
 /// Per model: (name, BOS policy).
-const MODELS: [(&str, Bos); 3] = [
+const MODELS: [(&str, Bos); 4] = [
     ("smollm2", Bos::Auto),
     ("gemma3-270m", Bos::Yes),
     ("minilm", Bos::Auto),
+    ("qwen2.5-coder-0.5b", Bos::Auto),
 ];
+
+/// First tokens of the pooled A1 per model: (sink condition, no-sink condition). `None` as
+/// the sink condition is the model's BOS (decoders) or its template (encoders); `None` as the
+/// no-sink condition means none was found, and only the split by attention is reported. Found
+/// by the mean attention to position 0 that the forward pass computes (`sinklab real --a1
+/// --first-token T`, field `attn_first`; see [`super::sink_control`]).
+fn a1_firsts(name: &str) -> (Option<&'static str>, Option<&'static str>) {
+    match name {
+        // Qwen's BOS id is <|endoftext|>, on which no sink forms; <|im_start|> forms one.
+        "qwen2.5-coder-0.5b" => (Some("<|im_start|>"), Some("<|endoftext|>")),
+        // Gemma 3 forms its sink on <bos> only (<eos>, <pad>, <end_of_turn>, words: none).
+        "gemma3-270m" => (None, Some("<eos>")),
+        _ => (None, None),
+    }
+}
 
 /// Sink heads: α_0 > 0.3 (Gu's ε).
 fn cost_split(rep: &RealReport) -> Option<(f64, f64, f64, f64, usize, usize)> {
@@ -39,6 +55,58 @@ fn cost_split(rep: &RealReport) -> Option<(f64, f64, f64, f64, usize, usize)> {
     }
     let (ns, nr) = (s.4.max(1) as f64, s.5.max(1) as f64);
     Some((s.0 / ns, s.1 / ns, s.2 / nr, s.3 / nr, s.4, s.5))
+}
+
+/// The no-sink control of the pooled A1 (when the model has a no-sink first token, full report
+/// only) and the split of one run's heads by their attention to position 0.
+fn a1_controls(
+    md: &mut String,
+    lm: &super::LoadedModel,
+    a1: &head_space::ModelA1,
+    first_text: &str,
+    nosink_first: Option<&str>,
+    texts: &[&str],
+    ctx: &ReportCtx,
+) -> Result<(), SectionError> {
+    if a1.heads_error.is_some() {
+        return Ok(());
+    }
+    match nosink_first {
+        Some(f) if !ctx.quick => {
+            let np = head_space::with_first(lm, texts, head_space::first_token(lm, f)?)?;
+            let a1n = head_space::analyze(&lm.model, &np, head_space::A1Options::default(), false)?;
+            match sink_control::compare(a1, &a1n, (first_text, f), ctx.seed) {
+                Ok(c) => md.push_str(&sink_control::markdown(&c)),
+                Err(e) => writeln!(md, "No-sink control: not run ({e}).\n")?,
+            }
+        }
+        Some(_) => writeln!(md, "No-sink control: full report only.\n")?,
+        None => writeln!(
+            md,
+            "No-sink control: no first token found on which no sink forms (see `sink_control`); only the split by attention below.\n"
+        )?,
+    }
+    match sink_control::by_attention(a1, ctx.seed) {
+        Some((nh, nl, seps)) => {
+            writeln!(
+                md,
+                "**Split by attention to position 0** (same run): {nh} heads with mean attention to position 0 above {} against {nl} at or below it.\n",
+                sink_control::ATTN_HIGH
+            )?;
+            md.push_str(&sink_control::table(&seps, "high / low"));
+            writeln!(
+                md,
+                "\n{}\n",
+                sink_control::sentence(&seps).replace("No-sink control", "Split by attention")
+            )?;
+        }
+        None => writeln!(
+            md,
+            "Split by attention to position 0: one group is empty (threshold {}).\n",
+            sink_control::ATTN_HIGH
+        )?,
+    }
+    Ok(())
 }
 
 /// Builds the section.
@@ -139,19 +207,28 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             head_space::TEXTS.len()
         };
         let tok = lm.tok.as_ref().ok_or("no tokenizer")?;
-        let pooled: Vec<Vec<u32>> = head_space::TEXTS[..n_texts]
-            .iter()
-            // Pooling needs one shared sink token at position 0: decoders get their BOS
-            // prepended (SmolLM2's own default adds none), encoders keep their [CLS] template.
-            .map(|t| tok.encode(t, if lm.model.cfg.causal { Bos::Yes } else { bos }))
-            .collect::<Result<_, _>>()?;
+        let (sink_first, nosink_first) = a1_firsts(name);
+        let texts = &head_space::TEXTS[..n_texts];
+        let pooled: Vec<Vec<u32>> = match sink_first {
+            Some(f) => head_space::with_first(&lm, texts, head_space::first_token(&lm, f)?)?,
+            None => texts
+                .iter()
+                // Pooling needs one shared sink token at position 0: decoders get their BOS
+                // prepended (SmolLM2's own default adds none), encoders keep their [CLS]
+                // template.
+                .map(|t| tok.encode(t, if lm.model.cfg.causal { Bos::Yes } else { bos }))
+                .collect::<Result<_, _>>()?,
+        };
         let a1 = head_space::analyze(
             &lm.model,
             &pooled,
             head_space::A1Options::default(),
             !ctx.quick,
         )?;
+        let first_text = tok.decode(&pooled[0][..1]);
+        writeln!(md, "Pooled A1: `{first_text}` at position 0.\n")?;
         md.push_str(&head_space::markdown(&a1));
+        a1_controls(&mut md, &lm, &a1, &first_text, nosink_first, texts, ctx)?;
         // A2.
         let a2_toks: Vec<u32> = toks
             .iter()
