@@ -108,3 +108,102 @@ fn real_model_a1_aggregates_are_quoted() {
         }
     }
 }
+
+/// The no-sink control of A1 (`real::sink_control`, seed 0 as in the report): per model the
+/// sink and no-sink first tokens of the report, the realised and top-ranked counts of both runs
+/// and the AUCs of realisation and of the margin rank; for SmolLM2 (no no-sink token found)
+/// the split by attention to position 0.
+#[test]
+fn real_model_no_sink_controls_are_quoted() {
+    use sinklab::real::head_space::{first_token, with_first};
+    use sinklab::real::sink_control::{Separation, by_attention, compare};
+    let (readme, theorems) = docs();
+    let auc = |seps: &[Separation], name: &str| {
+        let s = seps.iter().find(|s| s.statistic == name).unwrap();
+        format!("{:.2} [{:.2}, {:.2}]", s.auc.value, s.auc.lo, s.auc.hi)
+    };
+    // (model, sink first token or None for the BOS, no-sink first token or None).
+    for (name, sink, nosink) in [
+        ("smollm2", None, None),
+        ("gemma3-270m", None, Some("<eos>")),
+        (
+            "qwen2.5-coder-0.5b",
+            Some("<|im_start|>"),
+            Some("<|endoftext|>"),
+        ),
+    ] {
+        let Some(path) = fetch::cached(name) else {
+            assert!(
+                std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
+                "{name} not fetched"
+            );
+            eprintln!("SKIP: {name} not fetched");
+            continue;
+        };
+        let lm = load(&path).unwrap();
+        let tok = lm.tok.as_ref().unwrap();
+        let run = |first: Option<&str>| {
+            let texts: Vec<Vec<u32>> = match first {
+                Some(f) => with_first(&lm, &TEXTS, first_token(&lm, f).unwrap()).unwrap(),
+                None => TEXTS
+                    .iter()
+                    .map(|t| tok.encode(t, Bos::Yes).unwrap())
+                    .collect(),
+            };
+            analyze(&lm.model, &texts, A1Options::default(), false).unwrap()
+        };
+        let r = run(sink);
+        let n = r.heads.len();
+        let Some(nf) = nosink else {
+            let (_, _, seps) = by_attention(&r, 0).unwrap();
+            for s in [
+                format!("realised AUC {}", auc(&seps, "realised")),
+                format!("margin-rank AUC {}", auc(&seps, "margin_rank")),
+            ] {
+                has(&theorems, "theorems/README.md", &s);
+            }
+            continue;
+        };
+        let rn = run(Some(nf));
+        let c = compare(&r, &rn, (sink.unwrap_or("BOS"), nf), 0).unwrap();
+        for s in [
+            format!(
+                "realised on {}/{n}, top-ranked on {}/{n}",
+                c.realised_counts.1, c.top_counts.1
+            ),
+            format!("realised AUC {}", auc(&c.separations, "realised")),
+            format!("margin-rank AUC {}", auc(&c.separations, "margin_rank")),
+        ] {
+            has(&theorems, "theorems/README.md", &s);
+        }
+        let real_auc = c.separations[0].auc.value;
+        has(
+            &readme,
+            "README.md",
+            &format!(
+                "{}/{n} against {}/{n}, AUC {real_auc:.2}",
+                c.realised_counts.0, c.realised_counts.1
+            ),
+        );
+        if name == "qwen2.5-coder-0.5b" {
+            let mr = c.separations[1].auc.value;
+            for s in [
+                format!(
+                    "top-ranked on {}/{n}, realised on {}/{n}",
+                    c.top_counts.0, c.realised_counts.0
+                ),
+                format!("{} tokens, d_head = {}", r.n_tokens, r.d_head),
+            ] {
+                has(&theorems, "theorems/README.md", &s);
+            }
+            has(
+                &readme,
+                "README.md",
+                &format!(
+                    "on {}/{n} heads with a sink and {}/{n} without, AUC {mr:.2}",
+                    c.top_counts.0, c.top_counts.1
+                ),
+            );
+        }
+    }
+}

@@ -1,5 +1,6 @@
 //! `sinklab real --model <name|path> (--text S | --file F | --tokens IDS) [--bos auto|yes|no] [--json]
-//! [--matmul exact|q8] [--weights file|f32]`
+//! [--matmul exact|q8] [--weights file|f32] [--a1 [--first-token ID|TEXT]]` (`--a1` with a
+//! plain-text `--file` pools its lines in the head-space analysis of [`sinklab::real::head_space`])
 //! `sinklab real --model M --file inputs.jsonl [--results R.jsonl]` (many inputs, one load:
 //! [`super::real_batch`]) and `sinklab real --activations F`.
 
@@ -40,8 +41,9 @@ pub struct Args {
     /// of the first line); a `.jsonl` --file stays batch mode (one report per line, layer
     /// inputs only). Heads are testable pooled only when every text has the same first token
     /// (otherwise `heads_error` says why, as in the report). JSON: `a1_pooled` =
-    /// {first_token: {id, text}, n_texts, n_tokens, d_head, seconds, heads_error, counts:
-    /// {n, rep, qa, sb, disc, unin, null, top, real, real_null, ver}, verdict, heads: [{layer,
+    /// {first_token: {id, text} (null when the texts start differently), n_texts, n_tokens,
+    /// d_head, seconds, heads_error, counts: {n, rep, qa, sb, disc, unin, null, top, real,
+    /// real_null, ver}, verdict, heads: [{layer,
     /// head, n_points, d_head, attn_first (mean attention to position 0), realised (fraction of
     /// causal pairs won by the first token), null_realised (the same for an ordinary key),
     /// realises_sink (realised ≥ 0.99), queries_in_half_space ((a)), gamma_a, sep: {sink_separable
@@ -252,7 +254,7 @@ pub fn run(a: Args) -> Result<i32> {
                 o.insert("q8_deviation".into(), serde_json::to_value(d)?);
             }
             if let Some(r) = &a1p {
-                o.insert("a1_pooled".into(), pooled_json(&lm, r, texts[0][0])?);
+                o.insert("a1_pooled".into(), pooled_json(&lm, r, &texts)?);
             }
         }
         outln!("{}", serde_json::to_string_pretty(&v)?);
@@ -307,11 +309,15 @@ pub fn run(a: Args) -> Result<i32> {
             }
         }
         if let Some(r) = &a1p {
-            outln!(
-                "\nPooled head-space A1, first token {} ({:?}):\n",
-                texts[0][0],
-                token_text(&lm, texts[0][0])
-            );
+            let f = texts[0][0];
+            if texts.iter().all(|t| t[0] == f) {
+                outln!(
+                    "\nPooled head-space A1, first token {f} ({:?}):\n",
+                    token_text(&lm, f)
+                );
+            } else {
+                outln!("\nPooled head-space A1 (the texts start with different tokens):\n");
+            }
             out!("{}", head_space::markdown(r));
         }
         if let Some((_, s)) = &rep.a2 {
@@ -340,8 +346,11 @@ fn token_text(lm: &sinklab::real::LoadedModel, id: u32) -> String {
 fn pooled_json(
     lm: &sinklab::real::LoadedModel,
     r: &head_space::ModelA1,
-    first: u32,
+    texts: &[Vec<u32>],
 ) -> Result<serde_json::Value> {
+    // The shared first token, or null when the texts start differently.
+    let first = texts[0][0];
+    let shared = texts.iter().all(|t| t.first() == Some(&first));
     let heads: Vec<serde_json::Value> = r
         .heads
         .iter()
@@ -359,7 +368,11 @@ fn pooled_json(
         })
         .collect::<Result<_>>()?;
     Ok(serde_json::json!({
-        "first_token": {"id": first, "text": token_text(lm, first)},
+        "first_token": if shared {
+            serde_json::json!({"id": first, "text": token_text(lm, first)})
+        } else {
+            serde_json::Value::Null
+        },
         "n_texts": r.n_texts,
         "n_tokens": r.n_tokens,
         "d_head": r.d_head,
