@@ -207,3 +207,47 @@ fn real_model_no_sink_controls_are_quoted() {
         }
     }
 }
+
+/// A4/A6's no-sink control as the report runs it (`real::sink_control::switch_compare`, seed
+/// 0): the report's text (48 tokens) with the model's first token, and with the no-sink token
+/// at position 0.
+#[test]
+fn real_model_switch_no_sink_controls_are_quoted() {
+    use sinklab::real::head_space::first_token;
+    use sinklab::real::report_section::REPORT_TEXT;
+    use sinklab::real::sink_control::switch_compare;
+    use sinklab::real::switch_real;
+    let (_, theorems) = docs();
+    for (name, label, bos, nosink) in [
+        ("gemma3-270m", "Gemma 3", Bos::Yes, "<eos>"),
+        ("qwen2.5-coder-0.5b", "Qwen", Bos::Auto, "<|endoftext|>"),
+    ] {
+        let Some(path) = fetch::cached(name) else {
+            assert!(
+                std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
+                "{name} not fetched"
+            );
+            eprintln!("SKIP: {name} not fetched");
+            continue;
+        };
+        let lm = load(&path).unwrap();
+        let tok = lm.tok.as_ref().unwrap();
+        let mut toks = tok.encode(REPORT_TEXT, bos).unwrap();
+        toks.truncate(48);
+        let mut nt = vec![first_token(&lm, nosink).unwrap()];
+        nt.extend(tok.encode(REPORT_TEXT, Bos::No).unwrap());
+        nt.truncate(toks.len());
+        let a = switch_real::analyze(&lm.model, &toks, 0).unwrap();
+        let b = switch_real::analyze(&lm.model, &nt, 0).unwrap();
+        let c = switch_compare(&a, &b, 0).unwrap();
+        let n = c.n_heads;
+        has(
+            &theorems,
+            "theorems/README.md",
+            &format!(
+                "{label}: ≈ 0 on {}/{n} with a sink against {}/{n} without, AUC of −z {:.2} [{:.2}, {:.2}]",
+                c.zero_counts.0, c.zero_counts.1, c.sep.auc.value, c.sep.auc.lo, c.sep.auc.hi
+            ),
+        );
+    }
+}

@@ -241,6 +241,18 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         let sw = switch_real::analyze(&lm.model, &a2_toks, ctx.seed)?;
         md.push_str(&switch_real::markdown(&sw, &rep));
         md.push('\n');
+        if let (Some(nf), false) = (nosink_first, ctx.quick) {
+            // The same text with the no-sink token at position 0 in place of the first token
+            // (Gemma: <bos> replaced; Qwen, which adds no BOS: prepended, the last dropped).
+            let mut nt = vec![head_space::first_token(&lm, nf)?];
+            nt.extend(tok.encode(REPORT_TEXT, Bos::No)?);
+            nt.truncate(a2_toks.len());
+            let swn = switch_real::analyze(&lm.model, &nt, ctx.seed)?;
+            match sink_control::switch_compare(&sw, &swn, ctx.seed) {
+                Ok(c) => writeln!(md, "{}\n", sink_control::switch_sentence(&c, nf))?,
+                Err(e) => writeln!(md, "A4/A6 no-sink control: not run ({e}).\n")?,
+            }
+        }
         if let Some((sq, sv, rq, rv, ns, nr)) = cost_split(&rep) {
             writeln!(
                 md,
