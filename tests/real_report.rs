@@ -42,7 +42,8 @@ fn real_models_section_writes_tables_verdicts_and_figures() {
     );
     assert!(
         s.markdown.contains("Split by attention to position 0")
-            && s.markdown.contains("*Split by attention:* evidence of a sink is"),
+            && s.markdown
+                .contains("*Split by attention:* evidence of a sink is"),
         "{}",
         s.markdown
     );

@@ -41,7 +41,8 @@ pub struct Args {
     /// of the first line); a `.jsonl` --file stays batch mode (one report per line, layer
     /// inputs only). Heads are testable pooled only when every text has the same first token
     /// (otherwise `heads_error` says why, as in the report). JSON: `a1_pooled` =
-    /// {first_token: {id, text} (null when the texts start differently), n_texts, n_tokens,
+    /// {error} when the input is refused (a text under 3 tokens, one past a sliding window),
+    /// else {first_token: {id, text} (null when the texts start differently), n_texts, n_tokens,
     /// d_head, seconds, heads_error, counts: {n, rep, qa, sb, disc, unin, null, top, real,
     /// real_null, ver}, verdict, heads: [{layer,
     /// head, n_points, d_head, attn_first (mean attention to position 0), realised (fraction of
@@ -240,8 +241,12 @@ pub fn run(a: Args) -> Result<i32> {
                 texts.iter().map(Vec::len).sum::<usize>()
             );
         }
-        let r = head_space::analyze(&lm.model, &texts, head_space::A1Options::default(), false)?;
-        Some(r)
+        // An input the pooled analysis refuses (under 3 tokens, past a sliding window) keeps
+        // the per-layer report and says why the head space was not run.
+        Some(
+            head_space::analyze(&lm.model, &texts, head_space::A1Options::default(), false)
+                .map_err(|e| e.to_string()),
+        )
     } else {
         None
     };
@@ -253,8 +258,14 @@ pub fn run(a: Args) -> Result<i32> {
             if let Some(d) = &q8 {
                 o.insert("q8_deviation".into(), serde_json::to_value(d)?);
             }
-            if let Some(r) = &a1p {
-                o.insert("a1_pooled".into(), pooled_json(&lm, r, &texts)?);
+            match &a1p {
+                Some(Ok(r)) => {
+                    o.insert("a1_pooled".into(), pooled_json(&lm, r, &texts)?);
+                }
+                Some(Err(e)) => {
+                    o.insert("a1_pooled".into(), serde_json::json!({ "error": e }));
+                }
+                None => {}
             }
         }
         outln!("{}", serde_json::to_string_pretty(&v)?);
@@ -308,7 +319,10 @@ pub fn run(a: Args) -> Result<i32> {
                 }
             }
         }
-        if let Some(r) = &a1p {
+        if let Some(Err(e)) = &a1p {
+            outln!("\nPooled head-space A1: not run ({e}).");
+        }
+        if let Some(Ok(r)) = &a1p {
             let f = texts[0][0];
             if texts.iter().all(|t| t[0] == f) {
                 outln!(
