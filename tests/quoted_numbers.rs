@@ -185,7 +185,19 @@ fn real_model_no_sink_controls_are_quoted() {
                 c.realised_counts.0, c.realised_counts.1
             ),
         );
+        let t = c.nosink_attn_thirds;
+        if name == "gemma3-270m" {
+            assert!(
+                t.iter().all(|&a| a <= 0.03),
+                "quoted: ≤ 0.03 by third, got {t:?}"
+            );
+        }
         if name == "qwen2.5-coder-0.5b" {
+            has(
+                &theorems,
+                "theorems/README.md",
+                &format!("{:.3} / {:.3} / {:.3} by third", t[0], t[1], t[2]),
+            );
             let mr = c.separations[1].auc.value;
             for s in [
                 format!(
@@ -249,5 +261,48 @@ fn real_model_switch_no_sink_controls_are_quoted() {
                 c.zero_counts.0, c.zero_counts.1, c.sep.auc.value, c.sep.auc.lo, c.sep.auc.hi
             ),
         );
+    }
+}
+
+/// The first-token scan quoted in theorems/README.md (mean attention to position 0 per third of
+/// the layers, `head_space::analyze` on the report's text with the token prepended): every
+/// token tried on SmolLM2 keeps ≥ 0.19 in every third; on Gemma 3 every token but `<bos>` stays
+/// ≤ 0.07, and `<bos>` lies in 0.43–0.59.
+#[test]
+fn first_token_scan_is_quoted() {
+    use sinklab::real::head_space::{first_token, with_first};
+    use sinklab::real::report_section::REPORT_TEXT;
+    use sinklab::real::sink_control::attn_thirds;
+    for (name, tokens) in [
+        ("smollm2", &["0", "1", "2", ".", "the", "\n"][..]),
+        (
+            "gemma3-270m",
+            &["<bos>", "<eos>", "<pad>", "<end_of_turn>", ".", "the"],
+        ),
+    ] {
+        let Some(path) = fetch::cached(name) else {
+            assert!(
+                std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
+                "{name} not fetched"
+            );
+            eprintln!("SKIP: {name} not fetched");
+            continue;
+        };
+        let lm = load(&path).unwrap();
+        for t in tokens {
+            let id = first_token(&lm, t).unwrap();
+            let texts = with_first(&lm, &[REPORT_TEXT], id).unwrap();
+            let r = analyze(&lm.model, &texts, A1Options::default(), false).unwrap();
+            let th = attn_thirds(&r);
+            eprintln!("{name} {t:?}: {th:?}");
+            let ok = match (name, *t) {
+                ("smollm2", _) => th.iter().all(|&a| a >= 0.19),
+                (_, "<bos>") => th
+                    .iter()
+                    .all(|&a| (0.43..=0.59).contains(&((a * 100.0).round() / 100.0))),
+                _ => th.iter().all(|&a| a <= 0.07),
+            };
+            assert!(ok, "{name} {t:?}: {th:?} drifted from the quoted range");
+        }
     }
 }
