@@ -250,7 +250,10 @@ pub fn run(a: Args) -> Result<i32> {
     } else {
         None
     };
-    if a.json {
+    if a.json && q8.is_none() && a1p.is_none() {
+        // The report as it serialises (f32 fields exactly as a batch writes them).
+        outln!("{}", serde_json::to_string_pretty(&rep)?);
+    } else if a.json {
         // The report with the deviation and the pooled A1 beside it (f32 fields pass through
         // f64 there).
         let mut v = serde_json::to_value(&rep)?;
