@@ -9,7 +9,7 @@
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use sinklab::real::head_space::{A1Options, Pool, heads_of_layer, layer};
+use sinklab::real::head_space::{A1Options, Pool, first_token, heads_of_layer, layer};
 use sinklab::runtime::capture::{Capture, Captured};
 use sinklab::runtime::{LoadedModel, load};
 use sinklab::synth::{SynthSpec, write_gguf};
@@ -85,6 +85,36 @@ fn pooled_queries_and_keys_reproduce_the_attention() {
                 }
             }
         }
+        // The pooled mean attention to position 0 is the captured attention's, queries i ≥ 1.
+        let mut caps = Vec::new();
+        for toks in &txt {
+            let mut cap = Captured::new(Capture {
+                attn: true,
+                ..Capture::default()
+            });
+            m.forward(toks, &mut cap, None).unwrap();
+            caps.push(cap);
+        }
+        for l in 0..p.n_layer() {
+            for hd in heads_of_layer(&p, l, A1Options::default()).unwrap() {
+                let (mut s, mut n) = (0.0f64, 0usize);
+                for (cap, toks) in caps.iter().zip(&txt) {
+                    let t = toks.len();
+                    let attn = cap.layers[l].attn.as_ref().unwrap();
+                    for i in 1..t {
+                        s += attn[hd.head * t * t + i * t] as f64;
+                        n += 1;
+                    }
+                }
+                // Same f32 values summed in the same order: equal up to f64 rounding.
+                assert!((hd.attn_first - s / n as f64).abs() < 1e-12, "{hd:?}");
+                assert!(hd.attn_first > 0.0 && hd.attn_first < 1.0);
+            }
+        }
+        // A first token is an id below the vocabulary or a text of one token.
+        let v = lm.model.cfg.vocab;
+        assert_eq!(first_token(&lm, "3").unwrap(), 3);
+        assert!(first_token(&lm, &v.to_string()).is_err());
     }
 }
 
@@ -277,5 +307,80 @@ fn switch_decomposition_is_well_defined() {
             .iter()
             .map(|h| h.null_residual.to_bits())
             .collect::<Vec<_>>()
+    );
+}
+
+/// `sinklab real --a1 --json` on Qwen2.5-Coder-0.5B (skipped when not fetched; required under
+/// `SINKLAB_REQUIRE_MODELS=1`): with `<|endoftext|>` at position 0 no sink forms and few heads
+/// realise it; without `--first-token` (the text's own first token: Qwen adds no BOS) many
+/// do, as in issue 21's table (`cargo test --test real_head_space cli_first_token --
+/// --nocapture` prints the counts; `<|im_start|>` first gives 116 heads). A first token of two
+/// tokens is refused with exit 2.
+#[test]
+fn cli_first_token_changes_the_realised_count_on_qwen() {
+    use sinklab::runtime::fetch;
+    let Some(path) = fetch::cached("qwen2.5-coder-0.5b") else {
+        assert!(
+            std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
+            "qwen2.5-coder-0.5b not fetched"
+        );
+        eprintln!("SKIP: qwen2.5-coder-0.5b not fetched");
+        return;
+    };
+    let text = "The committee met on Tuesday to discuss the budget for the coming year and agreed to postpone the new library.";
+    let run = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sinklab"))
+            .args(["real", "--model"])
+            .arg(&path)
+            .args(["--text", text, "--a1", "--json"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let realised = |extra: &[&str]| {
+        let o = run(extra);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let p = &v["a1_pooled"];
+        // The old per-layer report stays beside it.
+        assert!(v["layers"].is_array() && v["a1_verdicts"].is_array(), "{v}");
+        let heads = p["heads"].as_array().unwrap();
+        assert_eq!(heads.len(), 24 * 14);
+        let n = heads
+            .iter()
+            .filter(|h| h["realises_sink"].as_bool().unwrap())
+            .count();
+        assert_eq!(p["counts"]["real"].as_u64().unwrap() as usize, n);
+        let attn: f64 = heads
+            .iter()
+            .map(|h| h["attn_first"].as_f64().unwrap())
+            .sum::<f64>()
+            / heads.len() as f64;
+        (
+            n,
+            attn,
+            p["first_token"]["text"].as_str().unwrap().to_string(),
+        )
+    };
+    let (no, no_attn, no_t) = realised(&["--first-token", "<|endoftext|>"]);
+    let (own, own_attn, own_t) = realised(&[]);
+    eprintln!(
+        "realised heads / mean attention to position 0: {no_t} {no} {no_attn:.3}, {own_t} {own} {own_attn:.3}"
+    );
+    assert_eq!((no_t.as_str(), own_t.as_str()), ("<|endoftext|>", "The"));
+    // Issue 21's table (12 texts): 3 against 118 of 336 heads. On one 22-token text the
+    // no-sink run keeps more attention on position 0 (1/T is larger), so the factors asked
+    // for are half of what one short text gives (measured: 15 / 116 / 126 heads, mean
+    // attention 0.16 / 0.44 / 0.49).
+    assert!(own_attn > 2.0 * no_attn, "{no_attn} {own_attn}");
+    assert!(own > 4 * no.max(1), "{no} {own}");
+    // Two tokens are refused (exit 2, before any forward pass); ids are checked against the
+    // vocabulary by `head_space::first_token` the same way.
+    let o = run(&["--first-token", "hello world"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
     );
 }

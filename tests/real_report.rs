@@ -31,13 +31,22 @@ fn real_models_section_writes_tables_verdicts_and_figures() {
         s.markdown
     );
     // 30 layers: one row per layer in the statistics table (24 tokens) and one in the pooled
-    // A1 table (`head_space`).
+    // A1 table (`head_space`), and one row per statistic of the A1 split by attention to
+    // position 0 (`sink_control`; SmolLM2 has no no-sink first token).
     assert_eq!(
         s.markdown
             .lines()
             .filter(|l| l.starts_with("| ") && !l.starts_with("| layer"))
+            .filter(|l| !l.starts_with("| statistic"))
             .count(),
-        60
+        60 + sinklab::real::sink_control::STATISTICS.len()
+    );
+    assert!(
+        s.markdown.contains("Split by attention to position 0")
+            && s.markdown
+                .contains("*Split by attention:* evidence of a sink is"),
+        "{}",
+        s.markdown
     );
     // The A1 section names its spaces and carries its null controls.
     assert!(

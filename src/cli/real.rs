@@ -1,10 +1,11 @@
 //! `sinklab real --model <name|path> (--text S | --file F | --tokens IDS) [--bos auto|yes|no] [--json]
-//! [--matmul exact|q8] [--weights file|f32]`
+//! [--matmul exact|q8] [--weights file|f32] [--a1 [--first-token ID|TEXT]]` (`--a1` with a
+//! plain-text `--file` pools its lines in the head-space analysis of [`sinklab::real::head_space`])
 //! `sinklab real --model M --file inputs.jsonl [--results R.jsonl]` (many inputs, one load:
 //! [`super::real_batch`]) and `sinklab real --activations F`.
 
 use anyhow::{Context, Result, bail};
-use sinklab::real::analysis;
+use sinklab::real::{analysis, head_space};
 use sinklab::runtime::tokenizer::{Bos, apply_bos};
 use sinklab::runtime::{fetch, load};
 use std::path::PathBuf;
@@ -38,9 +39,30 @@ pub struct Args {
     /// Activations file (schema in `sinklab::real::activations`) instead of a model.
     #[arg(long, conflicts_with_all = ["model", "text", "file", "tokens", "bos", "a1", "a2"])]
     activations: Option<PathBuf>,
-    /// Also run the A1 half-space verdict per layer (convex solves, with certificates).
+    /// Also run A1: the half-space verdict per layer on the input's layer inputs (as before),
+    /// and the pooled head-space analysis (`sinklab::real::head_space`) in each head's logit
+    /// space. Pooling: with --text or --tokens one text; with a plain-text --file every
+    /// non-blank line is one text and all are pooled (the per-layer report above it is then
+    /// of the first line); a `.jsonl` --file stays batch mode (one report per line, layer
+    /// inputs only). Heads are testable pooled only when every text has the same first token
+    /// (otherwise `heads_error` says why, as in the report). JSON: `a1_pooled` =
+    /// {error} when the input is refused (a text under 3 tokens, one past a sliding window),
+    /// else {first_token: {id, text} (null when the texts start differently), n_texts, n_tokens,
+    /// d_head, seconds, heads_error, counts: {n, rep, qa, sb, disc, unin, null, top, real,
+    /// real_null, ver}, verdict, heads: [{layer,
+    /// head, n_points, d_head, attn_first (mean attention to position 0), realised (fraction of
+    /// causal pairs won by the first token), null_realised (the same for an ordinary key),
+    /// realises_sink (realised ≥ 0.99), queries_in_half_space ((a)), gamma_a, sep: {sink_separable
+    /// ((b)), gamma_b, verified, null_n, null_pass (ordinary keys passing (b)),
+    /// gamma_b_percentile (margin rank), null_gamma_b_median}, verified (certificates),
+    /// representable, b_verdict (discriminates | uninformative | fails)}]}.
     #[arg(long)]
     a1: bool,
+    /// Token at position 0 of every pooled text (needs --a1): a token id, or a text that is
+    /// exactly one token (e.g. "<|im_start|>"). Each text is tokenized without BOS and this
+    /// token prepended, so it replaces --bos (giving both is refused).
+    #[arg(long, requires = "a1", conflicts_with_all = ["bos", "chat"])]
+    first_token: Option<String>,
     /// Also run the A2 interventions (per head: attention := identity / uniform; THEORY §7).
     #[arg(long)]
     a2: bool,
@@ -116,6 +138,12 @@ pub fn run(a: Args) -> Result<i32> {
         if a.json {
             bail!("--json prints one report; a .jsonl --file writes its reports to --results");
         }
+        if a.first_token.is_some() {
+            errln!(
+                "error: --first-token sets position 0 of the pooled --a1 texts; a .jsonl --file is batch mode (one report per line): give a plain-text --file, one text per line"
+            );
+            return Ok(2);
+        }
         if a.matmul == MatmulArg::Q8 {
             bail!(
                 "--matmul q8 with a .jsonl --file is not implemented: run single inputs to see its measured deviation"
@@ -132,7 +160,18 @@ pub fn run(a: Args) -> Result<i32> {
         }
         return super::real_batch::run(&lm, &path, f, a.results.clone(), a.bos, a.a1, a.a2);
     }
-    let tokens: Vec<u32> = if let Some(t) = &a.tokens {
+    let first = match &a.first_token {
+        Some(f) => match head_space::first_token(&lm, f) {
+            Ok(id) => Some(id),
+            Err(e) => {
+                errln!("error: --first-token: {e}");
+                return Ok(2);
+            }
+        },
+        None => None,
+    };
+    let pooled = a.a1 && a.file.is_some();
+    let texts: Vec<Vec<u32>> = if let Some(t) = &a.tokens {
         let mut ids: Vec<u32> = t
             .split(|c: char| c == ',' || c.is_whitespace())
             .filter(|s| !s.is_empty())
@@ -141,13 +180,25 @@ pub fn run(a: Args) -> Result<i32> {
                     .with_context(|| format!("--tokens: `{s}` is not a token id"))
             })
             .collect::<Result<_>>()?;
-        apply_bos(&mut ids, a.bos, lm.model.cfg.bos_id, lm.model.cfg.add_bos)?;
-        ids
+        match first {
+            Some(f) => ids.insert(0, f),
+            None => apply_bos(&mut ids, a.bos, lm.model.cfg.bos_id, lm.model.cfg.add_bos)?,
+        }
+        vec![ids]
     } else {
-        let text = match (&a.text, &a.file) {
-            (Some(t), _) => t.clone(),
+        let raw = match (&a.text, &a.file) {
+            (Some(t), _) => vec![t.clone()],
             (None, Some(f)) => {
-                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?
+                let s = std::fs::read_to_string(f)
+                    .with_context(|| format!("reading {}", f.display()))?;
+                if pooled {
+                    s.lines()
+                        .filter(|l| !l.trim().is_empty())
+                        .map(str::to_string)
+                        .collect()
+                } else {
+                    vec![s]
+                }
             }
             _ => bail!("give one of --text, --file, --tokens"),
         };
@@ -157,15 +208,24 @@ pub fn run(a: Args) -> Result<i32> {
                 path.display()
             )
         })?;
-        if a.chat {
-            tok.encode_chat(&text, &path)?
-        } else {
-            tok.encode(&text, a.bos)?
-        }
+        raw.iter()
+            .map(|t| -> Result<Vec<u32>> {
+                Ok(match first {
+                    Some(f) => {
+                        let mut ids = tok.encode(t, Bos::No)?;
+                        ids.insert(0, f);
+                        ids
+                    }
+                    None if a.chat => tok.encode_chat(t, &path)?,
+                    None => tok.encode(t, a.bos)?,
+                })
+            })
+            .collect::<Result<_>>()?
     };
-    if tokens.is_empty() {
+    if texts.is_empty() || texts[0].is_empty() {
         bail!("no tokens to run");
     }
+    let tokens = texts[0].clone();
     let q8 = if a.matmul == MatmulArg::Q8 {
         let dev = sinklab::real::q8_deviation::measure(&mut lm.model, &tokens)?;
         lm.model.matmul = sinklab::runtime::weights::Matmul::Q8;
@@ -178,18 +238,45 @@ pub fn run(a: Args) -> Result<i32> {
         rep.a2 = Some(sinklab::real::oversmooth_real::analyze(&lm.model, &tokens)?);
         rep.a2_skill = Some(sinklab::real::a2_skill::analyze(&lm.model, &tokens)?.1);
     }
-    if a.json {
-        match &q8 {
-            // The report with the deviation beside it (f32 fields pass through f64 there).
-            Some(d) => {
-                let mut v = serde_json::to_value(&rep)?;
-                if let Some(o) = v.as_object_mut() {
-                    o.insert("q8_deviation".into(), serde_json::to_value(d)?);
-                }
-                outln!("{}", serde_json::to_string_pretty(&v)?);
-            }
-            None => outln!("{}", serde_json::to_string_pretty(&rep)?),
+    let a1p = if a.a1 {
+        if !a.json {
+            errln!(
+                "pooled head-space A1 on {} text(s), {} tokens…",
+                texts.len(),
+                texts.iter().map(Vec::len).sum::<usize>()
+            );
         }
+        // An input the pooled analysis refuses (under 3 tokens, past a sliding window) keeps
+        // the per-layer report and says why the head space was not run.
+        Some(
+            head_space::analyze(&lm.model, &texts, head_space::A1Options::default(), false)
+                .map_err(|e| e.to_string()),
+        )
+    } else {
+        None
+    };
+    if a.json && q8.is_none() && a1p.is_none() {
+        // The report as it serialises (f32 fields exactly as a batch writes them).
+        outln!("{}", serde_json::to_string_pretty(&rep)?);
+    } else if a.json {
+        // The report with the deviation and the pooled A1 beside it (f32 fields pass through
+        // f64 there).
+        let mut v = serde_json::to_value(&rep)?;
+        if let Some(o) = v.as_object_mut() {
+            if let Some(d) = &q8 {
+                o.insert("q8_deviation".into(), serde_json::to_value(d)?);
+            }
+            match &a1p {
+                Some(Ok(r)) => {
+                    o.insert("a1_pooled".into(), pooled_json(&lm, r, &texts)?);
+                }
+                Some(Err(e)) => {
+                    o.insert("a1_pooled".into(), serde_json::json!({ "error": e }));
+                }
+                None => {}
+            }
+        }
+        outln!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         if let Some(d) = &q8 {
             outln!("{}", d.line());
@@ -240,6 +327,21 @@ pub fn run(a: Args) -> Result<i32> {
                 }
             }
         }
+        if let Some(Err(e)) = &a1p {
+            outln!("\nPooled head-space A1: not run ({e}).");
+        }
+        if let Some(Ok(r)) = &a1p {
+            let f = texts[0][0];
+            if texts.iter().all(|t| t[0] == f) {
+                outln!(
+                    "\nPooled head-space A1, first token {f} ({:?}):\n",
+                    token_text(&lm, f)
+                );
+            } else {
+                outln!("\nPooled head-space A1 (the texts start with different tokens):\n");
+            }
+            out!("{}", head_space::markdown(r));
+        }
         if let Some((_, s)) = &rep.a2 {
             outln!(
                 "A2: {} heads; predicted dense smooths more: {:.0}%; measured: {:.0}%; agreement {:.0}%; mean cos_U - cos_I = {:+.4}",
@@ -255,6 +357,53 @@ pub fn run(a: Args) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// The text of one token id (empty without a tokenizer).
+fn token_text(lm: &sinklab::runtime::LoadedModel, id: u32) -> String {
+    lm.tok.as_ref().map_or(String::new(), |t| t.decode(&[id]))
+}
+
+/// The `a1_pooled` JSON object (fields listed in `--help` of `--a1`).
+fn pooled_json(
+    lm: &sinklab::runtime::LoadedModel,
+    r: &head_space::ModelA1,
+    texts: &[Vec<u32>],
+) -> Result<serde_json::Value> {
+    // The shared first token, or null when the texts start differently.
+    let first = texts[0][0];
+    let shared = texts.iter().all(|t| t.first() == Some(&first));
+    let heads: Vec<serde_json::Value> = r
+        .heads
+        .iter()
+        .map(|h| -> Result<serde_json::Value> {
+            let mut v = serde_json::to_value(h)?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert(
+                    "realises_sink".into(),
+                    (h.realised >= head_space::REALISED).into(),
+                );
+                o.insert("representable".into(), h.representable().into());
+                o.insert("b_verdict".into(), h.sep.label().into());
+            }
+            Ok(v)
+        })
+        .collect::<Result<_>>()?;
+    Ok(serde_json::json!({
+        "first_token": if shared {
+            serde_json::json!({"id": first, "text": token_text(lm, first)})
+        } else {
+            serde_json::Value::Null
+        },
+        "n_texts": r.n_texts,
+        "n_tokens": r.n_tokens,
+        "d_head": r.d_head,
+        "seconds": r.seconds,
+        "heads_error": r.heads_error,
+        "counts": head_space::head_counts(r),
+        "verdict": head_space::verdict(r),
+        "heads": heads,
+    }))
 }
 
 fn print_layers(layers: &[sinklab::real::stats::LayerStats]) -> Result<()> {

@@ -54,6 +54,51 @@ pub const TEXTS: [&str; 12] = [
     "The spacecraft left orbit on a clear morning and reached the moon four days later. Its cameras sent back pictures of craters, ridges and long valleys filled with dust, and its instruments measured how the surface cooled during the two weeks of lunar night. The mission was planned for one year and lasted almost three before the batteries failed.",
 ];
 
+/// The token id `f` names: an id below the vocabulary size, or a text that is exactly one
+/// token of the model's tokenizer (refused otherwise, naming what it is).
+pub fn first_token(lm: &crate::runtime::LoadedModel, f: &str) -> Result<u32, RealError> {
+    let vocab = lm.model.cfg.vocab;
+    if let Ok(id) = f.trim().parse::<u32>() {
+        if id as usize >= vocab {
+            return Err(RealError::Input(format!(
+                "first token {id}: not below the vocabulary size {vocab}"
+            )));
+        }
+        return Ok(id);
+    }
+    let tok = lm.tok.as_ref().ok_or_else(|| {
+        RealError::Input("a first token given as text needs the model's tokenizer".into())
+    })?;
+    let ids = tok.encode(f, crate::runtime::tokenizer::Bos::No)?;
+    match ids.as_slice() {
+        [id] => Ok(*id),
+        _ => Err(RealError::Input(format!(
+            "first token {f:?} is {} tokens ({ids:?}), not one: give a single token or its id",
+            ids.len()
+        ))),
+    }
+}
+
+/// Token ids of `texts`, each tokenized without BOS with `first` prepended.
+pub fn with_first(
+    lm: &crate::runtime::LoadedModel,
+    texts: &[&str],
+    first: u32,
+) -> Result<Vec<Vec<u32>>, RealError> {
+    let tok = lm
+        .tok
+        .as_ref()
+        .ok_or_else(|| RealError::Input("no tokenizer in the model files".into()))?;
+    texts
+        .iter()
+        .map(|t| {
+            let mut ids = tok.encode(t, crate::runtime::tokenizer::Bos::No)?;
+            ids.insert(0, first);
+            Ok(ids)
+        })
+        .collect()
+}
+
 /// Everything the pooled analysis needs from one forward pass per text.
 #[derive(Debug, Clone, Default)]
 pub struct Pool {
@@ -79,6 +124,8 @@ pub struct Pool {
     pub q: Vec<Vec<f32>>,
     /// Per layer: keys after norm and RoPE `[ΣT, H_kv·d_h]`.
     pub k: Vec<Vec<f32>>,
+    /// Per layer and query head: $\sum_i A_h[i, 0]$ over the queries $i \ge 1$ of every text.
+    pub attn_first_sum: Vec<Vec<f64>>,
 }
 
 impl LayerObserver for Pool {
@@ -89,6 +136,17 @@ impl LayerObserver for Pool {
             self.a_in.resize(l + 1, Vec::new());
             self.q.resize(l + 1, Vec::new());
             self.k.resize(l + 1, Vec::new());
+            self.attn_first_sum.resize(l + 1, Vec::new());
+        }
+        // Attention `[H, T_n, T_k]` of a cache-free pass: row i of head h starts at (h·T + i)·T.
+        let (tn, tk) = (t.t, t.t_keys);
+        let h = t.attn.len() / (tn * tk).max(1);
+        let acc = &mut self.attn_first_sum[l];
+        acc.resize(h, 0.0);
+        for (hh, a) in acc.iter_mut().enumerate() {
+            *a += (1..tn)
+                .map(|i| t.attn[(hh * tn + i) * tk] as f64)
+                .sum::<f64>();
         }
         self.x_in[l].extend_from_slice(t.x_in);
         self.a_in[l].extend_from_slice(t.attn_in);
@@ -323,6 +381,9 @@ pub struct HeadA1 {
     pub realised: f64,
     /// The same with an ordinary key in the sink's place (mean over the null keys).
     pub null_realised: f64,
+    /// Mean attention to position 0 of the queries $i \ge 1$, $\frac{1}{N}\sum_i A_h[i, 0]$
+    /// (what the forward pass computes, softmax and masks included).
+    pub attn_first: f64,
 }
 
 impl HeadA1 {
@@ -442,6 +503,11 @@ pub fn heads_of_layer(p: &Pool, l: usize, o: A1Options) -> Result<Vec<HeadA1>, S
                 verified: ver && sep.verified,
                 realised: r,
                 null_realised: nr,
+                attn_first: p
+                    .attn_first_sum
+                    .get(l)
+                    .and_then(|a| a.get(head))
+                    .map_or(f64::NAN, |s| s / qs.len().max(1) as f64),
             });
         }
     }
@@ -634,6 +700,83 @@ pub fn analyze(
 /// Heads realising the sink: the BOS logit beats every other visible key on ≥ 99 % of pairs.
 pub const REALISED: f64 = 0.99;
 
+/// Head-space counts of a [`ModelA1`] (the verdict's inputs).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct HeadCounts {
+    /// Heads.
+    pub n: usize,
+    /// (a) and (b) hold: a sink is representable.
+    pub rep: usize,
+    /// (a) holds.
+    pub qa: usize,
+    /// (b) holds for the first token.
+    pub sb: usize,
+    /// (b) discriminates (first token passes, at most half the ordinary keys do).
+    pub disc: usize,
+    /// (b) uninformative (first token and most ordinary keys pass).
+    pub unin: usize,
+    /// Mean rate at which ordinary keys pass (b).
+    pub null: f64,
+    /// The first token's margin is the largest of the ordinary margins.
+    pub top: usize,
+    /// The learned head realises the sink (fraction ≥ [`REALISED`]).
+    pub real: usize,
+    /// An ordinary key in the first token's place is realised.
+    pub real_null: usize,
+    /// Certificates verified.
+    pub ver: usize,
+}
+
+/// Counts over the heads of `r`.
+pub fn head_counts(r: &ModelA1) -> HeadCounts {
+    let hs = &r.heads;
+    let c = |f: &dyn Fn(&HeadA1) -> bool| hs.iter().filter(|h| f(h)).count();
+    HeadCounts {
+        n: hs.len(),
+        rep: c(&|h| h.representable()),
+        qa: c(&|h| h.queries_in_half_space),
+        sb: c(&|h| h.sep.sink_separable),
+        disc: c(&|h| h.sep.label() == "discriminates"),
+        unin: c(&|h| h.sep.label() == "uninformative"),
+        null: hs.iter().map(|h| h.sep.null_pass).sum::<f64>() / hs.len().max(1) as f64,
+        top: c(&|h| h.sep.gamma_b_percentile >= 1.0),
+        real: c(&|h| h.realised >= REALISED),
+        real_null: c(&|h| h.null_realised >= REALISED),
+        ver: c(&|h| h.verified),
+    }
+}
+
+/// The head-space verdict sentence (what the counts and the ordinary-key null support; the
+/// no-sink control of [`super::sink_control`] is reported beside it).
+pub fn verdict(r: &ModelA1) -> String {
+    if let Some(e) = &r.heads_error {
+        return format!("*A1 verdict:* head space untestable pooled ({e}).");
+    }
+    let HeadCounts {
+        n,
+        rep,
+        disc,
+        top,
+        real,
+        real_null,
+        ..
+    } = head_counts(r);
+    let k = A1Options::default().null_heads;
+    let verdict = if rep * 2 <= n {
+        "not reproduced (most heads fail a condition)".to_string()
+    } else if disc * 2 > n {
+        "reproduced (ordinary tokens mostly fail (b), the BOS passes)".to_string()
+    } else {
+        format!(
+            "uninformative as a yes/no verdict (ordinary tokens pass (b) too); the margin ranks the first token top on {top}/{n} heads (chance 1/{} per head) and the learned heads realise it on {real}/{n} (an ordinary key on {real_null}/{n}), and which of these is evidence of a sink only a condition without one can tell (`sink_control`)",
+            k + 1
+        )
+    };
+    format!(
+        "*A1 verdict:* paper A claims sinks are representable because the BOS and the other tokens lie in suitable half-spaces; measured in each head's logit space, (a) and (b) hold on {rep}/{n} heads: {verdict}."
+    )
+}
+
 fn frac(n: usize, d: usize) -> String {
     format!("{n}/{d}")
 }
@@ -723,33 +866,20 @@ pub fn markdown(r: &ModelA1) -> String {
             );
         }
         None => {
-            let n = r.heads.len();
-            let rep = r.heads.iter().filter(|h| h.representable()).count();
-            let qa = r.heads.iter().filter(|h| h.queries_in_half_space).count();
-            let sb = r.heads.iter().filter(|h| h.sep.sink_separable).count();
-            let disc = r
-                .heads
-                .iter()
-                .filter(|h| h.sep.label() == "discriminates")
-                .count();
-            let unin = r
-                .heads
-                .iter()
-                .filter(|h| h.sep.label() == "uninformative")
-                .count();
-            let null = r.heads.iter().map(|h| h.sep.null_pass).sum::<f64>() / n.max(1) as f64;
-            let top = r
-                .heads
-                .iter()
-                .filter(|h| h.sep.gamma_b_percentile >= 1.0)
-                .count();
-            let real = r.heads.iter().filter(|h| h.realised >= REALISED).count();
-            let real_null = r
-                .heads
-                .iter()
-                .filter(|h| h.null_realised >= REALISED)
-                .count();
-            let ver = r.heads.iter().filter(|h| h.verified).count();
+            let HeadCounts {
+                n,
+                rep,
+                qa,
+                sb,
+                disc,
+                unin,
+                null,
+                top,
+                real,
+                real_null,
+                ver,
+                ..
+            } = head_counts(r);
             let mut ga: Vec<f64> = r.heads.iter().map(|h| h.gamma_a).collect();
             let mut gb: Vec<f64> = r.heads.iter().map(|h| h.sep.gamma_b).collect();
             let mut gn: Vec<f64> = r.heads.iter().map(|h| h.sep.null_gamma_b_median).collect();
@@ -760,21 +890,7 @@ pub fn markdown(r: &ModelA1) -> String {
                 upper_median(&mut gn),
                 upper_median(&mut ga)
             );
-            let k = A1Options::default().null_heads;
-            let verdict = if rep * 2 <= n {
-                "not reproduced (most heads fail a condition)".to_string()
-            } else if disc * 2 > n {
-                "reproduced (ordinary tokens mostly fail (b), the BOS passes)".to_string()
-            } else {
-                format!(
-                    "uninformative as a yes/no verdict (ordinary tokens pass (b) too); what discriminates is the margin, which ranks the BOS first on {top}/{n} heads against a chance rate of 1/{} per head, and the learned heads, which realise the BOS on {real}/{n} heads and an ordinary key on {real_null}/{n}",
-                    k + 1
-                )
-            };
-            let _ = writeln!(
-                md,
-                "*A1 verdict:* paper A claims sinks are representable because the BOS and the other tokens lie in suitable half-spaces; measured in each head's logit space, (a) and (b) hold on {rep}/{n} heads: {verdict}.\n"
-            );
+            let _ = writeln!(md, "{}\n", verdict(r));
         }
     }
     md

@@ -14,5 +14,6 @@ pub mod head_space;
 pub mod oversmooth_real;
 pub mod q8_deviation;
 pub mod report_section;
+pub mod sink_control;
 pub mod stats;
 pub mod switch_real;

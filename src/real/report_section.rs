@@ -4,7 +4,7 @@
 //! the rest. Models not fetched are listed with the command that fetches them.
 
 use super::analysis::{RealReport, analyze};
-use super::{a2_skill, halfspace_real, head_space, switch_real};
+use super::{a2_skill, halfspace_real, head_space, sink_control, switch_real};
 use crate::plot::{Heatmap, Panel, Series, Style, render, render_heatmap};
 use crate::runtime::tokenizer::Bos;
 use crate::runtime::{fetch, load};
@@ -17,11 +17,27 @@ pub const REPORT_TEXT: &str = "In the middle of the night the old lighthouse kee
 listening to the waves and wondering whether the ship he had seen at dusk would reach the harbour before the storm.";
 
 /// Per model: (name, BOS policy).
-const MODELS: [(&str, Bos); 3] = [
+const MODELS: [(&str, Bos); 4] = [
     ("smollm2", Bos::Auto),
     ("gemma3-270m", Bos::Yes),
     ("minilm", Bos::Auto),
+    ("qwen2.5-coder-0.5b", Bos::Auto),
 ];
+
+/// First tokens of the pooled A1 per model: (sink condition, no-sink condition). `None` as
+/// the sink condition is the model's BOS (decoders) or its template (encoders); `None` as the
+/// no-sink condition means none was found, and only the split by attention is reported. Found
+/// by the mean attention to position 0 that the forward pass computes (`sinklab real --a1
+/// --first-token T`, field `attn_first`; see [`super::sink_control`]).
+fn a1_firsts(name: &str) -> (Option<&'static str>, Option<&'static str>) {
+    match name {
+        // Qwen's BOS id is <|endoftext|>, on which no sink forms; <|im_start|> forms one.
+        "qwen2.5-coder-0.5b" => (Some("<|im_start|>"), Some("<|endoftext|>")),
+        // Gemma 3 forms its sink on <bos> only (<eos>, <pad>, <end_of_turn>, words: none).
+        "gemma3-270m" => (None, Some("<eos>")),
+        _ => (None, None),
+    }
+}
 
 /// Sink heads: α_0 > 0.3 (Gu's ε).
 fn cost_split(rep: &RealReport) -> Option<(f64, f64, f64, f64, usize, usize)> {
@@ -40,6 +56,58 @@ fn cost_split(rep: &RealReport) -> Option<(f64, f64, f64, f64, usize, usize)> {
     }
     let (ns, nr) = (s.4.max(1) as f64, s.5.max(1) as f64);
     Some((s.0 / ns, s.1 / ns, s.2 / nr, s.3 / nr, s.4, s.5))
+}
+
+/// The no-sink control of the pooled A1 (when the model has a no-sink first token, full report
+/// only) and the split of one run's heads by their attention to position 0.
+fn a1_controls(
+    md: &mut String,
+    lm: &crate::runtime::LoadedModel,
+    a1: &head_space::ModelA1,
+    first_text: &str,
+    nosink_first: Option<&str>,
+    texts: &[&str],
+    ctx: &ReportCtx,
+) -> Result<(), SectionError> {
+    if a1.heads_error.is_some() {
+        return Ok(());
+    }
+    match nosink_first {
+        Some(f) if !ctx.quick => {
+            let np = head_space::with_first(lm, texts, head_space::first_token(lm, f)?)?;
+            let a1n = head_space::analyze(&lm.model, &np, head_space::A1Options::default(), false)?;
+            match sink_control::compare(a1, &a1n, (first_text, f), ctx.seed) {
+                Ok(c) => md.push_str(&sink_control::markdown(&c)),
+                Err(e) => writeln!(md, "No-sink control: not run ({e}).\n")?,
+            }
+        }
+        Some(_) => writeln!(md, "No-sink control: full report only.\n")?,
+        None => writeln!(
+            md,
+            "No-sink control: no first token found on which no sink forms (see `sink_control`); only the split by attention below.\n"
+        )?,
+    }
+    match sink_control::by_attention(a1, ctx.seed) {
+        Some((nh, nl, seps)) => {
+            writeln!(
+                md,
+                "**Split by attention to position 0** (same run): {nh} heads with mean attention to position 0 above {} against {nl} at or below it.\n",
+                sink_control::ATTN_HIGH
+            )?;
+            md.push_str(&sink_control::table(&seps, "high / low"));
+            writeln!(
+                md,
+                "\n{}\n",
+                sink_control::sentence(&seps).replace("No-sink control", "Split by attention")
+            )?;
+        }
+        None => writeln!(
+            md,
+            "Split by attention to position 0: one group is empty (threshold {}).\n",
+            sink_control::ATTN_HIGH
+        )?,
+    }
+    Ok(())
 }
 
 /// Builds the section.
@@ -140,19 +208,28 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             head_space::TEXTS.len()
         };
         let tok = lm.tok.as_ref().ok_or("no tokenizer")?;
-        let pooled: Vec<Vec<u32>> = head_space::TEXTS[..n_texts]
-            .iter()
-            // Pooling needs one shared sink token at position 0: decoders get their BOS
-            // prepended (SmolLM2's own default adds none), encoders keep their [CLS] template.
-            .map(|t| tok.encode(t, if lm.model.cfg.causal { Bos::Yes } else { bos }))
-            .collect::<Result<_, _>>()?;
+        let (sink_first, nosink_first) = a1_firsts(name);
+        let texts = &head_space::TEXTS[..n_texts];
+        let pooled: Vec<Vec<u32>> = match sink_first {
+            Some(f) => head_space::with_first(&lm, texts, head_space::first_token(&lm, f)?)?,
+            None => texts
+                .iter()
+                // Pooling needs one shared sink token at position 0: decoders get their BOS
+                // prepended (SmolLM2's own default adds none), encoders keep their [CLS]
+                // template.
+                .map(|t| tok.encode(t, if lm.model.cfg.causal { Bos::Yes } else { bos }))
+                .collect::<Result<_, _>>()?,
+        };
         let a1 = head_space::analyze(
             &lm.model,
             &pooled,
             head_space::A1Options::default(),
             !ctx.quick,
         )?;
+        let first_text = tok.decode(&pooled[0][..1]);
+        writeln!(md, "Pooled A1: `{first_text}` at position 0.\n")?;
         md.push_str(&head_space::markdown(&a1));
+        a1_controls(&mut md, &lm, &a1, &first_text, nosink_first, texts, ctx)?;
         // A2.
         let a2_toks: Vec<u32> = toks
             .iter()
@@ -165,6 +242,18 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         let sw = switch_real::analyze(&lm.model, &a2_toks, ctx.seed)?;
         md.push_str(&switch_real::markdown(&sw, &rep));
         md.push('\n');
+        if let (Some(nf), false) = (nosink_first, ctx.quick) {
+            // The same text with the no-sink token at position 0 in place of the first token
+            // (Gemma: <bos> replaced; Qwen, which adds no BOS: prepended, the last dropped).
+            let mut nt = vec![head_space::first_token(&lm, nf)?];
+            nt.extend(tok.encode(REPORT_TEXT, Bos::No)?);
+            nt.truncate(a2_toks.len());
+            let swn = switch_real::analyze(&lm.model, &nt, ctx.seed)?;
+            match sink_control::switch_compare(&sw, &swn, ctx.seed) {
+                Ok(c) => writeln!(md, "{}\n", sink_control::switch_sentence(&c, nf))?,
+                Err(e) => writeln!(md, "A4/A6 no-sink control: not run ({e}).\n")?,
+            }
+        }
         if let Some((sq, sv, rq, rv, ns, nr)) = cost_split(&rep) {
             writeln!(
                 md,
