@@ -167,6 +167,7 @@ fn synthetic(l_n: usize, h_n: usize, t: usize, tokens: Vec<String>) -> ViewData 
         exact,
         detector: DetectorView::unavailable("synthetic page: no hidden states".into()),
         token_curves: None,
+        realised: None,
     }
 }
 
@@ -260,7 +261,7 @@ fn smollm2_page_equals_real_json_and_passes_its_browser_selftest() {
     let page = dir.path().join("v.html");
     let out = Command::new(bin)
         .args([
-            "view", "--model", "smollm2", "--text", text, "--heads", "2.3", "--out",
+            "view", "--model", "smollm2", "--text", text, "--heads", "2.3", "--a1", "--out",
         ])
         .arg(&page)
         .output()
@@ -300,9 +301,34 @@ fn smollm2_page_equals_real_json_and_passes_its_browser_selftest() {
     assert_eq!(d["exact"][0]["head"], 3);
     assert!(d["detector"]["error"].is_null(), "{}", d["detector"]);
     assert_eq!(d["detector"]["variant"], "faithful");
+    // --a1: every head's realised-sink fraction is the one `sinklab real --a1 --json` reports.
+    let a1 = Command::new(bin)
+        .args([
+            "real", "--model", "smollm2", "--text", text, "--a1", "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        a1.status.success(),
+        "{}",
+        String::from_utf8_lossy(&a1.stderr)
+    );
+    let a1: serde_json::Value = serde_json::from_slice(&a1.stdout).unwrap();
+    let heads = a1["a1_pooled"]["heads"]
+        .as_array()
+        .expect("a1_pooled.heads");
+    assert_eq!(heads.len(), 30 * 9);
+    let grid = &d["realised"]["Ok"];
+    for h in heads {
+        let (l, k) = (h["layer"].as_u64().unwrap(), h["head"].as_u64().unwrap());
+        let got = grid[l as usize][k as usize].as_f64().unwrap();
+        assert_eq!(got, h["realised"].as_f64().unwrap(), "layer {l} head {k}");
+    }
     let Some(b) = chromium() else { return };
     let (v, _) = selftest(&b, &page);
     assert_selftest_ok(&v);
+    assert_eq!(v["checks"]["grid_shows_realised"], true, "{v:#}");
+    assert_eq!(v["checks"]["grid_back_to_alpha"], true, "{v:#}");
 }
 
 /// Refusals name what is wrong: a bad `--heads` entry, an empty text, an input longer than

@@ -16,7 +16,8 @@ layers (exactly the `layers` of `sinklab real --json`: per head alpha_first = Gu
 maps_q8 (base64 of each head's 8-bit max-pooled cells, index l·H + h, lower triangle row-major \
 when causal), exact ([{layer, head, f32}]: base64 little-endian f32 cells), detector \
 ({variant, error, bos, window, sinks: [{position, label, creation_layer, lifetime, layers}], \
-bos_entry, frac_flagged, saturated}), token_curves ({bos, norm_f32, cos_f32}: [L, T] f32). \
+bos_entry, frac_flagged, saturated}), token_curves ({bos, norm_f32, cos_f32}: [L, T] f32), \
+realised (with --a1: {\"Ok\": [L][H] realised-sink fraction or null} or {\"Err\": why}). \
 Open page.html#selftest to run the page's own checks (result in <pre id=\"selftest-result\">)."
 )]
 pub struct Args {
@@ -45,6 +46,10 @@ pub struct Args {
     /// Resolution cap of the pooled maps: R = min(T, max-res) cells a side.
     #[arg(long, default_value_t = sinklab::view::DEFAULT_MAX_RES)]
     max_res: usize,
+    /// Also compute each head's realised-sink fraction (the pooled head-space analysis of
+    /// `sinklab real --a1`, on this one text) and offer it as the grid's second statistic.
+    #[arg(long, conflicts_with = "activations")]
+    a1: bool,
     /// The page to write.
     #[arg(long)]
     out: PathBuf,
@@ -137,10 +142,15 @@ pub fn run(a: Args) -> Result<i32> {
                 errln!(", then the detector's pass");
             }
         };
-        match from_model(&lm, &tokens, a.max_res, exact, &mut progress) {
+        let mut d = match from_model(&lm, &tokens, a.max_res, exact, &mut progress) {
             Err(ViewError::Input(m)) => return refuse(&m),
             r => r?,
+        };
+        if a.a1 {
+            errln!("view: the head-space analysis (--a1)");
+            d.realised = Some(sinklab::view::realised_grid(&lm.model, &tokens)?);
         }
+        d
     };
     let html = sinklab::view::render(&data)?;
     std::fs::write(&a.out, &html).with_context(|| format!("writing {}", a.out.display()))?;

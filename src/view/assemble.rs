@@ -92,6 +92,7 @@ pub fn from_model(
         exact,
         detector: det,
         token_curves: Some(token_curves(&act.hidden, bos)),
+        realised: None,
     })
 }
 
@@ -150,5 +151,6 @@ pub fn from_activations(
         exact,
         detector: det,
         token_curves: Some(token_curves(&act.hidden, bos)),
+        realised: None,
     })
 }

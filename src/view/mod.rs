@@ -56,6 +56,29 @@ pub struct ViewData {
     pub detector: DetectorView,
     /// Per token and layer: the detector's states' norms and cosines with the BOS state.
     pub token_curves: Option<TokenCurves>,
+    /// With `--a1`: per layer and head, the fraction of causal pairs on which the first key's
+    /// logit beats the other key (`realised` of `sinklab real --a1 --json`'s `a1_pooled.heads`;
+    /// null where a head has none), or why the analysis refused the input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub realised: Option<Result<Vec<Vec<Option<f64>>>, String>>,
+}
+
+/// The realised-sink fraction of every head (`real::head_space`, the analysis and options of
+/// `sinklab real --a1`) on one text, laid out `[layer][head]`.
+pub fn realised_grid(
+    m: &crate::runtime::model::Pretrained,
+    tokens: &[u32],
+) -> Result<Result<Vec<Vec<Option<f64>>>, String>, crate::runtime::RealError> {
+    use crate::real::head_space::{A1Options, analyze};
+    let r = analyze(m, &[tokens.to_vec()], A1Options::default(), false)?;
+    if let Some(e) = r.heads_error {
+        return Ok(Err(e));
+    }
+    let mut g = vec![vec![None; m.cfg.n_head]; m.cfg.n_layer];
+    for h in &r.heads {
+        g[h.layer][h.head] = Some(h.realised);
+    }
+    Ok(Ok(g))
 }
 
 /// One exact map.
