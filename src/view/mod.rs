@@ -60,15 +60,18 @@ pub struct ViewData {
     /// logit beats the other key (`realised` of `sinklab real --a1 --json`'s `a1_pooled.heads`;
     /// null where a head has none), or why the analysis refused the input.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub realised: Option<Result<Vec<Vec<Option<f64>>>, String>>,
+    pub realised: Option<Result<RealisedGrid, String>>,
 }
+
+/// Per layer and head, a realised-sink fraction (null where the head has none).
+pub type RealisedGrid = Vec<Vec<Option<f64>>>;
 
 /// The realised-sink fraction of every head (`real::head_space`, the analysis and options of
 /// `sinklab real --a1`) on one text, laid out `[layer][head]`.
 pub fn realised_grid(
     m: &crate::runtime::model::Pretrained,
     tokens: &[u32],
-) -> Result<Result<Vec<Vec<Option<f64>>>, String>, crate::runtime::RealError> {
+) -> Result<Result<RealisedGrid, String>, crate::runtime::RealError> {
     use crate::real::head_space::{A1Options, analyze};
     let r = analyze(m, &[tokens.to_vec()], A1Options::default(), false)?;
     if let Some(e) = r.heads_error {
