@@ -40,7 +40,11 @@ pub fn write_report(
     ctx: &ReportCtx,
     mut progress: impl FnMut(&str),
 ) -> Result<(PathBuf, Vec<CheckOutcome>, Vec<String>), SectionError> {
-    std::fs::create_dir_all(ctx.fig_dir())?;
+    let named = |p: &Path| {
+        let p = p.to_path_buf();
+        move |e: std::io::Error| -> SectionError { format!("{}: {e}", p.display()).into() }
+    };
+    std::fs::create_dir_all(ctx.fig_dir()).map_err(named(&ctx.fig_dir()))?;
     let mut outcomes = Vec::new();
     let mut md = String::new();
     let theorems = check::registry();
@@ -112,11 +116,9 @@ pub fn write_report(
     progress("viewer pages");
     let viewers = write_viewers(ctx, &mut section_errors);
     let path = ctx.out_dir.join("report.md");
-    std::fs::write(&path, &md)?;
-    std::fs::write(
-        ctx.out_dir.join("report.html"),
-        html(&md, &ctx.out_dir, &viewers),
-    )?;
+    std::fs::write(&path, &md).map_err(named(&path))?;
+    let page = ctx.out_dir.join("report.html");
+    std::fs::write(&page, html(&md, &ctx.out_dir, &viewers)).map_err(named(&page))?;
     Ok((path, outcomes, section_errors))
 }
 

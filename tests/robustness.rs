@@ -999,3 +999,33 @@ fn slurm_task_index_expands_under_an_out_with_a_space_and_names_are_one_line() {
         );
     }
 }
+
+/// An I/O error is printed once, with the file it concerns: the OS error used to appear twice
+/// (`… (os error 2): … (os error 2)`), and the report's write errors named no file.
+#[test]
+fn io_errors_name_the_file_and_say_the_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.toml");
+    let o = sinklab([
+        "sweep",
+        missing.to_str().unwrap(),
+        "--out",
+        dir.path().join("s").to_str().unwrap(),
+    ]);
+    let e = stderr(&o);
+    assert!(!o.status.success(), "{e}");
+    assert!(e.contains(missing.to_str().unwrap()), "{e}");
+    assert_eq!(e.matches("(os error 2)").count(), 1, "{e}");
+    // The report's output directory under a plain file: the error names the directory.
+    let file = dir.path().join("plain");
+    std::fs::write(&file, "x").unwrap();
+    let out = file.join("rep");
+    let o = sinklab(["report", "--quick", "--out", out.to_str().unwrap()]);
+    let e = stderr(&o);
+    assert!(!o.status.success(), "{e}");
+    assert!(
+        e.contains(&out.join("figures").display().to_string()),
+        "{e}"
+    );
+    assert_eq!(e.matches("(os error").count(), 1, "{e}");
+}

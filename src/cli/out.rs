@@ -104,6 +104,22 @@ pub fn flush() -> Result<(), StreamError> {
         .map_err(|e| record(Stream::Stdout, &e))
 }
 
+/// An error and its causes on one line, `a: b: c`, each cause left out when the text before it
+/// already ends with it (error types that print their source would show it twice).
+pub fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let c = cause.to_string();
+        if out.is_empty() {
+            out = c;
+        } else if !out.ends_with(&c) {
+            out.push_str(": ");
+            out.push_str(&c);
+        }
+    }
+    out
+}
+
 /// The exit status for a command that returned `r`: flushes stdout, reports an error once (a
 /// broken pipe silently), and turns a remembered stream failure into 141 or 1.
 pub fn finish(r: anyhow::Result<i32>) -> i32 {
@@ -120,7 +136,7 @@ pub fn finish(r: anyhow::Result<i32>) -> i32 {
         Err(e) => match e.downcast_ref::<StreamError>() {
             Some(se) => stream_error(se),
             None => {
-                let _ = write(Stream::Stderr, format_args!("error: {e:#}\n"));
+                let _ = write(Stream::Stderr, format_args!("error: {}\n", one_line(&e)));
                 1
             }
         },
