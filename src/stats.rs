@@ -193,18 +193,35 @@ pub fn bootstrap_paired(
     seed: u64,
 ) -> Result<Estimate, StatsError> {
     check_pair(x, y, 3)?;
+    check_interval(b, level)?;
+    let value = stat(x, y)?;
+    let vals = bootstrap_resamples(x, y, |a, b| stat(a, b).ok(), b, seed);
+    percentile_interval(value, vals, b, level, x.len(), "statistic")
+}
+
+fn check_interval(b: usize, level: f64) -> Result<(), StatsError> {
     if !(level > 0.0 && level < 1.0) {
         return Err(StatsError::Param(format!("level {level} not in (0, 1)")));
     }
     if b == 0 {
         return Err(StatsError::Param("zero resamples".into()));
     }
-    let value = stat(x, y)?;
-    let n = x.len();
-    let vals = bootstrap_resamples(x, y, |a, b| stat(a, b).ok(), b, seed);
+    Ok(())
+}
+
+/// The percentile interval of `b` bootstrap values (sorted, the undefined ones already left
+/// out); an error when fewer than half of the resamples gave a value.
+fn percentile_interval(
+    value: f64,
+    vals: Vec<f64>,
+    b: usize,
+    level: f64,
+    n: usize,
+    what: &str,
+) -> Result<Estimate, StatsError> {
     if vals.len() * 2 < b {
         return Err(StatsError::Param(format!(
-            "statistic undefined on {} of {b} resamples",
+            "{what} undefined on {} of {b} resamples",
             b - vals.len()
         )));
     }
@@ -306,12 +323,7 @@ pub fn roc_auc_ci(
     seed: u64,
 ) -> Result<Estimate, StatsError> {
     let value = roc_auc(pos, neg)?;
-    if !(level > 0.0 && level < 1.0) {
-        return Err(StatsError::Param(format!("level {level} not in (0, 1)")));
-    }
-    if b == 0 {
-        return Err(StatsError::Param("zero resamples".into()));
-    }
+    check_interval(b, level)?;
     let x: Vec<f64> = pos.iter().chain(neg).copied().collect();
     let y: Vec<f64> = (0..x.len())
         .map(|i| f64::from(u8::from(i < pos.len())))
@@ -324,21 +336,7 @@ pub fn roc_auc_ci(
         roc_auc(&p, &n).ok()
     };
     let vals = bootstrap_resamples(&x, &y, split, b, seed);
-    if vals.len() * 2 < b {
-        return Err(StatsError::Param(format!(
-            "AUC undefined on {} of {b} resamples",
-            b - vals.len()
-        )));
-    }
-    let q = |p: f64| quantile_sorted(&vals, p);
-    Ok(Estimate {
-        value,
-        lo: q((1.0 - level) / 2.0),
-        hi: q((1.0 + level) / 2.0),
-        level,
-        resamples: vals.len(),
-        n: x.len(),
-    })
+    percentile_interval(value, vals, b, level, x.len(), "AUC")
 }
 
 #[cfg(test)]

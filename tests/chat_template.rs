@@ -4,23 +4,13 @@
 //! (tokenization is discrete: no tolerance) on every packaged model that ships a template, and
 //! a refusal naming the model on every one that does not.
 
+#[path = "support/models.rs"]
+mod models;
+use models::model_or_skip;
 use sinklab::runtime::chat_template::ChatTemplate;
-use sinklab::runtime::{fetch, load};
+use sinklab::runtime::load;
 use std::path::PathBuf;
 use std::process::Command;
-
-fn model_or_skip(name: &str) -> Option<PathBuf> {
-    let p = fetch::cached(name);
-    if p.is_none() {
-        let msg = format!("model `{name}` not in the cache (run `sinklab fetch {name}`)");
-        assert!(
-            std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
-            "{msg}"
-        );
-        eprintln!("SKIP: {msg}");
-    }
-    p
-}
 
 fn fixture() -> serde_json::Value {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chat_template_ids.json");

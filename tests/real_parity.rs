@@ -13,33 +13,18 @@
 //! architecture is implemented right, and far above it (O(1)) for any wrong convention
 //! (RoPE pairing, GQA grouping, norm offsets, scaling).
 
+#[path = "support/models.rs"]
+mod models;
+use models::model_or_skip;
 use sinklab::runtime::capture::{Capture, Captured};
 use sinklab::runtime::forward::LayerObserver;
+use sinklab::runtime::load;
 use sinklab::runtime::safetensors::StFile;
 use sinklab::runtime::tokenizer::Bos;
-use sinklab::runtime::{fetch, load};
 use std::path::PathBuf;
 
 /// The text of the fixtures (as in scripts/make_parity_fixtures.py).
 const TEXT: &str = "The quick brown fox jumps over the lazy dog. Attention sinks appear when many heads put most of their weight on the first token of the sequence, 1234 times over.";
-
-fn model_or_skip(name: &str) -> Option<PathBuf> {
-    match fetch::cached(name) {
-        Some(p) => Some(p),
-        None => {
-            let msg = format!(
-                "model `{name}` not in the cache {} (run `sinklab fetch {name}`)",
-                fetch::cache_root().display()
-            );
-            assert!(
-                std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
-                "{msg}"
-            );
-            eprintln!("SKIP: {msg}");
-            None
-        }
-    }
-}
 
 fn fixture(file: &str) -> StFile {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{file}"));

@@ -4,21 +4,18 @@
 //! captured f32 equal), the r = 0 point is the unpatched measurement, and the thresholds and
 //! monotonicity flags are what the measured points say.
 
+#[path = "support/models.rs"]
+mod models;
+use models::model_or_skip;
+use sinklab::runtime::load;
 use sinklab::runtime::tokenizer::Bos;
-use sinklab::runtime::{fetch, load};
 use sinklab::secondary::DetectorParams;
 use sinklab::secondary::dose::{ATTN_REL_TOL, DoseOptions, dose_response};
 use sinklab::secondary::native::{Addition, LastLayer, capture, capture_with};
 
 #[test]
 fn dose_response_is_measured_and_zero_is_the_unpatched_run() {
-    let Some(path) = fetch::cached("smollm2") else {
-        let msg = "model `smollm2` not in the cache (run `sinklab fetch smollm2`)";
-        assert!(
-            std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
-            "{msg}"
-        );
-        eprintln!("SKIP: {msg}");
+    let Some(path) = model_or_skip("smollm2") else {
         return;
     };
     let lm = load(&path).unwrap();

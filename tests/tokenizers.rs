@@ -5,22 +5,12 @@
 //! pre-tokenizer rule in use (`qwen2`, `smollm`, SentencePiece `default` for Gemma). Ids must be
 //! identical (no tolerance: tokenization is discrete). Plus the BOS policy on both formats.
 
+#[path = "support/models.rs"]
+mod models;
+use models::model_or_skip;
+use sinklab::runtime::load;
 use sinklab::runtime::tokenizer::Bos;
-use sinklab::runtime::{fetch, load};
 use std::path::PathBuf;
-
-fn model_or_skip(name: &str) -> Option<PathBuf> {
-    let p = fetch::cached(name);
-    if p.is_none() {
-        let msg = format!("model `{name}` not in the cache (run `sinklab fetch {name}`)");
-        assert!(
-            std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
-            "{msg}"
-        );
-        eprintln!("SKIP: {msg}");
-    }
-    p
-}
 
 fn fixture() -> serde_json::Value {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizer_ids.json");
