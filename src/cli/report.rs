@@ -1,7 +1,8 @@
 //! `sinklab report [--out DIR] [--seed S] [--quick | --full]`.
 //!
-//! `--full` first runs (or resumes) the long studies — paper B's long greedy traces
-//! (`sinklab secondary --long`, tens of minutes per model on 2 cores) — into `out/`,
+//! `--full` first runs (or resumes) the long studies — paper B's long greedy traces in the
+//! paper's setting (`sinklab secondary --long --chat --prompt-set math`: chat template,
+//! competition-style problems; tens of minutes per model on 2 cores) — into `out/`,
 //! then writes the same report, which includes their results when present.
 
 use anyhow::{Result, anyhow};
@@ -19,7 +20,8 @@ pub struct Args {
     /// Smaller checks and sims (minutes → seconds).
     #[arg(long)]
     quick: bool,
-    /// Also run (or resume) the long studies first: paper B's long traces on
+    /// Also run (or resume) the long studies first: paper B's long traces in the paper's
+    /// setting (chat template, competition-style problems) on
     /// `secondary::long::LONG_MODELS` (SmolLM2 measured at ≈ 29 min on 2 loaded cores;
     /// about 4× that for Qwen2.5-Coder-0.5B). Resumable: rerun after an interruption.
     #[arg(long, conflicts_with = "quick")]
@@ -37,16 +39,32 @@ pub fn run(a: Args) -> Result<i32> {
         use sinklab::secondary::long;
         let root = long::long_dir(&ctx.out_dir);
         for m in long::LONG_MODELS {
-            let r = long::run_model(
+            let r = long::run_model_in(
                 m,
-                &root.join(m),
+                &long::setting_dir(&root, m, long::PAPER_SETTING),
                 long::LONG_PROMPTS,
                 long::LONG_GENERATE,
                 ctx.seed,
+                long::PAPER_SETTING,
                 &mut |l: &str| errln!("[{:>6.1}s] long {m}: {l}", t0.elapsed().as_secs_f64()),
             );
             if let Err(e) = r {
                 errln!("long study {m}: {e:#} (the report says it is missing)");
+            }
+        }
+        use sinklab::secondary::dose;
+        for r in dose::REPORT_DOSE.iter().filter(|r| r.full_only) {
+            let res = dose::report_run(
+                r,
+                &dose::report_dir(&ctx.out_dir, r),
+                ctx.seed,
+                &mut |l: &str| errln!("[{:>6.1}s] dose {l}", t0.elapsed().as_secs_f64()),
+            );
+            if let Err(e) = res {
+                errln!(
+                    "dose-response {}: {e:#} (the report says it is missing)",
+                    r.model
+                );
             }
         }
     }

@@ -16,6 +16,7 @@ pub mod activation_file;
 pub mod arch;
 pub mod capture;
 pub mod chat_template;
+pub mod dequant;
 pub mod fetch;
 pub mod forward;
 pub mod fused;

@@ -7,8 +7,9 @@
 //! permutations are byte operations on every storage type ([`StoredMatrix::rows`],
 //! [`StoredMatrix::permute_rows`]); anything else converts to f32 first ([`StoredMatrix::to_f32`]).
 //!
-//! Dequantization is candle-core's block kernels (`GgmlType::to_float`) applied to the file's
-//! bytes reinterpreted as blocks; there is no dequantizer of our own.
+//! Dequantization is [`super::dequant`] for Q8_0, Q4_1, Q5_0, Q4_K and Q6_K (the same bits as
+//! candle's `to_float`, vectorised; tested bit for bit) and candle-core's block kernels
+//! (`GgmlType::to_float`) on the file's bytes reinterpreted as blocks for every other type.
 //!
 //! Two products $x W^\top$ ([`StoredMatrix::matmul_t`]):
 //! - [`Matmul::Exact`]: rows of `W` are dequantized in tiles of [`TILE`] rows into an f32
@@ -450,7 +451,9 @@ impl StoredMatrix {
             }
             Storage::Quantized { dtype, bytes: b } => {
                 let raw = bytes(b, lo, hi);
-                per_block!(*dtype, |B| B::to_float(cast::<B>(raw), out));
+                if !super::dequant::to_f32(*dtype, raw, out) {
+                    per_block!(*dtype, |B| B::to_float(cast::<B>(raw), out));
+                }
             }
         }
     }

@@ -338,3 +338,125 @@ pub fn table(res: &DoseResult) -> String {
     }
     s
 }
+
+/// One of the report's dose–response runs.
+#[derive(Clone, Copy, Debug)]
+pub struct ReportDose {
+    /// Packaged model name.
+    pub model: &'static str,
+    /// How the prompts are presented (the prompt set, the chat template).
+    pub setting: super::long::Setting,
+    /// Prompts of the set used (the first N).
+    pub prompts: usize,
+    /// Run only by `sinklab report --full` (the default report shows it when present).
+    pub full_only: bool,
+}
+
+/// The report's dose–response runs: SmolLM2 and Qwen2.5-Coder-0.5B in paper B's setting
+/// ([`super::long::PAPER_SETTING`]: chat template, the first two math problems), each on the
+/// default grid [`DOSE_GRID`] with [`DoseOptions::default`]'s three tokens per prompt
+/// (2 × 3 × 2 × 12 = 144 patched forward passes). Qwen's costs about four times SmolLM2's and
+/// runs under `report --full`.
+pub const REPORT_DOSE: [ReportDose; 2] = [
+    ReportDose {
+        model: "smollm2",
+        setting: super::long::PAPER_SETTING,
+        prompts: 2,
+        full_only: false,
+    },
+    ReportDose {
+        model: "qwen2.5-coder-0.5b",
+        setting: super::long::PAPER_SETTING,
+        prompts: 2,
+        full_only: true,
+    },
+];
+
+/// Directory of one report run under the output root: `out/secondary/dose/<model>+chat+math`.
+pub fn report_dir(out: &std::path::Path, r: &ReportDose) -> std::path::PathBuf {
+    super::long::setting_dir(&out.join("secondary").join("dose"), r.model, r.setting)
+}
+
+/// The file of one report run: `dir/dose_response.json`, holding the request (model,
+/// setting, prompts, seed) beside the [`DoseResult`].
+pub const REPORT_FILE: &str = "dose_response.json";
+
+fn request_json(r: &ReportDose, seed: u64) -> serde_json::Value {
+    serde_json::json!({
+        "model": r.model,
+        "chat": r.setting.chat,
+        "prompt_set": r.setting.set,
+        "prompts": r.prompts,
+        "seed": seed,
+        "grid": DOSE_GRID.to_vec(),
+    })
+}
+
+/// Runs one of [`REPORT_DOSE`] into `dir` unless `dir/`[`REPORT_FILE`] already holds the same
+/// request; returns the file's JSON (`{"request": …, "result": DoseResult}`).
+pub fn report_run(
+    r: &ReportDose,
+    dir: &std::path::Path,
+    seed: u64,
+    progress: &mut dyn FnMut(&str),
+) -> Result<serde_json::Value, super::run::RunError> {
+    use super::run::RunError;
+    let file = dir.join(REPORT_FILE);
+    let want = request_json(r, seed);
+    if let Ok(s) = std::fs::read_to_string(&file)
+        && let Ok(v) = serde_json::from_str::<serde_json::Value>(&s)
+        && v["request"] == want
+    {
+        progress(&format!(
+            "{}: dose-response found in {}",
+            r.model,
+            file.display()
+        ));
+        return Ok(v);
+    }
+    let path = crate::runtime::fetch::fetch(r.model, None, &mut |l: &str| {
+        progress(&format!("fetch: {l}"))
+    })
+    .map_err(|e| RunError::Invalid(format!("{}: fetch failed ({e})", r.model)))?;
+    let lm = crate::runtime::load(&path)?;
+    let tok = lm.tok.as_ref().ok_or_else(|| {
+        RunError::Invalid(format!(
+            "{}: no tokenizer in the model files",
+            path.display()
+        ))
+    })?;
+    let seqs: Vec<Vec<u32>> = super::long::prompts_of(r.setting.set)
+        .iter()
+        .take(r.prompts)
+        .map(|t| {
+            if r.setting.chat {
+                tok.encode_chat(t, &lm.path)
+            } else {
+                tok.encode(t, r.setting.bos)
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    let p = if r.setting.chat {
+        DetectorParams::chat()
+    } else {
+        DetectorParams::default()
+    };
+    let o = DoseOptions {
+        seed,
+        ..DoseOptions::default()
+    };
+    let res = dose_response(&lm, &seqs, &p, &o, &mut |l: &str| {
+        progress(&format!("{}: {l}", r.model))
+    })?;
+    let v = serde_json::json!({ "request": want, "result": res });
+    std::fs::create_dir_all(dir).map_err(|e| RunError::Io {
+        path: dir.display().to_string(),
+        source: e,
+    })?;
+    let text = serde_json::to_string_pretty(&v).map_err(|e| RunError::Invalid(e.to_string()))?;
+    std::fs::write(&file, text).map_err(|e| RunError::Io {
+        path: file.display().to_string(),
+        source: e,
+    })?;
+    Ok(v)
+}

@@ -62,6 +62,14 @@ pub struct Setting {
     pub set: PromptSet,
 }
 
+/// Paper B's own setting: the model's chat template (one user turn, generation prompt on,
+/// BOS candidates `[0, 1, 2]`) around the competition-style problems.
+pub const PAPER_SETTING: Setting = Setting {
+    bos: Bos::Auto,
+    chat: true,
+    set: PromptSet::Math,
+};
+
 impl Default for Setting {
     /// The model's BOS default, no template, the step-by-step set.
     fn default() -> Self {
