@@ -40,16 +40,8 @@ pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Pretrained, RealError> {
         &Value::from("absolute"),
         "only absolute positions are implemented",
     )?;
-    c.require(
-        "is_decoder",
-        &Value::Bool(false),
-        "BERT as a decoder is not implemented",
-    )?;
-    c.require(
-        "add_cross_attention",
-        &Value::Bool(false),
-        "not implemented",
-    )?;
+    c.require_off("is_decoder", "BERT as a decoder is not implemented")?;
+    c.require_off("add_cross_attention", "not implemented")?;
     // The encoder has no head: tying does not change it.
     let _ = c.get("tie_word_embeddings");
     if !d.is_multiple_of(n_head) {

@@ -51,16 +51,8 @@ pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Pretrained, RealError> {
         "GPT-2's MLP is GELU(tanh)",
     )?;
     c.require("scale_attn_weights", &Value::Bool(true), "not implemented")?;
-    c.require(
-        "scale_attn_by_inverse_layer_idx",
-        &Value::Bool(false),
-        "not implemented",
-    )?;
-    c.require(
-        "add_cross_attention",
-        &Value::Bool(false),
-        "not implemented",
-    )?;
+    c.require_off("scale_attn_by_inverse_layer_idx", "not implemented")?;
+    c.require_off("add_cross_attention", "not implemented")?;
     // Changes only the precision of the attention product, not the math.
     let _ = c.bool_or("reorder_and_upcast_attn", false)?;
     c.require(
