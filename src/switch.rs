@@ -223,6 +223,15 @@ pub fn hard_switch_samples(cases: usize, seed: u64, assumption: Assumption) -> V
     samples
 }
 
+/// One random case of the ε-checks, drawn in this order: width $d \in [2, 16]$, tokens
+/// $t \in [2, t_{max}]$, leak $\varepsilon = 10^u$ with $u$ uniform on $[-6, u_{max})$.
+fn draw_case(rng: &mut StdRng, t_max: usize, u_max: f64) -> (usize, usize, f64) {
+    let d = rng.random_range(2..=16usize);
+    let t = rng.random_range(2..=t_max);
+    let eps = 10f64.powf(rng.random_range(-6.0..u_max));
+    (d, t, eps)
+}
+
 /// Check of the converse: $W_{VO}s = 0$ and $A_{i0}\ge 1-\varepsilon$ ⇒
 /// $\lVert o_i\rVert\le\varepsilon\max_j\lVert v_j\rVert$, on heads whose $W_{QK}$ is the
 /// rank-one sink witness scaled to reach the gap $\Delta_\varepsilon$.
@@ -231,9 +240,7 @@ pub fn check_hard_switch_converse(cases: usize, seed: u64, assumption: Assumptio
     let mut out = CheckOutcome::new("hard_switch_converse", "(ε_i max‖v‖ − ‖o_i‖)/max‖v‖");
     let mut rng = StdRng::seed_from_u64(seed ^ 0x4a5d_0002);
     for case in 0..cases {
-        let d = rng.random_range(2..=16usize);
-        let t = rng.random_range(2..=48usize);
-        let eps = 10f64.powf(rng.random_range(-6.0..-0.5));
+        let (d, t, eps) = draw_case(&mut rng, 48, -0.5);
         // Sink s and tokens with cos(s, x) < 0 (THEORY §3 corollary) so W = −c s sᵀ is a sink witness.
         let s = unit(gaussian_vec(&mut rng, d));
         let mut x = Mat::zeros(t, d);
@@ -407,9 +414,7 @@ pub fn check_diagonal_representability(cases: usize, seed: u64) -> CheckOutcome 
     let mut out = CheckOutcome::new("diagonal_representability", "A_ii slack");
     let mut rng = StdRng::seed_from_u64(seed ^ 0x4a5d_0004);
     for case in 0..cases {
-        let d = rng.random_range(2..=16usize);
-        let t = rng.random_range(2..=24usize);
-        let eps = 10f64.powf(rng.random_range(-6.0..-1.0));
+        let (d, t, eps) = draw_case(&mut rng, 24, -1.0);
         let mut x = Mat::zeros(t, d);
         for i in 0..t {
             let v = unit(gaussian_vec(&mut rng, d));

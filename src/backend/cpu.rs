@@ -117,22 +117,29 @@ fn gemm<T: Real>(
     if threads <= 1 || m < 2 {
         return gemm_seq(c, alpha, a, b, beta);
     }
-    let rows = m.div_ceil(threads);
-    let mut blocks = Vec::with_capacity(threads);
-    let mut rest = c;
-    let mut r0 = 0;
-    while r0 < m {
-        let n = rows.min(m - r0);
-        let (blk, tail) = rest.split_at_row_mut(n);
-        blocks.push((r0, blk));
-        rest = tail;
-        r0 += n;
-    }
+    let blocks = row_blocks(c, m.div_ceil(threads));
     use rayon::prelude::*;
     blocks.into_par_iter().for_each(|(r0, blk)| {
         let n = blk.nrows();
         gemm_seq(blk, alpha, a.subrows(r0, n), b, beta);
     });
+}
+
+/// `c` cut into consecutive blocks of `step` rows (the last may be shorter), each with the
+/// index of its first row: disjoint views that threads may write at once.
+pub fn row_blocks<T>(c: MatMut<'_, T>, step: usize) -> Vec<(usize, MatMut<'_, T>)> {
+    let m = c.nrows();
+    let mut blocks = Vec::with_capacity(m.div_ceil(step.max(1)));
+    let mut rest = c;
+    let mut r0 = 0;
+    while r0 < m {
+        let n = step.min(m - r0);
+        let (blk, tail) = rest.split_at_row_mut(n);
+        blocks.push((r0, blk));
+        rest = tail;
+        r0 += n;
+    }
+    blocks
 }
 
 fn gemm_seq<T: Real>(

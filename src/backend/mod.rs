@@ -234,6 +234,23 @@ pub fn matmul_dims(
     Ok((m, n, k))
 }
 
+/// One AdamW step ([`Backend::adamw`], step number `t`) of every parameter `p[k]` with its
+/// gradient `g[k]`, moments `m[k]`, `v[k]` and hyper-parameters `hyper(k)`, in order of `k`.
+pub fn adamw_each<B: Backend>(
+    be: &B,
+    hyper: impl Fn(usize) -> AdamWHyper,
+    t: u64,
+    p: &mut [B::Tensor],
+    g: &[B::Tensor],
+    m: &mut [B::Tensor],
+    v: &mut [B::Tensor],
+) -> Result<()> {
+    for (k, (((p, g), m), v)) in p.iter_mut().zip(g).zip(m).zip(v).enumerate() {
+        be.adamw(&hyper(k), t, p, g, m, v)?;
+    }
+    Ok(())
+}
+
 /// The dense kernels. Every op writes into a caller-owned output tensor, so a
 /// training loop allocates its buffers once and reuses them every step.
 pub trait Backend {

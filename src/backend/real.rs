@@ -50,6 +50,21 @@ pub trait Real:
     }
 }
 
+/// The [`Real`] methods that are the standard library's inherent ones of type `$t`.
+macro_rules! std_math {
+    ($t:ty) => {
+        fn exp(self) -> Self {
+            <$t>::exp(self)
+        }
+        fn ln(self) -> Self {
+            <$t>::ln(self)
+        }
+        fn sqrt(self) -> Self {
+            <$t>::sqrt(self)
+        }
+    };
+}
+
 impl Real for f64 {
     const NAME: &'static str = "f64";
     const EPS: f64 = f64::EPSILON;
@@ -59,15 +74,7 @@ impl Real for f64 {
     fn to_f64(self) -> f64 {
         self
     }
-    fn exp(self) -> Self {
-        f64::exp(self)
-    }
-    fn ln(self) -> Self {
-        f64::ln(self)
-    }
-    fn sqrt(self) -> Self {
-        f64::sqrt(self)
-    }
+    std_math!(f64);
 }
 
 impl Real for f32 {
@@ -79,15 +86,7 @@ impl Real for f32 {
     fn to_f64(self) -> f64 {
         self as f64
     }
-    fn exp(self) -> Self {
-        f32::exp(self)
-    }
-    fn ln(self) -> Self {
-        f32::ln(self)
-    }
-    fn sqrt(self) -> Self {
-        f32::sqrt(self)
-    }
+    std_math!(f32);
     fn exp_in_place(xs: &mut [f32]) {
         super::simd::exp_in_place(xs);
     }

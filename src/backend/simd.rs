@@ -85,13 +85,22 @@ const W: usize = 16;
 
 /// $x_i \leftarrow e^{x_i}$ for every element.
 pub fn exp_in_place(xs: &mut [f32]) {
-    dispatch!(exp_in_place(xs: &mut [f32]) -> () = exp_loop(xs))
+    dispatch!(exp_in_place(xs: &mut [f32]) -> () = map_loop(xs, exp_f32))
 }
 
+/// $x_i \leftarrow f(x_i)$ for every element (the body each element-wise kernel dispatches).
 #[inline(always)]
-fn exp_loop(xs: &mut [f32]) {
+fn map_loop(xs: &mut [f32], f: impl Fn(f32) -> f32) {
     for x in xs {
-        *x = exp_f32(*x);
+        *x = f(*x);
+    }
+}
+
+/// $u_i \leftarrow u_i \cdot f(g_i)$ (the body of the gated MLP kernels).
+#[inline(always)]
+fn gated_loop(up: &mut [f32], gate: &[f32], f: impl Fn(f32) -> f32) {
+    for (u, &g) in up.iter_mut().zip(gate) {
+        *u *= f(g);
     }
 }
 
@@ -216,7 +225,7 @@ pub fn lse_update(state: (f64, f64), tile: &[f32], scratch: &mut Vec<f32>) -> (f
 /// (the gated MLP); `gate` as long as `up`.
 pub fn silu_mul(up: &mut [f32], gate: &[f32]) {
     assert_eq!(up.len(), gate.len(), "silu_mul: lengths differ");
-    dispatch!(silu_mul(up: &mut [f32], gate: &[f32]) -> () = silu_mul_loop(up, gate))
+    dispatch!(silu_mul(up: &mut [f32], gate: &[f32]) -> () = gated_loop(up, gate, silu))
 }
 
 #[inline(always)]
@@ -224,23 +233,9 @@ fn silu(g: f32) -> f32 {
     g / (1.0 + exp_f32(-g))
 }
 
-#[inline(always)]
-fn silu_mul_loop(up: &mut [f32], gate: &[f32]) {
-    for (u, &g) in up.iter_mut().zip(gate) {
-        *u *= silu(g);
-    }
-}
-
 /// $x_i \leftarrow \operatorname{SiLU}(x_i)$.
 pub fn silu_in_place(xs: &mut [f32]) {
-    dispatch!(silu_in_place(xs: &mut [f32]) -> () = silu_loop(xs))
-}
-
-#[inline(always)]
-fn silu_loop(xs: &mut [f32]) {
-    for x in xs {
-        *x = silu(*x);
-    }
+    dispatch!(silu_in_place(xs: &mut [f32]) -> () = map_loop(xs, silu))
 }
 
 /// $\tanh y = 1 - 2/(e^{2y} + 1)$ from [`exp_f32`]: absolute error a few f32 ulps of 1
@@ -261,26 +256,12 @@ fn gelu_tanh(x: f32) -> f32 {
 /// $u_i \leftarrow u_i \cdot \operatorname{GELU}\_{\tanh}(g_i)$ (Gemma's gated MLP).
 pub fn gelu_tanh_mul(up: &mut [f32], gate: &[f32]) {
     assert_eq!(up.len(), gate.len(), "gelu_tanh_mul: lengths differ");
-    dispatch!(gelu_tanh_mul(up: &mut [f32], gate: &[f32]) -> () = gelu_mul_loop(up, gate))
-}
-
-#[inline(always)]
-fn gelu_mul_loop(up: &mut [f32], gate: &[f32]) {
-    for (u, &g) in up.iter_mut().zip(gate) {
-        *u *= gelu_tanh(g);
-    }
+    dispatch!(gelu_tanh_mul(up: &mut [f32], gate: &[f32]) -> () = gated_loop(up, gate, gelu_tanh))
 }
 
 /// $x_i \leftarrow \operatorname{GELU}\_{\tanh}(x_i)$.
 pub fn gelu_tanh_in_place(xs: &mut [f32]) {
-    dispatch!(gelu_tanh_in_place(xs: &mut [f32]) -> () = gelu_loop(xs))
-}
-
-#[inline(always)]
-fn gelu_loop(xs: &mut [f32]) {
-    for x in xs {
-        *x = gelu_tanh(*x);
-    }
+    dispatch!(gelu_tanh_in_place(xs: &mut [f32]) -> () = map_loop(xs, gelu_tanh))
 }
 
 #[cfg(test)]

@@ -140,14 +140,8 @@ fn ints(name: &str, v: &TensorView<'_>) -> Result<Vec<i64>, ActivationError> {
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().expect("chunk of 8")) as i64)
             .collect(),
-        Dtype::I32 => b
-            .chunks_exact(4)
-            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
-            .collect(),
-        Dtype::U32 => b
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
-            .collect(),
+        Dtype::I32 => crate::runtime::safetensors::int32_le(b, true).collect(),
+        Dtype::U32 => crate::runtime::safetensors::int32_le(b, false).collect(),
         Dtype::F32 | Dtype::F64 | Dtype::F16 | Dtype::BF16 => {
             // Float-typed ids (some dumps store them so) must be exact integers.
             let f = floats(name, v)?;

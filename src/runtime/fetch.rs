@@ -229,6 +229,19 @@ fn entry_path(root: &Path, spec: &ModelSpec) -> PathBuf {
     }
 }
 
+/// Refuses the file `path` unless its SHA-256 is `expected`; the error names `shown` (the file
+/// as the user knows it) and says where the check ran (`when`, e.g. " after assembly").
+fn check_sha(path: &Path, shown: &Path, expected: &str, when: &str) -> Result<(), RealError> {
+    let got = sha256_file(path)?;
+    if got != expected {
+        return Err(RealError::Fetch(format!(
+            "{}: SHA-256 mismatch{when}: expected {expected}, got {got}",
+            shown.display()
+        )));
+    }
+    Ok(())
+}
+
 /// SHA-256 of a file, hex.
 pub fn sha256_file(path: &Path) -> Result<String, RealError> {
     let mut f = std::fs::File::open(path).map_err(|e| RealError::io(path, e))?;
@@ -504,14 +517,7 @@ pub fn fetch_with(
                     path.display()
                 )));
             }
-            let got = sha256_file(&path)?;
-            if got != w.sha256 {
-                return Err(RealError::Fetch(format!(
-                    "{}: SHA-256 mismatch: expected {}, got {got}",
-                    path.display(),
-                    w.sha256
-                )));
-            }
+            check_sha(&path, &path, w.sha256, "")?;
         }
         // 2. Extract.
         run(
@@ -535,14 +541,7 @@ pub fn fetch_with(
                 std::io::copy(&mut r, &mut w).map_err(|e| RealError::io(&tmp, e))?;
             }
         }
-        let got = sha256_file(&tmp)?;
-        if got != f.sha256 {
-            return Err(RealError::Fetch(format!(
-                "{}: SHA-256 mismatch after assembly: expected {}, got {got}",
-                out.display(),
-                f.sha256
-            )));
-        }
+        check_sha(&tmp, &out, f.sha256, " after assembly")?;
         std::fs::rename(&tmp, &out).map_err(|e| RealError::io(&out, e))?;
         let meta = std::fs::metadata(&out).map_err(|e| RealError::io(&out, e))?;
         marker.push_str(&format!(
@@ -592,21 +591,30 @@ mod tests {
         }))
     }
 
+    /// A fake cached model of `n` bytes `(i·mul) mod 251`, checked once (it must verify): its
+    /// bytes, spec and the path of its file.
+    fn verified_fake(root: &Path, n: u32, mul: u32) -> (Vec<u8>, &'static ModelSpec, PathBuf) {
+        let bytes: Vec<u8> = (0..n).map(|i| (i * mul % 251) as u8).collect();
+        let spec = fake(root, &bytes);
+        assert_eq!(check_cache(root, spec).unwrap(), CacheState::Verified);
+        let p = model_dir(root, spec).join("m.gguf");
+        (bytes, spec, p)
+    }
+
+    /// Writes `bytes` to `p` with byte `at` xor-ed with `mask`.
+    fn flip(p: &Path, bytes: &[u8], at: usize, mask: u8) {
+        let mut b = bytes.to_vec();
+        b[at] ^= mask;
+        std::fs::write(p, &b).unwrap();
+    }
+
     #[test]
     fn a_flipped_byte_in_a_cached_file_is_detected() {
         let root = tempfile::tempdir().unwrap();
-        let bytes: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
-        let spec = fake(root.path(), &bytes);
-        assert_eq!(
-            check_cache(root.path(), spec).unwrap(),
-            CacheState::Verified
-        );
+        let (bytes, spec, p) = verified_fake(root.path(), 100_000, 7);
         // Timestamps have a coarse tick: let it pass so the edit gets a new mtime.
         std::thread::sleep(std::time::Duration::from_millis(50));
-        let p = model_dir(root.path(), spec).join("m.gguf");
-        let mut b = bytes.clone();
-        b[54_321] ^= 0x01;
-        std::fs::write(&p, &b).unwrap();
+        flip(&p, &bytes, 54_321, 0x01);
         match check_cache(root.path(), spec).unwrap() {
             CacheState::Corrupt {
                 path,
@@ -636,17 +644,9 @@ mod tests {
     #[test]
     fn a_flipped_byte_with_restored_mtime_is_found_by_rehashing() {
         let root = tempfile::tempdir().unwrap();
-        let bytes: Vec<u8> = (0..50_000u32).map(|i| (i * 13 % 251) as u8).collect();
-        let spec = fake(root.path(), &bytes);
-        assert_eq!(
-            check_cache(root.path(), spec).unwrap(),
-            CacheState::Verified
-        );
-        let p = model_dir(root.path(), spec).join("m.gguf");
+        let (bytes, spec, p) = verified_fake(root.path(), 50_000, 13);
         let before = std::fs::metadata(&p).unwrap().modified().unwrap();
-        let mut b = bytes.clone();
-        b[12_345] ^= 0x10;
-        std::fs::write(&p, &b).unwrap();
+        flip(&p, &bytes, 12_345, 0x10);
         std::fs::File::options()
             .write(true)
             .open(&p)

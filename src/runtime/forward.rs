@@ -206,6 +206,21 @@ pub struct Output {
     pub normed: Vec<f32>,
 }
 
+/// Adds a branch output `b` (attention or MLP) to the residual stream `r` with the block's
+/// optional norm `n`: pre-norm blocks normalise the branch first, $r \leftarrow r + N(b)$;
+/// post-norm blocks (BERT) normalise the sum, $r \leftarrow N(r + b)$.
+fn add_branch(r: &mut [f32], b: &mut [f32], n: Option<&NormLayer>, post_norm: bool) {
+    if !post_norm && let Some(n) = n {
+        n.apply(b);
+    }
+    for (ri, bi) in r.iter_mut().zip(b.iter()) {
+        *ri += bi;
+    }
+    if post_norm && let Some(n) = n {
+        n.apply(r);
+    }
+}
+
 impl Pretrained {
     /// Embeds `tokens` at absolute positions `pos0..`.
     pub fn embed(&self, tokens: &[u32], pos0: usize) -> Result<Vec<f32>, RealError> {
@@ -456,21 +471,12 @@ impl Pretrained {
         }
         let mut attn_out = linear_with(&head_out, t, &ly.wo, self.matmul);
         let mut resid = x.to_vec();
-        if c.post_norm {
-            for (r, a) in resid.iter_mut().zip(&attn_out) {
-                *r += a;
-            }
-            if let Some(n) = &ly.post_attn_norm {
-                n.apply(&mut resid);
-            }
-        } else {
-            if let Some(n) = &ly.post_attn_norm {
-                n.apply(&mut attn_out);
-            }
-            for (r, a) in resid.iter_mut().zip(&attn_out) {
-                *r += a;
-            }
-        }
+        add_branch(
+            &mut resid,
+            &mut attn_out,
+            ly.post_attn_norm.as_ref(),
+            c.post_norm,
+        );
         // MLP.
         let mut m_in = resid.clone();
         if let Some(n) = &ly.ffn_norm {
@@ -487,21 +493,7 @@ impl Pretrained {
         let mut mlp_out = linear_with(&hid, t, &ly.down, self.matmul);
         drop(hid);
         let mut y = resid.clone();
-        if c.post_norm {
-            for (r, a) in y.iter_mut().zip(&mlp_out) {
-                *r += a;
-            }
-            if let Some(n) = &ly.post_ffn_norm {
-                n.apply(&mut y);
-            }
-        } else {
-            if let Some(n) = &ly.post_ffn_norm {
-                n.apply(&mut mlp_out);
-            }
-            for (r, a) in y.iter_mut().zip(&mlp_out) {
-                *r += a;
-            }
-        }
+        add_branch(&mut y, &mut mlp_out, ly.post_ffn_norm.as_ref(), c.post_norm);
         if y.iter().any(|v| !v.is_finite()) {
             return Err(RealError::Input(format!(
                 "layer {l}: the residual stream became non-finite"

@@ -89,34 +89,25 @@ fn dot_q5_0(row: &[u8], x: &[f32]) -> f32 {
     acc.iter().sum()
 }
 
-/// One output row block: `out[k·t + i] = ⟨W[r0 + k], x_i⟩` for the weight rows of `w`
-/// (`rows` × `row_bytes` bytes) and the `t` activation rows of `x`.
-#[allow(clippy::too_many_arguments)]
-fn rows_block(
-    dt: GgmlDType,
-    w: &[u8],
-    row_bytes: usize,
-    x: &[f32],
-    xsum: &[f32],
+/// The activation side of a product: `t` rows of `x` (`cols` wide, row-major) and their
+/// per-block sums `xsum` (`cols / 32` a row, used by Q4_1's offsets).
+#[derive(Clone, Copy)]
+struct Acts<'a> {
+    x: &'a [f32],
+    xsum: &'a [f32],
     cols: usize,
     t: usize,
-    out: &mut [f32],
-) {
-    crate::backend::simd::dispatch!(rows_block(dt: GgmlDType, w: &[u8], row_bytes: usize, x: &[f32], xsum: &[f32], cols: usize, t: usize, out: &mut [f32]) -> () = rows_loop(dt, w, row_bytes, x, xsum, cols, t, out))
+}
+
+/// One output row block: `out[k·t + i] = ⟨W[r0 + k], x_i⟩` for the weight rows of `w`
+/// (`rows` × `row_bytes` bytes) and the `t` activation rows of `a`.
+fn rows_block(dt: GgmlDType, w: &[u8], row_bytes: usize, a: Acts<'_>, out: &mut [f32]) {
+    crate::backend::simd::dispatch!(rows_block(dt: GgmlDType, w: &[u8], row_bytes: usize, a: Acts<'_>, out: &mut [f32]) -> () = rows_loop(dt, w, row_bytes, a, out))
 }
 
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn rows_loop(
-    dt: GgmlDType,
-    w: &[u8],
-    row_bytes: usize,
-    x: &[f32],
-    xsum: &[f32],
-    cols: usize,
-    t: usize,
-    out: &mut [f32],
-) {
+fn rows_loop(dt: GgmlDType, w: &[u8], row_bytes: usize, a: Acts<'_>, out: &mut [f32]) {
+    let Acts { x, xsum, cols, t } = a;
     let nb = cols / QK;
     for (row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(t)) {
         for (i, oi) in o.iter_mut().enumerate() {
@@ -162,7 +153,13 @@ pub fn matmul_t_rows(
     let work = |(k, o): (usize, &mut [f32])| {
         let n = o.len() / t;
         let w = &bytes[k * ROWS * row_bytes..(k * ROWS + n) * row_bytes];
-        rows_block(dt, w, row_bytes, x, &xsum, cols, t, o);
+        let a = Acts {
+            x,
+            xsum: &xsum,
+            cols,
+            t,
+        };
+        rows_block(dt, w, row_bytes, a, o);
     };
     if par {
         out.par_chunks_mut(ROWS * t).enumerate().for_each(work);

@@ -349,6 +349,20 @@ impl GgufFile {
         }
     }
 
+    /// BOS id (`tokenizer.ggml.bos_token_id`) and whether the tokenizer adds it by default
+    /// (`tokenizer.ggml.add_bos_token`, else `default`). A BOS id that is not an integer in
+    /// `[0, 2^32)` is refused by name.
+    pub fn bos(&self, default: bool) -> Result<(Option<u32>, bool), RealError> {
+        let bos_id = self
+            .meta_int_opt("tokenizer.ggml.bos_token_id", u32::MAX as u64)?
+            .map(|v| v as u32);
+        let add_bos = match self.meta("tokenizer.ggml.add_bos_token") {
+            Some(Value::Bool(b)) => *b,
+            _ => default,
+        };
+        Ok((bos_id, add_bos))
+    }
+
     /// A float metadata value, or `default`.
     pub fn meta_f32_or(&self, key: &str, default: f32) -> Result<f32, RealError> {
         match self.meta(key) {

@@ -95,20 +95,26 @@ pub fn load(path: &Path) -> Result<LoadedModel, RealError> {
     Ok(lm)
 }
 
+/// A safetensors model (a directory or one `.safetensors` file) with the `tokenizer.json` of
+/// `dir`, if there is one.
+fn load_hf(path: &Path, dir: &Path) -> Result<LoadedModel, RealError> {
+    let model = arch::load_hf(path)?;
+    let tj = dir.join("tokenizer.json");
+    let tok = if tj.exists() {
+        Some(tokenizer::from_json(&tj)?)
+    } else {
+        None
+    };
+    Ok(LoadedModel {
+        model,
+        tok,
+        path: path.to_path_buf(),
+    })
+}
+
 fn load_files(path: &Path) -> Result<LoadedModel, RealError> {
     if path.is_dir() {
-        let model = arch::load_hf(path)?;
-        let tj = path.join("tokenizer.json");
-        let tok = if tj.exists() {
-            Some(tokenizer::from_json(&tj)?)
-        } else {
-            None
-        };
-        return Ok(LoadedModel {
-            model,
-            tok,
-            path: path.to_path_buf(),
-        });
+        return load_hf(path, path);
     }
     let mut magic = [0u8; 4];
     {
@@ -128,19 +134,7 @@ fn load_files(path: &Path) -> Result<LoadedModel, RealError> {
             path: path.to_path_buf(),
         })
     } else if path.extension().is_some_and(|e| e == "safetensors") {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let model = arch::load_hf(path)?;
-        let tj = dir.join("tokenizer.json");
-        let tok = if tj.exists() {
-            Some(tokenizer::from_json(&tj)?)
-        } else {
-            None
-        };
-        Ok(LoadedModel {
-            model,
-            tok,
-            path: path.to_path_buf(),
-        })
+        load_hf(path, path.parent().unwrap_or(Path::new(".")))
     } else {
         Err(RealError::file(
             path,

@@ -244,6 +244,41 @@ pub struct Config {
     pub final_softcap: Option<f32>,
 }
 
+impl Config {
+    /// A classic multi-head block (BERT, GPT-2): $H_{kv} = H$ heads of width $d/H$, logit scale
+    /// $1/\sqrt{d/H}$, no embedding scale, soft caps or post-norm; bidirectional, with no BOS
+    /// (callers set what differs).
+    pub fn multi_head(
+        arch: Arch,
+        n_layer: usize,
+        d: usize,
+        n_head: usize,
+        vocab: usize,
+        max_context: usize,
+        act: Act,
+    ) -> Self {
+        Config {
+            arch,
+            n_layer,
+            d_model: d,
+            n_head,
+            n_kv_head: n_head,
+            head_dim: d / n_head,
+            vocab,
+            max_context,
+            causal: false,
+            act,
+            attn_scale: 1.0 / ((d / n_head) as f32).sqrt(),
+            embed_scale: 1.0,
+            bos_id: None,
+            add_bos: false,
+            post_norm: false,
+            attn_softcap: None,
+            final_softcap: None,
+        }
+    }
+}
+
 /// A loaded model.
 #[derive(Debug, Clone)]
 pub struct Pretrained {

@@ -44,15 +44,22 @@ pub fn decode(t: &safetensors::tensor::TensorView<'_>) -> Result<Vec<f32>, Dtype
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c8(c)) as f32)
             .collect(),
-        Dtype::I32 => data
-            .chunks_exact(4)
-            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32)
-            .collect(),
-        Dtype::U32 => data
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32)
-            .collect(),
+        Dtype::I32 => int32_le(data, true).map(|x| x as f32).collect(),
+        Dtype::U32 => int32_le(data, false).map(|x| x as f32).collect(),
         other => return Err(other),
+    })
+}
+
+/// The 4-byte little-endian integers of `data`, read as `i32` (`signed`) or `u32`, widened
+/// exactly to `i64` (a trailing partial chunk is not read).
+pub fn int32_le(data: &[u8], signed: bool) -> impl Iterator<Item = i64> + '_ {
+    data.chunks_exact(4).map(move |c| {
+        let b = [c[0], c[1], c[2], c[3]];
+        if signed {
+            i32::from_le_bytes(b) as i64
+        } else {
+            u32::from_le_bytes(b) as i64
+        }
     })
 }
 

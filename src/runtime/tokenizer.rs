@@ -87,13 +87,7 @@ pub fn from_gguf(g: &GgufFile, path: &Path) -> Result<Tok, RealError> {
         Some(Value::Array(a)) => a.iter().map(|v| int_of(v).unwrap_or(1)).collect(),
         _ => vec![1; tokens.len()],
     };
-    let bos_id = g
-        .meta_int_opt("tokenizer.ggml.bos_token_id", u32::MAX as u64)?
-        .map(|v| v as u32);
-    let add_bos = match g.meta("tokenizer.ggml.add_bos_token") {
-        Some(Value::Bool(b)) => *b,
-        _ => false,
-    };
+    let (bos_id, add_bos) = g.bos(false)?;
     let mut tk = match kind.as_str() {
         "gpt2" => {
             let merges: Vec<(String, String)> = strings(g, "tokenizer.ggml.merges", path)?

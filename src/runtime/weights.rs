@@ -568,16 +568,12 @@ impl StoredMatrix {
         let n_tile = tile_rows(r, c, t);
         let xm = MatRef::from_row_major_slice(x, t, c);
         let mut out = vec![0f32; t * r];
-        let mut blocks = Vec::with_capacity(r.div_ceil(n_tile));
-        let mut rest = MatMut::from_row_major_slice_mut(&mut out, t, r);
-        let mut r0 = 0;
-        while r0 < r {
-            let n = n_tile.min(r - r0);
-            let (blk, tail) = rest.split_at_col_mut(n);
-            blocks.push((r0, blk));
-            rest = tail;
-            r0 += n;
-        }
+        // Column blocks of `out`: the row blocks of its transpose, transposed back.
+        let out_tr = MatMut::from_row_major_slice_mut(&mut out, t, r).transpose_mut();
+        let blocks: Vec<(usize, MatMut<'_, f32>)> = crate::backend::cpu::row_blocks(out_tr, n_tile)
+            .into_iter()
+            .map(|(r0, blk)| (r0, blk.transpose_mut()))
+            .collect();
         let work = |scratch: &mut Vec<f32>, (r0, blk): (usize, MatMut<'_, f32>)| {
             let n = blk.ncols();
             let s = &mut scratch[..n * c];

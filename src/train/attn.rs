@@ -168,17 +168,9 @@ impl<B: Backend> AttnFit<B> {
         }
         be.reshape(&mut self.x, Shape::new(b, t, d))?;
         self.steps += 1;
-        for i in 0..3 {
-            be.adamw(
-                &self.cfg.adamw,
-                self.steps,
-                &mut self.w[i],
-                &self.g[i],
-                &mut self.m[i],
-                &mut self.v[i],
-            )?;
-        }
-        Ok(())
+        let h = self.cfg.adamw;
+        let (w, g, m, v) = (&mut self.w, &self.g, &mut self.m, &mut self.v);
+        crate::backend::adamw_each(be, |_| h, self.steps, w, g, m, v)
     }
 
     /// Loss of the current weights (a forward pass and one read-back of $O$).

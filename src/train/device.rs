@@ -434,16 +434,9 @@ impl<B: Backend> DeviceModel<B> {
     /// One AdamW update of every parameter from the current gradients.
     pub fn update(&mut self, be: &B) -> Result<(), TrainError> {
         self.steps += 1;
-        for k in 0..self.params.len() {
-            be.adamw(
-                &self.hyper[k],
-                self.steps,
-                &mut self.params[k],
-                &self.grads[k],
-                &mut self.m[k],
-                &mut self.v[k],
-            )?;
-        }
+        let hyper = &self.hyper;
+        let (p, g) = (&mut self.params, &self.grads);
+        backend::adamw_each(be, |k| hyper[k], self.steps, p, g, &mut self.m, &mut self.v)?;
         Ok(())
     }
 

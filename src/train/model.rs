@@ -74,6 +74,21 @@ pub(super) struct LayerIdx {
     pub(super) mlp: Option<(usize, usize, usize)>,
 }
 
+/// Rows `r0..r0 + t` of a stacked `[Q | K | V]` activation, split into its three blocks of
+/// width `w`.
+fn qkv_rows<F: Real>(
+    qkv: MatRef<'_, F>,
+    r0: usize,
+    t: usize,
+    w: usize,
+) -> (MatRef<'_, F>, MatRef<'_, F>, MatRef<'_, F>) {
+    (
+        qkv.submatrix(r0, 0, t, w),
+        qkv.submatrix(r0, w, t, w),
+        qkv.submatrix(r0, 2 * w, t, w),
+    )
+}
+
 /// The model: parameter tensors and their layout.
 #[derive(Clone, Debug)]
 pub struct Model<F: Real> {
@@ -377,25 +392,23 @@ impl<F: Real> Model<F> {
     /// $W_{QK}$ of layer `l` ($d\times d$).
     pub fn w_qk(&self, l: usize) -> Mat<F> {
         let li = self.layers[l];
-        match self.cfg.attn {
-            AttnForm::Direct => self.params[li.a].clone(),
-            AttnForm::Factored { .. } => matmul(
-                self.params[li.a].as_ref(),
-                self.params[li.b].as_ref(),
-                false,
-                true,
-            ),
-        }
+        self.product(li.a, li.a, li.b)
     }
 
     /// $W_{VO}$ of layer `l` ($d\times d$, $v = W_{VO} h$).
     pub fn w_vo(&self, l: usize) -> Mat<F> {
         let li = self.layers[l];
+        self.product(li.b, li.d, li.c)
+    }
+
+    /// One attention product: in direct form the slot `direct` holds it; in factored form it is
+    /// $A B^\top$ of the slots `left` and `right` ($W_Q W_K^\top$ or $W_O W_V^\top$).
+    fn product(&self, direct: usize, left: usize, right: usize) -> Mat<F> {
         match self.cfg.attn {
-            AttnForm::Direct => self.params[li.b].clone(),
+            AttnForm::Direct => self.params[direct].clone(),
             AttnForm::Factored { .. } => matmul(
-                self.params[li.d].as_ref(),
-                self.params[li.c].as_ref(),
+                self.params[left].as_ref(),
+                self.params[right].as_ref(),
                 false,
                 true,
             ),
@@ -577,12 +590,7 @@ impl<F: Real> Model<F> {
             ensure(&mut a.o, n, w);
             for s in 0..ch.ns {
                 let r0 = s * t;
-                let qkv = a.qkv.as_ref();
-                let (qs, ks, vs) = (
-                    qkv.submatrix(r0, 0, t, w),
-                    qkv.submatrix(r0, w, t, w),
-                    qkv.submatrix(r0, 2 * w, t, w),
-                );
+                let (qs, ks, vs) = qkv_rows(a.qkv.as_ref(), r0, t, w);
                 let mut zt = a.at.as_mut().subcols_mut(r0, t);
                 // Zᵀ = K Qᵀ: column i holds the logits of query i.
                 matmul_local(zt.rb_mut(), false, ks, qs.transpose());
@@ -903,12 +911,7 @@ impl<F: Real> Model<F> {
             ensure(da, t, t);
             for s in 0..ch.ns {
                 let r0 = s * t;
-                let qkv = a.qkv.as_ref();
-                let (qs, ks, vs) = (
-                    qkv.submatrix(r0, 0, t, w),
-                    qkv.submatrix(r0, w, t, w),
-                    qkv.submatrix(r0, 2 * w, t, w),
-                );
+                let (qs, ks, vs) = qkv_rows(a.qkv.as_ref(), r0, t, w);
                 let at = a.at.as_ref().subcols(r0, t);
                 let do_s = d_o.as_ref().subrows(r0, t);
                 let mut dq = dqkv.as_mut().subrows_mut(r0, t);

@@ -5,6 +5,7 @@
 
 use super::maps::MapObserver;
 use super::{DetectorView, ViewData, encode_maps, token_curves};
+use crate::real::stats::LayerStats;
 use crate::runtime::LoadedModel;
 use crate::runtime::forward::{LayerObserver, LayerTensors};
 use crate::runtime::model::Pretrained;
@@ -69,31 +70,56 @@ pub fn from_model(
     let rep = crate::real::analysis::analyze(lm, tokens, false, &mut obs)?;
     let obs = obs.0;
     let (act, _) = crate::secondary::native::capture(lm, tokens, false, LastLayer::FinalNorm)?;
-    let det = detector(&act);
-    let bos = if det.error.is_none() { det.bos } else { 0 };
-    let (maps_q8, exact) = encode_maps(&obs);
     let token_text = match &lm.tok {
         Some(t) => tokens.iter().map(|&i| t.decode(&[i])).collect(),
         None => (0..tokens.len()).map(|i| format!("#{i}")).collect(),
     };
-    Ok(ViewData {
+    let mut v = pooled(
+        &obs,
+        &act,
+        rep.layers,
+        (c.n_layer, c.n_head, tokens.len(), c.causal),
+        max_res,
+    );
+    v.source = rep.model.clone();
+    v.bos_first = Some(rep.bos_first);
+    v.tokens = Some(tokens.to_vec());
+    v.token_text = token_text;
+    Ok(v)
+}
+
+/// The view of the pooled maps in `obs` and the captured residual stream `act`, with the
+/// detector and the token curves read from `act` (the curves anchored at the detected sink,
+/// token 0 when detection failed); `(n_layer, n_head, t, causal)` give the layout. The source,
+/// BOS flag and tokens are left for the caller (empty, `#i` token labels).
+fn pooled(
+    obs: &MapObserver,
+    act: &Activations,
+    layers: Vec<LayerStats>,
+    (n_layer, n_head, t, causal): (usize, usize, usize, bool),
+    max_res: usize,
+) -> ViewData {
+    let det = detector(act);
+    let bos = if det.error.is_none() { det.bos } else { 0 };
+    let (maps_q8, exact) = encode_maps(obs);
+    ViewData {
         schema: 1,
-        source: rep.model.clone(),
-        n_layer: c.n_layer,
-        n_head: c.n_head,
-        t: tokens.len(),
-        causal: c.causal,
-        res: super::maps::resolution(tokens.len(), max_res),
-        bos_first: Some(rep.bos_first),
-        tokens: Some(tokens.to_vec()),
-        token_text,
-        layers: rep.layers,
+        source: String::new(),
+        n_layer,
+        n_head,
+        t,
+        causal,
+        res: super::maps::resolution(t, max_res),
+        bos_first: None,
+        tokens: None,
+        token_text: (0..t).map(|i| format!("#{i}")).collect(),
+        layers,
         maps_q8,
         exact,
         detector: det,
         token_curves: Some(token_curves(&act.hidden, bos)),
         realised: None,
-    })
+    }
 }
 
 /// An activations file (schema in `real::activations`) with its `attn.{l}` tensors: the
@@ -132,25 +158,8 @@ pub fn from_activations(
         }
         obs.add_layer(l, &a.data, h, t, causal);
     }
-    let det = detector(&act);
-    let bos = if det.error.is_none() { det.bos } else { 0 };
-    let (maps_q8, exact) = encode_maps(&obs);
-    Ok(ViewData {
-        schema: 1,
-        source: rep.file.clone(),
-        n_layer: nl,
-        n_head: h,
-        t,
-        causal,
-        res: super::maps::resolution(t, max_res),
-        bos_first: None,
-        tokens: rep.tokens.clone(),
-        token_text: (0..t).map(|i| format!("#{i}")).collect(),
-        layers: rep.layers,
-        maps_q8,
-        exact,
-        detector: det,
-        token_curves: Some(token_curves(&act.hidden, bos)),
-        realised: None,
-    })
+    let mut v = pooled(&obs, &act, rep.layers, (nl, h, t, causal), max_res);
+    v.source = rep.file.clone();
+    v.tokens = rep.tokens.clone();
+    Ok(v)
 }

@@ -40,16 +40,8 @@ pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Pretrained, RealError> {
         &Value::from("absolute"),
         "only absolute positions are implemented",
     )?;
-    c.require(
-        "is_decoder",
-        &Value::Bool(false),
-        "BERT as a decoder is not implemented",
-    )?;
-    c.require(
-        "add_cross_attention",
-        &Value::Bool(false),
-        "not implemented",
-    )?;
+    c.require_off("is_decoder", "BERT as a decoder is not implemented")?;
+    c.require_off("add_cross_attention", "not implemented")?;
     // The encoder has no head: tying does not change it.
     let _ = c.get("tie_word_embeddings");
     if !d.is_multiple_of(n_head) {
@@ -103,23 +95,9 @@ pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Pretrained, RealError> {
     }
     Ok(Pretrained {
         cfg: Config {
-            arch: Arch::Bert,
-            n_layer,
-            d_model: d,
-            n_head,
-            n_kv_head: n_head,
-            head_dim: d / n_head,
-            vocab,
-            max_context: ctx,
-            causal: false,
-            act,
-            attn_scale: 1.0 / ((d / n_head) as f32).sqrt(),
-            embed_scale: 1.0,
-            bos_id: None,
             add_bos: true,
             post_norm: true,
-            attn_softcap: None,
-            final_softcap: None,
+            ..Config::multi_head(Arch::Bert, n_layer, d, n_head, vocab, ctx, act)
         },
         embed,
         pos_embed: Some(pos),

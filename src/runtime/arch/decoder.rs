@@ -19,7 +19,6 @@ use crate::runtime::gguf::{GgufFile, value_usize};
 use crate::runtime::model::{Act, Arch, Config, Layer, Linear, NormLayer, Pretrained, Rope};
 use crate::runtime::safetensors::Checkpoint;
 use crate::runtime::weights::StoredMatrix;
-use candle_core::quantized::gguf_file::Value as GValue;
 use serde_json::Value;
 
 /// `config.json` keys every Llama-like decoder reads: the dimensions of [`DecoderDims`], the
@@ -200,6 +199,20 @@ pub struct BlockShape {
     pub eps: f32,
 }
 
+impl BlockShape {
+    /// The shape from its parts.
+    pub fn new(n_layer: usize, d: usize, n_head: usize, n_kv: usize, dh: usize, eps: f32) -> Self {
+        Self {
+            n_layer,
+            d,
+            n_head,
+            n_kv,
+            dh,
+            eps,
+        }
+    }
+}
+
 /// Builds a Llama-like decoder: one layer per plan.
 pub fn decoder<S: DecoderWeights>(
     src: &mut S,
@@ -310,24 +323,14 @@ fn row_block(lin: &Linear, r0: usize, n: usize) -> Linear {
 
 /// Hyper-parameters every Llama-like decoder reads from `config.json`.
 pub struct DecoderDims {
-    /// Layers.
-    pub n_layer: usize,
-    /// Width.
-    pub d: usize,
-    /// Query heads.
-    pub n_head: usize,
-    /// Key/value heads.
-    pub n_kv: usize,
-    /// Head dimension.
-    pub dh: usize,
+    /// Layers, width, heads, head dimension and RMSNorm ε.
+    pub shape: BlockShape,
     /// MLP width.
     pub dff: usize,
     /// Vocabulary.
     pub vocab: usize,
     /// `max_position_embeddings`.
     pub max_pos: usize,
-    /// RMSNorm ε.
-    pub eps: f32,
 }
 
 impl DecoderDims {
@@ -356,28 +359,11 @@ impl DecoderDims {
             )));
         }
         Ok(Self {
-            n_layer,
-            d,
-            n_head,
-            n_kv,
-            dh,
+            shape: BlockShape::new(n_layer, d, n_head, n_kv, dh, eps),
             dff,
             vocab,
             max_pos,
-            eps,
         })
-    }
-
-    /// The block shape.
-    pub fn shape(&self) -> BlockShape {
-        BlockShape {
-            n_layer: self.n_layer,
-            d: self.d,
-            n_head: self.n_head,
-            n_kv: self.n_kv,
-            dh: self.dh,
-            eps: self.eps,
-        }
     }
 }
 
@@ -508,7 +494,7 @@ pub fn decoder_hf(
         bos_id,
         add_bos: true,
     };
-    decoder(&mut src, &spec, dims.shape(), plans, head)
+    decoder(&mut src, &spec, dims.shape, plans, head)
 }
 
 /// The start every SwiGLU family (Llama, Mistral, Qwen2, Qwen3, Phi-3) shares: refuses a
@@ -538,7 +524,7 @@ pub fn one_rope_hf(
     softcaps: (Option<f32>, Option<f32>),
 ) -> Result<Pretrained, RealError> {
     let (name, p) = super::rope::params(c, None, 10000.0)?;
-    let (r, ctx) = super::rope::build(c, &name, &p, dims.dh, dims.max_pos)?;
+    let (r, ctx) = super::rope::build(c, &name, &p, dims.shape.dh, dims.max_pos)?;
     let plans = same_rope(&r, windows);
     decoder_hf(c, w, spec, dims, plans, ctx, attn_scale, softcaps)
 }
@@ -563,20 +549,10 @@ pub fn check_gguf_keys(g: &GgufFile, arch: &str, extra: &[&str]) -> Result<(), R
 
 /// The dimensions of a Llama-like GGUF, checked before anything is allocated.
 pub struct GgufDims {
-    /// Layers.
-    pub n_layer: usize,
-    /// Width.
-    pub d: usize,
-    /// Query heads.
-    pub n_head: usize,
-    /// Key/value heads.
-    pub n_kv: usize,
-    /// Head dimension.
-    pub dh: usize,
+    /// Layers, width, heads, head dimension and RMSNorm ε.
+    pub shape: BlockShape,
     /// Context length.
     pub ctx: usize,
-    /// RMSNorm ε.
-    pub eps: f32,
     /// RoPE base θ.
     pub base: f32,
 }
@@ -645,42 +621,11 @@ impl GgufDims {
             )));
         }
         Ok(Self {
-            n_layer,
-            d,
-            n_head,
-            n_kv,
-            dh,
+            shape: BlockShape::new(n_layer, d, n_head, n_kv, dh, eps),
             ctx,
-            eps,
             base,
         })
     }
-
-    /// The block shape.
-    pub fn shape(&self) -> BlockShape {
-        BlockShape {
-            n_layer: self.n_layer,
-            d: self.d,
-            n_head: self.n_head,
-            n_kv: self.n_kv,
-            dh: self.dh,
-            eps: self.eps,
-        }
-    }
-}
-
-/// BOS id and whether the tokenizer adds it by default (`tokenizer.ggml.add_bos_token`, else
-/// `default`).
-/// A BOS id that is not an integer in `[0, 2^32)` is refused by name.
-pub fn gguf_bos(g: &GgufFile, default: bool) -> Result<(Option<u32>, bool), RealError> {
-    let bos_id = g
-        .meta_int_opt("tokenizer.ggml.bos_token_id", u32::MAX as u64)?
-        .map(|v| v as u32);
-    let add_bos = match g.meta("tokenizer.ggml.add_bos_token") {
-        Some(GValue::Bool(b)) => *b,
-        _ => default,
-    };
-    Ok((bos_id, add_bos))
 }
 
 /// A GGUF file's tensors (names `blk.{l}.…`, llama.cpp's layout): gains stored as the
@@ -767,15 +712,15 @@ pub fn decoder_gguf(
     plans: Vec<LayerPlan>,
     add_bos_default: bool,
 ) -> Result<Pretrained, RealError> {
-    let (bos_id, add_bos) = gguf_bos(g, add_bos_default)?;
+    let (bos_id, add_bos) = g.bos(add_bos_default)?;
     let head = DecoderHead {
         max_context: dims.ctx,
-        attn_scale: 1.0 / (dims.dh as f32).sqrt(),
+        attn_scale: 1.0 / (dims.shape.dh as f32).sqrt(),
         softcaps: (None, None),
         bos_id,
         add_bos,
     };
-    decoder(&mut GgufWeights { g }, &spec, dims.shape(), plans, head)
+    decoder(&mut GgufWeights { g }, &spec, dims.shape, plans, head)
 }
 
 #[cfg(test)]

@@ -11,7 +11,6 @@ use super::{
 use crate::runtime::RealError;
 use crate::runtime::model::{Act, Arch, Pretrained};
 use crate::runtime::safetensors::Checkpoint;
-use serde_json::Value;
 
 /// `config.json` keys read (besides [`super::DECODER_KEYS`], [`super::INERT`] and
 /// [`super::COMMON_KEYS`]); Gemma 3 reads these too.
@@ -53,14 +52,9 @@ pub fn attn_scale(c: &HfCfg, dh: usize) -> Result<f32, RealError> {
 /// Refuses the settings no Gemma loader here implements.
 pub fn common_refusals(c: &HfCfg) -> Result<(), RealError> {
     refuse_quantized(c)?;
-    c.require(
-        "attention_bias",
-        &Value::Bool(false),
-        "Gemma has no attention biases",
-    )?;
-    c.require(
+    c.require_off("attention_bias", "Gemma has no attention biases")?;
+    c.require_off(
         "use_bidirectional_attention",
-        &Value::Bool(false),
         "bidirectional attention is not implemented",
     )?;
     Ok(())
@@ -100,7 +94,7 @@ impl GemmaCommon {
             softcap(c, "attn_logit_softcapping")?,
             softcap(c, "final_logit_softcapping")?,
         );
-        let attn_scale = attn_scale(c, dims.dh)?;
+        let attn_scale = attn_scale(c, dims.shape.dh)?;
         Ok(Self {
             dims,
             act,
@@ -125,7 +119,7 @@ impl GemmaCommon {
 /// Loads a `gemma2` Hugging Face directory.
 pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Pretrained, RealError> {
     let g = GemmaCommon::read(c)?;
-    let kinds = layer_types(c, g.dims.n_layer, |l| (l + 1) % 2 != 0)?;
+    let kinds = layer_types(c, g.dims.shape.n_layer, |l| (l + 1) % 2 != 0)?;
     let windows = kinds
         .into_iter()
         .map(|s| g.window_of(c, s))

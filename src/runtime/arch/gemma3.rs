@@ -38,22 +38,22 @@ pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Pretrained, RealError> {
     let pattern = c
         .dim_opt("sliding_window_pattern", super::MAX_LAYERS)?
         .unwrap_or(6);
-    let kinds = layer_types(c, dims.n_layer, |l| (l + 1) % pattern != 0)?;
+    let kinds = layer_types(c, dims.shape.n_layer, |l| (l + 1) % pattern != 0)?;
     let split = matches!(c.get("rope_parameters"), Some(serde_json::Value::Object(o))
         if o.contains_key("sliding_attention") || o.contains_key("full_attention"));
     let (global, ctx) = {
         let (name, p) = rope::params(c, split.then_some("full_attention"), 1_000_000.0)?;
-        rope::build(c, &name, &p, dims.dh, dims.max_pos)?
+        rope::build(c, &name, &p, dims.shape.dh, dims.max_pos)?
     };
     let local = if split {
         let (name, p) = rope::params(c, Some("sliding_attention"), 10_000.0)?;
-        rope::build(c, &name, &p, dims.dh, dims.max_pos)?.0
+        rope::build(c, &name, &p, dims.shape.dh, dims.max_pos)?.0
     } else {
         let b = c.num_or("rope_local_base_freq", 10_000.0)?;
         if b <= 1.0 {
             return Err(c.err(format!("`rope_local_base_freq` = {b} must be > 1")));
         }
-        Rope::plain(b as f32, dims.dh)
+        Rope::plain(b as f32, dims.shape.dh)
     };
     let plans = kinds
         .into_iter()
@@ -79,11 +79,11 @@ pub fn from_gguf(g: &mut GgufFile) -> Result<Pretrained, RealError> {
     let window = g
         .meta_int_opt("gemma3.attention.sliding_window", u32::MAX as u64)?
         .map(|v| v as usize);
-    let plans = (0..dims.n_layer)
+    let plans = (0..dims.shape.n_layer)
         .map(|l| {
             let global = (l + 1) % 6 == 0;
             LayerPlan {
-                rope: Rope::plain(if global { dims.base } else { 10000.0 }, dims.dh),
+                rope: Rope::plain(if global { dims.base } else { 10000.0 }, dims.shape.dh),
                 window: if global { None } else { window },
             }
         })

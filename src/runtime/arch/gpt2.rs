@@ -51,16 +51,8 @@ pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Pretrained, RealError> {
         "GPT-2's MLP is GELU(tanh)",
     )?;
     c.require("scale_attn_weights", &Value::Bool(true), "not implemented")?;
-    c.require(
-        "scale_attn_by_inverse_layer_idx",
-        &Value::Bool(false),
-        "not implemented",
-    )?;
-    c.require(
-        "add_cross_attention",
-        &Value::Bool(false),
-        "not implemented",
-    )?;
+    c.require_off("scale_attn_by_inverse_layer_idx", "not implemented")?;
+    c.require_off("add_cross_attention", "not implemented")?;
     // Changes only the precision of the attention product, not the math.
     let _ = c.bool_or("reorder_and_upcast_attn", false)?;
     c.require(
@@ -120,27 +112,13 @@ pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Pretrained, RealError> {
     }
     Ok(Pretrained {
         cfg: Config {
-            arch: Arch::Gpt2,
-            n_layer,
-            d_model: d,
-            n_head,
-            n_kv_head: n_head,
-            head_dim: d / n_head,
-            vocab,
-            max_context: ctx,
             causal: true,
-            act: Act::GeluTanh,
-            attn_scale: 1.0 / ((d / n_head) as f32).sqrt(),
-            embed_scale: 1.0,
             bos_id: c
                 .get("bos_token_id")
                 .and_then(Value::as_u64)
                 .filter(|&b| (b as usize) < vocab)
                 .map(|v| v as u32),
-            add_bos: false,
-            post_norm: false,
-            attn_softcap: None,
-            final_softcap: None,
+            ..Config::multi_head(Arch::Gpt2, n_layer, d, n_head, vocab, ctx, Act::GeluTanh)
         },
         embed,
         pos_embed: Some(pos),

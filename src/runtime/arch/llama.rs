@@ -50,8 +50,8 @@ pub fn from_hf(c: &HfCfg, w: &Checkpoint, mt: &str) -> Result<Pretrained, RealEr
         mlp_bias,
         ..DecoderSpec::llama(Arch::Llama)
     };
-    let windows = vec![window; dims.n_layer];
-    let scale = plain_scale(dims.dh);
+    let windows = vec![window; dims.shape.n_layer];
+    let scale = plain_scale(dims.shape.dh);
     one_rope_hf(c, w, spec, &dims, windows, scale, (None, None))
 }
 
@@ -89,7 +89,7 @@ pub fn unpermute_rows(w: &[f32], n_heads: usize, head_dim: usize, cols: usize) -
 /// The RoPE of a Llama-family GGUF: `rope.scaling.type` none or linear (factor), and
 /// llama.cpp's per-frequency divisors `rope_freqs.weight` (how Llama 3.x stores its scaling).
 pub fn gguf_rope(g: &mut GgufFile, arch: &str, dims: &GgufDims) -> Result<Rope, RealError> {
-    let mut r = Rope::plain(dims.base, dims.dh);
+    let mut r = Rope::plain(dims.base, dims.shape.dh);
     let tkey = format!("{arch}.rope.scaling.type");
     match g.meta_str(&tkey) {
         None | Some("none") => {}
@@ -130,21 +130,27 @@ pub fn from_gguf(g: &mut GgufFile, arch: &str) -> Result<Pretrained, RealError> 
     check_gguf_keys(g, arch, GGUF_KEYS)?;
     let dims = GgufDims::read(g, arch)?;
     let r = gguf_rope(g, arch, &dims)?;
-    let plans = same_rope(&r, vec![None; dims.n_layer]);
+    let plans = same_rope(&r, vec![None; dims.shape.n_layer]);
     let mut m = decoder_gguf(g, DecoderSpec::llama(Arch::Llama), &dims, plans, false)?;
     for ly in &mut m.layers {
-        ly.wq.w = ly.wq.w.permute_rows(&unpermute_perm(dims.n_head, dims.dh));
-        ly.wk.w = ly.wk.w.permute_rows(&unpermute_perm(dims.n_kv, dims.dh));
+        ly.wq.w = ly
+            .wq
+            .w
+            .permute_rows(&unpermute_perm(dims.shape.n_head, dims.shape.dh));
+        ly.wk.w = ly
+            .wk
+            .w
+            .permute_rows(&unpermute_perm(dims.shape.n_kv, dims.shape.dh));
         ly.wq.b = ly
             .wq
             .b
             .take()
-            .map(|b| unpermute_rows(&b, dims.n_head, dims.dh, 1));
+            .map(|b| unpermute_rows(&b, dims.shape.n_head, dims.shape.dh, 1));
         ly.wk.b = ly
             .wk
             .b
             .take()
-            .map(|b| unpermute_rows(&b, dims.n_kv, dims.dh, 1));
+            .map(|b| unpermute_rows(&b, dims.shape.n_kv, dims.shape.dh, 1));
     }
     Ok(m)
 }

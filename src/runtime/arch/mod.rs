@@ -28,8 +28,7 @@ use super::model::{Act, Pretrained};
 use super::safetensors::Checkpoint;
 pub use decoder::{
     DECODER_KEYS, DecoderDims, DecoderSpec, GGUF_DECODER_KEYS, GgufDims, LayerPlan,
-    check_gguf_keys, decoder_gguf, decoder_hf, gguf_bos, one_rope_hf, plain_scale, same_rope,
-    swiglu_dims,
+    check_gguf_keys, decoder_gguf, decoder_hf, one_rope_hf, plain_scale, same_rope, swiglu_dims,
 };
 use serde_json::Value;
 use std::cell::RefCell;
@@ -207,6 +206,12 @@ impl HfCfg {
             Some(v) if v == ok => Ok(()),
             Some(v) => Err(self.err(format!("`{key}` = {v} is not supported ({why})"))),
         }
+    }
+
+    /// Refuses `key` unless it is absent or `false` (a switch for a feature not implemented);
+    /// `why` is the reason the error gives.
+    pub fn require_off(&self, key: &str, why: &str) -> Result<(), RealError> {
+        self.require(key, &Value::Bool(false), why)
     }
 
     /// Refuses every key that was neither read nor listed in [`INERT`].

@@ -45,7 +45,7 @@ pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Pretrained, RealError> {
         fused: true,
         ..DecoderSpec::llama(Arch::Phi3)
     };
-    let windows = vec![window; dims.n_layer];
-    let scale = plain_scale(dims.dh);
+    let windows = vec![window; dims.shape.n_layer];
+    let scale = plain_scale(dims.shape.dh);
     one_rope_hf(c, w, spec, &dims, windows, scale, (None, None))
 }

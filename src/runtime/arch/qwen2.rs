@@ -52,12 +52,12 @@ const MAX: usize = super::MAX_LAYERS;
 /// Loads a `qwen2` Hugging Face directory.
 pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Pretrained, RealError> {
     let dims = swiglu_dims(c, "Qwen2", 1e-6)?;
-    let wins = windows(c, dims.n_layer)?;
+    let wins = windows(c, dims.shape.n_layer)?;
     let spec = DecoderSpec {
         qkv_bias: true,
         ..DecoderSpec::llama(Arch::Qwen2)
     };
-    let scale = plain_scale(dims.dh);
+    let scale = plain_scale(dims.shape.dh);
     one_rope_hf(c, w, spec, &dims, wins, scale, (None, None))
 }
 
@@ -65,7 +65,7 @@ pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Pretrained, RealError> {
 pub fn from_gguf(g: &mut GgufFile) -> Result<Pretrained, RealError> {
     check_gguf_keys(g, "qwen2", GGUF_KEYS)?;
     let dims = GgufDims::read(g, "qwen2")?;
-    let r = Rope::plain(dims.base, dims.dh);
-    let plans = same_rope(&r, vec![None; dims.n_layer]);
+    let r = Rope::plain(dims.base, dims.shape.dh);
+    let plans = same_rope(&r, vec![None; dims.shape.n_layer]);
     decoder_gguf(g, DecoderSpec::llama(Arch::Qwen2), &dims, plans, false)
 }

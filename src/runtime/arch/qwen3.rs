@@ -24,13 +24,13 @@ pub const KEYS: &[&str] = &[
 pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Pretrained, RealError> {
     let dims = swiglu_dims(c, "Qwen3", 1e-6)?;
     let bias = c.bool_or("attention_bias", false)?;
-    let wins = windows(c, dims.n_layer)?;
+    let wins = windows(c, dims.shape.n_layer)?;
     let spec = DecoderSpec {
         qkv_bias: bias,
         o_bias: bias,
         qk_norm: true,
         ..DecoderSpec::llama(Arch::Qwen3)
     };
-    let scale = plain_scale(dims.dh);
+    let scale = plain_scale(dims.shape.dh);
     one_rope_hf(c, w, spec, &dims, wins, scale, (None, None))
 }

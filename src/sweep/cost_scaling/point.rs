@@ -205,32 +205,20 @@ pub fn compute_on(p: &Point, gpu: Option<&crate::backend::Wgpu>) -> Vec<Record> 
                 Ok(s) => (Some(s), None),
                 Err(e) => (None, Some(e.to_string())),
             };
+            let norm = match q.scope {
+                Scope::Qk => q.norm.to_string(),
+                Scope::Head => format!("head_{}", q.norm),
+            };
+            let (embedding, shape) = (q.embedding.to_string(), (q.t, q.d, q.seed));
             vec![Record {
-                id: p.id(),
-                pattern: q.pattern.to_string(),
-                norm: match q.scope {
-                    Scope::Qk => q.norm.to_string(),
-                    Scope::Head => format!("head_{}", q.norm),
-                },
-                source: "exact".into(),
-                embedding: q.embedding.to_string(),
-                t: q.t,
-                d: q.d,
-                seed: q.seed,
                 value: sol.as_ref().and_then(|s| s.value),
                 lower: sol.as_ref().and_then(|s| s.lower),
                 rel_gap: sol.as_ref().and_then(|s| s.rel_gap),
                 feasible: sol.as_ref().map(|s| s.feasible),
                 delta: Some(q.delta),
-                learned: None,
-                sink_score: None,
-                diagonal_score: None,
-                acc_on: None,
-                acc_off: None,
-                converged: None,
-                steps_run: None,
                 error: err,
                 seconds: start.elapsed().as_secs_f64(),
+                ..blank(p, q.pattern.to_string(), norm, "exact", embedding, shape)
             }]
         }
         Point::Trained(c) => {
@@ -296,15 +284,35 @@ pub fn compute_on(p: &Point, gpu: Option<&crate::backend::Wgpu>) -> Vec<Record> 
 
 /// The record of a trained point with no result (yet): identity fields only.
 fn failed_trained(p: &Point, c: &TrainConfig, pattern: &str, norm: &str) -> Record {
+    let shape = (c.t, c.d, c.seed);
+    blank(
+        p,
+        pattern.into(),
+        norm.into(),
+        "trained",
+        "trained".into(),
+        shape,
+    )
+}
+
+/// A record with the identity fields of point `p` (`(t, d, seed)` in `shape`) and no result.
+fn blank(
+    p: &Point,
+    pattern: String,
+    norm: String,
+    source: &str,
+    embedding: String,
+    (t, d, seed): (usize, usize, u64),
+) -> Record {
     Record {
         id: p.id(),
-        pattern: pattern.into(),
-        norm: norm.into(),
-        source: "trained".into(),
-        embedding: "trained".into(),
-        t: c.t,
-        d: c.d,
-        seed: c.seed,
+        pattern,
+        norm,
+        source: source.into(),
+        embedding,
+        t,
+        d,
+        seed,
         value: None,
         lower: None,
         rel_gap: None,
