@@ -832,6 +832,64 @@ fn synth_over_an_existing_file_keeps_it_when_the_write_fails() {
     assert_eq!(names, ["old.gguf"], "{names:?}");
 }
 
+#[test]
+fn a_failing_redraw_leaves_the_old_figures_whole_and_no_temporary() {
+    use sinklab::plot::{Panel, Series, Style};
+    let tmp = tempfile::tempdir().unwrap();
+    let stem = tmp.path().join("fig");
+    let panel = Panel {
+        title: "cost".into(),
+        x_label: "T".into(),
+        y_label: "cost".into(),
+        log_x: true,
+        log_y: true,
+        series: vec![Series::new(
+            "sink",
+            (1..40).map(|i| (i as f64, (i * i) as f64)).collect(),
+            Style::LinePoints,
+            0,
+        )],
+    };
+    sinklab::plot::render(&stem, "Cost against T", &[panel]).unwrap();
+    let (svg, png) = (stem.with_extension("svg"), stem.with_extension("png"));
+    let old = (std::fs::read(&svg).unwrap(), std::fs::read(&png).unwrap());
+    assert!(old.0.len() > 512, "the limit below must stop the SVG");
+    let listing = || {
+        let mut v: Vec<String> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    // A 512-byte file-size limit with SIGXFSZ ignored: the SVG write fails part-way with EFBIG,
+    // as a full disk fails it, and the redraw (in another width) stops with an error.
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("trap '' XFSZ; ulimit -f 1; exec \"$0\" plot --width 7 \"$1\"")
+        .arg(env!("CARGO_BIN_EXE_sinklab"))
+        .arg(stem.with_extension("json"))
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(!e.contains("panicked"), "{e}");
+    assert!(e.contains(&svg.display().to_string()), "{e}");
+    assert_eq!(std::fs::read(&svg).unwrap(), old.0);
+    assert_eq!(std::fs::read(&png).unwrap(), old.1);
+    assert_eq!(listing(), ["fig.json", "fig.png", "fig.svg"]);
+    // The control: without the limit the same redraw replaces the SVG.
+    let o = sinklab([
+        "plot",
+        "--width",
+        "7",
+        stem.with_extension("json").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_ne!(std::fs::read(&svg).unwrap(), old.0);
+    assert_eq!(listing(), ["fig.json", "fig.png", "fig.svg"]);
+}
+
 // ---- issue 25: zero sizes, vacuous verdicts and ignored flags -----------------------------
 
 #[test]

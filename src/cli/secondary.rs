@@ -458,7 +458,7 @@ fn dose(
     if let Some(dir) = &a.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let f = dir.join("dose_response.json");
-        std::fs::write(&f, serde_json::to_string_pretty(&res)?)
+        sinklab::atomic::write(&f, serde_json::to_string_pretty(&res)?)
             .with_context(|| format!("writing {}", f.display()))?;
         errln!("wrote {}", f.display());
     }

@@ -153,7 +153,8 @@ pub fn run(a: Args) -> Result<i32> {
         d
     };
     let html = sinklab::view::render(&data)?;
-    std::fs::write(&a.out, &html).with_context(|| format!("writing {}", a.out.display()))?;
+    sinklab::atomic::write(&a.out, &html)
+        .with_context(|| format!("writing {}", a.out.display()))?;
     let payload = sinklab::view::payload_bytes(
         data.n_layer,
         data.n_head,

@@ -18,7 +18,7 @@ pub fn analyze(
     let fits = fit_all(&records, n_boot, seed);
     let fit_path = dir.join("fit.json");
     let json = serde_json::to_string_pretty(&fits).map_err(|e| SweepError::Spec(e.to_string()))?;
-    std::fs::write(&fit_path, json).map_err(io(&fit_path))?;
+    crate::atomic::write(&fit_path, json).map_err(io(&fit_path))?;
     let mut figs = Vec::new();
     if records.iter().all(|r| r.value.is_none()) {
         return Ok((fits, figs));
