@@ -1087,3 +1087,60 @@ fn io_errors_name_the_file_and_say_the_cause_once() {
     );
     assert_eq!(e.matches("(os error").count(), 1, "{e}");
 }
+
+#[test]
+fn load_errors_name_the_path_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // (the path given, the file the error must name, the cause it must say)
+    let mut cases: Vec<(std::path::PathBuf, std::path::PathBuf, &str)> = Vec::new();
+    // A GGUF cut inside its header and inside its data.
+    let full = dir.path().join("full.gguf");
+    sinklab::synth::write_gguf(&full, &Default::default(), 1).unwrap();
+    let bytes = std::fs::read(&full).unwrap();
+    for (i, n) in [20, 100, bytes.len() - 100].into_iter().enumerate() {
+        let p = dir.path().join(format!("cut{i}.gguf"));
+        std::fs::write(&p, &bytes[..n]).unwrap();
+        cases.push((p.clone(), p, "truncated"));
+    }
+    // A safetensors file whose header length runs past the file, given as the file and as the
+    // directory holding it.
+    let hf = dir.path().join("hf");
+    std::fs::create_dir(&hf).unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny/llama_default");
+    std::fs::copy(fixture.join("config.json"), hf.join("config.json")).unwrap();
+    let st = hf.join("model.safetensors");
+    std::fs::write(&st, b"\x10\0\0\0\0\0\0\0{\"a\":1}").unwrap();
+    cases.push((st.clone(), st.clone(), "safetensors"));
+    cases.push((hf.clone(), st, "safetensors"));
+    // A config without `hidden_size`, beside good weights.
+    let cfg_dir = dir.path().join("nocfg");
+    std::fs::create_dir(&cfg_dir).unwrap();
+    std::fs::copy(
+        fixture.join("model.safetensors"),
+        cfg_dir.join("model.safetensors"),
+    )
+    .unwrap();
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture.join("config.json")).unwrap()).unwrap();
+    cfg.as_object_mut().unwrap().remove("hidden_size");
+    std::fs::write(cfg_dir.join("config.json"), cfg.to_string()).unwrap();
+    cases.push((cfg_dir.clone(), cfg_dir.join("config.json"), "hidden_size"));
+    for (given, named, cause) in &cases {
+        let o = sinklab(["real", "--model", given.to_str().unwrap(), "--text", "hi"]);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{e}");
+        assert!(!e.contains("panicked"), "{e}");
+        assert!(e.contains(cause), "{given:?}: `{e}` does not say `{cause}`");
+        let (g, n) = (given.display().to_string(), named.display().to_string());
+        assert_eq!(e.matches(&n).count(), 1, "{e}");
+        // The path given is a prefix of the file named (a file in the directory), never repeated.
+        assert_eq!(e.matches(&g).count(), 1, "{e}");
+    }
+    // An activations file that is missing: path once, OS error once.
+    let missing = dir.path().join("none.safetensors");
+    let o = sinklab(["secondary", "--activations", missing.to_str().unwrap()]);
+    let e = stderr(&o);
+    assert!(!o.status.success(), "{e}");
+    assert_eq!(e.matches(missing.to_str().unwrap()).count(), 1, "{e}");
+    assert_eq!(e.matches("(os error 2)").count(), 1, "{e}");
+}
