@@ -1144,3 +1144,90 @@ fn load_errors_name_the_path_once() {
     assert_eq!(e.matches(missing.to_str().unwrap()).count(), 1, "{e}");
     assert_eq!(e.matches("(os error 2)").count(), 1, "{e}");
 }
+
+#[test]
+fn records_of_two_settings_are_two_fits_and_a_spec_mixing_them_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let block = "[[exact]]\npatterns = [\"sink\"]\nnorms = [\"fro\"]\n\
+                 embeddings = [\"gaussian\"]\nt = [4, 6, 8]\nseeds = [0]\n";
+    // One spec per width rule (and one per gap), each a valid sweep of its own.
+    let mut all = Vec::new();
+    let mut own = Vec::new();
+    for (i, extra) in [
+        "d_factor = 2\ndelta = 5.0\n",
+        "d_factor = 4\ndelta = 5.0\n",
+        "d_factor = 2\ndelta = 8.0\n",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let spec = write(
+            tmp.path(),
+            &format!("s{i}.toml"),
+            &format!("name = \"s\"\nbootstrap = 50\n{block}{extra}"),
+        );
+        let out = tmp.path().join(format!("o{i}"));
+        let o = sinklab(["sweep", &spec, "--out", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let recs = read_results(&out.join("results.jsonl")).unwrap();
+        assert_eq!(recs.len(), 3);
+        own.push(fit_all(&recs, 50, 0));
+        all.extend(recs);
+    }
+    // Pooled (a results file holding all three, as an edited spec or a hand merge leaves):
+    // one fit per setting, each the fit of its own records alone.
+    let fits = fit_all(&all, 50, 0);
+    assert_eq!(fits.len(), 3, "{fits:?}");
+    let mut settings: Vec<&str> = fits.iter().map(|f| f.setting.as_str()).collect();
+    settings.sort();
+    assert_eq!(
+        settings,
+        [
+            "d_factor = 2, delta = 5",
+            "d_factor = 2, delta = 8",
+            "d_factor = 4, delta = 5"
+        ]
+    );
+    for o in &own {
+        assert_eq!(o.len(), 1);
+        let f = fits.iter().find(|f| f.setting == o[0].setting).unwrap();
+        assert_eq!(f.fit.exponent.to_bits(), o[0].fit.exponent.to_bits());
+        assert_eq!((f.t_min, f.t_max), (4, 8));
+    }
+    // One spec with two blocks that differ only in d_factor is refused, naming both settings.
+    let spec = write(
+        tmp.path(),
+        "mixed.toml",
+        &format!("name = \"s\"\n{block}d_factor = 2\n{block}d_factor = 4\n"),
+    );
+    refused(
+        &[
+            "sweep",
+            &spec,
+            "--out",
+            tmp.path().join("m").to_str().unwrap(),
+        ],
+        &[
+            "exact[0]",
+            "exact[1]",
+            "d_factor = 2",
+            "d_factor = 4",
+            "one setting per fit",
+        ],
+    );
+    // A fixed width beside a width factor of the same value at some T is still two settings.
+    let spec = write(
+        tmp.path(),
+        "mixed_d.toml",
+        &format!("name = \"s\"\n{block}d_factor = 2\n{block}d = 8\n"),
+    );
+    refused(
+        &[
+            "sweep",
+            &spec,
+            "--out",
+            tmp.path().join("m").to_str().unwrap(),
+        ],
+        &["d_factor = 2", "d = 8", "one setting per fit"],
+    );
+}

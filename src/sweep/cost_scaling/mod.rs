@@ -166,7 +166,7 @@ pub fn check_budget(
         let id = p.id();
         let readable = id.split('#').next().unwrap_or(&id);
         let e = match p {
-            Point::Exact(q, o) => {
+            Point::Exact(q, o, _) => {
                 if o.max_iter > default_iter {
                     let nuclear = q.norm == cost::NormKind::Nuclear;
                     let one = budget::cost_program_iterations(q.t, q.d, nuclear, o.max_iter);
