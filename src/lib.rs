@@ -6,6 +6,7 @@
 //! See `THEORY.md` in the shared specification, `theorems/README.md` for the
 //! claim → check map, and `ARCHITECTURE.md` for the code map.
 
+pub mod atomic;
 pub mod attention;
 pub mod backend;
 pub mod budget;

@@ -116,9 +116,9 @@ pub fn write_report(
     progress("viewer pages");
     let viewers = write_viewers(ctx, &mut section_errors);
     let path = ctx.out_dir.join("report.md");
-    std::fs::write(&path, &md).map_err(named(&path))?;
+    crate::atomic::write(&path, &md).map_err(named(&path))?;
     let page = ctx.out_dir.join("report.html");
-    std::fs::write(&page, html(&md, &ctx.out_dir, &viewers)).map_err(named(&page))?;
+    crate::atomic::write(&page, html(&md, &ctx.out_dir, &viewers)).map_err(named(&page))?;
     Ok((path, outcomes, section_errors))
 }
 
@@ -159,7 +159,7 @@ fn write_viewers(ctx: &ReportCtx, errors: &mut Vec<String>) -> Vec<(String, Stri
         let file = dir.join(format!("{}.html", spec.name));
         match page.and_then(|p| {
             std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-            std::fs::write(&file, p).map_err(|e| format!("{}: {e}", file.display()))
+            crate::atomic::write(&file, p).map_err(|e| format!("{}: {e}", file.display()))
         }) {
             Ok(()) => out.push((spec.name.to_string(), rel(&ctx.out_dir, &file))),
             Err(e) => errors.push(format!("viewer page of {}: {e}", spec.name)),

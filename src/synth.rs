@@ -177,10 +177,11 @@ pub fn write_gguf(path: &Path, s: &SynthSpec, seed: u64) -> Result<(), RealError
     }
     let meta_ref: Vec<(&str, &Value)> = meta.iter().map(|(a, b)| (a.as_str(), b)).collect();
     let t_ref: Vec<(&str, &QTensor)> = tensors.iter().map(|(a, b)| (a.as_str(), b)).collect();
-    let mut f =
-        std::io::BufWriter::new(std::fs::File::create(path).map_err(|e| RealError::io(path, e))?);
-    write(&mut f, &meta_ref, &t_ref).map_err(|e| err(path, e))?;
-    Ok(())
+    crate::atomic::write_with(
+        path,
+        |f| write(f, &meta_ref, &t_ref).map_err(|e| err(path, e)),
+        |e| RealError::io(path, e),
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -784,9 +785,9 @@ pub type Progress<'a> = &'a mut dyn FnMut(usize, usize);
 /// Writes a paper-scale synthetic GGUF, one chunk of rows at a time: each chunk is generated,
 /// quantized with candle's quantizer (`QTensor::quantize`, blocks never straddle rows) and
 /// appended, so the writer holds a few chunks (≈ 16 MB of f32 each, one per rayon worker), never
-/// a tensor. Same seed and shape, same bytes. The file is written as `.<name>.tmp` beside
-/// `path` and renamed over it only once complete, so a failure (a full disk) leaves an
-/// existing `path` as it was.
+/// a tensor. Same seed and shape, same bytes. The file is written through
+/// [`crate::atomic::write_with`] (a temporary beside `path`, renamed over it once complete),
+/// so a failure (a full disk) leaves an existing `path` as it was.
 pub fn write_paper_gguf(
     path: &Path,
     s: &PaperShape,
@@ -795,26 +796,17 @@ pub fn write_paper_gguf(
     progress: Progress,
 ) -> Result<SynthSize, RealError> {
     validate(s, dt, path)?;
-    let name = path
-        .file_name()
-        .map_or_else(|| "synth.gguf".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    match write_paper_gguf_to(path, &tmp, s, dt, seed, progress) {
-        Ok(size) => {
-            std::fs::rename(&tmp, path).map_err(|e| RealError::io(path, e))?;
-            Ok(size)
-        }
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
-    }
+    crate::atomic::write_with(
+        path,
+        |f| write_paper_gguf_to(path, f, s, dt, seed, progress),
+        |e| RealError::io(path, e),
+    )
 }
 
-/// [`write_paper_gguf`] into `tmp` (errors name `path`).
+/// [`write_paper_gguf`] into the temporary file `f` (errors name `path`).
 fn write_paper_gguf_to(
     path: &Path,
-    tmp: &Path,
+    f: &mut std::io::BufWriter<std::fs::File>,
     s: &PaperShape,
     dt: SynthDtype,
     seed: u64,
@@ -825,10 +817,6 @@ fn write_paper_gguf_to(
     let tensors = plan(s, dt);
     let h = header(&metadata(s, seed), &tensors);
     let size = paper_size(s, dt, seed);
-    let mut f = std::io::BufWriter::with_capacity(
-        1 << 20,
-        std::fs::File::create(tmp).map_err(|e| RealError::io(path, e))?,
-    );
     f.write_all(&h).map_err(|e| RealError::io(path, e))?;
     let mut done = h.len();
     progress(done, size.total());
@@ -855,10 +843,6 @@ fn write_paper_gguf_to(
             .map_err(|e| RealError::io(path, e))?;
         done += p;
     }
-    f.into_inner()
-        .map_err(|e| RealError::io(path, e.into_error()))?
-        .sync_all()
-        .map_err(|e| RealError::io(path, e))?;
     if done != size.total() {
         return Err(err(
             path,

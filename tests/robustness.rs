@@ -832,6 +832,64 @@ fn synth_over_an_existing_file_keeps_it_when_the_write_fails() {
     assert_eq!(names, ["old.gguf"], "{names:?}");
 }
 
+#[test]
+fn a_failing_redraw_leaves_the_old_figures_whole_and_no_temporary() {
+    use sinklab::plot::{Panel, Series, Style};
+    let tmp = tempfile::tempdir().unwrap();
+    let stem = tmp.path().join("fig");
+    let panel = Panel {
+        title: "cost".into(),
+        x_label: "T".into(),
+        y_label: "cost".into(),
+        log_x: true,
+        log_y: true,
+        series: vec![Series::new(
+            "sink",
+            (1..40).map(|i| (i as f64, (i * i) as f64)).collect(),
+            Style::LinePoints,
+            0,
+        )],
+    };
+    sinklab::plot::render(&stem, "Cost against T", &[panel]).unwrap();
+    let (svg, png) = (stem.with_extension("svg"), stem.with_extension("png"));
+    let old = (std::fs::read(&svg).unwrap(), std::fs::read(&png).unwrap());
+    assert!(old.0.len() > 512, "the limit below must stop the SVG");
+    let listing = || {
+        let mut v: Vec<String> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    // A 512-byte file-size limit with SIGXFSZ ignored: the SVG write fails part-way with EFBIG,
+    // as a full disk fails it, and the redraw (in another width) stops with an error.
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("trap '' XFSZ; ulimit -f 1; exec \"$0\" plot --width 7 \"$1\"")
+        .arg(env!("CARGO_BIN_EXE_sinklab"))
+        .arg(stem.with_extension("json"))
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(!e.contains("panicked"), "{e}");
+    assert!(e.contains(&svg.display().to_string()), "{e}");
+    assert_eq!(std::fs::read(&svg).unwrap(), old.0);
+    assert_eq!(std::fs::read(&png).unwrap(), old.1);
+    assert_eq!(listing(), ["fig.json", "fig.png", "fig.svg"]);
+    // The control: without the limit the same redraw replaces the SVG.
+    let o = sinklab([
+        "plot",
+        "--width",
+        "7",
+        stem.with_extension("json").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_ne!(std::fs::read(&svg).unwrap(), old.0);
+    assert_eq!(listing(), ["fig.json", "fig.png", "fig.svg"]);
+}
+
 // ---- issue 25: zero sizes, vacuous verdicts and ignored flags -----------------------------
 
 #[test]
@@ -1028,4 +1086,148 @@ fn io_errors_name_the_file_and_say_the_cause_once() {
         "{e}"
     );
     assert_eq!(e.matches("(os error").count(), 1, "{e}");
+}
+
+#[test]
+fn load_errors_name_the_path_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // (the path given, the file the error must name, the cause it must say)
+    let mut cases: Vec<(std::path::PathBuf, std::path::PathBuf, &str)> = Vec::new();
+    // A GGUF cut inside its header and inside its data.
+    let full = dir.path().join("full.gguf");
+    sinklab::synth::write_gguf(&full, &Default::default(), 1).unwrap();
+    let bytes = std::fs::read(&full).unwrap();
+    for (i, n) in [20, 100, bytes.len() - 100].into_iter().enumerate() {
+        let p = dir.path().join(format!("cut{i}.gguf"));
+        std::fs::write(&p, &bytes[..n]).unwrap();
+        cases.push((p.clone(), p, "truncated"));
+    }
+    // A safetensors file whose header length runs past the file, given as the file and as the
+    // directory holding it.
+    let hf = dir.path().join("hf");
+    std::fs::create_dir(&hf).unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny/llama_default");
+    std::fs::copy(fixture.join("config.json"), hf.join("config.json")).unwrap();
+    let st = hf.join("model.safetensors");
+    std::fs::write(&st, b"\x10\0\0\0\0\0\0\0{\"a\":1}").unwrap();
+    cases.push((st.clone(), st.clone(), "safetensors"));
+    cases.push((hf.clone(), st, "safetensors"));
+    // A config without `hidden_size`, beside good weights.
+    let cfg_dir = dir.path().join("nocfg");
+    std::fs::create_dir(&cfg_dir).unwrap();
+    std::fs::copy(
+        fixture.join("model.safetensors"),
+        cfg_dir.join("model.safetensors"),
+    )
+    .unwrap();
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture.join("config.json")).unwrap()).unwrap();
+    cfg.as_object_mut().unwrap().remove("hidden_size");
+    std::fs::write(cfg_dir.join("config.json"), cfg.to_string()).unwrap();
+    cases.push((cfg_dir.clone(), cfg_dir.join("config.json"), "hidden_size"));
+    for (given, named, cause) in &cases {
+        let o = sinklab(["real", "--model", given.to_str().unwrap(), "--text", "hi"]);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{e}");
+        assert!(!e.contains("panicked"), "{e}");
+        assert!(e.contains(cause), "{given:?}: `{e}` does not say `{cause}`");
+        let (g, n) = (given.display().to_string(), named.display().to_string());
+        assert_eq!(e.matches(&n).count(), 1, "{e}");
+        // The path given is a prefix of the file named (a file in the directory), never repeated.
+        assert_eq!(e.matches(&g).count(), 1, "{e}");
+    }
+    // An activations file that is missing: path once, OS error once.
+    let missing = dir.path().join("none.safetensors");
+    let o = sinklab(["secondary", "--activations", missing.to_str().unwrap()]);
+    let e = stderr(&o);
+    assert!(!o.status.success(), "{e}");
+    assert_eq!(e.matches(missing.to_str().unwrap()).count(), 1, "{e}");
+    assert_eq!(e.matches("(os error 2)").count(), 1, "{e}");
+}
+
+#[test]
+fn records_of_two_settings_are_two_fits_and_a_spec_mixing_them_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let block = "[[exact]]\npatterns = [\"sink\"]\nnorms = [\"fro\"]\n\
+                 embeddings = [\"gaussian\"]\nt = [4, 6, 8]\nseeds = [0]\n";
+    // One spec per width rule (and one per gap), each a valid sweep of its own.
+    let mut all = Vec::new();
+    let mut own = Vec::new();
+    for (i, extra) in [
+        "d_factor = 2\ndelta = 5.0\n",
+        "d_factor = 4\ndelta = 5.0\n",
+        "d_factor = 2\ndelta = 8.0\n",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let spec = write(
+            tmp.path(),
+            &format!("s{i}.toml"),
+            &format!("name = \"s\"\nbootstrap = 50\n{block}{extra}"),
+        );
+        let out = tmp.path().join(format!("o{i}"));
+        let o = sinklab(["sweep", &spec, "--out", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let recs = read_results(&out.join("results.jsonl")).unwrap();
+        assert_eq!(recs.len(), 3);
+        own.push(fit_all(&recs, 50, 0));
+        all.extend(recs);
+    }
+    // Pooled (a results file holding all three, as an edited spec or a hand merge leaves):
+    // one fit per setting, each the fit of its own records alone.
+    let fits = fit_all(&all, 50, 0);
+    assert_eq!(fits.len(), 3, "{fits:?}");
+    let mut settings: Vec<&str> = fits.iter().map(|f| f.setting.as_str()).collect();
+    settings.sort();
+    assert_eq!(
+        settings,
+        [
+            "d_factor = 2, delta = 5",
+            "d_factor = 2, delta = 8",
+            "d_factor = 4, delta = 5"
+        ]
+    );
+    for o in &own {
+        assert_eq!(o.len(), 1);
+        let f = fits.iter().find(|f| f.setting == o[0].setting).unwrap();
+        assert_eq!(f.fit.exponent.to_bits(), o[0].fit.exponent.to_bits());
+        assert_eq!((f.t_min, f.t_max), (4, 8));
+    }
+    // One spec with two blocks that differ only in d_factor is refused, naming both settings.
+    let spec = write(
+        tmp.path(),
+        "mixed.toml",
+        &format!("name = \"s\"\n{block}d_factor = 2\n{block}d_factor = 4\n"),
+    );
+    refused(
+        &[
+            "sweep",
+            &spec,
+            "--out",
+            tmp.path().join("m").to_str().unwrap(),
+        ],
+        &[
+            "exact[0]",
+            "exact[1]",
+            "d_factor = 2",
+            "d_factor = 4",
+            "one setting per fit",
+        ],
+    );
+    // A fixed width beside a width factor of the same value at some T is still two settings.
+    let spec = write(
+        tmp.path(),
+        "mixed_d.toml",
+        &format!("name = \"s\"\n{block}d_factor = 2\n{block}d = 8\n"),
+    );
+    refused(
+        &[
+            "sweep",
+            &spec,
+            "--out",
+            tmp.path().join("m").to_str().unwrap(),
+        ],
+        &["d_factor = 2", "d = 8", "one setting per fit"],
+    );
 }

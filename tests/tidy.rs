@@ -62,7 +62,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("kernels", &["backend"]),
-    ("runtime", &["budget", "runtime", "synth"]),
+    ("runtime", &["atomic", "budget", "runtime", "synth"]),
     ("output", &["plot", "section"]),
     ("experiments", &["train", "sweep", "real", "secondary"]),
     ("presentation", &["claims", "check", "view", "report"]),

@@ -19,6 +19,24 @@ mod synth;
 mod train;
 mod view;
 
+/// An error of `what` (`loading`, `reading activations`) on `path`, naming the path once: the
+/// runtime's file errors already start with the file they are about (the path itself, or a
+/// file inside a model directory), so the path is added only where the message lacks it.
+pub(crate) fn named_once(
+    what: &str,
+    path: &std::path::Path,
+    e: impl std::fmt::Display,
+) -> anyhow::Error {
+    let (msg, p) = (e.to_string(), path.display().to_string());
+    if msg.starts_with(&p) {
+        anyhow::anyhow!("{what} {msg}")
+    } else if msg.contains(&p) {
+        anyhow::anyhow!("{what}: {msg}")
+    } else {
+        anyhow::anyhow!("{what} {p}: {msg}")
+    }
+}
+
 /// sinklab: attention sinks, checked.
 #[derive(Parser, Debug)]
 #[command(name = "sinklab", version, about, long_about = None)]

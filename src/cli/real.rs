@@ -152,7 +152,7 @@ pub fn run(a: Args) -> Result<i32> {
         // Validate the whole input before loading the model.
         super::real_batch::read_inputs(f, "")?;
     }
-    let mut lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let mut lm = load(&path).map_err(|e| super::named_once("loading", &path, e))?;
     apply_weights(&mut lm, a.weights, a.max_mem.as_deref())?;
     if let Some(f) = batch {
         if a.chat {

@@ -213,23 +213,10 @@ pub fn done_keys(results: &Path) -> Result<std::collections::HashSet<String>> {
     Ok(keys)
 }
 
-/// Replaces `path` by `bytes`: written to a temporary file in the same directory, synced, then
-/// renamed over it, so a failure leaves the old file whole.
+/// Replaces `path` by `bytes` through [`sinklab::atomic::write`], so a failure leaves the old
+/// file whole.
 fn rewrite(path: &Path, bytes: &[u8]) -> Result<()> {
-    let name = path
-        .file_name()
-        .map_or_else(|| "results".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    let w = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()
-    })();
-    if let Err(e) = w {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("writing {}", tmp.display()));
-    }
-    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))
+    sinklab::atomic::write(path, bytes).with_context(|| format!("replacing {}", path.display()))
 }
 
 /// Runs every input of `file` through `lm`, appending to `results`; returns the exit code.

@@ -284,7 +284,7 @@ pub fn run(a: Args) -> Result<i32> {
     }
     if let Some(path) = &a.activations {
         let act = Activations::read(path)
-            .with_context(|| format!("reading activations {}", path.display()))?;
+            .map_err(|e| super::named_once("reading activations", path, e))?;
         let params: Vec<DetectorParams> = std::iter::once(p.clone())
             .chain(if a.with_variants {
                 standard_variants(&p)
@@ -320,7 +320,7 @@ pub fn run(a: Args) -> Result<i32> {
         bail!("give --model NAME|PATH, --activations FILE or --long");
     };
     let path = fetch::resolve(name)?;
-    let mut lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let mut lm = load(&path).map_err(|e| super::named_once("loading", &path, e))?;
     let ctx = lm.model.cfg.max_context;
     sinklab::budget::size(
         &format!("--generate {}", a.generate),
@@ -458,7 +458,7 @@ fn dose(
     if let Some(dir) = &a.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let f = dir.join("dose_response.json");
-        std::fs::write(&f, serde_json::to_string_pretty(&res)?)
+        sinklab::atomic::write(&f, serde_json::to_string_pretty(&res)?)
             .with_context(|| format!("writing {}", f.display()))?;
         errln!("wrote {}", f.display());
     }

@@ -87,7 +87,7 @@ pub fn run(a: Args) -> Result<i32> {
     } else {
         let name = a.model.as_deref().unwrap_or_default();
         let path = fetch::resolve(name)?;
-        let lm = load(&path).with_context(|| format!("loading {}", path.display()))?;
+        let lm = load(&path).map_err(|e| super::named_once("loading", &path, e))?;
         let c = &lm.model.cfg;
         let exact = match heads_of(c.n_layer, c.n_head) {
             Ok(v) => v,
@@ -153,7 +153,8 @@ pub fn run(a: Args) -> Result<i32> {
         d
     };
     let html = sinklab::view::render(&data)?;
-    std::fs::write(&a.out, &html).with_context(|| format!("writing {}", a.out.display()))?;
+    sinklab::atomic::write(&a.out, &html)
+        .with_context(|| format!("writing {}", a.out.display()))?;
     let payload = sinklab::view::payload_bytes(
         data.n_layer,
         data.n_head,

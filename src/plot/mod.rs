@@ -219,7 +219,7 @@ fn mkdir(stem: &Path) -> Result<(), PlotError> {
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<(), PlotError> {
-    std::fs::write(path, bytes).map_err(|e| PlotError::Draw {
+    crate::atomic::write(path, bytes).map_err(|e| PlotError::Draw {
         path: path.to_path_buf(),
         msg: e.to_string(),
     })

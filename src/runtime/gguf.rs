@@ -274,7 +274,9 @@ impl GgufFile {
                 }
             }
         }
-        // No two tensors share a byte.
+        // No two tensors share a byte, and none lies apart from the next by more than padding:
+        // a gap means a tensor's declared type or shape is smaller than the bytes it was
+        // written with (a Q4_0 label on F32 data reads a prefix of it as blocks).
         extents.sort_unstable();
         for w in extents.windows(2) {
             let ((s0, e0, a), (s1, _, b)) = (w[0], w[1]);
@@ -282,6 +284,18 @@ impl GgufFile {
                 return Err(RealError::file(
                     path,
                     format!("tensors `{a}` (bytes {s0}..{e0}) and `{b}` (from byte {s1}) overlap"),
+                ));
+            }
+            if s1 - e0 >= alignment {
+                return Err(RealError::file(
+                    path,
+                    format!(
+                        "{} bytes between tensor `{a}` (bytes {s0}..{e0}) and tensor `{b}` \
+                         (from byte {s1}) belong to no tensor (at most {} of padding are \
+                         allowed): is `{a}`'s type or shape wrong?",
+                        s1 - e0,
+                        alignment - 1
+                    ),
                 ));
             }
         }

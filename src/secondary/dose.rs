@@ -454,7 +454,7 @@ pub fn report_run(
         source: e,
     })?;
     let text = serde_json::to_string_pretty(&v).map_err(|e| RunError::Invalid(e.to_string()))?;
-    std::fs::write(&file, text).map_err(|e| RunError::Io {
+    crate::atomic::write(&file, text.as_bytes()).map_err(|e| RunError::Io {
         path: file.display().to_string(),
         source: e,
     })?;

@@ -231,7 +231,7 @@ pub fn study(
                 gen_secs += t0.elapsed().as_secs_f64();
                 gen_tokens += v.len() - prompt.len();
                 if let Some(pth) = &ids_path {
-                    std::fs::write(pth, serde_json::to_string(&v).unwrap_or_default())
+                    crate::atomic::write(pth, serde_json::to_string(&v).unwrap_or_default())
                         .map_err(io(pth))?;
                 }
                 v
@@ -326,11 +326,18 @@ pub fn write_outputs(
                 v.name.replace(['+', '/', '='], "_")
             ))
         };
-        let mut f = std::fs::File::create(&rec_path).map_err(io(&rec_path))?;
-        for r in &v.records {
-            let line = serde_json::to_string(r).unwrap_or_default();
-            writeln!(f, "{line}").map_err(io(&rec_path))?;
-        }
+        crate::atomic::write_with(
+            &rec_path,
+            |f| {
+                for r in &v.records {
+                    let line = serde_json::to_string(r).unwrap_or_default();
+                    writeln!(f, "{line}")?;
+                }
+                Ok(())
+            },
+            |e| e,
+        )
+        .map_err(io(&rec_path))?;
     }
     let variants: Vec<serde_json::Value> = s
         .variants
@@ -344,7 +351,7 @@ pub fn write_outputs(
         })
         .collect();
     let claims = dir.join("claims.json");
-    std::fs::write(
+    crate::atomic::write(
         &claims,
         json(&serde_json::json!({
             "model": model, "generate": o.generate, "last_layer": o.last,
@@ -356,7 +363,7 @@ pub fn write_outputs(
     )
     .map_err(io(&claims))?;
     let pp = dir.join("patching.json");
-    std::fs::write(&pp, json(&serde_json::json!(s.patches))).map_err(io(&pp))?;
+    crate::atomic::write(&pp, json(&serde_json::json!(s.patches))).map_err(io(&pp))?;
     let mut figs = Vec::new();
     let Some(v) = s
         .variants

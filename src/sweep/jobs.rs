@@ -249,7 +249,7 @@ impl JobPlan {
         let mut out = Vec::new();
         for (name, text) in files {
             let p = dir.join(name);
-            std::fs::write(&p, text).map_err(|source| SweepError::Io {
+            crate::atomic::write(&p, text).map_err(|source| SweepError::Io {
                 path: p.clone(),
                 source,
             })?;

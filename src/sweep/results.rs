@@ -134,9 +134,7 @@ pub(crate) fn move_stale<R: SweepRecord>(
     f.write_all(lines(&stale)?.as_bytes())
         .and_then(|_| f.flush())
         .map_err(io(&stale_path))?;
-    let tmp = path.with_extension("jsonl.tmp");
-    std::fs::write(&tmp, lines(&kept)?).map_err(io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io(path))?;
+    crate::atomic::write(path, lines(&kept)?).map_err(io(path))?;
     Ok(stale.len())
 }
 
@@ -188,8 +186,6 @@ pub fn merge<R: SweepRecord>(inputs: &[PathBuf], out: &Path) -> Result<usize, Sw
         }
     }
     let recs: Vec<&R> = all.values().collect();
-    let tmp = out.join("results.jsonl.tmp");
-    std::fs::write(&tmp, lines(&recs)?).map_err(io(&tmp))?;
-    std::fs::rename(&tmp, &dst).map_err(io(&dst))?;
+    crate::atomic::write(&dst, lines(&recs)?).map_err(io(&dst))?;
     Ok(recs.len())
 }

@@ -18,7 +18,7 @@ pub fn analyze(
     let fits = fit_all(&records, n_boot, seed);
     let fit_path = dir.join("fit.json");
     let json = serde_json::to_string_pretty(&fits).map_err(|e| SweepError::Spec(e.to_string()))?;
-    std::fs::write(&fit_path, json).map_err(io(&fit_path))?;
+    crate::atomic::write(&fit_path, json).map_err(io(&fit_path))?;
     let mut figs = Vec::new();
     if records.iter().all(|r| r.value.is_none()) {
         return Ok((fits, figs));
@@ -30,12 +30,22 @@ pub fn analyze(
         v.dedup();
         v
     };
+    let several = |source: &str| {
+        let mut s: Vec<&str> = records
+            .iter()
+            .filter(|r| r.source == source)
+            .map(|r| r.setting.as_str())
+            .collect();
+        s.sort_unstable();
+        s.dedup();
+        s.len() > 1
+    };
     let mut panels = Vec::new();
     for norm in &norms {
         let mut series = Vec::new();
         let mut closed = Vec::new();
         let mut color = 0;
-        for ((source, emb, n, pattern), rs) in &g {
+        for ((source, emb, n, pattern, setting), rs) in &g {
             if n != norm {
                 continue;
             }
@@ -43,9 +53,18 @@ pub fn analyze(
             if pts.is_empty() {
                 continue;
             }
-            let mut label = format!("{pattern} ({source}, {emb})");
+            // The setting is named only where this panel holds two of one source.
+            let mut label = if several(source) {
+                format!("{pattern} ({source}, {emb}; {setting})")
+            } else {
+                format!("{pattern} ({source}, {emb})")
+            };
             if let Some(f) = fits.iter().find(|f| {
-                &f.source == source && &f.embedding == emb && &f.norm == n && &f.pattern == pattern
+                &f.source == source
+                    && &f.embedding == emb
+                    && &f.norm == n
+                    && &f.pattern == pattern
+                    && &f.setting == setting
             }) {
                 // Fitted line pivoting at the centre of the log-T range; band from the slope CI.
                 let lx: Vec<f64> = pts.iter().map(|p| p.0.ln()).collect();
@@ -119,7 +138,7 @@ pub fn analyze(
     // Ratio diagonal/sink per (source, embedding, norm), mean over seeds per T.
     let mut rseries = Vec::new();
     let mut color = 0;
-    for ((source, emb, norm, pattern), rs) in &g {
+    for ((source, emb, norm, pattern, setting), rs) in &g {
         if pattern != "diagonal" {
             continue;
         }
@@ -128,6 +147,7 @@ pub fn analyze(
             emb.clone(),
             norm.clone(),
             "sink".to_string(),
+            setting.clone(),
         )) else {
             continue;
         };
@@ -138,7 +158,11 @@ pub fn analyze(
             .collect();
         if !pts.is_empty() {
             rseries.push(Series::new(
-                format!("{norm} ({source}, {emb})"),
+                if several(source) {
+                    format!("{norm} ({source}, {emb}; {setting})")
+                } else {
+                    format!("{norm} ({source}, {emb})")
+                },
                 pts,
                 Style::LinePoints,
                 color,

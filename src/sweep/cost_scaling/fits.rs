@@ -1,5 +1,5 @@
 //! Exponent fits of the cost-scaling records: one power law per
-//! (source, embedding, norm, pattern) group, and which records enter a fit.
+//! (source, embedding, norm, pattern, setting) group, and which records enter a fit.
 
 use super::point::Record;
 use crate::fit::{PowerFit, fit_power_law};
@@ -17,6 +17,10 @@ pub struct GroupFit {
     pub norm: String,
     /// Embedding family.
     pub embedding: String,
+    /// The records' setting (width and gap rules, or the training configuration; see
+    /// [`Record::setting`]): records of two settings are two fits, never one.
+    #[serde(default)]
+    pub setting: String,
     /// The power-law fit of value against T.
     pub fit: PowerFit,
     /// T range.
@@ -28,7 +32,9 @@ pub struct GroupFit {
     pub excluded: usize,
 }
 
-pub(super) type GroupKey = (String, String, String, String);
+/// (source, embedding, norm, pattern, setting): every parameter of a record that changes the
+/// math except T (the fit's abscissa) and the seed (its replicates).
+pub(super) type GroupKey = (String, String, String, String, String);
 
 pub(super) fn groups(records: &[Record]) -> BTreeMap<GroupKey, Vec<&Record>> {
     let mut g: BTreeMap<GroupKey, Vec<&Record>> = BTreeMap::new();
@@ -38,6 +44,7 @@ pub(super) fn groups(records: &[Record]) -> BTreeMap<GroupKey, Vec<&Record>> {
             r.embedding.clone(),
             r.norm.clone(),
             r.pattern.clone(),
+            r.setting.clone(),
         ))
         .or_default()
         .push(r);
@@ -45,7 +52,7 @@ pub(super) fn groups(records: &[Record]) -> BTreeMap<GroupKey, Vec<&Record>> {
     g
 }
 
-/// Fits every (source, embedding, norm, pattern) group; bootstrap seeded by `seed`.
+/// Fits every (source, embedding, norm, pattern, setting) group; bootstrap seeded by `seed`.
 ///
 /// The records are sorted by (point id, norm) first, so the bootstrap draws, hence the CIs,
 /// do not depend on the order they were written in (thread count, resumes, merges).
@@ -53,7 +60,7 @@ pub fn fit_all(records: &[Record], n_boot: usize, seed: u64) -> Vec<GroupFit> {
     let mut sorted = records.to_vec();
     sorted.sort_by(|a, b| (&a.id, &a.norm).cmp(&(&b.id, &b.norm)));
     let mut out = Vec::new();
-    for ((source, embedding, norm, pattern), rs) in groups(&sorted) {
+    for ((source, embedding, norm, pattern, setting), rs) in groups(&sorted) {
         let pts: Vec<(f64, f64)> = rs
             .iter()
             .filter(|r| usable(r))
@@ -73,6 +80,7 @@ pub fn fit_all(records: &[Record], n_boot: usize, seed: u64) -> Vec<GroupFit> {
                 pattern,
                 norm,
                 embedding,
+                setting,
                 fit,
                 t_min,
                 t_max,

@@ -45,16 +45,12 @@ pub fn identity(spec: &SweepSpec) -> String {
     format!("{} {hex}", spec.name.escape_default())
 }
 
-/// Writes `dir/sweep.id` through a temporary file and a rename (a crash leaves the old file or
+/// Writes `dir/sweep.id` through [`crate::atomic::write`] (a crash leaves the old file or
 /// the new one, never a cut line).
 fn write_identity(dir: &Path, id: &str) -> Result<(), SweepError> {
-    let (tmp, dst) = (dir.join(".sweep.id.tmp"), dir.join(IDENTITY_FILE));
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| SweepError::Io { path, source }
-    };
-    std::fs::write(&tmp, format!("{id}\n")).map_err(io(&tmp))?;
-    std::fs::rename(&tmp, &dst).map_err(io(&dst))
+    let dst = dir.join(IDENTITY_FILE);
+    crate::atomic::write(&dst, format!("{id}\n"))
+        .map_err(|source| SweepError::Io { path: dst, source })
 }
 
 fn read_identity(dir: &Path) -> Result<Option<String>, SweepError> {
@@ -170,7 +166,7 @@ pub fn check_budget(
         let id = p.id();
         let readable = id.split('#').next().unwrap_or(&id);
         let e = match p {
-            Point::Exact(q, o) => {
+            Point::Exact(q, o, _) => {
                 if o.max_iter > default_iter {
                     let nuclear = q.norm == cost::NormKind::Nuclear;
                     let one = budget::cost_program_iterations(q.t, q.d, nuclear, o.max_iter);

@@ -9,8 +9,10 @@ use serde::{Deserialize, Serialize};
 /// One sweep point.
 #[derive(Clone, Debug)]
 pub enum Point {
-    /// An exact program, solved with the options of its `[[exact]]` block.
-    Exact(CostQuery, SolveOptions),
+    /// An exact program, solved with the options of its `[[exact]]` block; the third field is
+    /// the block's setting ([`super::spec::ExactSpec::setting`]: its width and gap rules), what
+    /// keeps records of two blocks in two fits.
+    Exact(CostQuery, SolveOptions, String),
     /// A training run.
     Trained(TrainConfig),
 }
@@ -55,7 +57,7 @@ impl Point {
     /// tolerance (BENCHMARKS.md), so a sweep may be resumed on either.
     pub fn id(&self) -> String {
         let readable = match self {
-            Point::Exact(q, _) => format!(
+            Point::Exact(q, ..) => format!(
                 "exact/{}/{}/{}/t{}/d{}/s{}/delta{}{}",
                 q.pattern,
                 q.norm,
@@ -84,7 +86,7 @@ impl Point {
             ),
         };
         let point = match self {
-            Point::Exact(q, o) => IdentityPoint::Exact {
+            Point::Exact(q, o, _) => IdentityPoint::Exact {
                 query: q,
                 rel_gap: o.rel_gap,
                 max_iter: o.max_iter,
@@ -115,7 +117,7 @@ impl Point {
     /// Relative cost (largest points start first).
     pub fn cost_weight(&self) -> f64 {
         match self {
-            Point::Exact(q, _) => {
+            Point::Exact(q, ..) => {
                 (q.t as f64).powi(3)
                     * if q.norm == NormKind::Nuclear {
                         20.0
@@ -161,6 +163,12 @@ pub struct Record {
     /// Gap Δ (exact).
     #[serde(default)]
     pub delta: Option<f64>,
+    /// Every parameter of the point's block that changes the math beyond T and the seed (exact:
+    /// the width rule `d_factor`/`d`, the gap rule `delta`/`eps`, the head scope's `on_rate`;
+    /// trained: the configuration): part of the fit group, so two settings are never pooled.
+    /// Empty in records written before it existed.
+    #[serde(default)]
+    pub setting: String,
     /// Pattern the off-queries learned (trained).
     #[serde(default)]
     pub learned: Option<String>,
@@ -200,7 +208,7 @@ pub fn compute(p: &Point) -> Vec<Record> {
 pub fn compute_on(p: &Point, gpu: Option<&crate::backend::Wgpu>) -> Vec<Record> {
     let start = std::time::Instant::now();
     match p {
-        Point::Exact(q, opts) => {
+        Point::Exact(q, opts, setting) => {
             let (sol, err) = match crate::train::embeddings::solve_query(q, *opts) {
                 Ok(s) => (Some(s), None),
                 Err(e) => (None, Some(e.to_string())),
@@ -216,6 +224,7 @@ pub fn compute_on(p: &Point, gpu: Option<&crate::backend::Wgpu>) -> Vec<Record> 
                 rel_gap: sol.as_ref().and_then(|s| s.rel_gap),
                 feasible: sol.as_ref().map(|s| s.feasible),
                 delta: Some(q.delta),
+                setting: setting.clone(),
                 error: err,
                 seconds: start.elapsed().as_secs_f64(),
                 ..blank(p, q.pattern.to_string(), norm, "exact", embedding, shape)
@@ -285,14 +294,17 @@ pub fn compute_on(p: &Point, gpu: Option<&crate::backend::Wgpu>) -> Vec<Record> 
 /// The record of a trained point with no result (yet): identity fields only.
 fn failed_trained(p: &Point, c: &TrainConfig, pattern: &str, norm: &str) -> Record {
     let shape = (c.t, c.d, c.seed);
-    blank(
-        p,
-        pattern.into(),
-        norm.into(),
-        "trained",
-        "trained".into(),
-        shape,
-    )
+    Record {
+        setting: trained_setting(c),
+        ..blank(
+            p,
+            pattern.into(),
+            norm.into(),
+            "trained",
+            "trained".into(),
+            shape,
+        )
+    }
 }
 
 /// A record with the identity fields of point `p` (`(t, d, seed)` in `shape`) and no result.
@@ -318,6 +330,7 @@ fn blank(
         rel_gap: None,
         feasible: None,
         delta: None,
+        setting: String::new(),
         learned: None,
         sink_score: None,
         diagonal_score: None,
@@ -328,6 +341,20 @@ fn blank(
         error: None,
         seconds: 0.0,
     }
+}
+
+/// The setting of a trained point: its whole configuration except the two coordinates a fit
+/// runs over (`t`, `seed`) and the variant (`mask_bos_key`, already the record's pattern), as
+/// canonical JSON, so runs of different widths, ranks, steps or
+/// learning rates never share a fit.
+fn trained_setting(c: &TrainConfig) -> String {
+    let mut v = serde_json::to_value(c).unwrap_or_default();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("t");
+        m.remove("seed");
+        m.remove("mask_bos_key");
+    }
+    v.to_string()
 }
 
 impl SweepPoint for Point {

@@ -274,18 +274,16 @@ impl SweepSpec {
     }
 
     /// Refuses two `[[exact]]` blocks whose points fall into one fit group (embedding,
-    /// recorded norm, pattern) with different gaps (`delta`, or `eps`): a fit pools every
-    /// record of its group, and one exponent over costs of two gaps is no exponent of either.
+    /// recorded norm, pattern) with different settings ([`ExactSpec::setting`]: width rule,
+    /// gap rule, `on_rate`): the fits keep the two apart, but the section's verdict and the
+    /// figure's legend read one fit per group, so the spec says which it means.
     fn check_one_gap_per_fit(&self, c: &Check<'_>) -> Result<(), SweepError> {
         use std::collections::BTreeMap;
-        let gap = |e: &ExactSpec| match e.eps {
-            Some(eps) => format!("eps = {eps}"),
-            None => format!("delta = {}", e.delta.unwrap_or(10.0)),
-        };
-        let mut seen: BTreeMap<(String, String, String), usize> = BTreeMap::new();
+        let mut seen: BTreeMap<(String, String, String), (usize, String)> = BTreeMap::new();
         for (i, e) in self.exact.iter().enumerate() {
             for emb in &e.embeddings {
-                for scope in &e.scopes {
+                for &scope in &e.scopes {
+                    let setting = e.setting(scope);
                     for norm in &e.norms {
                         if !e.t.iter().any(|&t| {
                             *norm != NormKind::Nuclear || e.max_t_nuclear.is_none_or(|m| t <= m)
@@ -299,22 +297,17 @@ impl SweepSpec {
                         for pattern in &e.patterns {
                             let key = (emb.to_string(), norm.clone(), pattern.to_string());
                             match seen.get(&key) {
-                                Some(&j) if gap(&self.exact[j]) != gap(e) => {
+                                Some((j, other)) if *other != setting => {
                                     return Err(SweepError::Spec(format!(
-                                        "{}: `exact[{j}]` ({}) and `exact[{i}]` ({}) would be \
-                                         pooled into one fit ({} {} {}): one gap per fit; put \
-                                         them in separate specs",
-                                        c.file,
-                                        gap(&self.exact[j]),
-                                        gap(e),
-                                        key.0,
-                                        key.1,
-                                        key.2
+                                        "{}: `exact[{j}]` ({other}) and `exact[{i}]` ({setting}) \
+                                         would share one fit ({} {} {}): one setting per fit; \
+                                         put them in separate specs",
+                                        c.file, key.0, key.1, key.2
                                     )));
                                 }
                                 Some(_) => {}
                                 None => {
-                                    seen.insert(key, i);
+                                    seen.insert(key, (i, setting.clone()));
                                 }
                             }
                         }
@@ -371,6 +364,7 @@ impl SweepSpec {
                                             seed,
                                         },
                                         e.solve_options(),
+                                        e.setting(scope),
                                     ));
                                 }
                             }
@@ -413,6 +407,24 @@ impl SweepSpec {
 }
 
 impl ExactSpec {
+    /// The block's setting as a fit sees it: the width rule (`d = D` or `d_factor = K`), the gap
+    /// rule (`eps = E` or `delta = Δ`) and, for the whole-head scope, `on_rate`. Records of one
+    /// (embedding, norm, pattern) with two settings are two fits.
+    pub fn setting(&self, scope: Scope) -> String {
+        let width = match self.d {
+            Some(d) => format!("d = {d}"),
+            None => format!("d_factor = {}", self.d_factor),
+        };
+        let gap = match self.eps {
+            Some(eps) => format!("eps = {eps}"),
+            None => format!("delta = {}", self.delta.unwrap_or(10.0)),
+        };
+        match scope {
+            Scope::Qk => format!("{width}, {gap}"),
+            Scope::Head => format!("{width}, {gap}, on_rate = {}", self.on_rate),
+        }
+    }
+
     /// Solver options of the block's points: its `tol` and `max_iter` as written.
     pub fn solve_options(&self) -> SolveOptions {
         SolveOptions {
