@@ -329,9 +329,12 @@ fn run_from(tokens: &[u32], pairs: Vec<PairMass>, heads: Vec<HeadValues>, seed: 
     }
 }
 
+/// A named statistic of one pair.
+pub type PairStatistic = (&'static str, fn(&PairMass) -> f64);
+
 /// The pair statistics compared, larger meaning "routed to ≈ 0 values" in THEORY §4's reading:
 /// (JSON name, value).
-pub const STATISTICS: [(&str, fn(&PairMass) -> f64); 3] = [
+pub const STATISTICS: [PairStatistic; 3] = [
     ("sink", |p| p.sink),
     ("zero_value", |p| p.zero_value),
     ("neg_attended_value", |p| -p.attended_value),
