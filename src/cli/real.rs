@@ -70,7 +70,7 @@ pub struct Args {
     /// (off_vs_random | off_vs_random_nosink | off_sink_vs_off_nosink), separations: [{statistic
     /// (sink | zero_value | neg_attended_value), auc: {value, lo, hi, ...}, label (separates |
     /// uninformative | reversed), median_sink, median_nosink (medians of the first and second
-    /// group)}]}], verdict}; RUN = {first_token, n_tokens, n_pairs, heads: [{layer, head, v0_rel
+    /// group)}]}], seconds, verdict}; RUN = {first_token, n_tokens, n_pairs, heads: [{layer, head, v0_rel
     /// (‖v_0‖ / mean value norm), n_low_keys}], off and random: SUMMARY, off_sink_value_low (off
     /// pairs whose head's ‖v_0‖ is low), off_pairs: [{layer, head, query, size (‖o_i‖ / mean),
     /// sink (mass on position 0), low_value (on keys j ≥ 1 with ‖v_j‖ ≤ 0.2 × mean), spread (the

@@ -382,6 +382,8 @@ pub struct HardSwitch {
     pub nosink: Option<Run>,
     /// Off pairs against random pairs (each run), and off pairs of the two runs.
     pub comparisons: Vec<Comparison>,
+    /// Wall time of [`study`] (forward passes and intervals), seconds.
+    pub seconds: f64,
 }
 
 /// The no-sink input: `tokens` without its BOS (when it starts with `bos`), `first` prepended,
@@ -404,6 +406,7 @@ pub fn study(
     nosink_first: Option<u32>,
     seed: u64,
 ) -> Result<HardSwitch, RealError> {
+    let t0 = std::time::Instant::now();
     let sink = analyze(m, tokens, seed)?;
     let nosink = match nosink_first {
         Some(f) => Some(analyze(
@@ -413,7 +416,9 @@ pub fn study(
         )?),
         None => None,
     };
-    Ok(assemble(sink, nosink, seed))
+    let mut s = assemble(sink, nosink, seed);
+    s.seconds = t0.elapsed().as_secs_f64();
+    Ok(s)
 }
 
 fn assemble(sink: Run, nosink: Option<Run>, seed: u64) -> HardSwitch {
@@ -442,6 +447,7 @@ fn assemble(sink: Run, nosink: Option<Run>, seed: u64) -> HardSwitch {
         sink,
         nosink,
         comparisons,
+        seconds: 0.0,
     }
 }
 
@@ -562,7 +568,7 @@ pub fn verdict(s: &HardSwitch) -> String {
         off.dominant[k],
         off.n,
         if off.zero_value >= 0.5 && zv == "separates" {
-            "reproduced (most of the off mass is on ≈ 0-value keys)"
+            "consistent with it (most of the off mass, m⁰ ≥ ½, is on ≈ 0-value keys, more than on random pairs; at this threshold the theorem's bound z/(γη) is loose, so this checks the direction, not the constant)"
         } else if zv == "separates" {
             "in the predicted direction but most of the off mass is on keys with an ordinary value (zero by cancellation: the cone condition does not hold on these heads)"
         } else {
@@ -693,7 +699,11 @@ mod tests {
         let sep = &s.comparisons[0].separations;
         assert_eq!(sep.len(), STATISTICS.len());
         assert!(sep.iter().all(|x| x.label == "separates"), "{sep:?}");
-        assert!(verdict(&s).contains(": reproduced"), "{}", verdict(&s));
+        assert!(
+            verdict(&s).contains(": consistent with it"),
+            "{}",
+            verdict(&s)
+        );
         // Every pair alike: nothing separates.
         let flat: Vec<PairMass> = (1..200).map(|i| pair(0, i, 0.1, 0.2)).collect();
         let f = assemble(run_from(&[1, 2, 3], flat, heads, 7), None, 3);
