@@ -306,3 +306,94 @@ fn first_token_scan_is_quoted() {
         }
     }
 }
+
+/// The A3 (real) row of theorems/README.md (`real::hard_switch_real::study` on the report's
+/// text, cut to 48 tokens as the report does, seed 0): per model the off and pair counts, the
+/// mass split of off and random pairs, m⁰ and its AUC; for the no-sink controls the off
+/// pairs' split, their most attended key, and the AUCs of the sink share and of m⁰ between
+/// the off pairs of the two conditions.
+#[test]
+fn real_model_hard_switch_is_quoted() {
+    use sinklab::real::hard_switch_real::{Comparison, study};
+    use sinklab::real::head_space::first_token;
+    use sinklab::real::report_section::REPORT_TEXT;
+    let (_, theorems) = docs();
+    let auc = |c: &[Comparison], name: &str, st: &str| {
+        let x = c
+            .iter()
+            .find(|c| c.name == name)
+            .and_then(|c| c.separations.iter().find(|s| s.statistic == st))
+            .unwrap();
+        format!("{:.2} [{:.2}, {:.2}]", x.auc.value, x.auc.lo, x.auc.hi)
+    };
+    for (name, label, bos, nosink) in [
+        ("smollm2", "SmolLM2", Bos::Auto, None),
+        ("gemma3-270m", "Gemma", Bos::Yes, Some("<eos>")),
+        (
+            "qwen2.5-coder-0.5b",
+            "Qwen",
+            Bos::Auto,
+            Some("<|endoftext|>"),
+        ),
+    ] {
+        let Some(path) = fetch::cached(name) else {
+            assert!(
+                std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
+                "{name} not fetched"
+            );
+            eprintln!("SKIP: {name} not fetched");
+            continue;
+        };
+        let lm = load(&path).unwrap();
+        let mut toks = lm.tok.as_ref().unwrap().encode(REPORT_TEXT, bos).unwrap();
+        toks.truncate(48);
+        let nf = nosink.map(|f| first_token(&lm, f).unwrap());
+        let s = study(&lm.model, &toks, nf, 0).unwrap();
+        let (o, r) = (&s.sink.off, &s.sink.random);
+        has(
+            &theorems,
+            "theorems/README.md",
+            &format!("{} of {} off; ", o.n, s.sink.n_pairs),
+        );
+        has(
+            &theorems,
+            "theorems/README.md",
+            &format!(
+                "{:.3} / {:.3} / {:.3} (random {:.3} / {:.3} / {:.3}); m⁰ {:.3} against {:.3}, AUC {}",
+                o.sink,
+                o.low_value,
+                o.spread,
+                r.sink,
+                r.low_value,
+                r.spread,
+                o.zero_value,
+                r.zero_value,
+                auc(&s.comparisons, "off_vs_random", "zero_value")
+            ),
+        );
+        if let (Some(n), Some(f)) = (&s.nosink, nosink) {
+            let no = &n.off;
+            has(
+                &theorems,
+                "theorems/README.md",
+                &format!(
+                    "with `{f}` first on {label}, {} pairs are off and put {:.3} on position 0 but {:.3} on ≈ 0-value keys j ≥ 1, the most attended key being position {}",
+                    no.n, no.sink, no.low_value, no.top_key_mode.0
+                ),
+            );
+            has(
+                &theorems,
+                "theorems/README.md",
+                &format!(" on {} of them", no.top_key_mode.1),
+            );
+            let c = &s.comparisons;
+            for st in ["sink", "zero_value"] {
+                has(
+                    &theorems,
+                    "theorems/README.md",
+                    &format!("{label} {}", auc(c, "off_sink_vs_off_nosink", st)),
+                );
+            }
+        }
+    }
+}

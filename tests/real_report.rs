@@ -31,15 +31,26 @@ fn real_models_section_writes_tables_verdicts_and_figures() {
         s.markdown
     );
     // 30 layers: one row per layer in the statistics table (24 tokens) and one in the pooled
-    // A1 table (`head_space`), and one row per statistic of the A1 split by attention to
-    // position 0 (`sink_control`; SmolLM2 has no no-sink first token).
+    // A1 table (`head_space`), one row per statistic of the A1 split by attention to
+    // position 0 (`sink_control`; SmolLM2 has no no-sink first token), and the off and random
+    // rows of the A3 table.
     assert_eq!(
         s.markdown
             .lines()
             .filter(|l| l.starts_with("| ") && !l.starts_with("| layer"))
             .filter(|l| !l.starts_with("| statistic"))
+            .filter(|l| !l.starts_with("| pairs"))
             .count(),
-        60 + sinklab::real::sink_control::STATISTICS.len()
+        60 + sinklab::real::sink_control::STATISTICS.len() + 2
+    );
+    // A3 on real heads (`hard_switch_real`): off and random pairs (no no-sink run in quick).
+    assert!(
+        s.markdown
+            .contains("**A3 (hard switch ⇒ sink, THEORY §4).**")
+            && s.markdown.contains("| off, `")
+            && s.markdown.contains("*A3 verdict:*"),
+        "{}",
+        s.markdown
     );
     assert!(
         s.markdown.contains("Split by attention to position 0")

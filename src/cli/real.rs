@@ -1,11 +1,11 @@
 //! `sinklab real --model <name|path> (--text S | --file F | --tokens IDS) [--bos auto|yes|no] [--json]
-//! [--matmul exact|q8] [--weights file|f32] [--a1 [--first-token ID|TEXT]]` (`--a1` with a
+//! [--matmul exact|q8] [--weights file|f32] [--a1 [--first-token ID|TEXT]] [--a3 [--a3-nosink ID|TEXT]]` (`--a1` with a
 //! plain-text `--file` pools its lines in the head-space analysis of [`sinklab::real::head_space`])
 //! `sinklab real --model M --file inputs.jsonl [--results R.jsonl]` (many inputs, one load:
 //! [`super::real_batch`]) and `sinklab real --activations F`.
 
 use anyhow::{Context, Result, bail};
-use sinklab::real::{analysis, head_space};
+use sinklab::real::{analysis, hard_switch_real, head_space};
 use sinklab::runtime::tokenizer::{Bos, apply_bos};
 use sinklab::runtime::{fetch, load};
 use std::path::PathBuf;
@@ -37,7 +37,7 @@ pub struct Args {
     #[arg(long, conflicts_with_all = ["tokens", "bos", "activations", "results"])]
     chat: bool,
     /// Activations file (schema in `sinklab::real::activations`) instead of a model.
-    #[arg(long, conflicts_with_all = ["model", "text", "file", "tokens", "bos", "a1", "a2"])]
+    #[arg(long, conflicts_with_all = ["model", "text", "file", "tokens", "bos", "a1", "a2", "a3"])]
     activations: Option<PathBuf>,
     /// Also run A1: the half-space verdict per layer on the input's layer inputs (as before),
     /// and the pooled head-space analysis (`sinklab::real::head_space`) in each head's logit
@@ -63,6 +63,31 @@ pub struct Args {
     /// token prepended, so it replaces --bos (giving both is refused).
     #[arg(long, requires = "a1", conflicts_with_all = ["bos", "chat"])]
     first_token: Option<String>,
+    /// Also run A3 on real heads (`sinklab::real::hard_switch_real`, THEORY §4): for the
+    /// (head, query) pairs whose output is ≈ 0 (‖o_i‖ ≤ 0.2 × the head's mean value norm: "off"),
+    /// where the attention mass goes, against 1000 random pairs (seed 0) of the same input.
+    /// JSON: `a3_hard_switch` = {threshold, sink: RUN, nosink: RUN or null, comparisons: [{name
+    /// (off_vs_random | off_vs_random_nosink | off_sink_vs_off_nosink), separations: [{statistic
+    /// (sink | zero_value | neg_attended_value), auc: {value, lo, hi, ...}, label (separates |
+    /// uninformative | reversed), median_sink, median_nosink (medians of the first and second
+    /// group)}]}], seconds, verdict}; RUN = {first_token, n_tokens, n_pairs, heads: [{layer, head, v0_rel
+    /// (‖v_0‖ / mean value norm), n_low_keys}], off and random: SUMMARY, off_sink_value_low (off
+    /// pairs whose head's ‖v_0‖ is low), off_pairs: [{layer, head, query, size (‖o_i‖ / mean),
+    /// sink (mass on position 0), low_value (on keys j ≥ 1 with ‖v_j‖ ≤ 0.2 × mean), spread (the
+    /// rest; the three sum to 1), zero_value (mass on every low-value key, position 0 included
+    /// when its value is low), attended_value (Σ_j A_ij‖v_j‖ / mean), entropy (nats),
+    /// entropy_norm (/ ln keys seen), top_key (the most attended key)}]}; SUMMARY = {n, the
+    /// means of those fields, attended_value_median, dominant: [pairs whose largest share is
+    /// sink, low-value, spread], top_key_mode: [key, pairs]}.
+    /// The first text only (with a plain --file and --a1, its first line).
+    #[arg(long)]
+    a3: bool,
+    /// The no-sink control of --a3: the same input with this token (an id, or a text that is
+    /// one token, e.g. "<|endoftext|>" on Qwen) at position 0: the input's BOS, when it starts
+    /// with the model's BOS, is replaced, otherwise the token is prepended and the last token
+    /// dropped (same length).
+    #[arg(long, requires = "a3")]
+    a3_nosink: Option<String>,
     /// Also run the A2 interventions (per head: attention := identity / uniform; THEORY §7).
     #[arg(long)]
     a2: bool,
@@ -144,6 +169,11 @@ pub fn run(a: Args) -> Result<i32> {
             );
             return Ok(2);
         }
+        if a.a3 {
+            bail!(
+                "--a3 with a .jsonl --file is not implemented: give --text, --tokens or a plain --file"
+            );
+        }
         if a.matmul == MatmulArg::Q8 {
             bail!(
                 "--matmul q8 with a .jsonl --file is not implemented: run single inputs to see its measured deviation"
@@ -165,6 +195,16 @@ pub fn run(a: Args) -> Result<i32> {
             Ok(id) => Some(id),
             Err(e) => {
                 errln!("error: --first-token: {e}");
+                return Ok(2);
+            }
+        },
+        None => None,
+    };
+    let a3_nosink = match &a.a3_nosink {
+        Some(f) => match head_space::first_token(&lm, f) {
+            Ok(id) => Some(id),
+            Err(e) => {
+                errln!("error: --a3-nosink: {e}");
                 return Ok(2);
             }
         },
@@ -255,7 +295,12 @@ pub fn run(a: Args) -> Result<i32> {
     } else {
         None
     };
-    if a.json && q8.is_none() && a1p.is_none() {
+    let a3 = if a.a3 {
+        Some(hard_switch_real::study(&lm.model, &tokens, a3_nosink, 0)?)
+    } else {
+        None
+    };
+    if a.json && q8.is_none() && a1p.is_none() && a3.is_none() {
         // The report as it serialises (f32 fields exactly as a batch writes them).
         outln!("{}", serde_json::to_string_pretty(&rep)?);
     } else if a.json {
@@ -274,6 +319,13 @@ pub fn run(a: Args) -> Result<i32> {
                     o.insert("a1_pooled".into(), serde_json::json!({ "error": e }));
                 }
                 None => {}
+            }
+            if let Some(s) = &a3 {
+                let mut j = serde_json::to_value(s)?;
+                if let Some(m) = j.as_object_mut() {
+                    m.insert("verdict".into(), hard_switch_real::verdict(s).into());
+                }
+                o.insert("a3_hard_switch".into(), j);
             }
         }
         outln!("{}", serde_json::to_string_pretty(&v)?);
@@ -354,6 +406,14 @@ pub fn run(a: Args) -> Result<i32> {
         }
         if let Some(s) = &rep.a2_skill {
             out!("{}", sinklab::real::a2_skill::markdown(s, rep.tokens.len()));
+        }
+        if let Some(s) = &a3 {
+            let first = token_text(&lm, s.sink.first_token);
+            let nos = s.nosink.as_ref().map(|r| token_text(&lm, r.first_token));
+            out!(
+                "\n{}",
+                hard_switch_real::markdown(s, (&first, nos.as_deref()))
+            );
         }
     }
     Ok(0)

@@ -110,6 +110,33 @@ fn a1_controls(
     Ok(())
 }
 
+/// A3 on real heads (decoders only): where the mass of the (head, query) pairs with output ≈ 0
+/// goes ([`super::hard_switch_real`]), on the A2 tokens, with the model's no-sink first token
+/// when it has one (full report only; the same input as the A4/A6 no-sink control).
+fn a3_hard_switch(
+    md: &mut String,
+    lm: &crate::runtime::LoadedModel,
+    toks: &[u32],
+    nosink_first: Option<&str>,
+    ctx: &ReportCtx,
+) -> Result<(), SectionError> {
+    use super::hard_switch_real as hs;
+    if !lm.model.cfg.causal {
+        return Ok(());
+    }
+    let nf = match nosink_first {
+        Some(f) if !ctx.quick => Some((f, head_space::first_token(lm, f)?)),
+        _ => None,
+    };
+    let s = hs::study(&lm.model, toks, nf.map(|x| x.1), ctx.seed)?;
+    let first = lm
+        .tok
+        .as_ref()
+        .map_or(String::new(), |t| t.decode(&toks[..1]));
+    md.push_str(&hs::markdown(&s, (&first, nf.map(|x| x.0))));
+    Ok(())
+}
+
 /// Builds the section.
 pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
     let mut md = String::new();
@@ -254,6 +281,7 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
                 Err(e) => writeln!(md, "A4/A6 no-sink control: not run ({e}).\n")?,
             }
         }
+        a3_hard_switch(&mut md, &lm, &a2_toks, nosink_first, ctx)?;
         if let Some((sq, sv, rq, rv, ns, nr)) = cost_split(&rep) {
             writeln!(
                 md,
