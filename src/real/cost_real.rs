@@ -92,7 +92,7 @@ impl Options {
         if !(self.delta > 0.0 && self.delta.is_finite()) {
             return bad(format!("A5: delta {} must be positive", self.delta));
         }
-        if !(self.tol > 0.0 && self.tol < 1.0) || !(self.max_fit_gap > 0.0) {
+        if !(self.tol > 0.0 && self.tol < 1.0 && self.max_fit_gap > 0.0) {
             return bad(format!(
                 "A5: tol {} must lie in (0, 1) and max_fit_gap {} be positive",
                 self.tol, self.max_fit_gap
@@ -164,7 +164,7 @@ pub struct Exponents {
     pub t_sink: Vec<usize>,
     /// Prefix lengths of the diagonal fit.
     pub t_diagonal: Vec<usize>,
-    /// Fit of the sink cost (`None` with fewer than two points).
+    /// Fit of the sink cost (`None` with fewer than three points).
     pub sink: Option<PowerFit>,
     /// Fit of the diagonal cost.
     pub diagonal: Option<PowerFit>,
@@ -327,7 +327,7 @@ pub fn solve_point(
 /// "flat" when it holds 0, otherwise the exponent and which side of ½ it lies.
 pub fn ratio_verdict(f: Option<&PowerFit>) -> String {
     let Some(f) = f else {
-        return "untestable (fewer than two prefix lengths with both costs)".into();
+        return "untestable (fewer than three prefix lengths with both costs fitted)".into();
     };
     let (lo, hi) = (f.ci_low, f.ci_high);
     if lo <= 0.5 && 0.5 <= hi && lo > 0.0 {
@@ -343,8 +343,12 @@ pub fn ratio_verdict(f: Option<&PowerFit>) -> String {
     }
 }
 
+/// A fit needs three prefix lengths: with two the line passes through both points and every
+/// bootstrap resample repeats one of them, so its interval would collapse onto the estimate.
+const MIN_FIT_POINTS: usize = 3;
+
 fn fit_of(pts: &[(f64, f64)], o: &Options) -> Option<PowerFit> {
-    (pts.len() >= 2)
+    (pts.len() >= MIN_FIT_POINTS)
         .then(|| fit_power_law(pts, o.n_boot, 0.95, o.seed).ok())
         .flatten()
 }
