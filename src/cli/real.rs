@@ -91,6 +91,32 @@ pub struct Args {
     /// Also run the A2 interventions (per head: attention := identity / uniform; THEORY §7).
     #[arg(long)]
     a2: bool,
+    /// A5 on real inputs (THEORY §6, `sinklab::real::cost_real`): the minimal sink and
+    /// diagonal costs min ‖W‖ (Frobenius, nuclear; Δ = 10) on the normalised inputs N₁(x) of
+    /// an early, a middle and a late layer (1, L/2, L−1, or --a5-layers) over doubling prefixes
+    /// T of the fixed texts (BOS first), with certified brackets, log–log exponents with 95 %
+    /// bootstrap CIs and the diagonal/sink ratio verdict. Progress on stderr. JSON
+    /// (`--json`): {model, content_hash, options: {t_min, t_max_fro, t_max_nuclear, delta, tol,
+    /// max_iter, max_fit_gap, n_boot, seed}, n_tokens, d, layers, seconds, points: [{layer, t,
+    /// pattern, norm, feasible, upper, lower (certified bracket), rel_gap,
+    /// certificate_verified (infeasible only), undetermined (no witness nor certificate within the feasibility budget; ends the series), iterations, rank (of the T rows), seconds}],
+    /// fits: [{layer, norm, t_sink, t_diagonal (T entering each fit), sink, diagonal, ratio
+    /// (diag/sink): {exponent, intercept, ci_low, ci_high, level, n, n_x, resid_sd} or null,
+    /// synthetic: [sink, diagonal] (exact orthonormal slopes over the same grid), verdict}]}.
+    #[arg(long, conflicts_with_all = ["text", "file", "tokens", "a1", "a2", "chat", "activations"])]
+    a5: bool,
+    /// Layers of --a5, comma separated (default: 1, L/2, L−1).
+    #[arg(long, requires = "a5")]
+    a5_layers: Option<String>,
+    /// Largest prefix T of --a5 for the Frobenius norm (doubling grid from 8).
+    #[arg(long, requires = "a5", default_value_t = 512)]
+    a5_t_max_fro: usize,
+    /// Largest prefix T of --a5 for the nuclear norm.
+    #[arg(long, requires = "a5", default_value_t = 128)]
+    a5_t_max_nuclear: usize,
+    /// Iteration budget of each --a5 program (a point left wider than 5 % is reported, not fitted).
+    #[arg(long, requires = "a5", default_value_t = 20_000)]
+    a5_max_iter: usize,
     /// Print the full JSON report.
     #[arg(long)]
     json: bool,
@@ -107,6 +133,46 @@ pub struct Args {
     /// Memory limit for `--weights f32` (e.g. 12G; default: SINKLAB_MAX_MEM or the built-in).
     #[arg(long, requires = "weights")]
     max_mem: Option<String>,
+}
+
+/// `sinklab real --a5`: the cost programs on the model's normalised layer inputs.
+fn run_a5(a: &Args, lm: &sinklab::runtime::LoadedModel, path: &std::path::Path) -> Result<i32> {
+    use sinklab::real::cost_real;
+    let layers: Option<Vec<usize>> = match &a.a5_layers {
+        Some(s) => Some(
+            s.split(',')
+                .map(|x| {
+                    x.trim()
+                        .parse::<usize>()
+                        .with_context(|| format!("--a5-layers: {x:?} is not a layer index"))
+                })
+                .collect::<Result<_>>()?,
+        ),
+        None => None,
+    };
+    let o = cost_real::Options {
+        t_max_fro: a.a5_t_max_fro,
+        t_max_nuclear: a.a5_t_max_nuclear,
+        max_iter: a.a5_max_iter,
+        ..cost_real::Options::default()
+    };
+    o.validate()?;
+    let r = cost_real::analyze(lm, layers.as_deref(), &o, &mut |l: &str| errln!("{l}"))?;
+    let name = a.model.as_deref().unwrap_or_default();
+    if a.json {
+        let mut v = serde_json::to_value(&r)?;
+        if let Some(m) = v.as_object_mut() {
+            m.insert("model".into(), serde_json::json!(name));
+            m.insert(
+                "content_hash".into(),
+                serde_json::json!(sinklab::runtime::content_hash(path)?),
+            );
+        }
+        outln!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        outln!("{}", cost_real::markdown(name, &r));
+    }
+    Ok(0)
 }
 
 /// `--weights` values.
@@ -184,6 +250,9 @@ pub fn run(a: Args) -> Result<i32> {
     }
     let mut lm = load(&path).map_err(|e| super::named_once("loading", &path, e))?;
     apply_weights(&mut lm, a.weights, a.max_mem.as_deref())?;
+    if a.a5 {
+        return run_a5(&a, &lm, &path);
+    }
     if let Some(f) = batch {
         if a.chat {
             bail!("--chat with a .jsonl --file is not implemented: give --text or a plain --file");

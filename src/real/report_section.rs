@@ -137,6 +137,67 @@ fn a3_hard_switch(
     Ok(())
 }
 
+/// A5 on real inputs ([`super::cost_real`]) on the report's short grid (Frobenius T = 8–64,
+/// nuclear 8–32: ≈ 10–20 s a model on 2 cores; the longer grid is `sinklab real --a5`), cached
+/// in `out/cost_real/` keyed by the model's content hash and the options (full report only;
+/// encoders skipped).
+fn a5_real_table(
+    md: &mut String,
+    lm: &crate::runtime::LoadedModel,
+    path: &std::path::Path,
+    name: &str,
+    ctx: &ReportCtx,
+) -> Result<(), SectionError> {
+    use super::cost_real;
+    if ctx.quick || !lm.model.cfg.causal {
+        return Ok(());
+    }
+    let o = cost_real::Options {
+        t_max_fro: 64,
+        t_max_nuclear: 32,
+        seed: ctx.seed,
+        ..cost_real::Options::default()
+    };
+    let opt_hash: String = {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(serde_json::to_string(&o)?.as_bytes())[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let key = format!("{}-{opt_hash}", &crate::runtime::content_hash(path)?[..16]);
+    let dir = ctx.out_dir.join("cost_real");
+    let file = dir.join(format!("{name}-{key}.json"));
+    let (r, cached) = match std::fs::read_to_string(&file)
+        .ok()
+        .and_then(|s| serde_json::from_str::<cost_real::A5Real>(&s).ok())
+        .filter(|r| r.options == o)
+    {
+        Some(r) => (r, true),
+        None => {
+            let r = cost_real::analyze(lm, None, &o, &mut |l: &str| {
+                let _ = writeln!(std::io::stderr(), "{l}");
+            })?;
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            crate::atomic::write(&file, serde_json::to_string_pretty(&r)?)
+                .map_err(|e| format!("{}: {e}", file.display()))?;
+            (r, false)
+        }
+    };
+    md.push_str(&cost_real::markdown(name, &r));
+    writeln!(
+        md,
+        "{} (`{}`). Longer grids: `sinklab real --model {name} --a5 --json`.\n",
+        if cached {
+            "Read from the cache keyed by the model's content hash"
+        } else {
+            "Computed now and cached, keyed by the model's content hash"
+        },
+        file.strip_prefix(&ctx.out_dir).unwrap_or(&file).display()
+    )?;
+    Ok(())
+}
+
 /// Builds the section.
 pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
     let mut md = String::new();
@@ -288,6 +349,7 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
                 "Head costs (mean nuclear norms): sink heads (α_0 > 0.3, n = {ns}) ‖W_QK‖_* = {sq:.2}, ‖W_VO‖_* = {sv:.2}; other heads (n = {nr}) ‖W_QK‖_* = {rq:.2}, ‖W_VO‖_* = {rv:.2}.\n"
             )?;
         }
+        a5_real_table(&mut md, &lm, &path, name, ctx)?;
         // Figures.
         let stem = ctx.fig_dir().join(format!("real_{name}_layers"));
         let pts = |f: &dyn Fn(&super::stats::LayerStats) -> f64| {
