@@ -548,16 +548,17 @@ fn print_layers(layers: &[sinklab::real::stats::LayerStats]) -> Result<()> {
         "Gu.8"
     );
     for l in layers {
+        let c = l.summary_columns();
         outln!(
             "{:>5} {:>10.4} {:>9.4} {:>9.3} {:>10.2} {:>10.2} {:>7.3} {:>7.3}",
             l.layer,
-            l.attn_to_first.unwrap_or(f64::NAN),
-            l.bos_cos_mean,
-            l.bos_cos_frac_nonpos,
-            l.hidden_norm_first,
-            l.hidden_norm_median,
-            l.sink_gu_eps03.unwrap_or(f64::NAN),
-            l.sink_gu_eps08.unwrap_or(f64::NAN)
+            c[0],
+            c[1],
+            c[2],
+            c[3],
+            c[4],
+            c[5],
+            c[6]
         );
     }
     Ok(())
