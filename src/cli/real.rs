@@ -259,25 +259,21 @@ pub fn run(a: Args) -> Result<i32> {
         }
         return super::real_batch::run(&lm, &path, f, a.results.clone(), a.bos, a.a1, a.a2);
     }
-    let first = match &a.first_token {
-        Some(f) => match head_space::first_token(&lm, f) {
-            Ok(id) => Some(id),
-            Err(e) => {
-                errln!("error: --first-token: {e}");
-                return Ok(2);
-            }
-        },
-        None => None,
+    // A flag naming a token (id or text) resolves through the model's vocabulary; a refusal
+    // names the flag, and --first-token is checked before --a3-nosink.
+    let token_flag = |flag: &str, v: Option<&str>| {
+        v.map(|f| head_space::first_token(&lm, f))
+            .transpose()
+            .map_err(|e| format!("error: {flag}: {e}"))
     };
-    let a3_nosink = match &a.a3_nosink {
-        Some(f) => match head_space::first_token(&lm, f) {
-            Ok(id) => Some(id),
-            Err(e) => {
-                errln!("error: --a3-nosink: {e}");
-                return Ok(2);
-            }
-        },
-        None => None,
+    let resolved = token_flag("--first-token", a.first_token.as_deref())
+        .and_then(|f| Ok((f, token_flag("--a3-nosink", a.a3_nosink.as_deref())?)));
+    let (first, a3_nosink) = match resolved {
+        Ok(v) => v,
+        Err(msg) => {
+            errln!("{msg}");
+            return Ok(2);
+        }
     };
     let pooled = a.a1 && a.file.is_some();
     let texts: Vec<Vec<u32>> = if let Some(t) = &a.tokens {
