@@ -277,6 +277,23 @@ fn short_seconds(s: f64) -> String {
     }
 }
 
+/// Refuses a command-line bootstrap over the memory limit `max_mem` (a `--max-mem` value;
+/// None: the environment or the default): `n_boot` resamples given by `flag`, sized by
+/// [`bootstrap`] for `n_points` points in each of `groups` groups.
+pub fn check_bootstrap_flag(
+    max_mem: Option<&str>,
+    flag: &str,
+    n_boot: usize,
+    n_points: usize,
+    groups: usize,
+) -> Result<(), BudgetError> {
+    Budget::with(max_mem, None)?.check(
+        &format!("{flag} {n_boot}"),
+        bootstrap(n_boot, n_points, groups),
+        true,
+    )
+}
+
 /// Checks a worker-thread count: at least 1, at most [`MAX_THREADS`].
 pub fn check_threads(k: usize) -> Result<usize, BudgetError> {
     if k == 0 || k > MAX_THREADS {

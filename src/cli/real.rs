@@ -259,25 +259,21 @@ pub fn run(a: Args) -> Result<i32> {
         }
         return super::real_batch::run(&lm, &path, f, a.results.clone(), a.bos, a.a1, a.a2);
     }
-    let first = match &a.first_token {
-        Some(f) => match head_space::first_token(&lm, f) {
-            Ok(id) => Some(id),
-            Err(e) => {
-                errln!("error: --first-token: {e}");
-                return Ok(2);
-            }
-        },
-        None => None,
+    // A flag naming a token (id or text) resolves through the model's vocabulary; a refusal
+    // names the flag, and --first-token is checked before --a3-nosink.
+    let token_flag = |flag: &str, v: Option<&str>| {
+        v.map(|f| head_space::first_token(&lm, f))
+            .transpose()
+            .map_err(|e| format!("error: {flag}: {e}"))
     };
-    let a3_nosink = match &a.a3_nosink {
-        Some(f) => match head_space::first_token(&lm, f) {
-            Ok(id) => Some(id),
-            Err(e) => {
-                errln!("error: --a3-nosink: {e}");
-                return Ok(2);
-            }
-        },
-        None => None,
+    let resolved = token_flag("--first-token", a.first_token.as_deref())
+        .and_then(|f| Ok((f, token_flag("--a3-nosink", a.a3_nosink.as_deref())?)));
+    let (first, a3_nosink) = match resolved {
+        Ok(v) => v,
+        Err(msg) => {
+            errln!("{msg}");
+            return Ok(2);
+        }
     };
     let pooled = a.a1 && a.file.is_some();
     let texts: Vec<Vec<u32>> = if let Some(t) = &a.tokens {
@@ -548,16 +544,17 @@ fn print_layers(layers: &[sinklab::real::stats::LayerStats]) -> Result<()> {
         "Gu.8"
     );
     for l in layers {
+        let c = l.summary_columns();
         outln!(
             "{:>5} {:>10.4} {:>9.4} {:>9.3} {:>10.2} {:>10.2} {:>7.3} {:>7.3}",
             l.layer,
-            l.attn_to_first.unwrap_or(f64::NAN),
-            l.bos_cos_mean,
-            l.bos_cos_frac_nonpos,
-            l.hidden_norm_first,
-            l.hidden_norm_median,
-            l.sink_gu_eps03.unwrap_or(f64::NAN),
-            l.sink_gu_eps08.unwrap_or(f64::NAN)
+            c[0],
+            c[1],
+            c[2],
+            c[3],
+            c[4],
+            c[5],
+            c[6]
         );
     }
     Ok(())

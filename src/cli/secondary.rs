@@ -229,25 +229,19 @@ pub const MAX_GENERATE: usize = 1 << 20;
 pub fn run(a: Args) -> Result<i32> {
     let p = params(&a)?;
     // Sizes before work: the bootstrap's resamples and the generation length.
-    let budget = sinklab::budget::Budget::with(a.max_mem.as_deref(), None)?;
-    budget.check(
-        &format!("--boot {}", a.boot),
-        sinklab::budget::bootstrap(a.boot, 1, 3),
-        true,
-    )?;
-    sinklab::budget::size(
-        &format!("--generate {}", a.generate),
-        a.generate,
-        MAX_GENERATE,
-        "the most new tokens a run generates",
-    )?;
-    if a.long {
+    sinklab::budget::check_bootstrap_flag(a.max_mem.as_deref(), "--boot", a.boot, 1, 3)?;
+    // A generation length is refused past MAX_GENERATE, the refusal naming its flag.
+    let generate_size = |flag: &str, n: usize| {
         sinklab::budget::size(
-            &format!("--long-generate {}", a.long_generate),
-            a.long_generate,
+            &format!("{flag} {n}"),
+            n,
             MAX_GENERATE,
             "the most new tokens a run generates",
-        )?;
+        )
+    };
+    generate_size("--generate", a.generate)?;
+    if a.long {
+        generate_size("--long-generate", a.long_generate)?;
         let n = sinklab::secondary::long::prompts_of(a.prompt_set).len();
         sinklab::budget::size(
             &format!("--long-prompts {}", a.long_prompts),

@@ -171,11 +171,12 @@ pub fn merge(a: MergeArgs) -> Result<i32> {
         // No resample: the "95 % CI" would be the point estimate twice.
         bail!("--bootstrap 0: the confidence intervals need at least 1 resample (default 2000)");
     }
-    let budget = sinklab::budget::Budget::with(a.max_mem.as_deref(), None)?;
-    budget.check(
-        &format!("--bootstrap {}", a.bootstrap),
-        sinklab::budget::bootstrap(a.bootstrap, 1000, 16),
-        true,
+    sinklab::budget::check_bootstrap_flag(
+        a.max_mem.as_deref(),
+        "--bootstrap",
+        a.bootstrap,
+        1000,
+        16,
     )?;
     let n = sweep::merge(&a.inputs, &a.out)?;
     errln!(

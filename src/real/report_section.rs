@@ -273,17 +273,18 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         )?;
         writeln!(md, "|---|---|---|---|---|---|---|---|---|---|")?;
         for (l, c) in rep.layers.iter().zip(&cor) {
+            let s = l.summary_columns();
             writeln!(
                 md,
                 "| {} | {:.3} | {:.3} | {:.2} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {:.3} |",
                 l.layer,
-                l.attn_to_first.unwrap_or(f64::NAN),
-                l.bos_cos_mean,
-                l.bos_cos_frac_nonpos,
-                l.hidden_norm_first,
-                l.hidden_norm_median,
-                l.sink_gu_eps03.unwrap_or(f64::NAN),
-                l.sink_gu_eps08.unwrap_or(f64::NAN),
+                s[0],
+                s[1],
+                s[2],
+                s[3],
+                s[4],
+                s[5],
+                s[6],
                 l.massive.len(),
                 c.max_cos
             )?;

@@ -72,6 +72,23 @@ pub struct LayerStats {
     pub heads: Vec<HeadStats>,
 }
 
+impl LayerStats {
+    /// The seven summary columns of the per-layer tables, in order: `attn_to_first`,
+    /// `bos_cos_mean`, `bos_cos_frac_nonpos`, `hidden_norm_first`, `hidden_norm_median`,
+    /// `sink_gu_eps03`, `sink_gu_eps08`; an absent value (no attention maps) is NaN.
+    pub fn summary_columns(&self) -> [f64; 7] {
+        [
+            self.attn_to_first.unwrap_or(f64::NAN),
+            self.bos_cos_mean,
+            self.bos_cos_frac_nonpos,
+            self.hidden_norm_first,
+            self.hidden_norm_median,
+            self.sink_gu_eps03.unwrap_or(f64::NAN),
+            self.sink_gu_eps08.unwrap_or(f64::NAN),
+        ]
+    }
+}
+
 /// Observer computing [`LayerStats`] per layer.
 #[derive(Debug, Default)]
 pub struct StatsObserver {

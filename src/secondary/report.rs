@@ -248,26 +248,8 @@ pub struct ReportRun {
 /// ([`super::long::PAPER_SETTING`]: chat template, competition-style problems). Every run
 /// reports the faithful detector and its named variants ([`super::long::configurations`]).
 pub const REPORT_RUNS: [ReportRun; 3] = [
-    ReportRun {
-        model: "smollm2",
-        generate: 96,
-        prompts: 10,
-        setting: Setting {
-            bos: Bos::Auto,
-            chat: false,
-            set: PromptSet::Steps,
-        },
-    },
-    ReportRun {
-        model: "gemma3-270m",
-        generate: 48,
-        prompts: 10,
-        setting: Setting {
-            bos: Bos::Auto,
-            chat: false,
-            set: PromptSet::Steps,
-        },
-    },
+    ReportRun::steps_untemplated("smollm2", 96),
+    ReportRun::steps_untemplated("gemma3-270m", 48),
     ReportRun {
         model: "qwen2.5-coder-0.5b",
         generate: QWEN_GENERATE,
@@ -275,6 +257,23 @@ pub const REPORT_RUNS: [ReportRun; 3] = [
         setting: super::long::PAPER_SETTING,
     },
 ];
+
+impl ReportRun {
+    /// A run of `model` on the first 10 step-by-step prompts, presented without a chat
+    /// template under the model's own BOS policy, generating `generate` tokens per prompt.
+    const fn steps_untemplated(model: &'static str, generate: usize) -> Self {
+        ReportRun {
+            model,
+            generate,
+            prompts: 10,
+            setting: Setting {
+                bos: Bos::Auto,
+                chat: false,
+                set: PromptSet::Steps,
+            },
+        }
+    }
+}
 
 /// Greedy tokens per prompt of the report's Qwen run (short traces: the long ones are
 /// `report --full`).
