@@ -5,7 +5,10 @@
 use sinklab::cost::exact::{doubling, grid_slope};
 use sinklab::cost::{NormKind, Pattern};
 use sinklab::real::head_space::{A1Options, REALISED, TEXTS, analyze, middle_mean};
-use sinklab::runtime::{fetch, load, tokenizer::Bos};
+#[path = "support/models.rs"]
+mod models;
+use models::model_or_skip;
+use sinklab::runtime::{load, tokenizer::Bos};
 
 fn docs() -> (String, String) {
     let root = env!("CARGO_MANIFEST_DIR");
@@ -49,12 +52,7 @@ fn real_model_a1_aggregates_are_quoted() {
         ("smollm2", "SmolLM2", 270usize),
         ("gemma3-270m", "Gemma 3", 72),
     ] {
-        let Some(path) = fetch::cached(name) else {
-            assert!(
-                std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
-                "{name} not fetched"
-            );
-            eprintln!("SKIP: {name} not fetched");
+        let Some(path) = model_or_skip(name) else {
             continue;
         };
         let lm = load(&path).unwrap();
@@ -132,12 +130,7 @@ fn real_model_no_sink_controls_are_quoted() {
             Some("<|endoftext|>"),
         ),
     ] {
-        let Some(path) = fetch::cached(name) else {
-            assert!(
-                std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
-                "{name} not fetched"
-            );
-            eprintln!("SKIP: {name} not fetched");
+        let Some(path) = model_or_skip(name) else {
             continue;
         };
         let lm = load(&path).unwrap();
@@ -234,12 +227,7 @@ fn real_model_switch_no_sink_controls_are_quoted() {
         ("gemma3-270m", "Gemma 3", Bos::Yes, "<eos>"),
         ("qwen2.5-coder-0.5b", "Qwen", Bos::Auto, "<|endoftext|>"),
     ] {
-        let Some(path) = fetch::cached(name) else {
-            assert!(
-                std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
-                "{name} not fetched"
-            );
-            eprintln!("SKIP: {name} not fetched");
+        let Some(path) = model_or_skip(name) else {
             continue;
         };
         let lm = load(&path).unwrap();
@@ -280,12 +268,7 @@ fn first_token_scan_is_quoted() {
             &["<bos>", "<eos>", "<pad>", "<end_of_turn>", ".", "the"],
         ),
     ] {
-        let Some(path) = fetch::cached(name) else {
-            assert!(
-                std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
-                "{name} not fetched"
-            );
-            eprintln!("SKIP: {name} not fetched");
+        let Some(path) = model_or_skip(name) else {
             continue;
         };
         let lm = load(&path).unwrap();
@@ -336,12 +319,7 @@ fn real_model_hard_switch_is_quoted() {
             Some("<|endoftext|>"),
         ),
     ] {
-        let Some(path) = fetch::cached(name) else {
-            assert!(
-                std::env::var("SINKLAB_REQUIRE_MODELS").as_deref() != Ok("1"),
-                "{name} not fetched"
-            );
-            eprintln!("SKIP: {name} not fetched");
+        let Some(path) = model_or_skip(name) else {
             continue;
         };
         let lm = load(&path).unwrap();
