@@ -417,16 +417,7 @@ fn dose(
         .tok
         .as_ref()
         .with_context(|| format!("{}: no tokenizer in the model files", lm.path.display()))?;
-    let seqs: Vec<Vec<u32>> = texts
-        .iter()
-        .map(|t| {
-            if a.chat {
-                tok.encode_chat(t, &lm.path)
-            } else {
-                tok.encode(t, a.bos)
-            }
-        })
-        .collect::<Result<_, _>>()?;
+    let seqs = sinklab::secondary::dose::encode_prompts(tok, &lm.path, texts, a.chat, a.bos)?;
     let nl = lm.model.cfg.n_layer;
     if let Some(l) = a.dose_layer
         && l + 1 >= nl

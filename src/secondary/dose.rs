@@ -377,6 +377,27 @@ pub fn report_dir(out: &std::path::Path, r: &ReportDose) -> std::path::PathBuf {
     super::long::setting_dir(&out.join("secondary").join("dose"), r.model, r.setting)
 }
 
+/// The token ids of each prompt: inside the model's chat template when `chat` (one user
+/// turn, generation prompt on), else with the BOS policy `bos`.
+pub fn encode_prompts(
+    tok: &crate::runtime::tokenizer::Tok,
+    model: &std::path::Path,
+    texts: &[String],
+    chat: bool,
+    bos: crate::runtime::tokenizer::Bos,
+) -> Result<Vec<Vec<u32>>, crate::runtime::RealError> {
+    texts
+        .iter()
+        .map(|t| {
+            if chat {
+                tok.encode_chat(t, model)
+            } else {
+                tok.encode(t, bos)
+            }
+        })
+        .collect()
+}
+
 /// The file of one report run: `dir/dose_response.json`, holding the request (model,
 /// setting, prompts, seed) beside the [`DoseResult`].
 pub const REPORT_FILE: &str = "dose_response.json";
@@ -425,17 +446,11 @@ pub fn report_run(
             path.display()
         ))
     })?;
-    let seqs: Vec<Vec<u32>> = super::long::prompts_of(r.setting.set)
-        .iter()
+    let texts: Vec<String> = super::long::prompts_of(r.setting.set)
+        .into_iter()
         .take(r.prompts)
-        .map(|t| {
-            if r.setting.chat {
-                tok.encode_chat(t, &lm.path)
-            } else {
-                tok.encode(t, r.setting.bos)
-            }
-        })
-        .collect::<Result<_, _>>()?;
+        .collect();
+    let seqs = encode_prompts(tok, &lm.path, &texts, r.setting.chat, r.setting.bos)?;
     let p = if r.setting.chat {
         DetectorParams::chat()
     } else {
