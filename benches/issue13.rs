@@ -76,6 +76,8 @@ fn fail(msg: String) -> ! {
 }
 
 fn main() {
+    // As the `sinklab` binary does: the runtime is timed with the allocator settings it runs with.
+    sinklab::runtime::keep_freed_memory();
     let a: Vec<String> = std::env::args()
         .skip(1)
         .filter(|x| x != "--bench")

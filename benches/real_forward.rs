@@ -12,6 +12,8 @@ const T: usize = 512;
 const REPS: usize = 5;
 
 pub fn main() {
+    // As the `sinklab` binary does: the runtime is timed with the allocator settings it runs with.
+    sinklab::runtime::keep_freed_memory();
     let Some(path) = fetch::cached("smollm2") else {
         eprintln!("SKIP: smollm2 not fetched (sinklab fetch smollm2)");
         return;

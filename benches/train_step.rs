@@ -28,6 +28,8 @@ use sinklab::train::{AttnForm, Model, ModelConfig};
 use std::time::Instant;
 
 fn main() {
+    // As the `sinklab` binary does: the runtime is timed with the allocator settings it runs with.
+    sinklab::runtime::keep_freed_memory();
     let (d, t, b, vocab) = (64, 64, 32, 64);
     let cfg = ModelConfig {
         vocab,

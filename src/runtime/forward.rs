@@ -188,6 +188,9 @@ fn head_norm(x: &mut [f32], n: &NormLayer) {
     n.apply(x); // rows of width `dim` are exactly the heads
 }
 
+/// Query rows per block of the attention products (a causal block skips the keys after it).
+const Q_BLOCK: usize = 64;
+
 /// Buffers a forward pass reuses from layer to layer.
 #[derive(Debug, Default)]
 struct Scratch {
@@ -418,17 +421,27 @@ impl Pretrained {
                 let qm = MatRef::from_row_major_slice_with_stride(&q[hh * dh..], t, dh, h * dh);
                 let km = MatRef::from_row_major_slice_with_stride(&k[g * dh..], tk, dh, hk * dh);
                 let vm = MatRef::from_row_major_slice_with_stride(&v[g * dh..], tk, dh, hk * dh);
-                faer::linalg::matmul::matmul(
-                    MatMut::from_row_major_slice_mut(s, t, tk),
-                    Accum::Replace,
-                    qm,
-                    km.transpose(),
-                    scale,
-                    Par::Seq,
-                );
-                if let Some(cap) = softcap {
-                    for z in s.iter_mut() {
-                        *z = cap * (*z / cap).tanh();
+                // Query rows in blocks: a causal block of rows `i0..i1` sees keys below
+                // `pos0 + i1` only, so the logits and `A v` of the keys after it (zeros of the
+                // map) are not computed.
+                for i0 in (0..t).step_by(Q_BLOCK) {
+                    let n = Q_BLOCK.min(t - i0);
+                    let kh = if causal { (pos0 + i0 + n).min(tk) } else { tk };
+                    // Into the block's first `n · kh` entries (a contiguous destination), then
+                    // each row moved to its place, the last first (the moves only go forward).
+                    let blk = &mut s[i0 * tk..(i0 + n) * tk];
+                    faer::linalg::matmul::matmul(
+                        MatMut::from_row_major_slice_mut(&mut blk[..n * kh], n, kh),
+                        Accum::Replace,
+                        qm.subrows(i0, n),
+                        km.subrows(0, kh).transpose(),
+                        scale,
+                        Par::Seq,
+                    );
+                    if kh < tk {
+                        for r in (1..n).rev() {
+                            blk.copy_within(r * kh..(r + 1) * kh, r * tk);
+                        }
                     }
                 }
                 let rep = iv.filter(|i| i.head == hh).map(|i| i.with);
@@ -447,20 +460,29 @@ impl Pretrained {
                             row[lo..hi].fill(u);
                         }
                         None => {
+                            if let Some(cap) = softcap {
+                                for z in &mut row[lo..hi] {
+                                    *z = cap * (*z / cap).tanh();
+                                }
+                            }
                             simd::softmax_in_place(&mut row[lo..hi]);
                             row[..lo].fill(0.0);
                             row[hi..].fill(0.0);
                         }
                     }
                 }
-                faer::linalg::matmul::matmul(
-                    MatMut::from_row_major_slice_mut(o, t, dh),
-                    Accum::Replace,
-                    MatRef::from_row_major_slice(s, t, tk),
-                    vm,
-                    1.0f32,
-                    Par::Seq,
-                );
+                for i0 in (0..t).step_by(Q_BLOCK) {
+                    let n = Q_BLOCK.min(t - i0);
+                    let kh = if causal { (pos0 + i0 + n).min(tk) } else { tk };
+                    faer::linalg::matmul::matmul(
+                        MatMut::from_row_major_slice_mut(&mut o[i0 * dh..(i0 + n) * dh], n, dh),
+                        Accum::Replace,
+                        MatRef::from_row_major_slice_with_stride(&s[i0 * tk..], n, kh, tk),
+                        vm.subrows(0, kh),
+                        1.0f32,
+                        Par::Seq,
+                    );
+                }
             });
         let mut head_out = vec![0f32; t * h * dh];
         for (hh, o) in o_heads.chunks_exact(t * dh).enumerate() {

@@ -11,6 +11,13 @@
 //!   Q4_1 stores them and its fifth bit bit $j$ of a 32-bit word `qh`, so
 //!   $\langle w_b, x_b\rangle = d \sum_j (q_j - 16)\thinspace x_j$.
 //!
+//! and for the K-quants (blocks of 256 with an f16 $d$, sub-block scales $s_k$):
+//! - Q4_K and Q5_K: $w_j = (d s_k) q_j - d_{\min} m_k$ over 8 sub-blocks of 32 (6-bit $s_k$,
+//!   $m_k$; $q_j$ 4-bit, or 5-bit with the fifth bit in `qh`), so
+//!   $\langle w_b, x_b\rangle = \sum_k d s_k \sum_{j\in k} q_j x_j - d_{\min}\sum_k m_k \sum_{j \in k} x_j$,
+//!   the sub-block sums of $x$ being Q4_1's block sums;
+//! - Q6_K: $w_j = (d s_k)(q_j - 32)$ over 16 sub-blocks of 16 ($s_k$ int8, $q_j$ 6-bit).
+//!
 //! The arithmetic is f32, as the exact product's ([`super::weights::Matmul::Exact`]): the
 //! values are those of dequantize-then-multiply up to the order of the f32 roundings (the test
 //! compares with candle's `to_float` followed by an f64 dot product). Other block types return
@@ -18,18 +25,37 @@
 //! dispatched at run time to AVX-512F, AVX2 or the baseline ([`crate::backend::simd`]).
 
 use candle_core::quantized::GgmlDType;
-use half::f16;
 use rayon::prelude::*;
 
 /// Activation rows up to which the fused product is used (above, the tiled exact product with
 /// faer reuses each dequantized tile across the rows and is faster).
 pub const MAX_ROWS: usize = 4;
 
-/// Values per block of Q8_0 and Q4_1.
+/// Values per block of Q8_0, Q4_1 and Q5_0 (and per sub-block of Q4_K, Q5_K).
 const QK: usize = 32;
 
-fn scale(b: &[u8], at: usize) -> f32 {
-    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+/// Values per block of the K-quants.
+const QK_K: usize = 256;
+
+use super::dequant::{f16_to_f32_lanes, half as scale, scale_min_k4};
+
+/// Blocks whose f16 scales are converted together (one vector of 16 lanes).
+const SCALES: usize = 16;
+
+/// The f16 at byte `at` of each of the (up to [`SCALES`]) blocks of `bb` bytes in `blks`, as
+/// f32 (zeros past the last block): gathered first, then converted in one branch-free pass that
+/// the compiler vectorises ([`f16_to_f32_lanes`]), instead of one branchy conversion a block.
+#[inline(always)]
+fn block_scales(blks: &[u8], bb: usize, at: usize) -> [f32; SCALES] {
+    let mut h = [0u16; SCALES];
+    for (hk, b) in h.iter_mut().zip(blks.chunks_exact(bb)) {
+        *hk = u16::from_le_bytes([b[at], b[at + 1]]);
+    }
+    let mut out = [0f32; SCALES];
+    for (o, &hk) in out.iter_mut().zip(&h) {
+        *o = f16_to_f32_lanes(hk);
+    }
+    out
 }
 
 /// $\langle w, x\rangle$ for one Q8_0 row (`row`: its blocks of 34 bytes). The 16 lanes of
@@ -38,13 +64,15 @@ fn scale(b: &[u8], at: usize) -> f32 {
 #[inline(always)]
 fn dot_q8_0(row: &[u8], x: &[f32]) -> f32 {
     let mut acc = [0f32; 16];
-    for (blk, xb) in row.chunks_exact(34).zip(x.chunks_exact(QK)) {
-        let blk: &[u8; 34] = blk.try_into().expect("34-byte block");
-        let xb: &[f32; QK] = xb.try_into().expect("32 values");
-        let d = scale(blk, 0);
-        for j in 0..16 {
-            let (a, b) = (blk[2 + j] as i8 as f32, blk[18 + j] as i8 as f32);
-            acc[j] += d * (a * xb[j] + b * xb[j + 16]);
+    for (blks, xs) in row.chunks(SCALES * 34).zip(x.chunks(SCALES * QK)) {
+        let d = block_scales(blks, 34, 0);
+        for ((blk, xb), &d) in blks.chunks_exact(34).zip(xs.chunks_exact(QK)).zip(&d) {
+            let blk: &[u8; 34] = blk.try_into().expect("34-byte block");
+            let xb: &[f32; QK] = xb.try_into().expect("32 values");
+            for j in 0..16 {
+                let (a, b) = (blk[2 + j] as i8 as f32, blk[18 + j] as i8 as f32);
+                acc[j] += d * (a * xb[j] + b * xb[j + 16]);
+            }
         }
     }
     acc.iter().sum()
@@ -56,15 +84,22 @@ fn dot_q8_0(row: &[u8], x: &[f32]) -> f32 {
 fn dot_q4_1(row: &[u8], x: &[f32], xsum: &[f32]) -> f32 {
     let mut acc = [0f32; 16];
     let mut mins = 0f32;
-    for ((blk, xb), &sx) in row.chunks_exact(20).zip(x.chunks_exact(QK)).zip(xsum) {
-        let blk: &[u8; 20] = blk.try_into().expect("20-byte block");
-        let xb: &[f32; QK] = xb.try_into().expect("32 values");
-        let (d, m) = (scale(blk, 0), scale(blk, 2));
-        for j in 0..16 {
-            let q = blk[4 + j];
-            acc[j] += d * ((q & 0x0F) as f32 * xb[j] + (q >> 4) as f32 * xb[j + 16]);
+    for ((blks, xs), sxs) in row
+        .chunks(SCALES * 20)
+        .zip(x.chunks(SCALES * QK))
+        .zip(xsum.chunks(SCALES))
+    {
+        let (d, m) = (block_scales(blks, 20, 0), block_scales(blks, 20, 2));
+        for (k, (blk, xb)) in blks.chunks_exact(20).zip(xs.chunks_exact(QK)).enumerate() {
+            let blk: &[u8; 20] = blk.try_into().expect("20-byte block");
+            let xb: &[f32; QK] = xb.try_into().expect("32 values");
+            let dk = d[k];
+            for j in 0..16 {
+                let q = blk[4 + j];
+                acc[j] += dk * ((q & 0x0F) as f32 * xb[j] + (q >> 4) as f32 * xb[j + 16]);
+            }
+            mins += m[k] * sxs[k];
         }
-        mins += m * sx;
     }
     acc.iter().sum::<f32>() + mins
 }
@@ -74,16 +109,103 @@ fn dot_q4_1(row: &[u8], x: &[f32], xsum: &[f32]) -> f32 {
 #[inline(always)]
 fn dot_q5_0(row: &[u8], x: &[f32]) -> f32 {
     let mut acc = [0f32; 16];
-    for (blk, xb) in row.chunks_exact(22).zip(x.chunks_exact(QK)) {
-        let blk: &[u8; 22] = blk.try_into().expect("22-byte block");
-        let xb: &[f32; QK] = xb.try_into().expect("32 values");
-        let d = scale(blk, 0);
-        let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-        for j in 0..16 {
-            let q = blk[6 + j];
-            let lo = ((q & 0x0F) as u32 | ((qh >> j) & 1) << 4) as i32 - 16;
-            let hi = ((q >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4) as i32 - 16;
-            acc[j] += d * (lo as f32 * xb[j] + hi as f32 * xb[j + 16]);
+    for (blks, xs) in row.chunks(SCALES * 22).zip(x.chunks(SCALES * QK)) {
+        let d = block_scales(blks, 22, 0);
+        for ((blk, xb), &d) in blks.chunks_exact(22).zip(xs.chunks_exact(QK)).zip(&d) {
+            let blk: &[u8; 22] = blk.try_into().expect("22-byte block");
+            let xb: &[f32; QK] = xb.try_into().expect("32 values");
+            let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+            for j in 0..16 {
+                let q = blk[6 + j];
+                let lo = ((q & 0x0F) as u32 | ((qh >> j) & 1) << 4) as i32 - 16;
+                let hi = ((q >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4) as i32 - 16;
+                acc[j] += d * (lo as f32 * xb[j] + hi as f32 * xb[j + 16]);
+            }
+        }
+    }
+    acc.iter().sum()
+}
+
+/// $\langle w, x\rangle$ for one Q4_K (`hbits` false, blocks of 144 bytes: $d$, $d_{\min}$, 12
+/// bytes of scales and minima, 128 of nibbles) or Q5_K row (`hbits` true, 176 bytes: the same
+/// with 32 bytes of fifth bits `qh` before the nibbles); `xsum[k]` the sums of `x` over its
+/// sub-blocks of 32. The 32 lanes of `acc` run over the values of a sub-block, the minima's
+/// terms in one running sum.
+#[inline(always)]
+fn dot_q45_k(row: &[u8], x: &[f32], xsum: &[f32], hbits: bool) -> f32 {
+    let bb = if hbits { 176 } else { 144 };
+    let mut acc = [0f32; 32];
+    let mut mins = 0f32;
+    for ((blk, xb), sx) in row
+        .chunks_exact(bb)
+        .zip(x.chunks_exact(QK_K))
+        .zip(xsum.chunks_exact(QK_K / QK))
+    {
+        let (d, dmin) = (scale(blk, 0), scale(blk, 2));
+        let sc = &blk[4..16];
+        let (qh, qs) = if hbits {
+            (&blk[16..48], &blk[48..176])
+        } else {
+            (&blk[16..48], &blk[16..144])
+        };
+        for g in 0..4 {
+            let (s1, m1) = scale_min_k4(2 * g, sc);
+            let (s2, m2) = scale_min_k4(2 * g + 1, sc);
+            let (d1, d2) = (d * s1 as f32, d * s2 as f32);
+            mins += dmin * (m1 as f32 * sx[2 * g] + m2 as f32 * sx[2 * g + 1]);
+            let q: &[u8; 32] = qs[32 * g..32 * g + 32].try_into().expect("32 bytes");
+            let h: &[u8; 32] = qh.try_into().expect("32 bytes");
+            let xl: &[f32; 32] = xb[64 * g..64 * g + 32].try_into().expect("32 values");
+            let xh: &[f32; 32] = xb[64 * g + 32..64 * g + 64].try_into().expect("32 values");
+            for l in 0..32 {
+                let (mut a, mut b) = (q[l] & 0x0f, q[l] >> 4);
+                if hbits {
+                    a |= ((h[l] >> (2 * g)) & 1) << 4;
+                    b |= ((h[l] >> (2 * g + 1)) & 1) << 4;
+                }
+                acc[l] += d1 * (a as f32 * xl[l]) + d2 * (b as f32 * xh[l]);
+            }
+        }
+    }
+    acc.iter().sum::<f32>() - mins
+}
+
+/// $\langle w, x\rangle$ for one Q6_K row (blocks of 210 bytes: 128 of low nibbles, 64 of high
+/// bit pairs, 16 int8 scales, $d$). Each half block holds four runs of 32 values at offsets
+/// 0, 32, 64, 96 sharing their byte index `l`, the scale changing every 16 values; the 16 lanes
+/// of `acc` run over `l mod 16`.
+#[inline(always)]
+fn dot_q6_k(row: &[u8], x: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    for (blk, xb) in row.chunks_exact(210).zip(x.chunks_exact(QK_K)) {
+        let d = scale(blk, 208);
+        for n in 0..2 {
+            let ql = &blk[64 * n..64 * n + 64];
+            let qh = &blk[128 + 32 * n..128 + 32 * n + 32];
+            let sc = &blk[192 + 8 * n..192 + 8 * n + 8];
+            let xn = &xb[128 * n..128 * n + 128];
+            for half in 0..2 {
+                let s = |k: usize| d * (sc[half + 2 * k] as i8) as f32;
+                let (s0, s1, s2, s3) = (s(0), s(1), s(2), s(3));
+                let o = 16 * half;
+                let lo: &[u8; 16] = ql[o..o + 16].try_into().expect("16 bytes");
+                let lo2: &[u8; 16] = ql[o + 32..o + 48].try_into().expect("16 bytes");
+                let hi: &[u8; 16] = qh[o..o + 16].try_into().expect("16 bytes");
+                let x0: &[f32; 16] = xn[o..o + 16].try_into().expect("16 values");
+                let x1: &[f32; 16] = xn[o + 32..o + 48].try_into().expect("16 values");
+                let x2: &[f32; 16] = xn[o + 64..o + 80].try_into().expect("16 values");
+                let x3: &[f32; 16] = xn[o + 96..o + 112].try_into().expect("16 values");
+                for j in 0..16 {
+                    let q1 = ((lo[j] & 0xf) | ((hi[j] & 3) << 4)) as i32 - 32;
+                    let q2 = ((lo2[j] & 0xf) | (((hi[j] >> 2) & 3) << 4)) as i32 - 32;
+                    let q3 = ((lo[j] >> 4) | (((hi[j] >> 4) & 3) << 4)) as i32 - 32;
+                    let q4 = ((lo2[j] >> 4) | (((hi[j] >> 6) & 3) << 4)) as i32 - 32;
+                    acc[j] += s0 * (q1 as f32 * x0[j])
+                        + s1 * (q2 as f32 * x1[j])
+                        + s2 * (q3 as f32 * x2[j])
+                        + s3 * (q4 as f32 * x3[j]);
+                }
+            }
         }
     }
     acc.iter().sum()
@@ -115,14 +237,18 @@ fn rows_loop(dt: GgmlDType, w: &[u8], row_bytes: usize, a: Acts<'_>, out: &mut [
             *oi = match dt {
                 GgmlDType::Q8_0 => dot_q8_0(row, xi),
                 GgmlDType::Q5_0 => dot_q5_0(row, xi),
+                GgmlDType::Q6K => dot_q6_k(row, xi),
+                GgmlDType::Q4K => dot_q45_k(row, xi, &xsum[i * nb..(i + 1) * nb], false),
+                GgmlDType::Q5K => dot_q45_k(row, xi, &xsum[i * nb..(i + 1) * nb], true),
                 _ => dot_q4_1(row, xi, &xsum[i * nb..(i + 1) * nb]),
             };
         }
     }
 }
 
-/// `x Wᵀ` as a row-major `[rows, t]` matrix (transposed, free for `t = 1`) for a Q8_0, Q4_1 or Q5_0
-/// `W` stored as `bytes`; `None` for another type, a width that is not whole blocks, or more
+/// `x Wᵀ` as a row-major `[rows, t]` matrix (transposed, free for `t = 1`) for a Q8_0, Q4_1,
+/// Q5_0, Q4_K, Q5_K or Q6_K `W` stored as `bytes`; `None` for another type, a width that is not
+/// whole blocks, or more
 /// than [`MAX_ROWS`] activation rows. Rows of `W` are split over the threads when `par`.
 pub fn matmul_t_rows(
     dt: GgmlDType,
@@ -133,16 +259,14 @@ pub fn matmul_t_rows(
     t: usize,
     par: bool,
 ) -> Option<Vec<f32>> {
-    let block_bytes = match dt {
-        GgmlDType::Q8_0 => 34,
-        GgmlDType::Q4_1 => 20,
-        GgmlDType::Q5_0 => 22,
-        _ => return None,
+    let Some(block_bytes) = super::dequant::block_bytes(dt) else {
+        return None;
     };
-    if t == 0 || t > MAX_ROWS || !cols.is_multiple_of(QK) || x.len() != t * cols {
+    let per = super::dequant::block_values(dt);
+    if t == 0 || t > MAX_ROWS || !cols.is_multiple_of(per) || x.len() != t * cols {
         return None;
     }
-    let row_bytes = cols / QK * block_bytes;
+    let row_bytes = cols / per * block_bytes;
     if bytes.len() != rows * row_bytes {
         return None;
     }
@@ -172,15 +296,21 @@ pub fn matmul_t_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::quantized::k_quants::{BlockQ4_1, BlockQ5_0, BlockQ8_0, GgmlType};
+    use crate::runtime::dequant::{block_bytes, block_values};
+    use half::f16;
+
+    /// Byte offsets of the f16 scale (first) and, where the type has one, the f16 minimum.
+    fn scale_at(dt: GgmlDType) -> &'static [usize] {
+        match dt {
+            GgmlDType::Q4_1 | GgmlDType::Q4K | GgmlDType::Q5K => &[0, 2],
+            GgmlDType::Q6K => &[208],
+            _ => &[0],
+        }
+    }
 
     /// Random but valid block bytes (finite f16 scales in ±0.05, any quants), seeded.
     fn blocks(dt: GgmlDType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
-        let bb = match dt {
-            GgmlDType::Q8_0 => 34,
-            GgmlDType::Q5_0 => 22,
-            _ => 20,
-        };
+        let bb = block_bytes(dt).unwrap();
         let mut s = seed;
         let mut next = || {
             s = s
@@ -189,34 +319,73 @@ mod tests {
             (s >> 33) as u32
         };
         let mut out = Vec::new();
-        for _ in 0..rows * cols / QK {
+        for _ in 0..rows * cols / block_values(dt) {
             let mut b = vec![0u8; bb];
             for v in b.iter_mut() {
                 *v = next() as u8;
             }
-            let nscales = if dt == GgmlDType::Q4_1 { 2 } else { 1 };
-            for k in 0..nscales {
+            for &at in scale_at(dt) {
                 let v = (next() % 2000) as f32 / 2000.0 * 0.1 - 0.05;
-                b[2 * k..2 * k + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+                b[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
             }
             out.extend(b);
         }
         out
     }
 
+    /// candle's own `to_float` of the blocks (the reference decoder).
+    fn candle_decode(dt: GgmlDType, w: &[u8], out: &mut [f32]) {
+        use candle_core::quantized::k_quants::*;
+        fn go<B: GgmlType>(w: &[u8], out: &mut [f32]) {
+            let blocks: Vec<B> = w
+                .chunks_exact(std::mem::size_of::<B>())
+                // SAFETY: candle's block types are plain old data of exactly this many bytes.
+                .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const B) })
+                .collect();
+            B::to_float(&blocks, out);
+        }
+        match dt {
+            GgmlDType::Q8_0 => go::<BlockQ8_0>(w, out),
+            GgmlDType::Q4_1 => go::<BlockQ4_1>(w, out),
+            GgmlDType::Q5_0 => go::<BlockQ5_0>(w, out),
+            GgmlDType::Q4K => go::<BlockQ4K>(w, out),
+            GgmlDType::Q5K => go::<BlockQ5K>(w, out),
+            GgmlDType::Q6K => go::<BlockQ6K>(w, out),
+            _ => unreachable!(),
+        }
+    }
+
     /// Against dequantize-then-multiply with candle's own `to_float` and an f64 dot product:
-    /// each output within the f32 rounding of its terms, $2\cdot 32\thinspace u \sum_j |w_j x_j|$ per
-    /// block plus one rounding per block of the running sum (γ over `cols` terms).
+    /// each output within the f32 rounding of its terms. A lane accumulates at most `cols / 16`
+    /// terms (Q6_K: 16 lanes, 4 products a value index and half block), each product of a quant,
+    /// a value and a scale rounds twice, the lanes are summed (≤ 32 additions) and the minima's
+    /// running sum adds `cols / 32`: within $(2\cdot 32 + \mathrm{cols}/32 + 4)\thinspace 2u$
+    /// times the magnitude. For the types with a minimum the fused kernel sums its two parts
+    /// separately, so the magnitude is $\sum_j (|d_k q_j x_j| + |m_k x_j|)$ (computed by decoding
+    /// the blocks once more with the minimum set to zero), else $\sum_j |w_j x_j|$.
     #[test]
     fn fused_products_equal_dequantize_then_multiply() {
-        for dt in [GgmlDType::Q8_0, GgmlDType::Q4_1, GgmlDType::Q5_0] {
-            let (rows, cols) = (130, 576);
+        for dt in [
+            GgmlDType::Q8_0,
+            GgmlDType::Q4_1,
+            GgmlDType::Q5_0,
+            GgmlDType::Q4K,
+            GgmlDType::Q5K,
+            GgmlDType::Q6K,
+        ] {
+            let (rows, cols) = (130, if block_values(dt) == 256 { 768 } else { 576 });
             let w = blocks(dt, rows, cols, 7);
             let mut deq = vec![0f32; rows * cols];
-            match dt {
-                GgmlDType::Q8_0 => BlockQ8_0::to_float(bytemuck_cast::<BlockQ8_0>(&w), &mut deq),
-                GgmlDType::Q5_0 => BlockQ5_0::to_float(bytemuck_cast::<BlockQ5_0>(&w), &mut deq),
-                _ => BlockQ4_1::to_float(bytemuck_cast::<BlockQ4_1>(&w), &mut deq),
+            candle_decode(dt, &w, &mut deq);
+            // The scale part alone (minimum zeroed): |w − scaled| is the minimum's part.
+            let mut scaled = deq.clone();
+            if let [_, at_min] = scale_at(dt) {
+                let bb = block_bytes(dt).unwrap();
+                let mut w0 = w.clone();
+                for b in w0.chunks_exact_mut(bb) {
+                    b[*at_min..at_min + 2].fill(0);
+                }
+                candle_decode(dt, &w0, &mut scaled);
             }
             for t in 1..=MAX_ROWS {
                 let x: Vec<f32> = (0..t * cols)
@@ -226,14 +395,19 @@ mod tests {
                     let got = matmul_t_rows(dt, &w, rows, cols, &x, t, par).unwrap();
                     for r in 0..rows {
                         for i in 0..t {
-                            let (wr, xi) =
-                                (&deq[r * cols..(r + 1) * cols], &x[i * cols..(i + 1) * cols]);
+                            let span = r * cols..(r + 1) * cols;
+                            let (wr, sr) = (&deq[span.clone()], &scaled[span]);
+                            let xi = &x[i * cols..(i + 1) * cols];
                             let want: f64 =
                                 wr.iter().zip(xi).map(|(&a, &b)| a as f64 * b as f64).sum();
                             let mag: f64 = wr
                                 .iter()
+                                .zip(sr)
                                 .zip(xi)
-                                .map(|(&a, &b)| (a as f64 * b as f64).abs())
+                                .map(|((&a, &s), &b)| {
+                                    let (a, s, b) = (a as f64, s as f64, b as f64);
+                                    (s * b).abs() + ((a - s) * b).abs()
+                                })
                                 .sum();
                             let u = f32::EPSILON as f64 / 2.0;
                             let tol = (2.0 * QK as f64 + cols as f64 / QK as f64 + 4.0)
@@ -251,15 +425,8 @@ mod tests {
             }
         }
         // Unsupported type, width or row count: the caller falls back.
-        assert!(matmul_t_rows(GgmlDType::Q4K, &[], 1, 256, &[0.0; 256], 1, false).is_none());
+        assert!(matmul_t_rows(GgmlDType::Q5_1, &[0; 24], 1, 32, &[0.0; 32], 1, false).is_none());
+        assert!(matmul_t_rows(GgmlDType::Q4K, &[0; 144], 1, 128, &[0.0; 128], 1, false).is_none());
         assert!(matmul_t_rows(GgmlDType::Q8_0, &[0; 34], 1, 32, &[0.0; 160], 5, false).is_none());
-    }
-
-    fn bytemuck_cast<B>(b: &[u8]) -> &[B] {
-        assert!(b.len().is_multiple_of(std::mem::size_of::<B>()));
-        assert!((b.as_ptr() as usize).is_multiple_of(std::mem::align_of::<B>()));
-        // SAFETY: the blocks are plain bytes (f16 and u8/i8 fields, alignment 2, checked above),
-        // and every bit pattern of them is a valid block.
-        unsafe { std::slice::from_raw_parts(b.as_ptr().cast(), b.len() / std::mem::size_of::<B>()) }
     }
 }

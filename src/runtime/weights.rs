@@ -15,7 +15,7 @@
 //! - [`Matmul::Exact`]: rows of `W` are dequantized in tiles of [`TILE`] rows into an f32
 //!   scratch and multiplied by faer, so activations stay f32 and the result equals
 //!   dequantize-then-multiply up to f32 summation order; for up to
-//!   [`super::fused::MAX_ROWS`] activation rows of a Q8_0, Q4_1 or Q5_0 `W`, the fused kernels of
+//!   [`super::fused::MAX_ROWS`] activation rows of a Q8_0, Q4_1, Q5_0, Q4_K, Q5_K or Q6_K `W`, the fused kernels of
 //!   [`super::fused`] compute the same f32 products without the dequantized copy;
 //! - [`Matmul::Q8`]: each activation row is quantized to the weight type's dot-product partner
 //!   (Q8_0, Q8_1 or Q8_K, as llama.cpp does) and multiplied by candle's integer `vec_dot`;
