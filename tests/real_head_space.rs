@@ -257,7 +257,7 @@ fn pooled_a1_on_cached_models() {
 /// gives exactly b + u (f32 rounding: 1e-5 on a mean cosine); the skill figures are finite.
 #[test]
 fn a2_split_is_exact_without_post_norm() {
-    use sinklab::real::a2_skill::analyze;
+    use sinklab::real::oversmooth_real::analyze_skill as analyze;
     let (_d, lm) = synth(&SynthSpec::default(), 8);
     let toks = &texts(1, 20, 40, 5)[0];
     let (hs, s) = analyze(&lm.model, toks).unwrap();

@@ -340,8 +340,10 @@ pub fn run(a: Args) -> Result<i32> {
     };
     let mut rep = analysis::analyze(&lm, &tokens, a.a1, &mut ())?;
     if a.a2 {
-        rep.a2 = Some(sinklab::real::oversmooth_real::analyze(&lm.model, &tokens)?);
-        rep.a2_skill = Some(sinklab::real::a2_skill::analyze(&lm.model, &tokens)?.1);
+        rep.a2 = Some(sinklab::real::oversmooth_real::analyze_input_form(
+            &lm.model, &tokens,
+        )?);
+        rep.a2_skill = Some(sinklab::real::oversmooth_real::analyze_skill(&lm.model, &tokens)?.1);
     }
     let a1p = if a.a1 {
         if !a.json {
@@ -470,7 +472,10 @@ pub fn run(a: Args) -> Result<i32> {
             );
         }
         if let Some(s) = &rep.a2_skill {
-            out!("{}", sinklab::real::a2_skill::markdown(s, rep.tokens.len()));
+            out!(
+                "{}",
+                sinklab::real::oversmooth_real::markdown(s, rep.tokens.len())
+            );
         }
         if let Some(s) = &a3 {
             let first = token_text(&lm, s.sink.first_token);
