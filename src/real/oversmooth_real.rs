@@ -63,15 +63,13 @@ fn mean(v: &[Vec<f64>]) -> Vec<f64> {
         .collect()
 }
 
+/// One intervened run of a layer: (layer output, attention sub-layer output), row-major `[T, d]`.
+type Run = (Vec<f32>, Vec<f32>);
+
 /// Layer `l` run alone on `x_in` with head `hh`'s attention replaced by the identity and by
-/// uniform attention, in that order: each run's (layer output, attention sub-layer output).
-fn replaced_runs(
-    m: &Pretrained,
-    l: usize,
-    x_in: &[f32],
-    hh: usize,
-) -> Result<[(Vec<f32>, Vec<f32>); 2], RealError> {
-    let run = |with: Replace| -> Result<(Vec<f32>, Vec<f32>), RealError> {
+/// uniform attention, in that order.
+fn replaced_runs(m: &Pretrained, l: usize, x_in: &[f32], hh: usize) -> Result<[Run; 2], RealError> {
+    let run = |with: Replace| -> Result<Run, RealError> {
         let mut cache = KvCache::default();
         let mut obs = Captured::new(Capture {
             attn_out: true,
