@@ -734,73 +734,60 @@ fn write(
     threads: usize,
     progress: Progress,
 ) -> Result<SynthSize, RealError> {
-    validate(s, family, path)?;
-    crate::atomic::write_with(
-        path,
-        |f| write_to(path, f, s, seed, family, threads, progress),
-        |e| RealError::io(path, e),
-    )
-}
-
-/// [`write`] into the temporary file `f` (errors name `path`).
-fn write_to(
-    path: &Path,
-    f: &mut std::io::BufWriter<std::fs::File>,
-    s: &SynthShape,
-    seed: u64,
-    family: Family,
-    threads: usize,
-    progress: Progress,
-) -> Result<SynthSize, RealError> {
     use rayon::prelude::*;
     use std::io::Write;
-    let tensors = plan(s, family);
-    let h = header(&metadata(s, seed, family), &tensors, family);
-    let size = size(s, seed, family);
-    f.write_all(&h).map_err(|e| RealError::io(path, e))?;
-    let mut done = h.len();
-    progress(done, size.total());
-    let batch = 2 * threads.max(1);
-    // The test family's one stream, drawn in file order.
-    let mut stream = StdRng::seed_from_u64(seed);
-    for (ti, t) in tensors.iter().enumerate() {
-        let per = match family {
-            Family::Test => t.rows.max(1),
-            Family::Paper => chunk_rows(t.cols),
-        };
-        let chunks: Vec<(usize, usize)> = (0..t.rows.div_ceil(per))
-            .map(|c| (c, ((c + 1) * per).min(t.rows) - c * per))
-            .collect();
-        for group in chunks.chunks(batch) {
-            let out: Vec<candle_core::Result<Vec<u8>>> = match family {
-                Family::Test => group
-                    .iter()
-                    .map(|&(_, rows)| chunk_bytes(t, rows, &mut stream, family))
-                    .collect(),
-                Family::Paper => group
-                    .par_iter()
-                    .map(|&(c, rows)| chunk_bytes(t, rows, &mut chunk_rng(seed, ti, c), family))
-                    .collect(),
+    validate(s, family, path)?;
+    // Into the temporary file `f` (errors name `path`).
+    let fill = |f: &mut std::io::BufWriter<std::fs::File>| -> Result<SynthSize, RealError> {
+        let tensors = plan(s, family);
+        let h = header(&metadata(s, seed, family), &tensors, family);
+        let size = size(s, seed, family);
+        f.write_all(&h).map_err(|e| RealError::io(path, e))?;
+        let mut done = h.len();
+        progress(done, size.total());
+        let batch = 2 * threads.max(1);
+        // The test family's one stream, drawn in file order.
+        let mut stream = StdRng::seed_from_u64(seed);
+        for (ti, t) in tensors.iter().enumerate() {
+            let per = match family {
+                Family::Test => t.rows.max(1),
+                Family::Paper => chunk_rows(t.cols),
             };
-            for b in out {
-                let b = b.map_err(|e| err(path, e))?;
-                f.write_all(&b).map_err(|e| RealError::io(path, e))?;
-                done += b.len();
+            let chunks: Vec<(usize, usize)> = (0..t.rows.div_ceil(per))
+                .map(|c| (c, ((c + 1) * per).min(t.rows) - c * per))
+                .collect();
+            for group in chunks.chunks(batch) {
+                let out: Vec<candle_core::Result<Vec<u8>>> = match family {
+                    Family::Test => group
+                        .iter()
+                        .map(|&(_, rows)| chunk_bytes(t, rows, &mut stream, family))
+                        .collect(),
+                    Family::Paper => group
+                        .par_iter()
+                        .map(|&(c, rows)| chunk_bytes(t, rows, &mut chunk_rng(seed, ti, c), family))
+                        .collect(),
+                };
+                for b in out {
+                    let b = b.map_err(|e| err(path, e))?;
+                    f.write_all(&b).map_err(|e| RealError::io(path, e))?;
+                    done += b.len();
+                }
+                progress(done, size.total());
             }
-            progress(done, size.total());
+            let p = pad(t.bytes());
+            f.write_all(&vec![0u8; p])
+                .map_err(|e| RealError::io(path, e))?;
+            done += p;
         }
-        let p = pad(t.bytes());
-        f.write_all(&vec![0u8; p])
-            .map_err(|e| RealError::io(path, e))?;
-        done += p;
-    }
-    if done != size.total() {
-        return Err(err(
-            path,
-            format!("wrote {done} bytes, planned {}", size.total()),
-        ));
-    }
-    Ok(size)
+        if done != size.total() {
+            return Err(err(
+                path,
+                format!("wrote {done} bytes, planned {}", size.total()),
+            ));
+        }
+        Ok(size)
+    };
+    crate::atomic::write_with(path, fill, |e| RealError::io(path, e))
 }
 
 /// Seconds [`write_paper_gguf`] should take here on `threads` threads: one matrix chunk is
