@@ -8,7 +8,7 @@
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use sinklab::synth::{SynthSpec, write_gguf};
+use sinklab::synth::{SynthShape, write_gguf};
 use std::time::{Duration, Instant};
 
 fn main() {
@@ -21,11 +21,11 @@ fn main() {
         let p = dir.path().join("seed.gguf");
         write_gguf(
             &p,
-            &SynthSpec {
-                gemma,
+            &SynthShape {
+                arch: if gemma { "gemma3" } else { "llama" },
                 n_layer: 1,
                 vocab: 12,
-                ..SynthSpec::default()
+                ..SynthShape::default()
             },
             1,
         )

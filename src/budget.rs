@@ -228,31 +228,34 @@ impl Budget {
         } else {
             ("SINKLAB_MAX_MEM=", "SINKLAB_MAX_TIME=")
         };
-        if e.bytes.is_nan() || e.bytes > self.max_bytes {
-            return Err(BudgetError::Over {
+        let sep = if flags { " " } else { "" };
+        let over = |kind: &'static str, estimate: String, limit: String, hint: String| {
+            Err(BudgetError::Over {
                 what: what.into(),
-                kind: "needs about",
-                estimate: fmt_bytes(e.bytes),
-                limit: fmt_bytes(self.max_bytes),
-                hint: format!(
-                    "pass {mem_flag}{}{} (if the machine has it)",
-                    if flags { " " } else { "" },
+                kind,
+                estimate,
+                limit,
+                hint,
+            })
+        };
+        if e.bytes.is_nan() || e.bytes > self.max_bytes {
+            return over(
+                "needs about",
+                fmt_bytes(e.bytes),
+                fmt_bytes(self.max_bytes),
+                format!(
+                    "pass {mem_flag}{sep}{} (if the machine has it)",
                     short_bytes(e.bytes * 1.5)
                 ),
-            });
+            );
         }
         if e.seconds.is_nan() || e.seconds > self.max_seconds {
-            return Err(BudgetError::Over {
-                what: what.into(),
-                kind: "would take at least",
-                estimate: fmt_seconds(e.seconds),
-                limit: fmt_seconds(self.max_seconds),
-                hint: format!(
-                    "pass {time_flag}{}{}",
-                    if flags { " " } else { "" },
-                    short_seconds(e.seconds * 2.0)
-                ),
-            });
+            return over(
+                "would take at least",
+                fmt_seconds(e.seconds),
+                fmt_seconds(self.max_seconds),
+                format!("pass {time_flag}{sep}{}", short_seconds(e.seconds * 2.0)),
+            );
         }
         Ok(())
     }

@@ -1,203 +1,30 @@
-//! Tiny synthetic GGUF models (random weights, seeded) written with candle's GGUF writer: for
-//! tests, fuzz seeds and benches that must run without the real model cache. The file is a
-//! genuine `llama` (or `gemma3`) GGUF, read back through the same loader as the real models.
+//! Synthetic GGUF models (random weights, seeded), written streaming by one writer: tiny ones
+//! for tests, fuzz seeds and benches that must run without the real model cache
+//! ([`write_gguf`]), and paper-scale ones with a real model's shapes ([`write_paper_gguf`],
+//! `sinklab synth`). The file is a genuine `llama`, `qwen2` or `gemma3` GGUF, read back through
+//! the same loader as the real models.
 
 use crate::runtime::RealError;
-use candle_core::quantized::gguf_file::{Value, write};
+use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::path::Path;
 
-/// Shape of a synthetic model.
-#[derive(Debug, Clone, Copy)]
-pub struct SynthSpec {
-    /// `llama` or `gemma3`.
-    pub gemma: bool,
-    /// Layers.
-    pub n_layer: usize,
-    /// Residual width.
-    pub d: usize,
-    /// Query heads.
-    pub n_head: usize,
-    /// Key/value heads.
-    pub n_kv_head: usize,
-    /// Head dimension (Llama: d / n_head).
-    pub head_dim: usize,
-    /// MLP width.
-    pub d_ff: usize,
-    /// Vocabulary.
-    pub vocab: usize,
-    /// Context length.
-    pub ctx: usize,
-    /// Storage type of the matrices (F32, or a quantized type such as Q8_0 when sizes allow).
-    pub dtype: GgmlDType,
-}
-
-impl Default for SynthSpec {
-    fn default() -> Self {
-        SynthSpec {
-            gemma: false,
-            n_layer: 2,
-            d: 32,
-            n_head: 4,
-            n_kv_head: 2,
-            head_dim: 8,
-            d_ff: 48,
-            vocab: 40,
-            ctx: 64,
-            dtype: GgmlDType::F32,
-        }
-    }
-}
-
 fn err(path: &Path, e: impl std::fmt::Display) -> RealError {
     RealError::file(path, format!("writing synthetic GGUF: {e}"))
 }
 
-/// Writes a synthetic model with weights N(0, 1/in) (norm gains near 1) drawn from `seed`.
-pub fn write_gguf(path: &Path, s: &SynthSpec, seed: u64) -> Result<(), RealError> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut tensors: Vec<(String, QTensor)> = Vec::new();
-    let mut mat = |name: String,
-                   out: usize,
-                   inp: usize,
-                   dtype: GgmlDType,
-                   rng: &mut StdRng|
-     -> Result<(), RealError> {
-        let sc = 1.0 / (inp as f32).sqrt();
-        let v: Vec<f32> = (0..out * inp)
-            .map(|_| (rng.random::<f32>() * 2.0 - 1.0) * sc * 1.7)
-            .collect();
-        let t = Tensor::from_vec(v, (out, inp), &Device::Cpu).map_err(|e| err(path, e))?;
-        tensors.push((
-            name,
-            QTensor::quantize(&t, dtype).map_err(|e| err(path, e))?,
-        ));
-        Ok(())
-    };
-    let mut gains: Vec<(String, usize)> = Vec::new();
-    let arch = if s.gemma { "gemma3" } else { "llama" };
-    mat(
-        "token_embd.weight".into(),
-        s.vocab,
-        s.d,
-        GgmlDType::F32,
-        &mut rng,
-    )?;
-    for l in 0..s.n_layer {
-        let p = |x: &str| format!("blk.{l}.{x}");
-        mat(
-            p("attn_q.weight"),
-            s.n_head * s.head_dim,
-            s.d,
-            s.dtype,
-            &mut rng,
-        )?;
-        mat(
-            p("attn_k.weight"),
-            s.n_kv_head * s.head_dim,
-            s.d,
-            s.dtype,
-            &mut rng,
-        )?;
-        mat(
-            p("attn_v.weight"),
-            s.n_kv_head * s.head_dim,
-            s.d,
-            s.dtype,
-            &mut rng,
-        )?;
-        mat(
-            p("attn_output.weight"),
-            s.d,
-            s.n_head * s.head_dim,
-            s.dtype,
-            &mut rng,
-        )?;
-        mat(p("ffn_gate.weight"), s.d_ff, s.d, s.dtype, &mut rng)?;
-        mat(p("ffn_up.weight"), s.d_ff, s.d, s.dtype, &mut rng)?;
-        mat(p("ffn_down.weight"), s.d, s.d_ff, s.dtype, &mut rng)?;
-        gains.push((p("attn_norm.weight"), s.d));
-        gains.push((p("ffn_norm.weight"), s.d));
-        if s.gemma {
-            gains.push((p("attn_q_norm.weight"), s.head_dim));
-            gains.push((p("attn_k_norm.weight"), s.head_dim));
-            gains.push((p("post_attention_norm.weight"), s.d));
-            gains.push((p("post_ffw_norm.weight"), s.d));
-        }
-    }
-    gains.push(("output_norm.weight".into(), s.d));
-    for (name, n) in gains {
-        let v: Vec<f32> = (0..n).map(|_| 0.8 + 0.4 * rng.random::<f32>()).collect();
-        let t = Tensor::from_vec(v, n, &Device::Cpu).map_err(|e| err(path, e))?;
-        tensors.push((
-            name,
-            QTensor::quantize(&t, GgmlDType::F32).map_err(|e| err(path, e))?,
-        ));
-    }
-    let toks: Vec<Value> = (0..s.vocab)
-        .map(|i| {
-            Value::String(if i == 1 {
-                "<s>".into()
-            } else {
-                format!("t{i}")
-            })
-        })
-        .collect();
-    let types: Vec<Value> = (0..s.vocab)
-        .map(|i| Value::I32(if i == 1 { 3 } else { 1 }))
-        .collect();
-    let k = |x: &str| format!("{arch}.{x}");
-    let mut meta: Vec<(String, Value)> = vec![
-        ("general.architecture".into(), Value::String(arch.into())),
-        (k("block_count"), Value::U32(s.n_layer as u32)),
-        (k("context_length"), Value::U32(s.ctx as u32)),
-        (k("embedding_length"), Value::U32(s.d as u32)),
-        (k("feed_forward_length"), Value::U32(s.d_ff as u32)),
-        (k("attention.head_count"), Value::U32(s.n_head as u32)),
-        (k("attention.head_count_kv"), Value::U32(s.n_kv_head as u32)),
-        (k("attention.key_length"), Value::U32(s.head_dim as u32)),
-        (k("rope.freq_base"), Value::F32(10000.0)),
-        (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-5)),
-        ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
-        ("tokenizer.ggml.pre".into(), Value::String("gpt2".into())),
-        ("tokenizer.ggml.tokens".into(), Value::Array(toks)),
-        ("tokenizer.ggml.token_type".into(), Value::Array(types)),
-        ("tokenizer.ggml.merges".into(), Value::Array(vec![])),
-        ("tokenizer.ggml.bos_token_id".into(), Value::U32(1)),
-        ("tokenizer.ggml.add_bos_token".into(), Value::Bool(true)),
-    ];
-    if s.gemma {
-        meta.push((
-            k("attention.sliding_window"),
-            Value::U32((s.ctx / 4).max(2) as u32),
-        ));
-    }
-    let meta_ref: Vec<(&str, &Value)> = meta.iter().map(|(a, b)| (a.as_str(), b)).collect();
-    let t_ref: Vec<(&str, &QTensor)> = tensors.iter().map(|(a, b)| (a.as_str(), b)).collect();
-    crate::atomic::write_with(
-        path,
-        |f| write(f, &meta_ref, &t_ref).map_err(|e| err(path, e)),
-        |e| RealError::io(path, e),
-    )
-}
-
-// ---------------------------------------------------------------------------------------------
-// Paper-scale shapes, written streaming.
-// ---------------------------------------------------------------------------------------------
-
-/// A decoder shape at paper scale (or a tiny one with the same structure, for tests).
-///
-/// Matrices are drawn i.i.d. uniform on $[-\sqrt{3/n_\text{in}}, \sqrt{3/n_\text{in}}]$ (variance
-/// $1/n_\text{in}$, so every projection keeps the activations' scale), norm gains uniform on
-/// $[0.8, 1.2]$, biases uniform on $[-0.02, 0.02]$.
+/// The shape and storage of a synthetic decoder: a paper model's ([`SynthShape::by_name`]) or
+/// a tiny test model ([`SynthShape::default`]). How the weights are drawn depends on the writer
+/// ([`write_gguf`] or [`write_paper_gguf`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct PaperShape {
-    /// Name printed in `general.name` (e.g. `llama3.1-8b`).
+pub struct SynthShape {
+    /// Name printed in `general.name` of a paper-scale file (e.g. `llama3.1-8b`).
     pub name: String,
-    /// GGUF architecture: `llama` or `qwen2`.
+    /// GGUF architecture: `llama`, `qwen2` or `gemma3` (Gemma's QK and sandwich norms, a
+    /// sliding window of `ctx / 4`).
     pub arch: &'static str,
     /// Layers $L$.
     pub n_layer: usize,
@@ -224,6 +51,32 @@ pub struct PaperShape {
     pub qkv_bias: bool,
     /// RMSNorm $\varepsilon$.
     pub eps: f32,
+    /// Storage of the matrices.
+    pub dtype: SynthDtype,
+}
+
+impl Default for SynthShape {
+    /// The tiny test model: 2 layers, $d = 32$, 4 heads of 8 over 2 key/value heads, MLP 48,
+    /// vocabulary 40, f32.
+    fn default() -> Self {
+        SynthShape {
+            name: "test".into(),
+            arch: "llama",
+            n_layer: 2,
+            d: 32,
+            n_head: 4,
+            n_kv_head: 2,
+            head_dim: 8,
+            d_ff: 48,
+            vocab: 40,
+            ctx: 64,
+            rope_base: 10000.0,
+            llama3_rope: None,
+            qkv_bias: false,
+            eps: 1e-5,
+            dtype: SynthDtype::F32,
+        }
+    }
 }
 
 /// Llama 3.x RoPE scaling parameters (Hugging Face `rope_scaling` with `rope_type: llama3`).
@@ -269,11 +122,11 @@ impl Llama3Rope {
     }
 }
 
-impl PaperShape {
+impl SynthShape {
     /// Meta's Llama-3.1-8B: 32 layers, $d = 4096$, 32 heads, 8 key/value heads, MLP 14336,
     /// vocabulary 128256, $\theta = 5\cdot10^5$ with llama3 RoPE scaling (factor 8, 1, 4, 8192).
     pub fn llama31_8b() -> Self {
-        PaperShape {
+        SynthShape {
             name: "llama3.1-8b".into(),
             arch: "llama",
             n_layer: 32,
@@ -293,13 +146,14 @@ impl PaperShape {
             }),
             qkv_bias: false,
             eps: 1e-5,
+            dtype: SynthDtype::Q4K,
         }
     }
 
     /// Qwen2-7B: 28 layers, $d = 3584$, 28 heads, 4 key/value heads (GQA 7:1), MLP 18944,
     /// vocabulary 152064, q/k/v biases, $\theta = 10^6$.
     pub fn qwen2_7b() -> Self {
-        PaperShape {
+        SynthShape {
             name: "qwen2-7b".into(),
             arch: "qwen2",
             n_layer: 28,
@@ -314,6 +168,7 @@ impl PaperShape {
             llama3_rope: None,
             qkv_bias: true,
             eps: 1e-6,
+            dtype: SynthDtype::Q4K,
         }
     }
 
@@ -321,7 +176,7 @@ impl PaperShape {
     /// (GQA ratio, biases, RoPE scaling) at widths that are whole Q4_K blocks (256 values).
     /// (The tiny Llama has 4:1 grouping; the tiny Qwen2 keeps 7:1.)
     pub fn by_name(name: &str) -> Option<Self> {
-        let tiny = |mut s: PaperShape, heads: usize, kv: usize, dh: usize| {
+        let tiny = |mut s: SynthShape, heads: usize, kv: usize, dh: usize| {
             s.name = format!("tiny-{}", s.arch.replace("llama", "llama3"));
             s.n_layer = 2;
             // llama.cpp wants $d = H d_h$ (Qwen2 checks it); a Q4_K row is 256 values.
@@ -347,7 +202,7 @@ impl PaperShape {
         }
     }
 
-    /// Names accepted by [`PaperShape::by_name`].
+    /// Names accepted by [`SynthShape::by_name`].
     pub const NAMES: &'static [&'static str] =
         &["llama3.1-8b", "qwen2-7b", "tiny-llama3", "tiny-qwen2"];
 }
@@ -366,6 +221,9 @@ pub enum SynthDtype {
     F16,
     /// f32 everywhere.
     F32,
+    /// The layers' matrices in the given type, the embedding and the vectors in f32 (the tiny
+    /// test models' storage).
+    Layers(GgmlDType),
 }
 
 impl SynthDtype {
@@ -381,19 +239,15 @@ impl SynthDtype {
         })
     }
 
-    fn base(self) -> GgmlDType {
-        match self {
-            Self::Q4K | Self::Q4KM => GgmlDType::Q4K,
-            Self::Q8_0 => GgmlDType::Q8_0,
-            Self::F16 => GgmlDType::F16,
-            Self::F32 => GgmlDType::F32,
-        }
-    }
-
     /// Storage of matrix `name` (`output.weight`, `blk.{l}.attn_v.weight`, …) in layer `l`.
     fn of(self, name: &str, layer: Option<usize>, n_layer: usize) -> GgmlDType {
-        if self != Self::Q4KM {
-            return self.base();
+        match self {
+            Self::Q4K => return GgmlDType::Q4K,
+            Self::Q8_0 => return GgmlDType::Q8_0,
+            Self::F16 => return GgmlDType::F16,
+            Self::F32 => return GgmlDType::F32,
+            Self::Layers(t) => return if layer.is_some() { t } else { GgmlDType::F32 },
+            Self::Q4KM => {}
         }
         let more_bits =
             |l: usize| l < n_layer / 8 || l >= 7 * n_layer / 8 || (l - n_layer / 8) % 3 == 2;
@@ -410,10 +264,44 @@ impl SynthDtype {
     }
 }
 
+/// The two kinds of file the one writer makes; they differ in what the file holds and in how
+/// the weights are drawn, and each is fixed so that a seed keeps giving the same bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    /// Tiny test models ([`write_gguf`]): the output head tied to the embedding, the metadata
+    /// the loader needs, one seeded stream drawn in file order, matrices uniform on
+    /// $[-1.7/\sqrt{n_\text{in}}, 1.7/\sqrt{n_\text{in}}]$; GGUF v2 with an empty array typed u32
+    /// (the layout of candle's writer, which these files were first written with).
+    Test,
+    /// Paper-scale models ([`write_paper_gguf`]): an `output.weight`, llama.cpp's metadata,
+    /// one stream per chunk of rows ([`chunk_rng`], so the bytes do not depend on the thread
+    /// count), matrices with variance $1/n_\text{in}$; GGUF v3 with an empty array typed string
+    /// (llama.cpp refuses `tokenizer.ggml.merges` otherwise).
+    Paper,
+}
+
+impl Family {
+    /// GGUF version written in the header.
+    fn version(self) -> u32 {
+        match self {
+            Family::Test => 2,
+            Family::Paper => 3,
+        }
+    }
+
+    /// GGUF type id of the elements of an empty array.
+    fn empty_array_type(self) -> u32 {
+        match self {
+            Family::Test => 4,
+            Family::Paper => 8,
+        }
+    }
+}
+
 /// What a tensor holds.
 #[derive(Debug, Clone)]
 enum Init {
-    /// Uniform with variance $1/n_\text{in}$.
+    /// Uniform, centred, with the scale of the [`Family`] for $n_\text{in}$ = the row length.
     Matrix,
     /// Uniform on $[0.8, 1.2]$.
     Gain,
@@ -440,10 +328,11 @@ impl Planned {
     }
 }
 
-fn plan(s: &PaperShape, dt: SynthDtype) -> Vec<Planned> {
+/// The tensors of the file, in file order.
+fn plan(s: &SynthShape, family: Family) -> Vec<Planned> {
     let mut v = Vec::new();
     let mut mat = |name: String, layer: Option<usize>, rows: usize, cols: usize| {
-        let dtype = dt.of(&name, layer, s.n_layer);
+        let dtype = s.dtype.of(&name, layer, s.n_layer);
         v.push(Planned {
             name,
             rows,
@@ -465,7 +354,9 @@ fn plan(s: &PaperShape, dt: SynthDtype) -> Vec<Planned> {
         mat(p("ffn_up.weight"), Some(l), s.d_ff, s.d);
         mat(p("ffn_down.weight"), Some(l), s.d, s.d_ff);
     }
-    mat("output.weight".into(), None, s.vocab, s.d);
+    if family == Family::Paper {
+        mat("output.weight".into(), None, s.vocab, s.d);
+    }
     let vec_ = |name: String, n: usize, init: Init| Planned {
         name,
         rows: 1,
@@ -482,6 +373,12 @@ fn plan(s: &PaperShape, dt: SynthDtype) -> Vec<Planned> {
             v.push(vec_(p("attn_q.bias"), q, Init::Bias));
             v.push(vec_(p("attn_k.bias"), kv, Init::Bias));
             v.push(vec_(p("attn_v.bias"), kv, Init::Bias));
+        }
+        if s.arch == "gemma3" {
+            v.push(vec_(p("attn_q_norm.weight"), s.head_dim, Init::Gain));
+            v.push(vec_(p("attn_k_norm.weight"), s.head_dim, Init::Gain));
+            v.push(vec_(p("post_attention_norm.weight"), s.d, Init::Gain));
+            v.push(vec_(p("post_ffw_norm.weight"), s.d, Init::Gain));
         }
     }
     v.push(vec_("output_norm.weight".into(), s.d, Init::Gain));
@@ -519,7 +416,8 @@ impl SynthSize {
     }
 }
 
-fn metadata(s: &PaperShape, seed: u64) -> Vec<(String, Value)> {
+fn metadata(s: &SynthShape, seed: u64, family: Family) -> Vec<(String, Value)> {
+    let paper = family == Family::Paper;
     let k = |x: &str| format!("{}.{x}", s.arch);
     let toks: Vec<Value> = (0..s.vocab)
         .map(|i| {
@@ -533,16 +431,18 @@ fn metadata(s: &PaperShape, seed: u64) -> Vec<(String, Value)> {
     let types: Vec<Value> = (0..s.vocab)
         .map(|i| Value::I32(if i == 1 { 3 } else { 1 }))
         .collect();
-    vec![
-        ("general.architecture".into(), Value::String(s.arch.into())),
-        (
+    let mut m = vec![("general.architecture".into(), Value::String(s.arch.into()))];
+    if paper {
+        m.push((
             "general.name".into(),
             Value::String(format!(
                 "sinklab synthetic {} (random weights, seed {seed})",
                 s.name
             )),
-        ),
-        ("general.alignment".into(), Value::U32(ALIGN as u32)),
+        ));
+        m.push(("general.alignment".into(), Value::U32(ALIGN as u32)));
+    }
+    m.extend([
         (k("block_count"), Value::U32(s.n_layer as u32)),
         (k("context_length"), Value::U32(s.ctx as u32)),
         (k("embedding_length"), Value::U32(s.d as u32)),
@@ -550,30 +450,39 @@ fn metadata(s: &PaperShape, seed: u64) -> Vec<(String, Value)> {
         (k("attention.head_count"), Value::U32(s.n_head as u32)),
         (k("attention.head_count_kv"), Value::U32(s.n_kv_head as u32)),
         (k("attention.key_length"), Value::U32(s.head_dim as u32)),
-        (k("attention.value_length"), Value::U32(s.head_dim as u32)),
-        (k("rope.dimension_count"), Value::U32(s.head_dim as u32)),
-        (k("rope.freq_base"), Value::F32(s.rope_base)),
-        (k("attention.layer_norm_rms_epsilon"), Value::F32(s.eps)),
-        (k("vocab_size"), Value::U32(s.vocab as u32)),
+    ]);
+    if paper {
+        m.push((k("attention.value_length"), Value::U32(s.head_dim as u32)));
+        m.push((k("rope.dimension_count"), Value::U32(s.head_dim as u32)));
+    }
+    m.push((k("rope.freq_base"), Value::F32(s.rope_base)));
+    m.push((k("attention.layer_norm_rms_epsilon"), Value::F32(s.eps)));
+    if paper {
+        m.push((k("vocab_size"), Value::U32(s.vocab as u32)));
+    }
+    // The paper shapes carry the real models' split rules (both known to sinklab's tokenizer
+    // and to llama.cpp).
+    let pre = match s.arch {
+        _ if !paper => "gpt2",
+        "qwen2" => "qwen2",
+        _ => "llama-bpe",
+    };
+    m.extend([
         ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
-        // The real models' split rules (both known to sinklab's tokenizer and to llama.cpp).
-        (
-            "tokenizer.ggml.pre".into(),
-            Value::String(
-                if s.arch == "qwen2" {
-                    "qwen2"
-                } else {
-                    "llama-bpe"
-                }
-                .into(),
-            ),
-        ),
+        ("tokenizer.ggml.pre".into(), Value::String(pre.into())),
         ("tokenizer.ggml.tokens".into(), Value::Array(toks)),
         ("tokenizer.ggml.token_type".into(), Value::Array(types)),
         ("tokenizer.ggml.merges".into(), Value::Array(vec![])),
         ("tokenizer.ggml.bos_token_id".into(), Value::U32(1)),
         ("tokenizer.ggml.add_bos_token".into(), Value::Bool(true)),
-    ]
+    ]);
+    if s.arch == "gemma3" {
+        m.push((
+            k("attention.sliding_window"),
+            Value::U32((s.ctx / 4).max(2) as u32),
+        ));
+    }
+    m
 }
 
 /// Little-endian GGUF encoding of metadata values (candle's encoder is private).
@@ -600,7 +509,8 @@ fn value_type(v: &Value) -> u32 {
     }
 }
 
-fn put_value(out: &mut Vec<u8>, v: &Value) {
+/// `empty` is the element type id written for an empty array.
+fn put_value(out: &mut Vec<u8>, v: &Value, empty: u32) {
     match v {
         Value::U8(x) => out.push(*x),
         Value::I8(x) => out.extend_from_slice(&x.to_le_bytes()),
@@ -612,13 +522,11 @@ fn put_value(out: &mut Vec<u8>, v: &Value) {
         Value::Bool(x) => out.push(u8::from(*x)),
         Value::String(x) => put_str(out, x),
         Value::Array(xs) => {
-            // Arrays here are homogeneous (built above). An empty one is typed as a string list:
-            // the only empty array written is `tokenizer.ggml.merges`, which llama.cpp refuses
-            // unless its element type is string.
-            out.extend_from_slice(&xs.first().map_or(8, value_type).to_le_bytes());
+            // Arrays here are homogeneous (built above); an empty one is typed `empty`.
+            out.extend_from_slice(&xs.first().map_or(empty, value_type).to_le_bytes());
             out.extend_from_slice(&(xs.len() as u64).to_le_bytes());
             for x in xs {
-                put_value(out, x);
+                put_value(out, x, empty);
             }
         }
         Value::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
@@ -627,18 +535,18 @@ fn put_value(out: &mut Vec<u8>, v: &Value) {
     }
 }
 
-/// GGUF v3 header: magic, version, counts, metadata, tensor infos (dims innermost first, offsets
+/// GGUF header: magic, version, counts, metadata, tensor infos (dims innermost first, offsets
 /// relative to the aligned data start), padded to [`ALIGN`].
-fn header(meta: &[(String, Value)], tensors: &[Planned]) -> Vec<u8> {
+fn header(meta: &[(String, Value)], tensors: &[Planned], family: Family) -> Vec<u8> {
     let mut h = Vec::new();
     h.extend_from_slice(&0x4655_4747u32.to_le_bytes());
-    h.extend_from_slice(&3u32.to_le_bytes());
+    h.extend_from_slice(&family.version().to_le_bytes());
     h.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
     h.extend_from_slice(&(meta.len() as u64).to_le_bytes());
     for (k, v) in meta {
         put_str(&mut h, k);
         h.extend_from_slice(&value_type(v).to_le_bytes());
-        put_value(&mut h, v);
+        put_value(&mut h, v, family.empty_array_type());
     }
     let mut off = 0usize;
     for t in tensors {
@@ -688,7 +596,7 @@ impl GgmlId for GgmlDType {
 }
 
 /// Checks the shape before anything is written: divisibility by the heads and by the block length.
-fn validate(s: &PaperShape, dt: SynthDtype, path: &Path) -> Result<(), RealError> {
+fn validate(s: &SynthShape, family: Family, path: &Path) -> Result<(), RealError> {
     let bad = |m: String| {
         Err(RealError::file(
             path,
@@ -710,7 +618,7 @@ fn validate(s: &PaperShape, dt: SynthDtype, path: &Path) -> Result<(), RealError
             s.head_dim
         ));
     }
-    for t in plan(s, dt) {
+    for t in plan(s, family) {
         let b = t.dtype.block_size();
         if t.cols % b != 0 {
             return bad(format!(
@@ -723,9 +631,13 @@ fn validate(s: &PaperShape, dt: SynthDtype, path: &Path) -> Result<(), RealError
 }
 
 /// Size of the file [`write_paper_gguf`] writes, computed without writing it.
-pub fn paper_size(s: &PaperShape, dt: SynthDtype, seed: u64) -> SynthSize {
-    let tensors = plan(s, dt);
-    let h = header(&metadata(s, seed), &tensors);
+pub fn paper_size(s: &SynthShape, seed: u64) -> SynthSize {
+    size(s, seed, Family::Paper)
+}
+
+fn size(s: &SynthShape, seed: u64, family: Family) -> SynthSize {
+    let tensors = plan(s, family);
+    let h = header(&metadata(s, seed, family), &tensors, family);
     SynthSize {
         header: h.len(),
         data: tensors.iter().map(|t| t.bytes() + pad(t.bytes())).sum(),
@@ -748,18 +660,21 @@ fn chunk_rng(seed: u64, t: usize, c: usize) -> StdRng {
     StdRng::seed_from_u64(z ^ (z >> 31))
 }
 
-/// Generates and encodes rows `r0..r1` of tensor `ti`.
+/// Draws `rows` rows of tensor `t` from `rng` and encodes them in the tensor's storage.
 fn chunk_bytes(
     t: &Planned,
-    ti: usize,
-    c: usize,
-    r0: usize,
-    r1: usize,
-    seed: u64,
+    rows: usize,
+    rng: &mut StdRng,
+    family: Family,
 ) -> candle_core::Result<Vec<u8>> {
-    let n = (r1 - r0) * t.cols;
-    let mut rng = chunk_rng(seed, ti, c);
+    let n = rows * t.cols;
     let v: Vec<f32> = match &t.init {
+        Init::Matrix if family == Family::Test => {
+            let sc = 1.0 / (t.cols as f32).sqrt();
+            (0..n)
+                .map(|_| (rng.random::<f32>() * 2.0 - 1.0) * sc * 1.7)
+                .collect()
+        }
         Init::Matrix => {
             let a = (3.0 / t.cols as f32).sqrt();
             (0..n)
@@ -775,87 +690,111 @@ fn chunk_bytes(
     if t.dtype == GgmlDType::F32 {
         return Ok(v.iter().flat_map(|x| x.to_le_bytes()).collect());
     }
-    let x = Tensor::from_vec(v, (r1 - r0, t.cols), &Device::Cpu)?;
+    let x = Tensor::from_vec(v, (rows, t.cols), &Device::Cpu)?;
     Ok(QTensor::quantize(&x, t.dtype)?.data()?.into_owned())
 }
 
 /// Progress of a streaming write: bytes written so far and the total.
 pub type Progress<'a> = &'a mut dyn FnMut(usize, usize);
 
-/// Writes a paper-scale synthetic GGUF, one chunk of rows at a time: each chunk is generated,
-/// quantized with candle's quantizer (`QTensor::quantize`, blocks never straddle rows) and
-/// appended, so the writer holds a few chunks (≈ 16 MB of f32 each, one per rayon worker), never
-/// a tensor. Same seed and shape, same bytes. The file is written through
-/// [`crate::atomic::write_with`] (a temporary beside `path`, renamed over it once complete),
-/// so a failure (a full disk) leaves an existing `path` as it was.
-pub fn write_paper_gguf(
-    path: &Path,
-    s: &PaperShape,
-    dt: SynthDtype,
-    seed: u64,
-    progress: Progress,
-) -> Result<SynthSize, RealError> {
-    validate(s, dt, path)?;
-    crate::atomic::write_with(
-        path,
-        |f| write_paper_gguf_to(path, f, s, dt, seed, progress),
-        |e| RealError::io(path, e),
-    )
+/// Writes a tiny test model of shape `s` drawn from `seed` through the same writer as
+/// [`write_paper_gguf`]: the output head tied to the embedding, the metadata the loader needs,
+/// one seeded stream drawn in file order, matrices uniform on
+/// $[-1.7/\sqrt{n_\text{in}}, 1.7/\sqrt{n_\text{in}}]$, norm gains uniform on $[0.8, 1.2]$.
+pub fn write_gguf(path: &Path, s: &SynthShape, seed: u64) -> Result<(), RealError> {
+    write(path, s, seed, Family::Test, 1, &mut |_, _| {}).map(|_| ())
 }
 
-/// [`write_paper_gguf`] into the temporary file `f` (errors name `path`).
-fn write_paper_gguf_to(
+/// Writes a paper-scale synthetic GGUF, one chunk of rows at a time: each chunk is generated,
+/// quantized with candle's quantizer (`QTensor::quantize`, blocks never straddle rows) and
+/// appended, so the writer holds a few chunks (≈ 16 MB of f32 each, two per thread of
+/// `threads`, which should be the size of the rayon pool it runs in), never a tensor.
+/// Matrices are drawn i.i.d. uniform on $[-\sqrt{3/n_\text{in}}, \sqrt{3/n_\text{in}}]$
+/// (variance $1/n_\text{in}$, so every projection keeps the activations' scale), norm gains
+/// uniform on $[0.8, 1.2]$, biases uniform on $[-0.02, 0.02]$. Same seed and shape, same bytes,
+/// whatever `threads`.
+pub fn write_paper_gguf(
     path: &Path,
-    f: &mut std::io::BufWriter<std::fs::File>,
-    s: &PaperShape,
-    dt: SynthDtype,
+    s: &SynthShape,
     seed: u64,
+    threads: usize,
+    progress: Progress,
+) -> Result<SynthSize, RealError> {
+    write(path, s, seed, Family::Paper, threads, progress)
+}
+
+/// The one writer. The file is written through [`crate::atomic::write_with`] (a temporary
+/// beside `path`, renamed over it once complete), so a failure (a full disk) leaves an
+/// existing `path` as it was.
+fn write(
+    path: &Path,
+    s: &SynthShape,
+    seed: u64,
+    family: Family,
+    threads: usize,
     progress: Progress,
 ) -> Result<SynthSize, RealError> {
     use rayon::prelude::*;
     use std::io::Write;
-    let tensors = plan(s, dt);
-    let h = header(&metadata(s, seed), &tensors);
-    let size = paper_size(s, dt, seed);
-    f.write_all(&h).map_err(|e| RealError::io(path, e))?;
-    let mut done = h.len();
-    progress(done, size.total());
-    let batch = 2 * rayon::current_num_threads().max(1);
-    for (ti, t) in tensors.iter().enumerate() {
-        let per = chunk_rows(t.cols);
-        let chunks: Vec<(usize, usize, usize)> = (0..t.rows.div_ceil(per))
-            .map(|c| (c, c * per, ((c + 1) * per).min(t.rows)))
-            .collect();
-        for group in chunks.chunks(batch) {
-            let out: Vec<candle_core::Result<Vec<u8>>> = group
-                .par_iter()
-                .map(|&(c, r0, r1)| chunk_bytes(t, ti, c, r0, r1, seed))
+    validate(s, family, path)?;
+    // Into the temporary file `f` (errors name `path`).
+    let fill = |f: &mut std::io::BufWriter<std::fs::File>| -> Result<SynthSize, RealError> {
+        let tensors = plan(s, family);
+        let h = header(&metadata(s, seed, family), &tensors, family);
+        let size = size(s, seed, family);
+        f.write_all(&h).map_err(|e| RealError::io(path, e))?;
+        let mut done = h.len();
+        progress(done, size.total());
+        let batch = 2 * threads.max(1);
+        // The test family's one stream, drawn in file order.
+        let mut stream = StdRng::seed_from_u64(seed);
+        for (ti, t) in tensors.iter().enumerate() {
+            let per = match family {
+                Family::Test => t.rows.max(1),
+                Family::Paper => chunk_rows(t.cols),
+            };
+            let chunks: Vec<(usize, usize)> = (0..t.rows.div_ceil(per))
+                .map(|c| (c, ((c + 1) * per).min(t.rows) - c * per))
                 .collect();
-            for b in out {
-                let b = b.map_err(|e| err(path, e))?;
-                f.write_all(&b).map_err(|e| RealError::io(path, e))?;
-                done += b.len();
+            for group in chunks.chunks(batch) {
+                let out: Vec<candle_core::Result<Vec<u8>>> = match family {
+                    Family::Test => group
+                        .iter()
+                        .map(|&(_, rows)| chunk_bytes(t, rows, &mut stream, family))
+                        .collect(),
+                    Family::Paper => group
+                        .par_iter()
+                        .map(|&(c, rows)| chunk_bytes(t, rows, &mut chunk_rng(seed, ti, c), family))
+                        .collect(),
+                };
+                for b in out {
+                    let b = b.map_err(|e| err(path, e))?;
+                    f.write_all(&b).map_err(|e| RealError::io(path, e))?;
+                    done += b.len();
+                }
+                progress(done, size.total());
             }
-            progress(done, size.total());
+            let p = pad(t.bytes());
+            f.write_all(&vec![0u8; p])
+                .map_err(|e| RealError::io(path, e))?;
+            done += p;
         }
-        let p = pad(t.bytes());
-        f.write_all(&vec![0u8; p])
-            .map_err(|e| RealError::io(path, e))?;
-        done += p;
-    }
-    if done != size.total() {
-        return Err(err(
-            path,
-            format!("wrote {done} bytes, planned {}", size.total()),
-        ));
-    }
-    Ok(size)
+        if done != size.total() {
+            return Err(err(
+                path,
+                format!("wrote {done} bytes, planned {}", size.total()),
+            ));
+        }
+        Ok(size)
+    };
+    crate::atomic::write_with(path, fill, |e| RealError::io(path, e))
 }
 
-/// Seconds [`write_paper_gguf`] should take here: one matrix chunk is generated and quantized
-/// (timed), then scaled by the number of values and divided by the rayon workers.
-pub fn estimate_seconds(s: &PaperShape, dt: SynthDtype, seed: u64) -> f64 {
-    let tensors = plan(s, dt);
+/// Seconds [`write_paper_gguf`] should take here on `threads` threads: one matrix chunk is
+/// generated and quantized (timed), then scaled by the number of values and divided by the
+/// threads.
+pub fn estimate_seconds(s: &SynthShape, seed: u64, threads: usize) -> f64 {
+    let tensors = plan(s, Family::Paper);
     let Some((ti, t)) = tensors
         .iter()
         .enumerate()
@@ -865,10 +804,10 @@ pub fn estimate_seconds(s: &PaperShape, dt: SynthDtype, seed: u64) -> f64 {
     };
     let r1 = chunk_rows(t.cols).min(t.rows);
     let t0 = std::time::Instant::now();
-    if chunk_bytes(t, ti, 0, 0, r1, seed).is_err() {
+    if chunk_bytes(t, r1, &mut chunk_rng(seed, ti, 0), Family::Paper).is_err() {
         return f64::NAN;
     }
     let per_value = t0.elapsed().as_secs_f64() / (r1 * t.cols) as f64;
     let params: usize = tensors.iter().map(|t| t.rows * t.cols).sum();
-    per_value * params as f64 / rayon::current_num_threads().max(1) as f64
+    per_value * params as f64 / threads.max(1) as f64
 }

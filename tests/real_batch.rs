@@ -4,7 +4,7 @@
 #[path = "support/cli.rs"]
 mod cli;
 use cli::bin;
-use sinklab::synth::{SynthSpec, write_gguf};
+use sinklab::synth::{SynthShape, write_gguf};
 use std::path::Path;
 
 fn lines(p: &Path) -> Vec<serde_json::Value> {
@@ -19,7 +19,7 @@ fn lines(p: &Path) -> Vec<serde_json::Value> {
 fn a_jsonl_file_gives_the_single_run_reports_and_resumes() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("tiny.gguf");
-    write_gguf(&model, &SynthSpec::default(), 7).unwrap();
+    write_gguf(&model, &SynthShape::default(), 7).unwrap();
     let m = model.to_str().unwrap();
     let inputs = dir.path().join("inputs.jsonl");
     std::fs::write(
@@ -70,7 +70,7 @@ fn a_jsonl_file_gives_the_single_run_reports_and_resumes() {
 fn malformed_lines_are_refused_with_file_and_line_before_any_work() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("tiny.gguf");
-    write_gguf(&model, &SynthSpec::default(), 7).unwrap();
+    write_gguf(&model, &SynthShape::default(), 7).unwrap();
     for (bad, what) in [
         ("[1, 2]\n[1, -2]\n", ":2: token id -2"),
         ("[1, 2]\n{\"txt\": \"a\"}\n", ":2: unknown key \"txt\""),
@@ -127,7 +127,7 @@ fn refused(o: &std::process::Output, needles: &[&str]) {
 fn a_results_file_that_is_the_input_or_not_ours_is_refused_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("tiny.gguf");
-    write_gguf(&model, &SynthSpec::default(), 7).unwrap();
+    write_gguf(&model, &SynthShape::default(), 7).unwrap();
     let inputs = dir.path().join("in.jsonl");
     let text = "[1, 5, 9]\n[2, 11, 7, 4]\n";
     std::fs::write(&inputs, text).unwrap();
@@ -169,7 +169,7 @@ fn a_results_file_that_is_the_input_or_not_ours_is_refused_untouched() {
 fn one_damaged_results_line_is_recomputed_alone() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("tiny.gguf");
-    write_gguf(&model, &SynthSpec::default(), 7).unwrap();
+    write_gguf(&model, &SynthShape::default(), 7).unwrap();
     let inputs = dir.path().join("in.jsonl");
     std::fs::write(&inputs, "[1, 5, 9]\n[2, 11, 7, 4]\n[3, 3, 8]\n[6, 1]\n").unwrap();
     let results = dir.path().join("in.results.jsonl");
@@ -199,7 +199,7 @@ fn one_damaged_results_line_is_recomputed_alone() {
 fn a_second_writer_of_one_results_file_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("tiny.gguf");
-    write_gguf(&model, &SynthSpec::default(), 7).unwrap();
+    write_gguf(&model, &SynthShape::default(), 7).unwrap();
     let inputs = dir.path().join("in.jsonl");
     std::fs::write(&inputs, "[1, 5, 9]\n").unwrap();
     let results = dir.path().join("in.results.jsonl");
@@ -222,7 +222,7 @@ fn another_model_at_the_same_path_recomputes_every_input() {
     let inputs = dir.path().join("inputs.jsonl");
     std::fs::write(&inputs, "[1, 5, 9, 3]\n[2, 11, 7]\n").unwrap();
     let results = dir.path().join("inputs.results.jsonl");
-    write_gguf(&model, &SynthSpec::default(), 7).unwrap();
+    write_gguf(&model, &SynthShape::default(), 7).unwrap();
     let o = run_file(&model, &inputs, None);
     assert!(o.status.success(), "{}", cli::stderr(&o));
     let first = lines(&results);
@@ -230,7 +230,7 @@ fn another_model_at_the_same_path_recomputes_every_input() {
     let o = run_file(&model, &inputs, None);
     assert!(cli::stderr(&o).contains("2 already"));
     // Other weights (seed 8) at the same path: the old lines were stale before (keyed by path).
-    write_gguf(&model, &SynthSpec::default(), 8).unwrap();
+    write_gguf(&model, &SynthShape::default(), 8).unwrap();
     let o = run_file(&model, &inputs, None);
     let err = cli::stderr(&o);
     assert!(o.status.success() && err.contains("0 already"), "{err}");

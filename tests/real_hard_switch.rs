@@ -19,7 +19,7 @@ use sinklab::real::hard_switch_real::{
 use sinklab::runtime::capture::{Capture, Captured};
 use sinklab::runtime::load;
 use sinklab::runtime::model::Pretrained;
-use sinklab::synth::{SynthSpec, write_gguf};
+use sinklab::synth::{SynthShape, write_gguf};
 
 /// The invariants of one run: pair count, shares summing to 1, a ≥ z, off pairs below the
 /// threshold, the summaries' counts.
@@ -88,7 +88,7 @@ fn check_against_capture(m: &Pretrained, tokens: &[u32], r: &Run) {
 fn invariants_on_a_tiny_model() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.gguf");
-    write_gguf(&path, &SynthSpec::default(), 11).unwrap();
+    write_gguf(&path, &SynthShape::default(), 11).unwrap();
     let lm = load(&path).unwrap();
     let toks: Vec<u32> = (0..24).map(|i| 1 + (i * 7) % 39).collect();
     let r = analyze(&lm.model, &toks, 5).unwrap();

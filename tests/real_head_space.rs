@@ -12,9 +12,9 @@ use rand::{RngExt, SeedableRng};
 use sinklab::real::head_space::{A1Options, Pool, first_token, heads_of_layer, layer};
 use sinklab::runtime::capture::{Capture, Captured};
 use sinklab::runtime::{LoadedModel, load};
-use sinklab::synth::{SynthSpec, write_gguf};
+use sinklab::synth::{SynthShape, write_gguf};
 
-fn synth(spec: &SynthSpec, seed: u64) -> (tempfile::TempDir, LoadedModel) {
+fn synth(spec: &SynthShape, seed: u64) -> (tempfile::TempDir, LoadedModel) {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("tiny.gguf");
     write_gguf(&p, spec, seed).unwrap();
@@ -37,9 +37,9 @@ fn texts(n: usize, len: usize, vocab: u32, seed: u64) -> Vec<Vec<u32>> {
 #[test]
 fn pooled_queries_and_keys_reproduce_the_attention() {
     for gemma in [false, true] {
-        let spec = SynthSpec {
-            gemma,
-            ..SynthSpec::default()
+        let spec = SynthShape {
+            arch: if gemma { "gemma3" } else { "llama" },
+            ..SynthShape::default()
         };
         let (_d, lm) = synth(&spec, 5);
         let m = &lm.model;
@@ -120,9 +120,9 @@ fn pooled_queries_and_keys_reproduce_the_attention() {
 
 #[test]
 fn a_text_longer_than_the_sliding_window_is_refused() {
-    let spec = SynthSpec {
-        gemma: true,
-        ..SynthSpec::default()
+    let spec = SynthShape {
+        arch: "gemma3",
+        ..SynthShape::default()
     };
     let (_d, lm) = synth(&spec, 5);
     let e = Pool::collect(&lm.model, &texts(1, 20, spec.vocab as u32, 1)).unwrap_err();
@@ -134,7 +134,7 @@ fn a_text_longer_than_the_sliding_window_is_refused() {
 /// every ordinary key is ≈ 0 there; the queries of heads 0, 1 get bias `sign·10` on the same
 /// coordinate and no input weights on it.
 fn constructed(sign: f32) -> (tempfile::TempDir, LoadedModel) {
-    let spec = SynthSpec::default();
+    let spec = SynthShape::default();
     let (dir, mut lm) = synth(&spec, 21);
     let m = &mut lm.model;
     let (d, dh) = (m.cfg.d_model, m.cfg.head_dim);
@@ -204,7 +204,7 @@ fn layer_inputs_and_the_cosine_observable() {
     assert!(sep.null_n > 0);
     // Unconstructed model: the input of layer 0 is the raw random embedding, cosines of both
     // signs, so the fraction is strictly between 0 and 1.
-    let (_d, lm) = synth(&SynthSpec::default(), 21);
+    let (_d, lm) = synth(&SynthShape::default(), 21);
     let p = Pool::collect(&lm.model, &txt).unwrap();
     let l0 = layer(&p, 0, A1Options::default(), false);
     assert!(l0.raw_cos_nonpos > 0.0 && l0.raw_cos_nonpos < 1.0, "{l0:?}");
@@ -257,8 +257,8 @@ fn pooled_a1_on_cached_models() {
 /// gives exactly b + u (f32 rounding: 1e-5 on a mean cosine); the skill figures are finite.
 #[test]
 fn a2_split_is_exact_without_post_norm() {
-    use sinklab::real::a2_skill::analyze;
-    let (_d, lm) = synth(&SynthSpec::default(), 8);
+    use sinklab::real::oversmooth_real::analyze_skill as analyze;
+    let (_d, lm) = synth(&SynthShape::default(), 8);
     let toks = &texts(1, 20, 40, 5)[0];
     let (hs, s) = analyze(&lm.model, toks).unwrap();
     assert_eq!(hs.len(), 2 * 4);
@@ -271,9 +271,9 @@ fn a2_split_is_exact_without_post_norm() {
     assert_eq!(s.heads, 8);
     // Gemma: the post-attention norm makes the split a linearisation, not an identity.
     let (_d, lm) = synth(
-        &SynthSpec {
-            gemma: true,
-            ..SynthSpec::default()
+        &SynthShape {
+            arch: "gemma3",
+            ..SynthShape::default()
         },
         8,
     );
@@ -287,7 +287,7 @@ fn a2_split_is_exact_without_post_norm() {
 #[test]
 fn switch_decomposition_is_well_defined() {
     use sinklab::real::switch_real::analyze;
-    let (_d, lm) = synth(&SynthSpec::default(), 8);
+    let (_d, lm) = synth(&SynthShape::default(), 8);
     let toks = &texts(1, 20, 40, 5)[0];
     let hs = analyze(&lm.model, toks, 3).unwrap();
     assert_eq!(hs.len(), 8);

@@ -6,7 +6,7 @@ use candle_core::Device;
 use candle_core::quantized::QTensor;
 use candle_core::quantized::gguf_file::{Content, Value, write};
 use sinklab::runtime::load;
-use sinklab::synth::{SynthSpec, write_gguf};
+use sinklab::synth::{SynthShape, write_gguf};
 use std::path::Path;
 
 /// Rewrites `src` to `dst` with metadata edited by `edit`.
@@ -49,7 +49,7 @@ fn refused(p: &Path, needles: &[&str]) -> String {
 
 fn synth(dir: &Path) -> std::path::PathBuf {
     let p = dir.join("base.gguf");
-    write_gguf(&p, &SynthSpec::default(), 7).unwrap();
+    write_gguf(&p, &SynthShape::default(), 7).unwrap();
     load(&p).expect("the unaltered file loads");
     p
 }

@@ -10,9 +10,9 @@ use sinklab::runtime::arch::llama::unpermute_rows;
 use sinklab::runtime::capture::{Capture, Captured};
 use sinklab::runtime::forward::{Intervention, KvCache, Replace};
 use sinklab::runtime::{RealError, load};
-use sinklab::synth::{SynthSpec, write_gguf};
+use sinklab::synth::{SynthShape, write_gguf};
 
-fn synth(spec: &SynthSpec, seed: u64) -> (tempfile::TempDir, sinklab::runtime::LoadedModel) {
+fn synth(spec: &SynthShape, seed: u64) -> (tempfile::TempDir, sinklab::runtime::LoadedModel) {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("tiny.gguf");
     write_gguf(&p, spec, seed).unwrap();
@@ -35,9 +35,9 @@ const TOKENS: [u32; 12] = [1, 5, 9, 3, 17, 22, 5, 9, 30, 2, 11, 7];
 #[test]
 fn causal_prefix_rows_do_not_depend_on_later_tokens() {
     for gemma in [false, true] {
-        let spec = SynthSpec {
-            gemma,
-            ..SynthSpec::default()
+        let spec = SynthShape {
+            arch: if gemma { "gemma3" } else { "llama" },
+            ..SynthShape::default()
         };
         let (_d, lm) = synth(&spec, 7);
         let full = lm.model.forward(&TOKENS, &mut (), None).unwrap();
@@ -59,10 +59,10 @@ fn causal_prefix_rows_do_not_depend_on_later_tokens() {
 #[test]
 fn kv_cache_decoding_equals_the_full_pass() {
     for gemma in [false, true] {
-        let spec = SynthSpec {
-            gemma,
+        let spec = SynthShape {
+            arch: if gemma { "gemma3" } else { "llama" },
             ctx: 64,
-            ..SynthSpec::default()
+            ..SynthShape::default()
         };
         let (_d, lm) = synth(&spec, 11);
         let full = lm.model.forward(&TOKENS, &mut (), None).unwrap();
@@ -88,10 +88,10 @@ fn kv_cache_decoding_equals_the_full_pass() {
 #[test]
 fn sliding_window_hides_far_keys_in_local_gemma_layers() {
     // window = ctx/4 = 4 on local layers (l+1 not a multiple of 6): A_ij = 0 for i − j ≥ 4.
-    let spec = SynthSpec {
-        gemma: true,
+    let spec = SynthShape {
+        arch: "gemma3",
         ctx: 16,
-        ..SynthSpec::default()
+        ..SynthShape::default()
     };
     let (_d, lm) = synth(&spec, 3);
     let mut cap = Captured::new(Capture {
@@ -118,7 +118,7 @@ fn sliding_window_hides_far_keys_in_local_gemma_layers() {
 
 #[test]
 fn identity_intervention_makes_the_head_output_its_own_value() {
-    let spec = SynthSpec::default();
+    let spec = SynthShape::default();
     let (_d, lm) = synth(&spec, 5);
     let c = &lm.model.cfg;
     let (h, hk, dh) = (c.n_head, c.n_kv_head, c.head_dim);
@@ -178,7 +178,7 @@ fn gguf_row_unpermutation_inverts_llama_cpp_permutation() {
 
 #[test]
 fn greedy_generation_with_cache_matches_argmax_of_full_passes() {
-    let spec = SynthSpec::default();
+    let spec = SynthShape::default();
     let (_d, lm) = synth(&spec, 9);
     let out = lm.model.generate_greedy(&TOKENS[..5], 4, &mut ()).unwrap();
     assert_eq!(out.len(), 9);
@@ -198,7 +198,7 @@ fn greedy_generation_with_cache_matches_argmax_of_full_passes() {
 
 #[test]
 fn statistics_are_consistent_with_captured_tensors() {
-    let spec = SynthSpec::default();
+    let spec = SynthShape::default();
     let (_d, lm) = synth(&spec, 13);
     let mut cap = Captured::new(Capture {
         hidden: true,
@@ -243,9 +243,9 @@ fn statistics_are_consistent_with_captured_tensors() {
 
 #[test]
 fn input_errors_are_typed_not_panics() {
-    let spec = SynthSpec {
+    let spec = SynthShape {
         ctx: 16,
-        ..SynthSpec::default()
+        ..SynthShape::default()
     };
     let (_d, lm) = synth(&spec, 1);
     let long: Vec<u32> = (0..17).map(|i| i % 30).collect();

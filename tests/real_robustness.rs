@@ -7,7 +7,7 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use sinklab::real::activations;
 use sinklab::runtime::load;
-use sinklab::synth::{SynthSpec, write_gguf};
+use sinklab::synth::{SynthShape, write_gguf};
 use std::path::Path;
 
 fn expect_err(p: &Path, needle: &str) -> String {
@@ -35,7 +35,7 @@ fn expect_err(p: &Path, needle: &str) -> String {
 fn truncated_gguf_at_every_cut_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("tiny.gguf");
-    write_gguf(&p, &SynthSpec::default(), 1).unwrap();
+    write_gguf(&p, &SynthShape::default(), 1).unwrap();
     let bytes = std::fs::read(&p).unwrap();
     let cut = dir.path().join("cut.gguf");
     // Every cut in the header region, then a stride through the tensor data.
@@ -52,7 +52,7 @@ fn truncated_gguf_at_every_cut_is_an_error() {
 fn corrupted_gguf_bytes_never_panic() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("tiny.gguf");
-    write_gguf(&p, &SynthSpec::default(), 2).unwrap();
+    write_gguf(&p, &SynthShape::default(), 2).unwrap();
     let bytes = std::fs::read(&p).unwrap();
     let bad = dir.path().join("bad.gguf");
     // Flip one byte at positions across the header (seeded stride), load, accept Ok or Err.
@@ -89,7 +89,7 @@ fn write_custom_with(
     dup: Option<&str>,
 ) {
     // A well-formed tiny llama written by hand so that single tensors can be altered.
-    let s = SynthSpec::default();
+    let s = SynthShape::default();
     let mut t: Vec<(String, QTensor)> = Vec::new();
     let mut add = |name: String, out: usize, inp: usize| {
         let v: Vec<f32> = (0..out * inp)
@@ -471,7 +471,7 @@ fn gguf_tensor_count_and_block_count_must_describe_the_whole_file() {
     // The control: the file as written loads, every tensor used.
     write_custom(&p, "llama", same);
     let full = load(&p).expect("the unaltered file loads");
-    assert_eq!(full.model.layers.len(), SynthSpec::default().n_layer);
+    assert_eq!(full.model.layers.len(), SynthShape::default().n_layer);
     // `tensor_count` one short (header bytes 8..16 of GGUF v2/v3): the directory then ends one
     // info early, every data offset shifts, and the loader used to run on shifted bytes.
     write_custom(&p, "llama", same);
@@ -489,7 +489,7 @@ fn gguf_tensor_count_and_block_count_must_describe_the_whole_file() {
     // A smaller `block_count`: the last layer's tensors used to be ignored, fewer layers run.
     write_custom(&p, "llama", same);
     patch_meta_u32(&p, "llama.block_count", |v| v - 1);
-    let last = SynthSpec::default().n_layer - 1;
+    let last = SynthShape::default().n_layer - 1;
     expect_err(&p, &format!("tensor `blk.{last}."));
     expect_err(&p, "not used by the `llama` loader");
 }

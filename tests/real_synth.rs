@@ -9,18 +9,21 @@ use candle_core::quantized::gguf_file::Content;
 use candle_core::{Device, quantized::GgmlDType};
 use cli::bin;
 use sha2::{Digest, Sha256};
-use sinklab::synth::{Llama3Rope, PaperShape, SynthDtype, paper_size, write_paper_gguf};
+use sinklab::synth::{Llama3Rope, SynthDtype, SynthShape, paper_size, write_paper_gguf};
 use std::path::Path;
 use std::process::Command;
 
 fn write(dir: &Path, name: &str, shape: &str, dt: SynthDtype, seed: u64) -> std::path::PathBuf {
     let p = dir.join(name);
-    let s = PaperShape::by_name(shape).unwrap();
+    let s = SynthShape {
+        dtype: dt,
+        ..SynthShape::by_name(shape).unwrap()
+    };
     let mut last = (0, 0);
-    let size = write_paper_gguf(&p, &s, dt, seed, &mut |d, t| last = (d, t)).unwrap();
+    let size = write_paper_gguf(&p, &s, seed, 2, &mut |d, t| last = (d, t)).unwrap();
     // The progress callback ends at the total, which is the planned size and the file's size.
     assert_eq!(last, (size.total(), size.total()));
-    assert_eq!(size, paper_size(&s, dt, seed));
+    assert_eq!(size, paper_size(&s, seed));
     assert_eq!(std::fs::metadata(&p).unwrap().len() as usize, size.total());
     p
 }
@@ -42,18 +45,55 @@ fn same_seed_same_bytes_other_seed_other_bytes() {
     }
 }
 
+/// The thread count sizes the batches of chunks, never the bytes (one stream per chunk).
+#[test]
+fn bytes_do_not_depend_on_the_thread_count() {
+    let d = tempfile::tempdir().unwrap();
+    let s = SynthShape {
+        dtype: SynthDtype::Q8_0,
+        ..SynthShape::by_name("tiny-llama3").unwrap()
+    };
+    let (a, b) = (d.path().join("a.gguf"), d.path().join("b.gguf"));
+    write_paper_gguf(&a, &s, 4, 1, &mut |_, _| {}).unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    pool.install(|| write_paper_gguf(&b, &s, 4, 3, &mut |_, _| {}))
+        .unwrap();
+    assert_eq!(sha(&a), sha(&b), "threads 1 and 3 wrote different files");
+}
+
 #[test]
 fn paper_shapes_have_the_published_parameter_counts() {
     // Llama-3.1-8B: 8 030 261 248 parameters (Hugging Face `num_parameters()`), plus the 64
     // RoPE divisors llama.cpp stores as `rope_freqs.weight`. Qwen2-7B: 7 615 616 512.
-    let l = paper_size(&PaperShape::llama31_8b(), SynthDtype::Q4KM, 0);
+    let l = paper_size(
+        &SynthShape {
+            dtype: SynthDtype::Q4KM,
+            ..SynthShape::llama31_8b()
+        },
+        0,
+    );
     assert_eq!(l.params, 8_030_261_248 + 64);
     assert_eq!(l.tensors, 2 + 32 * 9 + 1 + 1);
-    let q = paper_size(&PaperShape::qwen2_7b(), SynthDtype::Q4K, 0);
+    let q = paper_size(
+        &SynthShape {
+            dtype: SynthDtype::Q4K,
+            ..SynthShape::qwen2_7b()
+        },
+        0,
+    );
     assert_eq!(q.params, 7_615_616_512);
     assert_eq!(q.tensors, 2 + 28 * 12 + 1);
     // Q4_K stores 256 values in 144 bytes (4.5 bits per value); Q4_K_M's Q6_K tensors take 210.
-    let all_q4k = paper_size(&PaperShape::llama31_8b(), SynthDtype::Q4K, 0);
+    let all_q4k = paper_size(
+        &SynthShape {
+            dtype: SynthDtype::Q4K,
+            ..SynthShape::llama31_8b()
+        },
+        0,
+    );
     assert!(all_q4k.data < l.data);
     // Everything else is f32 vectors (norm gains, RoPE divisors) and < 32 bytes of alignment
     // padding per tensor.
@@ -94,7 +134,7 @@ fn candle_tensors(p: &Path) -> (Content, Vec<TensorSummary>) {
 fn candle_reads_it_back_and_the_values_are_the_f32_draw_up_to_q4k_rounding() {
     let d = tempfile::tempdir().unwrap();
     for shape in ["tiny-llama3", "tiny-qwen2"] {
-        let s = PaperShape::by_name(shape).unwrap();
+        let s = SynthShape::by_name(shape).unwrap();
         let q = write(d.path(), "q.gguf", shape, SynthDtype::Q4KM, 3);
         let f = write(d.path(), "f.gguf", shape, SynthDtype::F32, 3);
         let (cq, tq) = candle_tensors(&q);
@@ -191,7 +231,7 @@ fn candle_reads_it_back_and_the_values_are_the_f32_draw_up_to_q4k_rounding() {
 fn the_sinklab_loader_runs_it_on_token_ids() {
     let d = tempfile::tempdir().unwrap();
     for shape in ["tiny-llama3", "tiny-qwen2"] {
-        let s = PaperShape::by_name(shape).unwrap();
+        let s = SynthShape::by_name(shape).unwrap();
         let p = write(d.path(), "m.gguf", shape, SynthDtype::Q4KM, 5);
         let lm = sinklab::runtime::load(&p).unwrap();
         let c = &lm.model.cfg;
@@ -310,27 +350,16 @@ print(json.dumps({"arch": r.fields["general.architecture"].contents(),
 #[test]
 fn refuses_shapes_that_do_not_fit_the_blocks_and_unknown_names() {
     let d = tempfile::tempdir().unwrap();
-    let mut s = PaperShape::by_name("tiny-llama3").unwrap();
+    let mut s = SynthShape::by_name("tiny-llama3").unwrap();
     s.d_ff = 300;
-    let e = write_paper_gguf(
-        &d.path().join("x.gguf"),
-        &s,
-        SynthDtype::Q4K,
-        0,
-        &mut |_, _| {},
-    )
-    .unwrap_err()
-    .to_string();
+    s.dtype = SynthDtype::Q4K;
+    let e = write_paper_gguf(&d.path().join("x.gguf"), &s, 0, 2, &mut |_, _| {})
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("ffn_down.weight") && e.contains("300"), "{e}");
     // F32 has block length 1: the same shape is fine there.
-    write_paper_gguf(
-        &d.path().join("y.gguf"),
-        &s,
-        SynthDtype::F32,
-        0,
-        &mut |_, _| {},
-    )
-    .unwrap();
+    s.dtype = SynthDtype::F32;
+    write_paper_gguf(&d.path().join("y.gguf"), &s, 0, 2, &mut |_, _| {}).unwrap();
     let o = bin()
         .args([
             "synth",

@@ -26,7 +26,7 @@ use sinklab::runtime::arch::llama::unpermute_rows;
 use sinklab::runtime::load;
 use sinklab::runtime::model::Pretrained;
 use sinklab::runtime::weights::{Bytes, Matmul, Storage, StoredMatrix, q8_bound, scale_offsets};
-use sinklab::synth::{SynthSpec, write_gguf};
+use sinklab::synth::{SynthDtype, SynthShape, write_gguf};
 use std::path::Path;
 
 const QUANT: &[GgmlDType] = &[
@@ -271,9 +271,9 @@ fn f16_and_bf16_matrices_convert_in_the_tile() {
     }
 }
 
-fn synth(dir: &Path, name: &str, spec: SynthSpec, seed: u64) -> std::path::PathBuf {
+fn synth(dir: &Path, name: &str, spec: &SynthShape, seed: u64) -> std::path::PathBuf {
     let p = dir.join(name);
-    write_gguf(&p, &spec, seed).unwrap();
+    write_gguf(&p, spec, seed).unwrap();
     p
 }
 
@@ -306,36 +306,36 @@ fn assert_close_logits(a: &[f32], b: &[f32], what: &str) {
 
 const TOKS: &[u32] = &[1, 5, 9, 3, 17, 22, 8, 30, 2, 11];
 
-fn specs() -> [(GgmlDType, SynthSpec); 3] {
+fn specs() -> [(GgmlDType, SynthShape); 3] {
     [
         (
             GgmlDType::Q8_0,
-            SynthSpec {
+            SynthShape {
                 d_ff: 64,
-                dtype: GgmlDType::Q8_0,
-                ..SynthSpec::default()
+                dtype: SynthDtype::Layers(GgmlDType::Q8_0),
+                ..SynthShape::default()
             },
         ),
         (
             GgmlDType::Q5_0,
-            SynthSpec {
+            SynthShape {
                 d: 64,
                 head_dim: 16,
                 d_ff: 64,
-                dtype: GgmlDType::Q5_0,
-                ..SynthSpec::default()
+                dtype: SynthDtype::Layers(GgmlDType::Q5_0),
+                ..SynthShape::default()
             },
         ),
         (
             GgmlDType::Q4K,
-            SynthSpec {
+            SynthShape {
                 d: 256,
                 n_head: 4,
                 n_kv_head: 2,
                 head_dim: 64,
                 d_ff: 256,
-                dtype: GgmlDType::Q4K,
-                ..SynthSpec::default()
+                dtype: SynthDtype::Layers(GgmlDType::Q4K),
+                ..SynthShape::default()
             },
         ),
     ]
@@ -345,7 +345,7 @@ fn specs() -> [(GgmlDType, SynthSpec); 3] {
 fn quantized_gguf_stays_quantized_in_the_map_and_exact_mode_matches_f32() {
     let tmp = tempfile::tempdir().unwrap();
     for (k, (dt, spec)) in specs().into_iter().enumerate() {
-        let p = synth(tmp.path(), &format!("m{k}.gguf"), spec, 31 + k as u64);
+        let p = synth(tmp.path(), &format!("m{k}.gguf"), &spec, 31 + k as u64);
         let lm = load(&p).unwrap();
         let ly = &lm.model.layers[0];
         assert_eq!(ly.wq.w.dtype(), dt);
@@ -380,12 +380,12 @@ fn quantized_gguf_stays_quantized_in_the_map_and_exact_mode_matches_f32() {
 #[test]
 fn q8_mode_refuses_rows_of_an_odd_number_of_paired_blocks() {
     let tmp = tempfile::tempdir().unwrap();
-    let spec = SynthSpec {
+    let spec = SynthShape {
         d_ff: 64,
-        dtype: GgmlDType::Q5_0,
-        ..SynthSpec::default()
+        dtype: SynthDtype::Layers(GgmlDType::Q5_0),
+        ..SynthShape::default()
     };
-    let p = synth(tmp.path(), "odd.gguf", spec, 5);
+    let p = synth(tmp.path(), "odd.gguf", &spec, 5);
     let mut lm = load(&p).unwrap();
     assert!(lm.model.forward(TOKS, &mut (), None).is_ok());
     let e = q8_deviation::measure(&mut lm.model, TOKS)
@@ -401,7 +401,7 @@ fn q8_mode_refuses_rows_of_an_odd_number_of_paired_blocks() {
 fn q8_mode_deviation_is_measured_bounded_and_nonzero() {
     let tmp = tempfile::tempdir().unwrap();
     for (k, (dt, spec)) in specs().into_iter().enumerate() {
-        let p = synth(tmp.path(), &format!("q{k}.gguf"), spec, 51 + k as u64);
+        let p = synth(tmp.path(), &format!("q{k}.gguf"), &spec, 51 + k as u64);
         let mut lm = load(&p).unwrap();
         let dev = q8_deviation::measure(&mut lm.model, TOKS).unwrap();
         eprintln!("{dt:?}: {}", dev.line());
@@ -426,8 +426,8 @@ fn q8_mode_deviation_is_measured_bounded_and_nonzero() {
 #[test]
 fn non_finite_block_scale_is_refused_at_load_without_dequantizing() {
     let tmp = tempfile::tempdir().unwrap();
-    let (_, spec) = specs()[0];
-    let p = synth(tmp.path(), "nan.gguf", spec, 77);
+    let (_, spec) = specs()[0].clone();
+    let p = synth(tmp.path(), "nan.gguf", &spec, 77);
     let mut f = std::fs::File::open(&p).unwrap();
     let c = candle_core::quantized::gguf_file::Content::read(&mut f).unwrap();
     let ti = &c.tensor_infos["blk.1.attn_v.weight"];
@@ -541,11 +541,11 @@ fn write_hf(m: &Pretrained, dir: &Path, dtype: safetensors::Dtype) {
 #[test]
 fn sixteen_bit_safetensors_stay_sixteen_bit_and_match_their_f32_conversion() {
     let tmp = tempfile::tempdir().unwrap();
-    let spec = SynthSpec {
+    let spec = SynthShape {
         d_ff: 64,
-        ..SynthSpec::default()
+        ..SynthShape::default()
     };
-    let base = load(&synth(tmp.path(), "f32.gguf", spec, 91))
+    let base = load(&synth(tmp.path(), "f32.gguf", &spec, 91))
         .unwrap()
         .model;
     for (name, dt, gdt) in [
@@ -575,12 +575,12 @@ fn sixteen_bit_safetensors_stay_sixteen_bit_and_match_their_f32_conversion() {
 fn streamed_loss_over_a_quantized_head_equals_the_chunked_loss_of_its_f32_copy() {
     // 5000 tokens: two vocabulary tiles of the streamed log-sum-exp (4096 rows each).
     let tmp = tempfile::tempdir().unwrap();
-    let spec = SynthSpec {
+    let spec = SynthShape {
         d_ff: 64,
         vocab: 5000,
-        ..SynthSpec::default()
+        ..SynthShape::default()
     };
-    let mut m = load(&synth(tmp.path(), "v.gguf", spec, 17)).unwrap().model;
+    let mut m = load(&synth(tmp.path(), "v.gguf", &spec, 17)).unwrap().model;
     let e = Tensor::from_vec(m.embed.to_f32().into_owned(), (5000, 32), &Device::Cpu).unwrap();
     let q = QTensor::quantize(&e, GgmlDType::Q8_0).unwrap();
     m.embed = StoredMatrix::from_bytes(GgmlDType::Q8_0, Bytes::owned(&q.data().unwrap()), 5000, 32)
@@ -609,8 +609,8 @@ fn streamed_loss_over_a_quantized_head_equals_the_chunked_loss_of_its_f32_copy()
 #[test]
 fn cli_matmul_q8_prints_its_measured_deviation_and_refuses_batches() {
     let tmp = tempfile::tempdir().unwrap();
-    let (_, spec) = specs()[1];
-    let p = synth(tmp.path(), "cli.gguf", spec, 5);
+    let (_, spec) = specs()[1].clone();
+    let p = synth(tmp.path(), "cli.gguf", &spec, 5);
     let bin = || bin();
     let o = bin()
         .args(["real", "--model"])
@@ -660,8 +660,8 @@ fn json_numbers(v: &serde_json::Value, path: String, out: &mut Vec<(String, f64)
 #[test]
 fn cli_weights_f32_reports_what_the_file_format_reports_and_is_budgeted() {
     let tmp = tempfile::tempdir().unwrap();
-    let (_, spec) = specs()[1];
-    let p = synth(tmp.path(), "w.gguf", spec, 6);
+    let (_, spec) = specs()[1].clone();
+    let p = synth(tmp.path(), "w.gguf", &spec, 6);
     let run = |extra: &[&str]| {
         bin()
             .args(["real", "--model"])

@@ -15,7 +15,7 @@
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use safetensors::{Dtype, tensor::TensorView};
-use sinklab::synth::{SynthSpec, write_gguf};
+use sinklab::synth::{SynthShape, write_gguf};
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -239,7 +239,7 @@ fn campaign(
 fn mutated_inputs_never_panic_abort_or_hang() {
     let tmp = tempfile::tempdir().unwrap();
     let gguf = tmp.path().join("tiny.gguf");
-    write_gguf(&gguf, &SynthSpec::default(), 1).unwrap();
+    write_gguf(&gguf, &SynthShape::default(), 1).unwrap();
     let gguf_seed = std::fs::read(&gguf).unwrap();
     sinklab::runtime::load(&gguf).expect("the GGUF seed loads");
     let bdir = tmp.path().join("bert");
@@ -465,7 +465,7 @@ fn report_of(p: &Path) -> Result<String, String> {
 fn gguf_header_mutations_are_refused_or_change_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let seed_path = tmp.path().join("seed.gguf");
-    write_gguf(&seed_path, &SynthSpec::default(), 3).unwrap();
+    write_gguf(&seed_path, &SynthShape::default(), 3).unwrap();
     let seed = std::fs::read(&seed_path).unwrap();
     let lay = gguf_layout(&seed);
     assert!(lay.tensors.len() > 5);
@@ -538,7 +538,7 @@ fn gguf_header_mutations_are_refused_or_change_nothing() {
 /// A tiny GGUF model and an input file of `n` token-id inputs, in `dir`.
 fn batch_fixture(dir: &Path, n: usize) -> (PathBuf, PathBuf) {
     let m = dir.join("m.gguf");
-    write_gguf(&m, &SynthSpec::default(), 1).unwrap();
+    write_gguf(&m, &SynthShape::default(), 1).unwrap();
     let inputs = dir.join("in.jsonl");
     let text: String = (0..n)
         .map(|i| {

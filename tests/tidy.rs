@@ -294,11 +294,6 @@ const KNOWN_GLOBAL_STATE: &[(&str, &str, &str)] = &[
         "the dequantizing product's faer Par: to take the caller's Par",
     ),
     (
-        "synth.rs",
-        "current_num_threads",
-        "batch size and time estimate of the streaming writer: to take --threads",
-    ),
-    (
         "linalg.rs",
         "get_global_parallelism",
         "singular_values without a Par: callers to use singular_values_par/_seq",

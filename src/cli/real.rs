@@ -10,14 +10,22 @@ use sinklab::runtime::tokenizer::{Bos, apply_bos};
 use sinklab::runtime::{fetch, load};
 use std::path::PathBuf;
 
+/// The model and input-text flags of `sinklab real` and `sinklab view` (both also have
+/// `--activations`, `--file` and `--tokens`, which these name).
 #[derive(clap::Args, Debug)]
-pub struct Args {
+pub struct ModelText {
     /// Model: a fetched name (smollm2, gemma3-270m, minilm, qwen2.5-coder-0.5b) or a path (GGUF file, HF directory).
     #[arg(long, required_unless_present = "activations")]
-    model: Option<String>,
+    pub model: Option<String>,
     /// Input text.
     #[arg(long, conflicts_with_all = ["file", "tokens"])]
-    text: Option<String>,
+    pub text: Option<String>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    input: ModelText,
     /// Input text file; a `.jsonl` file is many inputs, one per line (a JSON string, an array
     /// of token ids, or {"text"|"tokens", "id"}), run through one loaded model with a progress
     /// bar into --results, one JSON line per input (resumable).
@@ -158,7 +166,7 @@ fn run_a5(a: &Args, lm: &sinklab::runtime::LoadedModel, path: &std::path::Path) 
     };
     o.validate()?;
     let r = cost_real::analyze(lm, layers.as_deref(), &o, &mut |l: &str| errln!("{l}"))?;
-    let name = a.model.as_deref().unwrap_or_default();
+    let name = a.input.model.as_deref().unwrap_or_default();
     if a.json {
         let mut v = serde_json::to_value(&r)?;
         if let Some(m) = v.as_object_mut() {
@@ -219,7 +227,7 @@ pub fn run(a: Args) -> Result<i32> {
         }
         return Ok(0);
     }
-    let name = a.model.as_deref().unwrap_or_default();
+    let name = a.input.model.as_deref().unwrap_or_default();
     let path = fetch::resolve(name)?;
     let batch = a
         .file
@@ -291,7 +299,7 @@ pub fn run(a: Args) -> Result<i32> {
         }
         vec![ids]
     } else {
-        let raw = match (&a.text, &a.file) {
+        let raw = match (&a.input.text, &a.file) {
             (Some(t), _) => vec![t.clone()],
             (None, Some(f)) => {
                 let s = std::fs::read_to_string(f)
@@ -340,8 +348,10 @@ pub fn run(a: Args) -> Result<i32> {
     };
     let mut rep = analysis::analyze(&lm, &tokens, a.a1, &mut ())?;
     if a.a2 {
-        rep.a2 = Some(sinklab::real::oversmooth_real::analyze(&lm.model, &tokens)?);
-        rep.a2_skill = Some(sinklab::real::a2_skill::analyze(&lm.model, &tokens)?.1);
+        rep.a2 = Some(sinklab::real::oversmooth_real::analyze_input_form(
+            &lm.model, &tokens,
+        )?);
+        rep.a2_skill = Some(sinklab::real::oversmooth_real::analyze_skill(&lm.model, &tokens)?.1);
     }
     let a1p = if a.a1 {
         if !a.json {
@@ -470,7 +480,10 @@ pub fn run(a: Args) -> Result<i32> {
             );
         }
         if let Some(s) = &rep.a2_skill {
-            out!("{}", sinklab::real::a2_skill::markdown(s, rep.tokens.len()));
+            out!(
+                "{}",
+                sinklab::real::oversmooth_real::markdown(s, rep.tokens.len())
+            );
         }
         if let Some(s) = &a3 {
             let first = token_text(&lm, s.sink.first_token);

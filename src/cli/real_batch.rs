@@ -287,8 +287,11 @@ pub fn run(
             }
             let mut rep = sinklab::real::analysis::analyze(lm, &t, a1, &mut ())?;
             if a2 {
-                rep.a2 = Some(sinklab::real::oversmooth_real::analyze(&lm.model, &t)?);
-                rep.a2_skill = Some(sinklab::real::a2_skill::analyze(&lm.model, &t)?.1);
+                rep.a2 = Some(sinklab::real::oversmooth_real::analyze_input_form(
+                    &lm.model, &t,
+                )?);
+                rep.a2_skill =
+                    Some(sinklab::real::oversmooth_real::analyze_skill(&lm.model, &t)?.1);
             }
             Ok(rep)
         });

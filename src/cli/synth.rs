@@ -2,7 +2,7 @@
 //! GGUF with a paper model's shapes and seeded random weights, written streaming.
 
 use anyhow::{Result, bail};
-use sinklab::synth::{PaperShape, SynthDtype, estimate_seconds, paper_size, write_paper_gguf};
+use sinklab::synth::{SynthDtype, SynthShape, estimate_seconds, paper_size, write_paper_gguf};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -23,14 +23,18 @@ pub struct Args {
     /// Print the planned size and exit.
     #[arg(long)]
     dry_run: bool,
+    /// Threads that generate and quantize chunks (default: rayon's pool). The bytes do not
+    /// depend on it.
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 pub fn run(a: Args) -> Result<i32> {
-    let Some(shape) = PaperShape::by_name(&a.shape) else {
+    let Some(mut shape) = SynthShape::by_name(&a.shape) else {
         bail!(
             "unknown --shape `{}` (known: {})",
             a.shape,
-            PaperShape::NAMES.join(", ")
+            SynthShape::NAMES.join(", ")
         );
     };
     let Some(dt) = SynthDtype::parse(&a.dtype) else {
@@ -39,7 +43,12 @@ pub fn run(a: Args) -> Result<i32> {
             a.dtype
         );
     };
-    let size = paper_size(&shape, dt, a.seed);
+    shape.dtype = dt;
+    if a.threads == Some(0) {
+        bail!("--threads must be at least 1");
+    }
+    let threads = a.threads.unwrap_or_else(rayon::current_num_threads);
+    let size = paper_size(&shape, a.seed);
     let gb = |b: usize| b as f64 / 1e9;
     errln!(
         "synth {} ({:?}): {} tensors, {:.3} B parameters, {:.2} GB ({} bytes) → {}",
@@ -55,11 +64,8 @@ pub fn run(a: Args) -> Result<i32> {
         outln!("{}", size.total());
         return Ok(0);
     }
-    let est = estimate_seconds(&shape, dt, a.seed);
-    errln!(
-        "estimated time: {est:.0} s on {} threads",
-        rayon::current_num_threads()
-    );
+    let est = estimate_seconds(&shape, a.seed, threads);
+    errln!("estimated time: {est:.0} s on {threads} threads");
     let t0 = Instant::now();
     let mut last = -1i64;
     let mut progress = |done: usize, total: usize| {
@@ -74,7 +80,15 @@ pub fn run(a: Args) -> Result<i32> {
             );
         }
     };
-    let s = write_paper_gguf(&a.out, &shape, dt, a.seed, &mut progress)?;
+    let mut write = || write_paper_gguf(&a.out, &shape, a.seed, threads, &mut progress);
+    let s = match a.threads {
+        Some(k) => rayon::ThreadPoolBuilder::new()
+            .num_threads(k)
+            .build()
+            .map_err(|e| anyhow::anyhow!("building the thread pool of --threads {k}: {e}"))?
+            .install(write)?,
+        None => write()?,
+    };
     errln!(
         "\nwrote {} ({} bytes) in {:.1} s",
         a.out.display(),

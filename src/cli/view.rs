@@ -21,12 +21,8 @@ realised (with --a1: {\"Ok\": [L][H] realised-sink fraction or null} or {\"Err\"
 Open page.html#selftest to run the page's own checks (result in <pre id=\"selftest-result\">)."
 )]
 pub struct Args {
-    /// Model: a fetched name (smollm2, gemma3-270m, minilm, qwen2.5-coder-0.5b) or a path (GGUF file, HF directory).
-    #[arg(long, required_unless_present = "activations")]
-    model: Option<String>,
-    /// Input text.
-    #[arg(long, conflicts_with_all = ["file", "tokens"])]
-    text: Option<String>,
+    #[command(flatten)]
+    input: super::real::ModelText,
     /// Input text file.
     #[arg(long, conflicts_with = "tokens")]
     file: Option<PathBuf>,
@@ -85,7 +81,7 @@ pub fn run(a: Args) -> Result<i32> {
             r => r?,
         }
     } else {
-        let name = a.model.as_deref().unwrap_or_default();
+        let name = a.input.model.as_deref().unwrap_or_default();
         let path = fetch::resolve(name)?;
         let lm = load(&path).map_err(|e| super::named_once("loading", &path, e))?;
         let c = &lm.model.cfg;
@@ -101,7 +97,7 @@ pub fn run(a: Args) -> Result<i32> {
             apply_bos(&mut v, a.bos, c.bos_id, c.add_bos)?;
             v
         } else {
-            let text = match (&a.text, &a.file) {
+            let text = match (&a.input.text, &a.file) {
                 (Some(t), _) => t.clone(),
                 (None, Some(f)) => std::fs::read_to_string(f)
                     .with_context(|| format!("reading {}", f.display()))?,

@@ -172,18 +172,21 @@ impl Canvas {
         }
     }
 
-    /// Glyph outlines of `s`, laid out with the same metrics as the layout.
-    #[allow(clippy::too_many_arguments)]
-    fn text(
-        &mut self,
-        x: f64,
-        y: f64,
-        s: &str,
-        size: f64,
-        anchor: Anchor,
-        vertical: bool,
-        bold: bool,
-    ) {
+    /// Glyph outlines of a [`Prim::Text`], laid out with the same metrics as the layout (any
+    /// other primitive draws nothing here).
+    fn text(&mut self, p: &Prim) {
+        let &Prim::Text {
+            x,
+            y,
+            ref s,
+            size,
+            anchor,
+            vertical,
+            bold,
+        } = p
+        else {
+            return;
+        };
         let e = text::extent(s, size, bold);
         let mut u = match anchor {
             Anchor::Start => 0.0,
@@ -244,15 +247,7 @@ pub fn write(scene: &Scene) -> Result<Vec<u8>, String> {
             Prim::Line { pts, color, width } => c.stroke(pts, *color, *width),
             Prim::Fill { pts, color, alpha } => c.polygon(pts, *color, *alpha),
             Prim::Box { rect, color } => c.rect(rect, *color),
-            Prim::Text {
-                x,
-                y,
-                s,
-                size,
-                anchor,
-                vertical,
-                bold,
-            } => c.text(*x, *y, s, *size, *anchor, *vertical, *bold),
+            t @ Prim::Text { .. } => c.text(t),
         }
     }
     let data: Vec<u8> =

@@ -158,19 +158,23 @@ pub enum Marker {
     Star,
 }
 
+impl Marker {
+    /// Every shape, in palette order.
+    pub const ALL: [Marker; 8] = [
+        Marker::Circle,
+        Marker::Square,
+        Marker::TriangleUp,
+        Marker::Diamond,
+        Marker::TriangleDown,
+        Marker::Pentagon,
+        Marker::Hexagon,
+        Marker::Star,
+    ];
+}
+
 /// Marker shape of palette index `i`.
 pub fn marker(i: usize) -> Marker {
-    use Marker::*;
-    [
-        Circle,
-        Square,
-        TriangleUp,
-        Diamond,
-        TriangleDown,
-        Pentagon,
-        Hexagon,
-        Star,
-    ][i % 8]
+    Marker::ALL[i % Marker::ALL.len()]
 }
 
 impl Marker {

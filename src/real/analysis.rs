@@ -47,17 +47,17 @@ pub struct RealReport {
     /// Per head.
     pub head_costs: Vec<HeadNorms>,
     /// A1 per layer (THEORY §3): the corollary's sufficient condition on the real embeddings.
-    pub a1: Vec<super::halfspace_real::A1Corollary>,
+    pub a1: Vec<super::head_space::A1Corollary>,
     /// A1 verdicts per layer through `geometry` (without biases, and homogenised where the model
     /// has q/k biases), when asked for (`sinklab real --a1`: a convex solve per layer).
-    pub a1_verdicts: Option<Vec<super::halfspace_real::A1Verdict>>,
+    pub a1_verdicts: Option<Vec<super::head_space::A1Verdict>>,
     /// A2 per head (THEORY §7), when asked for (`sinklab real --a2`).
     pub a2: Option<(
         Vec<super::oversmooth_real::HeadA2>,
         super::oversmooth_real::A2Summary,
     )>,
-    /// A2 with skill figures (`real::a2_skill`), when asked for (`sinklab real --a2`).
-    pub a2_skill: Option<super::a2_skill::SkillSummary>,
+    /// A2 with skill figures (`real::oversmooth_real::analyze_skill`), when asked for (`sinklab real --a2`).
+    pub a2_skill: Option<super::oversmooth_real::SkillSummary>,
 }
 
 fn gain(n: &Option<NormLayer>, d: usize) -> Vec<f64> {
@@ -174,9 +174,9 @@ pub fn analyze(
         },
         None,
     )?;
-    let a1_in = super::halfspace_real::inputs_from(m, &cap, tokens.len());
+    let a1_in = super::head_space::inputs_from(m, &cap, tokens.len());
     drop(cap);
-    let a1 = a1_in.iter().map(super::halfspace_real::corollary).collect();
+    let a1 = a1_in.iter().map(super::head_space::corollary).collect();
     let a1_verdicts = if with_a1 {
         let biased = m
             .layers
@@ -184,9 +184,9 @@ pub fn analyze(
             .any(|l| l.wq.b.is_some() || l.wk.b.is_some());
         let mut v = Vec::new();
         for x in &a1_in {
-            v.push(super::halfspace_real::verdict(x, false)?);
+            v.push(super::head_space::input_verdict(x, false)?);
             if biased {
-                v.push(super::halfspace_real::verdict(x, true)?);
+                v.push(super::head_space::input_verdict(x, true)?);
             }
         }
         Some(v)

@@ -24,12 +24,20 @@
 //! fraction with an ordinary key $m$ in place of the BOS (pairs $i \ge m$, $j \le i$, $j \ne m$).
 //!
 //! **Layer inputs** (the space the crate used before): the same verdict and null control on the
-//! normalised layer inputs $a_i = N_1(x_i)$, the corollary (all $\cos(a_0, a_i) < 0$) with its
-//! null, and paper A's observable: the fraction of tokens with $\cos(\text{BOS}, x_i) \le 0$ in
-//! the raw residual stream entering each layer and in that layer's normalised input.
+//! normalised layer inputs $a_i = N_1(x_i)$ (post-norm BERT: $x_i$), the corollary (all
+//! $\cos(a_0, a_i) < 0$) with its null, and paper A's observable: the fraction of tokens with
+//! $\cos(\text{BOS}, x_i) \le 0$ in the raw residual stream entering each layer and in that
+//! layer's normalised input. On one text (`sinklab real`, [`inputs`], [`input_verdict`],
+//! [`corollary`]): queries $\lbrace a_i : i \ge 1\rbrace$, non-sink keys $\lbrace a_j : j \ge 1\rbrace$,
+//! sink $s = a_0$; "with biases" homogenises ($\tilde a = (a, 1)$), which makes (a) hold for free
+//! (THEORY §3), and models with q/k biases are judged with it. The corollary's sufficient
+//! condition, $\cos(s, a_i) < 0$ for every query and $\le 0$ for every key, makes
+//! $W = -c\thinspace s s^\top$ a witness. (RoPE makes the real logits position-dependent there;
+//! the theorem is about one position-free $W$ and is applied to the embeddings as such.)
 
 use crate::geometry::hull::{HullVerdict, hull_verdict};
 use crate::runtime::RealError;
+use crate::runtime::capture::{Capture, Captured};
 use crate::runtime::forward::{LayerObserver, LayerTensors};
 use crate::runtime::model::Pretrained;
 use rand::rngs::StdRng;
@@ -894,6 +902,161 @@ pub fn markdown(r: &ModelA1) -> String {
         }
     }
     md
+}
+
+/// The A1 inputs of one layer (f64 rows).
+#[derive(Debug, Clone)]
+pub struct A1Inputs {
+    /// Layer.
+    pub layer: usize,
+    /// Queries a_i, i ≥ 1.
+    pub queries: Vec<Vec<f64>>,
+    /// Non-sink keys a_j, j ≥ 1.
+    pub keys: Vec<Vec<f64>>,
+    /// Sink key a_0.
+    pub sink: Vec<f64>,
+}
+
+/// Corollary check of one layer.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct A1Corollary {
+    /// Layer.
+    pub layer: usize,
+    /// max_{i≥1} cos(s, a_i).
+    pub max_cos: f64,
+    /// Whether all cosines are < 0 (then W = −c s sᵀ is a witness).
+    pub holds: bool,
+    /// Null control: the fraction of ordinary tokens m ≥ 1 for which every cos(a_m, a_i) < 0
+    /// (i ≠ m) — how often the condition holds for a token that is not the sink.
+    pub null_rate: f64,
+}
+
+/// Collects the A1 inputs of every layer on `tokens`.
+pub fn inputs(m: &Pretrained, tokens: &[u32]) -> Result<Vec<A1Inputs>, RealError> {
+    if tokens.len() < 2 {
+        return Err(RealError::Input("A1 needs at least 2 tokens".into()));
+    }
+    let mut cap = Captured::new(Capture {
+        hidden_in: true,
+        ..Capture::default()
+    });
+    m.forward(tokens, &mut cap, None)?;
+    Ok(inputs_from(m, &cap, tokens.len()))
+}
+
+/// The A1 inputs from a capture holding `hidden_in` of every layer.
+pub fn inputs_from(m: &Pretrained, cap: &Captured, t: usize) -> Vec<A1Inputs> {
+    let d = m.cfg.d_model;
+    m.layers
+        .iter()
+        .enumerate()
+        .map(|(l, ly)| {
+            let mut a = cap.layers[l].hidden_in.clone().unwrap_or_default();
+            if let Some(n) = &ly.attn_norm {
+                n.apply(&mut a);
+            }
+            let row = |i: usize| {
+                a[i * d..(i + 1) * d]
+                    .iter()
+                    .map(|&v| v as f64)
+                    .collect::<Vec<f64>>()
+            };
+            let rest: Vec<Vec<f64>> = (1..t).map(row).collect();
+            A1Inputs {
+                layer: l,
+                queries: rest.clone(),
+                keys: rest,
+                sink: row(0),
+            }
+        })
+        .collect()
+}
+
+/// The corollary's sufficient condition on one layer.
+pub fn corollary(x: &A1Inputs) -> A1Corollary {
+    let max_cos = x
+        .queries
+        .iter()
+        .map(|q| crate::linalg::cosine(&x.sink, q).unwrap_or(0.0))
+        .fold(f64::NEG_INFINITY, f64::max);
+    let all: Vec<&Vec<f64>> = std::iter::once(&x.sink).chain(&x.queries).collect();
+    let cos = |a: &[f64], b: &[f64]| crate::linalg::cosine(a, b).unwrap_or(0.0);
+    let passing = (1..all.len())
+        .filter(|&m| {
+            (0..all.len())
+                .filter(|&i| i != m)
+                .all(|i| cos(all[m], all[i]) < 0.0)
+        })
+        .count();
+    A1Corollary {
+        layer: x.layer,
+        max_cos,
+        // With no token besides the sink the condition is untestable, not vacuously true.
+        holds: !x.queries.is_empty() && max_cos < 0.0,
+        null_rate: passing as f64 / (all.len() - 1).max(1) as f64,
+    }
+}
+
+/// A1 verdict of one layer through `geometry` (THEORY §3), with its certificate re-verified.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct A1Verdict {
+    /// Layer.
+    pub layer: usize,
+    /// Homogenised (q/k biases) or not.
+    pub biased: bool,
+    /// (a) the queries lie in an open half-space.
+    pub queries_in_half_space: bool,
+    /// (b) the sink is strictly separable from the other keys.
+    pub sink_separable: bool,
+    /// A witness W = c·a bᵀ (ε = [`A1_EPS`]) exists; its cost ‖W‖_F = ‖W‖_* when it does.
+    pub witness_cost: Option<f64>,
+    /// The certificate (witness attention or convex weights) checked independently of the solver.
+    pub certificate_verified: bool,
+    /// Number of queries and the embedding dimension (with T−1 ≤ d generic points (a) and (b)
+    /// hold trivially: the verdict says something only for T − 1 > d).
+    pub n_points: usize,
+    /// Embedding dimension (after homogenisation).
+    pub dim: usize,
+    /// Null control of (b): ordinary keys in the sink's place ([`separation_test`],
+    /// [`NULL_DRAWS`] draws); None when the solver was inconclusive.
+    pub null: Option<SeparationTest>,
+}
+
+/// Ordinary tokens tried in the sink's place per layer.
+pub const NULL_DRAWS: usize = 6;
+
+/// The ε of the witness (sink mass ≥ 1 − ε on every query).
+pub const A1_EPS: f64 = 0.01;
+
+/// Runs the half-space verdict on one layer's inputs.
+pub fn input_verdict(x: &A1Inputs, biased: bool) -> Result<A1Verdict, RealError> {
+    use crate::geometry::{Verdict, half_space_verdict_rows, homogenize};
+    let (q, k, s) = if biased {
+        let q: Vec<&[f64]> = x.queries.iter().map(Vec::as_slice).collect();
+        let k: Vec<&[f64]> = x.keys.iter().map(Vec::as_slice).collect();
+        let s = homogenize(&[x.sink.as_slice()]).remove(0);
+        (homogenize(&q), homogenize(&k), s)
+    } else {
+        (x.queries.clone(), x.keys.clone(), x.sink.clone())
+    };
+    let qs: Vec<&[f64]> = q.iter().map(Vec::as_slice).collect();
+    let ks: Vec<&[f64]> = k.iter().map(Vec::as_slice).collect();
+    let v = half_space_verdict_rows(&qs, &s, &ks, A1_EPS)
+        .map_err(|e| RealError::Input(format!("layer {}: half-space verdict: {e}", x.layer)))?;
+    Ok(A1Verdict {
+        layer: x.layer,
+        biased,
+        queries_in_half_space: !v.queries_fail(),
+        sink_separable: !v.sink_fails(),
+        witness_cost: match &v {
+            Verdict::Representable(w) => Some(w.cost()),
+            Verdict::NotRepresentable(_) => None,
+        },
+        certificate_verified: v.verify(&qs, &s, &ks),
+        n_points: qs.len(),
+        dim: s.len(),
+        null: separation_test(&k, &s, NULL_DRAWS, 14 ^ x.layer as u64),
+    })
 }
 
 #[cfg(test)]

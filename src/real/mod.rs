@@ -1,18 +1,16 @@
 //! Paper A on real models: the studies that run on [`crate::runtime`]'s forward passes —
 //! per-layer statistics streamed from the forward ([`stats`]), the A1 half-space analysis in
-//! each head's own logit space ([`head_space`]) and on layer inputs ([`halfspace_real`]), A2's
-//! oversmoothing prediction and its skill ([`oversmooth_real`], [`a2_skill`]), the A4/A6
+//! each head's own logit space and on layer inputs ([`head_space`]), A2's oversmoothing
+//! prediction and its skill ([`oversmooth_real`]), the A4/A6
 //! switch decomposition on real heads ([`switch_real`]), A3's hard switch on real heads
 //! ([`hard_switch_real`]), A5's minimal sink and diagonal costs on real layer inputs
 //! ([`cost_real`]), the per-model report ([`analysis`]) and its report
 //! section ([`report_section`]); statistics of activation files ([`activations`]) and the
 //! measured deviation of the `q8` product path ([`q8_deviation`]).
 
-pub mod a2_skill;
 pub mod activations;
 pub mod analysis;
 pub mod cost_real;
-pub mod halfspace_real;
 pub mod hard_switch_real;
 pub mod head_space;
 pub mod oversmooth_real;

@@ -4,7 +4,7 @@
 //! the rest. Models not fetched are listed with the command that fetches them.
 
 use super::analysis::{RealReport, analyze};
-use super::{a2_skill, halfspace_real, head_space, sink_control, switch_real};
+use super::{head_space, oversmooth_real, sink_control, switch_real};
 use crate::plot::{Heatmap, Panel, Series, Style, render, render_heatmap};
 use crate::runtime::tokenizer::Bos;
 use crate::runtime::{fetch, load};
@@ -265,8 +265,8 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
                 .map_or("— (encoder)".into(), |v| format!("{v:.3} nats"))
         )?;
         // A1.
-        let inputs = halfspace_real::inputs(&lm.model, &toks)?;
-        let cor: Vec<_> = inputs.iter().map(halfspace_real::corollary).collect();
+        let inputs = head_space::inputs(&lm.model, &toks)?;
+        let cor: Vec<_> = inputs.iter().map(head_space::corollary).collect();
         writeln!(
             md,
             "| layer | attn→first | BOS cos mean (raw h after l) | frac cos ≤ 0 (raw h after l) | ‖h_0‖ | median ‖h_i‖ | Gu ε=0.3 | Gu ε=0.8 | massive | max cos(BOS, a_i), a = N₁(x) entering l |"
@@ -325,8 +325,8 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             .copied()
             .take(if ctx.quick { 16 } else { 48 })
             .collect();
-        let (_, a2) = a2_skill::analyze(&lm.model, &a2_toks)?;
-        md.push_str(&a2_skill::markdown(&a2, a2_toks.len()));
+        let (_, a2) = oversmooth_real::analyze_skill(&lm.model, &a2_toks)?;
+        md.push_str(&oversmooth_real::markdown(&a2, a2_toks.len()));
         md.push('\n');
         let sw = switch_real::analyze(&lm.model, &a2_toks, ctx.seed)?;
         md.push_str(&switch_real::markdown(&sw, &rep));
