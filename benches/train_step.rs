@@ -57,7 +57,7 @@ fn main() {
         .build()
         .expect("pool");
     // Buffers allocated once and reused step after step, as in `train()`.
-    let be = Cpu::<f32>::new();
+    let be = Cpu::<f32>::with_threads(rayon::current_num_threads());
     let mut dev = DeviceModel::new(&be, &model, &opt, b, t, &w).expect("device model");
     let mut step = || {
         dev.step(&be, &toks, false).expect("step");
