@@ -14,7 +14,7 @@ use faer::{Accum, Mat, MatMut, MatRef, Par};
 const PAR_WORK: usize = 1 << 22;
 
 /// `dst (+)= op(a) · op(b)`, `op` = transpose when the flag is set, on the caller's
-/// parallelism `par` when the work reaches [`PAR_WORK`] (sequential below it). A caller
+/// parallelism `par` when the work reaches `PAR_WORK` (sequential below it). A caller
 /// already inside a parallel loop passes `Par::Seq`.
 pub fn matmul_into<F: Real>(
     dst: &mut Mat<F>,
