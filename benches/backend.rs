@@ -85,8 +85,18 @@ fn matmul(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(3));
     for n in sizes() {
         g.throughput(Throughput::Elements(2 * (n as u64).pow(3)));
-        bench_one(&mut g, "cpu-f64", &Cpu::<f64>::new(), n);
-        bench_one(&mut g, "cpu-f32", &Cpu::<f32>::new(), n);
+        bench_one(
+            &mut g,
+            "cpu-f64",
+            &Cpu::<f64>::with_threads(rayon::current_num_threads()),
+            n,
+        );
+        bench_one(
+            &mut g,
+            "cpu-f32",
+            &Cpu::<f32>::with_threads(rayon::current_num_threads()),
+            n,
+        );
         if let Some(gpu) = &gpu {
             bench_one(&mut g, "wgpu-f32", gpu, n);
         }
@@ -120,7 +130,7 @@ fn train_step(c: &mut Criterion) {
                 ..AdamWHyper::default()
             },
         };
-        let cpu = Cpu::<f32>::new();
+        let cpu = Cpu::<f32>::with_threads(rayon::current_num_threads());
         let mut fit = AttnFit::new(&cpu, cfg).expect("cpu fit");
         g.bench_with_input(BenchmarkId::new("cpu-f32", t), &t, |b, _| {
             b.iter(|| fit.step(&cpu).expect("step"))
@@ -195,7 +205,7 @@ fn train_module_step(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("host-cpu-f32", t), &t, |b, _| {
             b.iter(|| host_step(&mut m, &mut opt))
         });
-        let cpu = Cpu::<f32>::new();
+        let cpu = Cpu::<f32>::with_threads(rayon::current_num_threads());
         let opt0 = AdamW::new(&model.params, 1e-2, 1e-2).hyper;
         let mut dev = DeviceModel::new(&cpu, &model, &opt0, batch, t, &w).expect("device");
         g.bench_with_input(BenchmarkId::new("device-cpu-f32", t), &t, |b, _| {

@@ -54,12 +54,14 @@ fn main() {
     let w: Vec<f64> = (0..b * t)
         .map(|r| if r % t + 1 < t { 1.0 } else { 0.0 })
         .collect();
+    let threads = 2;
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(2)
+        .num_threads(threads)
         .build()
         .expect("pool");
-    // Buffers allocated once and reused step after step, as in `train()`.
-    let be = Cpu::<f32>::new();
+    // Buffers allocated once and reused step after step, as in `train()`; the backend splits
+    // its products over the pool's threads.
+    let be = Cpu::<f32>::with_threads(threads);
     let mut dev = DeviceModel::new(&be, &model, &opt, b, t, &w).expect("device model");
     let mut step = || {
         dev.step(&be, &toks, false).expect("step");

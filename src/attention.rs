@@ -166,7 +166,7 @@ impl Weight {
     /// factored decay over all factorizations, Srebro et al. 2005).
     pub fn factored_decay(&self) -> f64 {
         match self {
-            Weight::Full(w) => crate::linalg::nuclear_norm(w.as_ref()),
+            Weight::Full(w) => crate::linalg::nuclear_norm(w.as_ref(), faer::Par::Seq),
             Weight::Factored { l, r } => 0.5 * (l.squared_norm_l2() + r.squared_norm_l2()),
         }
     }

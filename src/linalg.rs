@@ -11,22 +11,18 @@ pub fn fro_norm(w: MatRef<'_, f64>) -> f64 {
     w.norm_l2()
 }
 
-/// Singular values of `w`, in non-increasing order (faer's SVD on its global parallelism, the
-/// cyclic-Jacobi fallback when it does not converge).
-///
-/// Returns an empty vector for an empty matrix.
-pub fn singular_values(w: MatRef<'_, f64>) -> Vec<f64> {
-    singular_values_par(w, faer::get_global_parallelism())
-}
-
-/// [`singular_values`] computed on the calling thread (`Par::Seq`): for the many small
-/// decompositions of a per-head loop, which itself runs in parallel (each would otherwise fork
-/// onto the global pool).
+/// [`singular_values_par`] on the calling thread (`Par::Seq`): for the many small
+/// decompositions of a per-head loop, which itself runs in parallel.
 pub fn singular_values_seq(w: MatRef<'_, f64>) -> Vec<f64> {
     singular_values_par(w, faer::Par::Seq)
 }
 
-fn singular_values_par(w: MatRef<'_, f64>, par: faer::Par) -> Vec<f64> {
+/// Singular values of `w`, in non-increasing order: faer's SVD on the caller's parallelism
+/// `par` (`Par::Seq` inside a parallel loop, `Par::rayon(k)` for one large matrix at top
+/// level), the cyclic-Jacobi fallback when it does not converge.
+///
+/// Returns an empty vector for an empty matrix.
+pub fn singular_values_par(w: MatRef<'_, f64>, par: faer::Par) -> Vec<f64> {
     use faer::dyn_stack::{MemBuffer, MemStack};
     use faer::linalg::svd::{self, ComputeSvdVectors};
     let (m, n) = (w.nrows(), w.ncols());
@@ -129,14 +125,15 @@ fn jacobi_singular_values(w: MatRef<'_, f64>) -> Vec<f64> {
     (0..n).map(|i| a[i][i].max(0.0).sqrt()).collect()
 }
 
-/// Nuclear norm $\lVert W\rVert_\ast = \sum_k \sigma_k(W)$.
-pub fn nuclear_norm(w: MatRef<'_, f64>) -> f64 {
-    singular_values(w).iter().sum()
+/// Nuclear norm $\lVert W\rVert_\ast = \sum_k \sigma_k(W)$, the SVD on the caller's `par`
+/// (see [`singular_values_par`]).
+pub fn nuclear_norm(w: MatRef<'_, f64>, par: faer::Par) -> f64 {
+    singular_values_par(w, par).iter().sum()
 }
 
-/// Spectral norm $\lVert W\rVert_2 = \sigma_{\max}(W)$.
-pub fn spectral_norm(w: MatRef<'_, f64>) -> f64 {
-    singular_values(w).first().copied().unwrap_or(0.0)
+/// Spectral norm $\lVert W\rVert_2 = \sigma_{\max}(W)$, the SVD on the caller's `par`.
+pub fn spectral_norm(w: MatRef<'_, f64>, par: faer::Par) -> f64 {
+    singular_values_par(w, par).first().copied().unwrap_or(0.0)
 }
 
 /// Euclidean dot product of two equal-length slices.
@@ -218,8 +215,8 @@ mod tests {
         // diag(3, 4) rotated: singular values 4 and 3.
         let w = Mat::from_fn(2, 2, |i, j| [[3.0, 0.0], [0.0, -4.0]][i][j]);
         assert!((fro_norm(w.as_ref()) - 5.0).abs() < 1e-12);
-        assert!((nuclear_norm(w.as_ref()) - 7.0).abs() < 1e-12);
-        assert!((spectral_norm(w.as_ref()) - 4.0).abs() < 1e-12);
+        assert!((nuclear_norm(w.as_ref(), faer::Par::Seq) - 7.0).abs() < 1e-12);
+        assert!((spectral_norm(w.as_ref(), faer::Par::rayon(2)) - 4.0).abs() < 1e-12);
         let j = jacobi_singular_values(w.as_ref());
         let mut j = j;
         j.sort_by(|a, b| b.total_cmp(a));

@@ -279,11 +279,6 @@ const KNOWN_GLOBAL_STATE: &[(&str, &str, &str)] = &[
         "process-unique tensor ids keying the bind-group cache; no value depends on it",
     ),
     (
-        "backend/cpu.rs",
-        "current_num_threads",
-        "Cpu splits batches by the pool it runs in: to become a thread count held by Cpu",
-    ),
-    (
         "runtime/weights.rs",
         "current_num_threads",
         "row-tile size of the dequantizing product: to take the caller's thread count",
@@ -292,36 +287,6 @@ const KNOWN_GLOBAL_STATE: &[(&str, &str, &str)] = &[
         "runtime/weights.rs",
         "Par::rayon(0)",
         "the dequantizing product's faer Par: to take the caller's Par",
-    ),
-    (
-        "linalg.rs",
-        "get_global_parallelism",
-        "singular_values without a Par: callers to use singular_values_par/_seq",
-    ),
-    (
-        "train/kernels.rs",
-        "current_thread_index",
-        "goes parallel only outside a rayon worker: to take the caller's Par",
-    ),
-    (
-        "train/kernels.rs",
-        "Par::rayon(0)",
-        "the host model's large products: to take the caller's Par",
-    ),
-    (
-        "cost/program.rs",
-        "current_thread_index",
-        "goes parallel only outside a rayon worker: to take the caller's Par",
-    ),
-    (
-        "cost/program.rs",
-        "Par::rayon(0)",
-        "the cost programs' large SVDs: to take the caller's Par",
-    ),
-    (
-        "train/embeddings.rs",
-        "static C",
-        "per-process cache of trained embeddings: to become a cache the sweep passes in",
     ),
 ];
 

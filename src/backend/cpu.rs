@@ -5,7 +5,9 @@
 //! Parallelism: faer with 2 threads is 10–20× *slower* than sequential at
 //! n = 64 on the 2-core machine, so a matmul runs sequentially unless its
 //! flop count $m n k$ reaches [`SPLIT_MIN_MNK`]. Above it the rows of `C` (or
-//! the matrices of a batch) are split over the current rayon pool, each block a
+//! the matrices of a batch) are split into as many blocks as the backend's thread count
+//! ([`Cpu::with_threads`], the caller's `--threads`), run as tasks on the rayon pool the
+//! caller runs in, each block a
 //! sequential faer product (faer's own parallel kernel is never used here: its
 //! crossover [`PAR_MIN_MNK`], measured in `benches/backend.rs` and BENCHMARKS.md, is
 //! 16× higher and its barriers spin on a shared machine); a batch against one shared matrix is first stacked
@@ -77,26 +79,50 @@ impl<T: Real> CpuTensor<T> {
 }
 
 /// The faer backend in precision `T` (`Cpu::<f64>` for reference runs,
-/// `Cpu::<f32>` to compare like with like against the GPU).
-#[derive(Clone, Copy, Debug, Default)]
+/// `Cpu::<f32>` to compare like with like against the GPU), with the number of threads
+/// its large products are split over.
+#[derive(Clone, Copy, Debug)]
 pub struct Cpu<T> {
+    threads: usize,
     _t: PhantomData<T>,
 }
 
 impl<T> Cpu<T> {
-    /// The CPU backend.
+    /// The CPU backend on one thread: every product sequential on the calling thread.
     pub const fn new() -> Self {
-        Self { _t: PhantomData }
+        Self::with_threads(1)
+    }
+
+    /// The CPU backend splitting its products of [`SPLIT_MIN_MNK`] and more over `threads`
+    /// blocks (the caller's thread count, e.g. `--threads`; 0 counts as 1). The blocks run as
+    /// tasks of the rayon pool the calling thread is in; values do not depend on `threads`.
+    pub const fn with_threads(threads: usize) -> Self {
+        Self {
+            threads: if threads == 0 { 1 } else { threads },
+            _t: PhantomData,
+        }
+    }
+
+    /// The thread count the products are split over.
+    pub const fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Threads a product of $m n k$ multiply-adds runs on: all of [`Cpu::threads`] at
+    /// [`SPLIT_MIN_MNK`] and above (and when `C` has rows to split), else one.
+    fn threads_for(&self, m: usize, n: usize, k: usize) -> usize {
+        if m >= 2 && m.saturating_mul(n).saturating_mul(k) >= SPLIT_MIN_MNK {
+            self.threads
+        } else {
+            1
+        }
     }
 }
 
-/// Threads a product of $m n k$ multiply-adds runs on: all of the current pool's at
-/// [`SPLIT_MIN_MNK`] and above (and when `C` has rows to split), else one.
-fn threads_for(m: usize, n: usize, k: usize) -> usize {
-    if m >= 2 && m.saturating_mul(n).saturating_mul(k) >= SPLIT_MIN_MNK {
-        rayon::current_num_threads()
-    } else {
-        1
+impl<T> Default for Cpu<T> {
+    /// [`Cpu::new`]: one thread.
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -220,7 +246,7 @@ impl<T: Real> Backend for Cpu<T> {
             let bm = b.mat(0);
             let bm = if op_b == Op::T { bm.transpose() } else { bm };
             let cm = MatMut::from_row_major_slice_mut(&mut c.data, batch * m, n);
-            gemm(cm, alpha, am, bm, beta, threads_for(batch * m, n, k));
+            gemm(cm, alpha, am, bm, beta, self.threads_for(batch * m, n, k));
             return Ok(());
         }
         let one = |bi: usize, cd: &mut [T], threads: usize| {
@@ -240,14 +266,14 @@ impl<T: Real> Backend for Cpu<T> {
         // Independent products of one batch: spread over the threads when their total is
         // large, each product sequential (small products lose to threads inside faer).
         let total = batch.saturating_mul(m).saturating_mul(n).saturating_mul(k);
-        if batch > 1 && total >= SPLIT_MIN_MNK && rayon::current_num_threads() > 1 {
+        if batch > 1 && total >= SPLIT_MIN_MNK && self.threads > 1 {
             use rayon::prelude::*;
             c.data
                 .par_chunks_mut(len)
                 .enumerate()
                 .for_each(|(bi, cd)| one(bi, cd, 1));
         } else {
-            let threads = threads_for(m, n, k);
+            let threads = self.threads_for(m, n, k);
             for (bi, cd) in c.data.chunks_mut(len).enumerate() {
                 one(bi, cd, threads);
             }
@@ -557,5 +583,64 @@ impl AdamWCoeffs {
             inv_bc1: 1.0 / (1.0 - h.beta1.powf(t)),
             inv_bc2: 1.0 / (1.0 - h.beta2.powf(t)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic entries in [-1, 1) (an LCG), so the test needs no RNG crate.
+    fn filled(shape: Shape, seed: u64) -> CpuTensor<f64> {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+        let data = (0..shape.len())
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+            })
+            .collect();
+        CpuTensor::from_vec(shape, data).unwrap()
+    }
+
+    /// The three paths of `matmul` above [`SPLIT_MIN_MNK`] (a batch against one shared matrix,
+    /// a batch of independent products, one product split by rows) give the same bits on 1, 2
+    /// and 3 threads (each output row is one sequential faer product whatever the split), and
+    /// match a plain triple loop to f64 rounding ($k = 64$ terms of size ≤ 1: 1e-12 absolute).
+    #[test]
+    fn split_products_do_not_depend_on_the_thread_count() {
+        let (m, k, n) = (150, 64, 120);
+        let cases = [
+            (Shape::new(4, m, k), Shape::new(1, k, n)),
+            (Shape::new(4, m, k), Shape::new(4, k, n)),
+            (Shape::new(1, 2 * m, k), Shape::new(1, k, n)),
+        ];
+        for (sa, sb) in cases {
+            assert!(sa.batch.max(1) * sa.rows * k * n >= SPLIT_MIN_MNK);
+            let (a, b) = (filled(sa, 1), filled(sb, 2));
+            let run = |threads: usize| {
+                let be = Cpu::<f64>::with_threads(threads);
+                let mut c = be.zeros(Shape::new(sa.batch, sa.rows, n)).unwrap();
+                be.matmul(1.0, &a, Op::N, &b, Op::N, 0.0, &mut c).unwrap();
+                c
+            };
+            let one = run(1);
+            for threads in [2, 3] {
+                assert_eq!(run(threads).as_slice(), one.as_slice(), "{threads} threads");
+            }
+            for bi in 0..sa.batch {
+                let bj = if sb.batch == 1 { 0 } else { bi };
+                let (am, bm, cm) = (a.mat(bi), b.mat(bj), one.mat(bi));
+                for i in 0..sa.rows {
+                    for j in 0..n {
+                        let want: f64 = (0..k).map(|l| am[(i, l)] * bm[(l, j)]).sum();
+                        assert!((cm[(i, j)] - want).abs() < 1e-12, "({bi}, {i}, {j})");
+                    }
+                }
+            }
+        }
+        assert_eq!(Cpu::<f64>::with_threads(0).threads(), 1);
+        assert_eq!(Cpu::<f64>::default().threads(), 1);
     }
 }

@@ -166,7 +166,7 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         &[p1, p2, p3],
     )?;
     let fro = crate::linalg::fro_norm(w.w.as_ref());
-    let nuc = crate::linalg::nuclear_norm(w.w.as_ref());
+    let nuc = crate::linalg::nuclear_norm(w.w.as_ref(), faer::Par::Seq);
     let mut md = String::new();
     writeln!(
         md,

@@ -76,7 +76,7 @@ pub fn run(a: Args) -> Result<i32> {
     let sel = select(a.backend, &GpuOptions::default())?;
     outln!("{}", sel.note());
     match &sel {
-        Selected::Cpu { .. } => fit(&Cpu::<f32>::new(), &a)?,
+        Selected::Cpu { .. } => fit(&Cpu::<f32>::with_threads(rayon::current_num_threads()), &a)?,
         Selected::Gpu { gpu, .. } => fit(gpu.as_ref(), &a)?,
     }
     Ok(0)

@@ -7,7 +7,7 @@ use sinklab::cost::{
     CostQuery, EmbeddingKind, NormKind, Pattern, Scope, SolveOptions, delta_eps, fro_orthonormal,
     head, nuclear_witness,
 };
-use sinklab::train::embeddings::{solve_head_query, solve_query};
+use sinklab::train::embeddings::{TrainedEmbeddings, solve_head_query, solve_query};
 
 #[derive(clap::Args, Debug)]
 #[command(allow_negative_numbers = true)]
@@ -134,11 +134,16 @@ pub fn run(a: Args) -> Result<i32> {
         scope: a.scope,
         on_rate: a.on_rate,
     };
+    // One program at top level: the solver and the embedding training use every thread of
+    // the process's pool, passed down explicitly.
+    let threads = rayon::current_num_threads();
     let opts = SolveOptions {
         rel_gap: a.tol,
         max_iter: a.max_iter,
+        par: faer::Par::rayon(threads),
         ..SolveOptions::default()
     };
+    let trained = TrainedEmbeddings::new(threads);
     if a.embedding == EmbeddingKind::Trained {
         errln!(
             "training the embedding model (bigram-copy, T = {}, d = {d}, seed {}, {} steps)…",
@@ -148,9 +153,9 @@ pub fn run(a: Args) -> Result<i32> {
         );
     }
     if a.scope == Scope::Head {
-        return run_head(&a, &q, opts);
+        return run_head(&a, &q, opts, &trained);
     }
-    let sol = solve_query(&q, opts).context("solving the gap program")?;
+    let sol = solve_query(&q, opts, &trained).context("solving the gap program")?;
     let reference = match (a.embedding, a.norm) {
         (EmbeddingKind::Orthonormal, NormKind::Fro) => {
             Some(("closed_form", fro_orthonormal(a.t, delta)))
@@ -201,8 +206,13 @@ pub fn run(a: Args) -> Result<i32> {
     Ok(0)
 }
 
-fn run_head(a: &Args, q: &CostQuery, opts: SolveOptions) -> Result<i32> {
-    let h = solve_head_query(q, opts).context("solving the whole-head programs")?;
+fn run_head(
+    a: &Args,
+    q: &CostQuery,
+    opts: SolveOptions,
+    trained: &TrainedEmbeddings,
+) -> Result<i32> {
+    let h = solve_head_query(q, opts, trained).context("solving the whole-head programs")?;
     let pi = head::sources(q.t, q.on_rate, q.seed)?;
     let reference = match (a.embedding, a.norm) {
         (EmbeddingKind::Orthonormal, NormKind::Fro) => {

@@ -119,7 +119,7 @@ pub fn run(a: Args) -> Result<i32> {
         true,
         a.shard,
     )?;
-    let go = || sweep::run(&spec, &out, a.shard, true);
+    let go = || sweep::run_on(&spec, &out, a.shard, true, threads);
     let summary = match a.threads {
         Some(k) => rayon::ThreadPoolBuilder::new()
             .num_threads(k)

@@ -143,7 +143,11 @@ pub fn run(a: Args) -> Result<i32> {
         bar.set_message(format!("loss {l:.4}"));
     };
     let rep = match &sel {
-        Selected::Cpu { .. } => train_on(&Cpu::<f32>::new(), &cfg, progress)?,
+        Selected::Cpu { .. } => train_on(
+            &Cpu::<f32>::with_threads(rayon::current_num_threads()),
+            &cfg,
+            progress,
+        )?,
         Selected::Gpu { gpu, .. } => train_on(&**gpu, &cfg, progress)?,
     };
     bar.finish_and_clear();

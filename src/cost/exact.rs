@@ -134,14 +134,16 @@ pub struct DualCheck {
 /// that changes the value in the tenth digit.
 pub const OPT_TOL: f64 = 1e-10;
 
-/// Checks that $M$ (logits) and $\lambda$ prove each other optimal for `p`.
+/// Checks that $M$ (logits) and $\lambda$ prove each other optimal for `p` (on the calling
+/// thread: the checks are of $T \le 200$).
 pub fn check(p: &GapProgram, m: &Mat<f64>, lam: &[f64]) -> DualCheck {
-    let gaps = p.forward(m.as_ref());
+    let par = faer::Par::Seq;
+    let gaps = p.forward(m.as_ref(), par);
     let min_gap = gaps.iter().copied().fold(f64::INFINITY, f64::min) / p.delta;
-    let y = p.adjoint(lam);
-    let spectral = linalg::spectral_norm(y.as_ref());
+    let y = p.adjoint(lam, par);
+    let spectral = linalg::spectral_norm(y.as_ref(), par);
     let dual = p.delta * lam.iter().sum::<f64>() / spectral;
-    let primal = linalg::nuclear_norm(m.as_ref());
+    let primal = linalg::nuclear_norm(m.as_ref(), par);
     let rel_gap = (primal - dual) / primal;
     DualCheck {
         primal,
@@ -338,7 +340,7 @@ mod tests {
             let noise = Mat::from_fn(t, t, |_, _| 1e-4 * (rng.random::<f64>() - 0.5));
             let mut mp = &m + &noise;
             let g = p
-                .forward(mp.as_ref())
+                .forward(mp.as_ref(), faer::Par::Seq)
                 .into_iter()
                 .fold(f64::INFINITY, f64::min);
             mp *= faer::Scale(delta / g);
@@ -370,7 +372,7 @@ mod tests {
         let opts = SolveOptions {
             rel_gap: 1e-7,
             max_iter: 400_000,
-            feas_iter: 5_000,
+            ..SolveOptions::default()
         };
         for pattern in [Pattern::Sink, Pattern::Diagonal] {
             for t in [3usize, 6, 10] {

@@ -47,11 +47,11 @@ pub(super) fn project_simplex(v: &mut [f64]) {
 }
 
 /// $Z = \mathcal A^\ast\lambda$: a witness when every gap $\langle A_c, Z\rangle$ is positive
-/// (`Ok`), else `Err(Z)`.
-pub(super) fn combination(p: &GapProgram, lam: &[f64]) -> Result<Feasibility, Mat<f64>> {
-    let z = p.adjoint(lam);
+/// (`Ok`), else `Err(Z)`; the products on the caller's `par`.
+pub(super) fn combination(p: &GapProgram, lam: &[f64], par: Par) -> Result<Feasibility, Mat<f64>> {
+    let z = p.adjoint(lam, par);
     let min_gap = p
-        .forward(z.as_ref())
+        .forward(z.as_ref(), par)
         .into_iter()
         .fold(f64::INFINITY, f64::min);
     if min_gap > 0.0 {
@@ -64,24 +64,25 @@ pub(super) fn combination(p: &GapProgram, lam: &[f64]) -> Result<Feasibility, Ma
     }
 }
 
-/// Gordan test by FISTA on $\min_{\lambda \in \Delta^m} \tfrac12\lVert\mathcal A^\ast\lambda\rVert_F^2$.
-pub fn feasibility(p: &GapProgram, max_iter: usize) -> Result<Feasibility, CostError> {
+/// Gordan test by FISTA on $\min_{\lambda \in \Delta^m} \tfrac12\lVert\mathcal A^\ast\lambda\rVert_F^2$,
+/// the products on the caller's `par`.
+pub fn feasibility(p: &GapProgram, max_iter: usize, par: Par) -> Result<Feasibility, CostError> {
     let m = p.n_constraints();
     let lip = p.op_norm * p.op_norm;
     let mut lam = vec![1.0 / m as f64; m];
     let mut y = lam.clone();
     let mut tk: f64 = 1.0;
-    let scale = p.max_constraint_norm();
+    let scale = p.max_constraint_norm(par);
     for it in 0..max_iter {
         if it % 5 == 0 {
-            match combination(p, &lam) {
+            match combination(p, &lam, par) {
                 Ok(feasible) => return Ok(feasible),
                 Err(z) if linalg::fro_norm(z.as_ref()) <= 1e-6 * scale => break,
                 Err(_) => {}
             }
         }
-        let zy = p.adjoint(&y);
-        let grad = p.forward(zy.as_ref());
+        let zy = p.adjoint(&y, par);
+        let grad = p.forward(zy.as_ref(), par);
         let mut next: Vec<f64> = y.iter().zip(&grad).map(|(a, g)| a - g / lip).collect();
         project_simplex(&mut next);
         let t1 = (1.0 + (1.0 + 4.0 * tk * tk).sqrt()) / 2.0;
@@ -93,7 +94,7 @@ pub fn feasibility(p: &GapProgram, max_iter: usize) -> Result<Feasibility, CostE
         lam = next;
         tk = t1;
     }
-    let z = match combination(p, &lam) {
+    let z = match combination(p, &lam, par) {
         Ok(feasible) => return Ok(feasible),
         Err(z) => z,
     };

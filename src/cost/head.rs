@@ -330,13 +330,13 @@ mod tests {
         let p = vo_program(x.as_ref(), Pattern::Sink, &pi, 2.0).unwrap();
         let s = solve(&p, NormKind::Fro, SolveOptions::default()).unwrap();
         // The optimal read-out logits M = (P X) W_VOᵀ Xᵀ have a zero row 0 (P x₀ = 0).
-        let m = p.logits_of(s.w.as_ref().unwrap().as_ref());
+        let m = p.logits_of(s.w.as_ref().unwrap().as_ref(), faer::Par::Seq);
         let row0 = (0..6).map(|j| m[(0, j)].abs()).fold(0.0, f64::max);
         let scale = (0..6).map(|j| m[(1, j)].abs()).fold(0.0, f64::max);
         assert!(row0 <= 1e-9 * scale.max(1.0), "row 0 = {row0}");
         // And every constraint holds at the returned optimum.
         let gmin = p
-            .forward(s.w.as_ref().unwrap().as_ref())
+            .forward(s.w.as_ref().unwrap().as_ref(), faer::Par::Seq)
             .into_iter()
             .fold(f64::INFINITY, f64::min);
         assert!(gmin >= 2.0 * (1.0 - 1e-9), "min gap {gmin}");

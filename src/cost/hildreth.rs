@@ -38,7 +38,7 @@ pub fn fro_by_coordinate_ascent(p: &GapProgram, sweeps: usize) -> (f64, f64) {
         }
     }
     let gmin = p
-        .forward(w.as_ref())
+        .forward(w.as_ref(), Par::Seq)
         .into_iter()
         .fold(f64::INFINITY, f64::min);
     (linalg::fro_norm(w.as_ref()), gmin / p.delta)
@@ -49,6 +49,7 @@ pub(super) const CHECK_OPTS: SolveOptions = SolveOptions {
     rel_gap: 1e-4,
     max_iter: 50_000,
     feas_iter: 5_000,
+    par: Par::Seq,
 };
 
 /// A random instance of the closed-form checks: (T, Δ ∈ [1, 10), pattern, embedding seed).

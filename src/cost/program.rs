@@ -3,15 +3,12 @@
 
 use super::*;
 
-/// `dst = a·b` (sequential below ~128, the measured faer crossover on 2 cores).
-pub(super) fn mm(a: MatRef<'_, f64>, b: MatRef<'_, f64>) -> Mat<f64> {
+/// `a·b` on the caller's parallelism `par`, used only when some dimension reaches 256
+/// (below it faer's threads cost more than they save on 2 cores: sequential).
+pub(super) fn mm(a: MatRef<'_, f64>, b: MatRef<'_, f64>, par: Par) -> Mat<f64> {
     let mut c = Mat::zeros(a.nrows(), b.ncols());
     let big = a.nrows().max(a.ncols()).max(b.ncols()) >= 256;
-    let par = if big && rayon::current_thread_index().is_none() {
-        Par::rayon(0)
-    } else {
-        Par::Seq
-    };
+    let par = if big { par } else { Par::Seq };
     matmul(c.as_mut(), Accum::Replace, a, b, 1.0, par);
     c
 }
@@ -140,7 +137,7 @@ impl GapProgram {
             ));
         }
         let same = (0..t).all(|i| (0..xk.ncols()).all(|j| xq[(i, j)] == xk[(i, j)]));
-        let gram = mm(xk, xk.transpose());
+        let gram = mm(xk, xk.transpose(), Par::Seq);
         let orthonormal = same
             && xk.ncols() >= t
             && (0..t).all(|i| {
@@ -187,16 +184,16 @@ impl GapProgram {
             .map_or((self.t, self.t), |(q, k)| (q.ncols(), k.ncols()))
     }
 
-    pub(super) fn logits(&self, w: MatRef<'_, f64>) -> Mat<f64> {
+    pub(super) fn logits(&self, w: MatRef<'_, f64>, par: Par) -> Mat<f64> {
         match &self.e {
             None => w.to_owned(),
-            Some((q, k)) => mm(mm(q.as_ref(), w).as_ref(), k.transpose()),
+            Some((q, k)) => mm(mm(q.as_ref(), w, par).as_ref(), k.transpose(), par),
         }
     }
 
-    /// $\mathcal A(W)$: the gap of every constraint.
-    pub fn forward(&self, w: MatRef<'_, f64>) -> Vec<f64> {
-        let m = self.logits(w);
+    /// $\mathcal A(W)$: the gap of every constraint (products on the caller's `par`).
+    pub fn forward(&self, w: MatRef<'_, f64>, par: Par) -> Vec<f64> {
+        let m = self.logits(w, par);
         self.cons
             .iter()
             .map(|&(i, j)| {
@@ -208,7 +205,8 @@ impl GapProgram {
     }
 
     /// $\mathcal A^\ast\lambda = E_q^\top L E_k$ with $L_{i,t(i)} = \sum_j \lambda_{ij}$, $L_{ij} = -\lambda_{ij}$.
-    pub fn adjoint(&self, lam: &[f64]) -> Mat<f64> {
+    /// Products on the caller's `par`.
+    pub fn adjoint(&self, lam: &[f64], par: Par) -> Mat<f64> {
         let mut l = Mat::<f64>::zeros(self.t, self.t);
         for (&(i, j), &v) in self.cons.iter().zip(lam) {
             let (i, j) = (i as usize, j as usize);
@@ -218,16 +216,18 @@ impl GapProgram {
         }
         match &self.e {
             None => l,
-            Some((q, k)) => mm(mm(q.transpose(), l.as_ref()).as_ref(), k.as_ref()),
+            Some((q, k)) => mm(mm(q.transpose(), l.as_ref(), par).as_ref(), k.as_ref(), par),
         }
     }
 
     /// The constraint matrix $A_c$ has Frobenius norm $\lVert e^q_i\rVert\thinspace\lVert e^k_{t(i)} - e^k_j\rVert$; its maximum.
-    pub(super) fn max_constraint_norm(&self) -> f64 {
-        let grams = self
-            .e
-            .as_ref()
-            .map(|(q, k)| (mm(q.as_ref(), q.transpose()), mm(k.as_ref(), k.transpose())));
+    pub(super) fn max_constraint_norm(&self, par: Par) -> f64 {
+        let grams = self.e.as_ref().map(|(q, k)| {
+            (
+                mm(q.as_ref(), q.transpose(), par),
+                mm(k.as_ref(), k.transpose(), par),
+            )
+        });
         let gq = |a: usize| grams.as_ref().map_or(1.0, |(g, _)| g[(a, a)]);
         let k = |a: usize, b: usize| {
             grams
@@ -244,23 +244,25 @@ impl GapProgram {
             .fold(0.0, f64::max)
     }
 
-    /// Embeds a reduced variable back as the logits matrix $M = E W E^\top$ ($T\times T$).
-    pub fn logits_of(&self, w: MatRef<'_, f64>) -> Mat<f64> {
-        self.logits(w)
+    /// Embeds a reduced variable back as the logits matrix $M = E W E^\top$ ($T\times T$),
+    /// the products on the caller's `par`.
+    pub fn logits_of(&self, w: MatRef<'_, f64>, par: Par) -> Mat<f64> {
+        self.logits(w, par)
     }
 }
 
-/// Norm of a reduced variable (equal to the norm of the full $W$).
-pub fn norm_of(kind: NormKind, w: MatRef<'_, f64>) -> f64 {
+/// Norm of a reduced variable (equal to the norm of the full $W$); a nuclear norm's SVD
+/// runs on the caller's `par`.
+pub fn norm_of(kind: NormKind, w: MatRef<'_, f64>, par: Par) -> f64 {
     match kind {
         NormKind::Fro => linalg::fro_norm(w),
-        NormKind::Nuclear => linalg::nuclear_norm(w),
+        NormKind::Nuclear => linalg::nuclear_norm(w, par),
     }
 }
 
-pub(super) fn dual_norm(kind: NormKind, z: MatRef<'_, f64>) -> f64 {
+pub(super) fn dual_norm(kind: NormKind, z: MatRef<'_, f64>, par: Par) -> f64 {
     match kind {
         NormKind::Fro => linalg::fro_norm(z),
-        NormKind::Nuclear => linalg::spectral_norm(z),
+        NormKind::Nuclear => linalg::spectral_norm(z, par),
     }
 }

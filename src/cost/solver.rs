@@ -12,6 +12,9 @@ pub struct SolveOptions {
     pub max_iter: usize,
     /// Iteration budget of the feasibility test.
     pub feas_iter: usize,
+    /// The caller's faer parallelism for the solver's products and SVDs: `Par::Seq` (the
+    /// default) inside a parallel sweep, `Par::rayon(k)` for one large program at top level.
+    pub par: Par,
 }
 
 impl Default for SolveOptions {
@@ -20,6 +23,7 @@ impl Default for SolveOptions {
             rel_gap: 1e-3,
             max_iter: 20_000,
             feas_iter: 5_000,
+            par: Par::Seq,
         }
     }
 }
@@ -50,7 +54,7 @@ pub struct CostSolution {
     pub w: Option<Mat<f64>>,
 }
 
-pub(super) fn prox_nuclear(w: MatRef<'_, f64>, tau: f64) -> Result<Mat<f64>, CostError> {
+pub(super) fn prox_nuclear(w: MatRef<'_, f64>, tau: f64, par: Par) -> Result<Mat<f64>, CostError> {
     let svd = w.thin_svd().map_err(|_| CostError::Svd)?;
     let s = svd.S().column_vector();
     let keep: Vec<usize> = (0..s.nrows()).filter(|&k| s[k] > tau).collect();
@@ -58,7 +62,7 @@ pub(super) fn prox_nuclear(w: MatRef<'_, f64>, tau: f64) -> Result<Mat<f64>, Cos
         svd.U()[(i, keep[c])] * (s[keep[c]] - tau)
     });
     let v = Mat::from_fn(keep.len(), w.ncols(), |c, j| svd.V()[(j, keep[c])]);
-    Ok(mm(u.as_ref(), v.as_ref()))
+    Ok(mm(u.as_ref(), v.as_ref(), par))
 }
 
 /// Solves $\min \lVert W\rVert$ subject to the gap constraints, with a certified bracket.
@@ -96,7 +100,7 @@ pub(super) fn solve_with_dual(
     kind: NormKind,
     opts: SolveOptions,
 ) -> Result<(CostSolution, Vec<f64>), CostError> {
-    match feasibility(p, opts.feas_iter)? {
+    match feasibility(p, opts.feas_iter, opts.par)? {
         Feasibility::Infeasible(c) => Ok((
             CostSolution {
                 certificate: Some(c),
@@ -118,12 +122,13 @@ pub(super) fn solve_from(
     witness: Mat<f64>,
 ) -> Result<(CostSolution, Vec<f64>), CostError> {
     let base = unsolved(p);
+    let par = opts.par;
     let n = p.n_constraints();
     let la = p.op_norm;
     // Start from the scaled witness: a feasible point, so the upper bound is finite at once.
     let mut w = witness.clone();
     let mut best_w = witness.clone();
-    let mut upper = norm_of(kind, witness.as_ref());
+    let mut upper = norm_of(kind, witness.as_ref(), par);
     let mut lower = 0.0f64;
     let mut lam = vec![0.0; n];
     let mut warm_iters = 0;
@@ -132,14 +137,14 @@ pub(super) fn solve_from(
         warm_iters = f.iterations;
         lower = f.lower.unwrap_or(0.0);
         if let Some(wf) = &f.w {
-            let nf = linalg::nuclear_norm(wf.as_ref());
+            let nf = linalg::nuclear_norm(wf.as_ref(), par);
             if nf < upper {
                 upper = nf;
                 best_w = wf.clone();
                 w = wf.clone();
             }
-            let z = p.adjoint(&lam_f);
-            let s2 = linalg::spectral_norm(z.as_ref());
+            let z = p.adjoint(&lam_f, par);
+            let s2 = linalg::spectral_norm(z.as_ref(), par);
             if s2 > 0.0 {
                 lam = lam_f.iter().map(|l| l / s2).collect();
             }
@@ -158,16 +163,16 @@ pub(super) fn solve_from(
     let check_every = 10;
     while it < opts.max_iter {
         it += 1;
-        let aw = p.forward(w_bar.as_ref());
+        let aw = p.forward(w_bar.as_ref(), par);
         let lam_old = lam.clone();
         for (l, g) in lam.iter_mut().zip(&aw) {
             *l = (*l - sigma * (g - p.delta)).max(0.0);
         }
-        let at = p.adjoint(&lam);
+        let at = p.adjoint(&lam, par);
         let v = &w + &at * faer::Scale(tau);
         let w_new = match kind {
             NormKind::Fro => v * faer::Scale(1.0 / (1.0 + tau)),
-            NormKind::Nuclear => prox_nuclear(v.as_ref(), tau)?,
+            NormKind::Nuclear => prox_nuclear(v.as_ref(), tau, par)?,
         };
         let theta = match kind {
             NormKind::Fro => {
@@ -184,8 +189,9 @@ pub(super) fn solve_from(
             // Residual balancing (Goldstein et al., adaptive PDHG): compare primal and dual residuals.
             let dw = &w - &w_new;
             let dl: Vec<f64> = lam_old.iter().zip(&lam).map(|(a, b)| a - b).collect();
-            let pr = linalg::fro_norm((&dw * faer::Scale(1.0 / tau) - p.adjoint(&dl)).as_ref());
-            let adw = p.forward(dw.as_ref());
+            let pr =
+                linalg::fro_norm((&dw * faer::Scale(1.0 / tau) - p.adjoint(&dl, par)).as_ref());
+            let adw = p.forward(dw.as_ref(), par);
             let dr = dl
                 .iter()
                 .zip(&adw)
@@ -202,10 +208,10 @@ pub(super) fn solve_from(
         }
         w = w_new;
         if it % check_every == 0 || it == opts.max_iter {
-            let g = p.forward(w.as_ref());
+            let g = p.forward(w.as_ref(), par);
             let gmin = g.iter().copied().fold(f64::INFINITY, f64::min);
             if gmin > 0.0 {
-                let u = norm_of(kind, w.as_ref()) * p.delta / gmin;
+                let u = norm_of(kind, w.as_ref(), par) * p.delta / gmin;
                 if u < upper {
                     upper = u;
                     best_w = w.clone() * faer::Scale(p.delta / gmin);
@@ -213,8 +219,8 @@ pub(super) fn solve_from(
             }
             let s: f64 = lam.iter().sum();
             if s > 0.0 {
-                let z = p.adjoint(&lam);
-                let dn = dual_norm(kind, z.as_ref());
+                let z = p.adjoint(&lam, par);
+                let dn = dual_norm(kind, z.as_ref(), par);
                 if dn > 0.0 {
                     lower = lower.max(p.delta * s / dn);
                 }
@@ -224,7 +230,7 @@ pub(super) fn solve_from(
             }
         }
     }
-    let sv = linalg::singular_values(best_w.as_ref());
+    let sv = linalg::singular_values_par(best_w.as_ref(), par);
     let rank = sv.iter().filter(|&&s| s > 1e-6 * sv[0]).count();
     Ok((
         CostSolution {

@@ -501,7 +501,7 @@ mod tests {
         let chk = w.verify(&qs, &s, &ks);
         assert!(chk.ok && chk.worst_sink_mass >= 0.99 - 1e-12, "{chk:?}");
         let fro = crate::linalg::fro_norm(w.w.as_ref());
-        let nuc = crate::linalg::nuclear_norm(w.w.as_ref());
+        let nuc = crate::linalg::nuclear_norm(w.w.as_ref(), faer::Par::Seq);
         assert!(
             (fro - w.cost()).abs() <= 1e-10 * w.cost()
                 && (nuc - w.cost()).abs() <= 1e-10 * w.cost()

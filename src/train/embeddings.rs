@@ -17,11 +17,12 @@
 //! certificate where they fail.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
+use crate::backend::Cpu;
 use crate::cost::{
     self, CostError, CostQuery, CostSolution, EmbeddingKind, Scope, SolveOptions, head,
 };
@@ -58,25 +59,55 @@ pub fn config(t: usize, d: usize, seed: u64) -> TrainConfig {
 }
 
 type Key = (usize, usize, u64);
+type Trained = HashMap<Key, Arc<Mat<f64>>>;
 
-fn cache() -> &'static Mutex<HashMap<Key, Arc<Mat<f64>>>> {
-    static C: OnceLock<Mutex<HashMap<Key, Arc<Mat<f64>>>>> = OnceLock::new();
-    C.get_or_init(|| Mutex::new(HashMap::new()))
+/// The recipe's embeddings, trained on first use and kept by their owner (a sweep, or one CLI
+/// run) for as long as it holds this value; shared by reference between the owner's threads.
+/// A `(T, d, seed)` names one matrix, so a cache never changes a value, only whether it is
+/// trained again.
+#[derive(Debug)]
+pub struct TrainedEmbeddings {
+    /// Thread count of the [`Cpu`] backend the recipe trains on (values do not depend on it).
+    threads: usize,
+    trained: Mutex<Trained>,
 }
 
-/// The recipe's embeddings ($T \times d$), trained on first use and cached for the process.
-pub fn embeddings(t: usize, d: usize, seed: u64) -> Result<Arc<Mat<f64>>, CostError> {
-    if t < 4 || d == 0 {
-        return Err(CostError::Invalid(format!(
-            "trained embeddings need T >= 4 and d >= 1 (T = {t}, d = {d})"
-        )));
+impl TrainedEmbeddings {
+    /// An empty cache whose training runs split their products over `threads`
+    /// ([`Cpu::with_threads`]).
+    pub fn new(threads: usize) -> Self {
+        Self {
+            threads,
+            trained: Mutex::new(HashMap::new()),
+        }
     }
-    if let Some(x) = cache().lock().map_err(|_| poisoned())?.get(&(t, d, seed)) {
-        return Ok(x.clone());
+
+    /// The recipe's embeddings ($T \times d$), trained on first use and then taken from the cache.
+    pub fn get(&self, t: usize, d: usize, seed: u64) -> Result<Arc<Mat<f64>>, CostError> {
+        if t < 4 || d == 0 {
+            return Err(CostError::Invalid(format!(
+                "trained embeddings need T >= 4 and d >= 1 (T = {t}, d = {d})"
+            )));
+        }
+        if let Some(x) = self.lock()?.get(&(t, d, seed)) {
+            return Ok(x.clone());
+        }
+        let x = Arc::new(train_embeddings(t, d, seed, self.threads)?);
+        self.lock()?.insert((t, d, seed), x.clone());
+        Ok(x)
     }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Trained>, CostError> {
+        self.trained.lock().map_err(|_| poisoned())
+    }
+}
+
+/// Trains the recipe at `(t, d, seed)` on [`Cpu`]`<f32>` with `threads` and returns its
+/// embeddings ($T \times d$).
+fn train_embeddings(t: usize, d: usize, seed: u64, threads: usize) -> Result<Mat<f64>, CostError> {
     let cfg = config(t, d, seed);
-    let (_, model) =
-        train::train_model(&cfg, |_, _| {}).map_err(|e| CostError::Training(e.to_string()))?;
+    let (_, model) = train::train_model_on(&Cpu::<f32>::with_threads(threads), &cfg, |_, _| {})
+        .map_err(|e| CostError::Training(e.to_string()))?;
     // The task of the run: `train` draws it first from its seeded generator.
     let TaskSpec::BigramCopy { n, k, alpha } = cfg.task else {
         unreachable!("the recipe trains on bigram-copy")
@@ -91,12 +122,7 @@ pub fn embeddings(t: usize, d: usize, seed: u64) -> Result<Arc<Mat<f64>>, CostEr
     let h = model
         .layer_input(&seq.tokens)
         .map_err(|e| CostError::Training(e.to_string()))?;
-    let x = Arc::new(Mat::from_fn(t, d, |i, j| f64::from(h[(i, j)])));
-    cache()
-        .lock()
-        .map_err(|_| poisoned())?
-        .insert((t, d, seed), x.clone());
-    Ok(x)
+    Ok(Mat::from_fn(t, d, |i, j| f64::from(h[(i, j)])))
 }
 
 fn poisoned() -> CostError {
@@ -104,35 +130,67 @@ fn poisoned() -> CostError {
 }
 
 /// The embeddings of a [`CostQuery`]'s family ($T \times d$): the trained recipe for
-/// [`EmbeddingKind::Trained`], [`cost::embeddings`] otherwise.
+/// [`EmbeddingKind::Trained`] (from the caller's cache `trained`), [`cost::embeddings`]
+/// otherwise.
 pub fn query_embeddings(
     kind: EmbeddingKind,
     t: usize,
     d: usize,
     seed: u64,
+    trained: &TrainedEmbeddings,
 ) -> Result<Mat<f64>, CostError> {
     if kind == EmbeddingKind::Trained {
         cost::check_sizes(t, d)?;
-        return embeddings(t, d, seed).map(|x| x.as_ref().clone());
+        return trained.get(t, d, seed).map(|x| x.as_ref().clone());
     }
     cost::embeddings(kind, t, d, seed)
 }
 
 /// Solves a [`CostQuery`] of any embedding family (for the whole head: the sum of
-/// both parts, see [`head::HeadCost::total`]).
-pub fn solve_query(q: &CostQuery, opts: SolveOptions) -> Result<CostSolution, CostError> {
+/// both parts, see [`head::HeadCost::total`]); trained embeddings come from `trained`.
+pub fn solve_query(
+    q: &CostQuery,
+    opts: SolveOptions,
+    trained: &TrainedEmbeddings,
+) -> Result<CostSolution, CostError> {
     match q.scope {
         Scope::Qk => {
-            let x = query_embeddings(q.embedding, q.t, q.d, q.seed)?;
+            let x = query_embeddings(q.embedding, q.t, q.d, q.seed, trained)?;
             cost::solve_query_on(q, x.as_ref(), opts)
         }
-        Scope::Head => Ok(solve_head_query(q, opts)?.total()),
+        Scope::Head => Ok(solve_head_query(q, opts, trained)?.total()),
     }
 }
 
 /// Solves the whole-head program of a [`CostQuery`] of any embedding family (its
-/// `scope` is ignored).
-pub fn solve_head_query(q: &CostQuery, opts: SolveOptions) -> Result<head::HeadCost, CostError> {
-    let x = query_embeddings(q.embedding, q.t, q.d, q.seed)?;
+/// `scope` is ignored); trained embeddings come from `trained`.
+pub fn solve_head_query(
+    q: &CostQuery,
+    opts: SolveOptions,
+    trained: &TrainedEmbeddings,
+) -> Result<head::HeadCost, CostError> {
+    let x = query_embeddings(q.embedding, q.t, q.d, q.seed, trained)?;
     cost::solve_head_query_on(q, x.as_ref(), opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cache trains a `(T, d, seed)` once (the second call returns the same allocation); a
+    /// second cache, on another thread count, trains it again to the same values; another seed
+    /// gives another matrix; sizes the recipe cannot train are refused.
+    #[test]
+    fn the_cache_trains_each_key_once_and_values_do_not_depend_on_it() {
+        let a = TrainedEmbeddings::new(1);
+        let x = a.get(6, 4, 3).unwrap();
+        assert!(Arc::ptr_eq(&x, &a.get(6, 4, 3).unwrap()));
+        let b = TrainedEmbeddings::new(2);
+        let y = b.get(6, 4, 3).unwrap();
+        assert!(!Arc::ptr_eq(&x, &y));
+        assert_eq!(*x, *y);
+        assert_ne!(*x, *a.get(6, 4, 4).unwrap());
+        assert!(matches!(a.get(3, 4, 0), Err(CostError::Invalid(_))));
+        assert!(matches!(a.get(6, 0, 0), Err(CostError::Invalid(_))));
+    }
 }

@@ -1,6 +1,6 @@
 //! The host products of the reference model [`super::model`] (faer):
-//! [`matmul`] / [`matmul_into`] for batch-wide products (split over threads
-//! above a size) and [`matmul_local`] for the small per-sequence ones.
+//! [`matmul`] / [`matmul_into`] for batch-wide products (on the caller's faer
+//! `Par` above a size) and [`matmul_local`] for the small per-sequence ones.
 //! Training itself runs its products on a [`crate::backend::Backend`]
 //! ([`super::device`]).
 
@@ -13,7 +13,9 @@ use faer::{Accum, Mat, MatMut, MatRef, Par};
 /// 2 threads is 10–20× slower than sequential).
 const PAR_WORK: usize = 1 << 22;
 
-/// `dst (+)= op(a) · op(b)`, `op` = transpose when the flag is set.
+/// `dst (+)= op(a) · op(b)`, `op` = transpose when the flag is set, on the caller's
+/// parallelism `par` when the work reaches `PAR_WORK` (sequential below it). A caller
+/// already inside a parallel loop passes `Par::Seq`.
 pub fn matmul_into<F: Real>(
     dst: &mut Mat<F>,
     accumulate: bool,
@@ -21,15 +23,12 @@ pub fn matmul_into<F: Real>(
     b: MatRef<'_, F>,
     trans_a: bool,
     trans_b: bool,
+    par: Par,
 ) {
     let a = if trans_a { a.transpose() } else { a };
     let b = if trans_b { b.transpose() } else { b };
     let work = a.nrows() * a.ncols() * b.ncols();
-    let par = if work >= PAR_WORK && rayon::current_thread_index().is_none() {
-        Par::rayon(0)
-    } else {
-        Par::Seq
-    };
+    let par = if work >= PAR_WORK { par } else { Par::Seq };
     let acc = if accumulate {
         Accum::Add
     } else {
@@ -38,12 +37,18 @@ pub fn matmul_into<F: Real>(
     faer_matmul(dst.as_mut(), acc, a, b, F::from_f64(1.0), par);
 }
 
-/// `op(a) · op(b)` as a new matrix.
-pub fn matmul<F: Real>(a: MatRef<'_, F>, b: MatRef<'_, F>, trans_a: bool, trans_b: bool) -> Mat<F> {
+/// `op(a) · op(b)` as a new matrix (see [`matmul_into`] for `par`).
+pub fn matmul<F: Real>(
+    a: MatRef<'_, F>,
+    b: MatRef<'_, F>,
+    trans_a: bool,
+    trans_b: bool,
+    par: Par,
+) -> Mat<F> {
     let m = if trans_a { a.ncols() } else { a.nrows() };
     let n = if trans_b { b.nrows() } else { b.ncols() };
     let mut c = Mat::zeros(m, n);
-    matmul_into(&mut c, false, a, b, trans_a, trans_b);
+    matmul_into(&mut c, false, a, b, trans_a, trans_b, par);
     c
 }
 

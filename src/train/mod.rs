@@ -33,7 +33,7 @@ pub use model::{AttnForm, Model, ModelConfig, ModelError};
 use crate::backend::{AdamWHyper, Backend, Cpu};
 use crate::linalg;
 use crate::tasks::{BigramCopy, CopyPaste, Sequence, SourceFamily, TaskError};
-use faer::Mat;
+use faer::{Mat, Par};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
@@ -466,10 +466,10 @@ pub fn train_model_on<B: Backend>(
             let vo = to_f64(&model.w_vo(l));
             LayerCosts {
                 qk_fro: linalg::fro_norm(qk.as_ref()),
-                qk_nuclear: linalg::nuclear_norm(qk.as_ref()),
+                qk_nuclear: linalg::nuclear_norm(qk.as_ref(), Par::Seq),
                 qk_weight_decay: model.qk_weight_decay(l),
                 vo_fro: linalg::fro_norm(vo.as_ref()),
-                vo_nuclear: linalg::nuclear_norm(vo.as_ref()),
+                vo_nuclear: linalg::nuclear_norm(vo.as_ref(), Par::Seq),
             }
         })
         .collect();

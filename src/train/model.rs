@@ -22,7 +22,7 @@ use super::kernels::{matmul, matmul_into, matmul_local};
 use crate::backend::Real;
 use crate::backend::real::{dot_lanes, max_lanes, sum_lanes};
 use faer::reborrow::{Reborrow, ReborrowMut};
-use faer::{Mat, MatMut, MatRef};
+use faer::{Mat, MatMut, MatRef, Par};
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
 use rayon::prelude::*;
@@ -102,6 +102,8 @@ pub struct Model<F: Real> {
     pub decay: Vec<bool>,
     layers: Vec<LayerIdx>,
     unemb: usize,
+    /// The caller's faer parallelism for the large products ([`Model::with_par`]).
+    par: Par,
 }
 
 /// Errors of the model.
@@ -365,7 +367,17 @@ impl<F: Real> Model<F> {
             decay,
             layers,
             unemb,
+            par: Par::Seq,
         })
+    }
+
+    /// The model with its large products (those of a single-chunk pass, and
+    /// [`Model::w_qk`] / [`Model::w_vo`]) on `par`; a new model runs them on the calling
+    /// thread (`Par::Seq`), as a model used inside a parallel loop must. Values do not
+    /// depend on it.
+    pub fn with_par(mut self, par: Par) -> Self {
+        self.par = par;
+        self
     }
 
     /// Converts the parameters to another scalar type.
@@ -381,6 +393,7 @@ impl<F: Real> Model<F> {
             decay: self.decay.clone(),
             layers: self.layers.clone(),
             unemb: self.unemb,
+            par: self.par,
         }
     }
 
@@ -411,6 +424,7 @@ impl<F: Real> Model<F> {
                 self.params[right].as_ref(),
                 false,
                 true,
+                self.par,
             ),
         }
     }
@@ -518,13 +532,15 @@ impl<F: Real> Model<F> {
             }
         }
         let (toks, wcat) = (&cache.tokens, &cache.wcat);
-        let run = |ch: &mut Chunk<F>| {
-            self.forward_chunk(ch, &toks[ch.s0 * t..(ch.s0 + ch.ns) * t], t, wcat)
+        // One chunk runs on the caller's thread with the caller's `par`; several run as
+        // parallel tasks, each sequential.
+        let run = |ch: &mut Chunk<F>, par: Par| {
+            self.forward_chunk(ch, &toks[ch.s0 * t..(ch.s0 + ch.ns) * t], t, wcat, par)
         };
         if n == 1 {
-            run(&mut cache.chunks[0]);
+            run(&mut cache.chunks[0], self.par);
         } else {
-            cache.chunks.par_iter_mut().for_each(run);
+            cache.chunks.par_iter_mut().for_each(|ch| run(ch, Par::Seq));
         }
         Ok(())
     }
@@ -556,7 +572,14 @@ impl<F: Real> Model<F> {
         }
     }
 
-    fn forward_chunk(&self, ch: &mut Chunk<F>, tokens: &[u32], t: usize, wcat: &[Mat<F>]) {
+    fn forward_chunk(
+        &self,
+        ch: &mut Chunk<F>,
+        tokens: &[u32],
+        t: usize,
+        wcat: &[Mat<F>],
+        par: Par,
+    ) {
         let cfg = &self.cfg;
         let (d, w, n) = (cfg.d, self.attn_width(), ch.ns * t);
         ch.acts.resize_with(self.layers.len(), LayerAct::new);
@@ -585,6 +608,7 @@ impl<F: Real> Model<F> {
                 wcat[l].as_ref(),
                 false,
                 false,
+                par,
             );
             ensure(&mut a.at, t, n);
             ensure(&mut a.o, n, w);
@@ -615,6 +639,7 @@ impl<F: Real> Model<F> {
                     self.params[li.d].as_ref(),
                     false,
                     true,
+                    par,
                 ),
             }
             let next = match rest.first_mut() {
@@ -634,6 +659,7 @@ impl<F: Real> Model<F> {
                     self.params[w1].as_ref(),
                     false,
                     false,
+                    par,
                 );
                 let bias = &self.params[b1];
                 for c in 0..hid {
@@ -651,6 +677,7 @@ impl<F: Real> Model<F> {
                     self.params[w2].as_ref(),
                     false,
                     false,
+                    par,
                 );
             }
         }
@@ -663,6 +690,7 @@ impl<F: Real> Model<F> {
             ch.h_out.as_ref(),
             true,
             true,
+            par,
         );
         for r in 0..n {
             let p = ch.probs.col_as_slice_mut(r);
@@ -754,7 +782,7 @@ impl<F: Real> Model<F> {
         }
         let nc = cache.chunks.len();
         work.resize_with(nc, Work::new);
-        let run = |(ch, wk): (&Chunk<F>, &mut Work<F>)| {
+        let run = |(ch, wk): (&Chunk<F>, &mut Work<F>), par: Par| {
             let rows = ch.s0 * t..(ch.s0 + ch.ns) * t;
             self.backward_chunk(
                 ch,
@@ -764,16 +792,17 @@ impl<F: Real> Model<F> {
                 wsum,
                 t,
                 &cache.wcat,
+                par,
             );
         };
         if nc == 1 {
-            run((&cache.chunks[0], &mut work[0]));
+            run((&cache.chunks[0], &mut work[0]), self.par);
         } else {
             cache
                 .chunks
                 .par_iter()
                 .zip(work.par_iter_mut())
-                .for_each(run);
+                .for_each(|cw| run(cw, Par::Seq));
         }
         for (k, g) in grads.iter_mut().enumerate() {
             g.copy_from(&work[0].grads[k]);
@@ -801,6 +830,7 @@ impl<F: Real> Model<F> {
         wsum: f64,
         t: usize,
         wcat: &[Mat<F>],
+        par: Par,
     ) {
         let cfg = &self.cfg;
         let (d, w, n, vocab) = (cfg.d, self.attn_width(), ch.ns * t, cfg.vocab);
@@ -842,9 +872,10 @@ impl<F: Real> Model<F> {
             dlog.as_ref(),
             true,
             true,
+            par,
         );
         ensure(dh, n, d);
-        matmul_into(dh, false, dlog.as_ref(), u_w, true, true);
+        matmul_into(dh, false, dlog.as_ref(), u_w, true, true, par);
         for (l, li) in self.layers.iter().enumerate().rev() {
             let a = &ch.acts[l];
             // MLP: h3 = h2 + relu(h2 W1 + b1) W2.
@@ -857,6 +888,7 @@ impl<F: Real> Model<F> {
                     dh.as_ref(),
                     true,
                     false,
+                    par,
                 );
                 ensure(du, n, hid);
                 matmul_into(
@@ -866,6 +898,7 @@ impl<F: Real> Model<F> {
                     self.params[w2].as_ref(),
                     false,
                     true,
+                    par,
                 );
                 for c in 0..hid {
                     let dc = du.col_as_slice_mut(c);
@@ -881,8 +914,17 @@ impl<F: Real> Model<F> {
                     du.as_ref(),
                     true,
                     false,
+                    par,
                 );
-                matmul_into(dh, true, du.as_ref(), self.params[w1].as_ref(), false, true);
+                matmul_into(
+                    dh,
+                    true,
+                    du.as_ref(),
+                    self.params[w1].as_ref(),
+                    false,
+                    true,
+                    par,
+                );
             }
             // Attention: h2 = h + (A V) [W_O^T].
             ensure(d_o, n, w);
@@ -896,6 +938,7 @@ impl<F: Real> Model<F> {
                         a.o.as_ref(),
                         true,
                         false,
+                        par,
                     );
                     matmul_into(
                         d_o,
@@ -904,6 +947,7 @@ impl<F: Real> Model<F> {
                         self.params[li.d].as_ref(),
                         false,
                         false,
+                        par,
                     );
                 }
             }
@@ -948,17 +992,17 @@ impl<F: Real> Model<F> {
             match cfg.attn {
                 AttnForm::Direct => {
                     // q = h W_QK, k = h, v = h W_VO^T.
-                    matmul_into(&mut grads[li.a], false, h, dq, true, false);
-                    matmul_into(&mut grads[li.b], false, dv, h, true, false);
+                    matmul_into(&mut grads[li.a], false, h, dq, true, false, par);
+                    matmul_into(&mut grads[li.b], false, dv, h, true, false, par);
                 }
                 AttnForm::Factored { .. } => {
-                    matmul_into(&mut grads[li.a], false, h, dq, true, false);
-                    matmul_into(&mut grads[li.b], false, h, dk, true, false);
-                    matmul_into(&mut grads[li.c], false, h, dv, true, false);
+                    matmul_into(&mut grads[li.a], false, h, dq, true, false, par);
+                    matmul_into(&mut grads[li.b], false, h, dk, true, false, par);
+                    matmul_into(&mut grads[li.c], false, h, dv, true, false, par);
                 }
             }
             // dh += [dQ | dK | dV] Wcatᵀ (in direct form the identity block adds dK exactly).
-            matmul_into(dh, true, dqkv_r, wcat[l].as_ref(), false, true);
+            matmul_into(dh, true, dqkv_r, wcat[l].as_ref(), false, true, par);
         }
         // Embeddings.
         let (ge, gp) = grads.split_at_mut(1);

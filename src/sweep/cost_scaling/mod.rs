@@ -16,7 +16,7 @@ pub mod spec;
 
 pub use figures::analyze;
 pub use fits::{GroupFit, MAX_FIT_GAP, fit_all, usable};
-pub use point::{Point, Record, TRAINED_NORMS, compute};
+pub use point::{Point, PointContext, Record, TRAINED_NORMS, compute};
 pub use section::{DEFAULT_SPEC, QUICK_SPEC, report_section, verdict_markdown};
 pub use spec::{ExactSpec, SweepSpec, TrainedSpec};
 
@@ -99,13 +99,27 @@ pub fn merge(inputs: &[PathBuf], out: &Path) -> Result<usize, SweepError> {
     Ok(n)
 }
 
-/// Runs (or resumes) the points of `shard` in `dir`, appending to `results.jsonl`.
-/// The trained points run on the spec's backend (one device, passed to every worker).
+/// [`run_on`] with a CPU backend on one thread per trained point (the points themselves run in
+/// parallel on the current rayon pool).
 pub fn run(
     spec: &SweepSpec,
     dir: &Path,
     shard: Option<Shard>,
     show_progress: bool,
+) -> Result<RunSummary, SweepError> {
+    run_on(spec, dir, shard, show_progress, 1)
+}
+
+/// Runs (or resumes) the points of `shard` in `dir`, appending to `results.jsonl`, the points
+/// in parallel on the current rayon pool. The trained points run on the spec's backend (one
+/// device, passed to every worker); on the CPU it splits large products over `threads` (the
+/// caller's `--threads`). One cache of trained embeddings serves the whole run.
+pub fn run_on(
+    spec: &SweepSpec,
+    dir: &Path,
+    shard: Option<Shard>,
+    show_progress: bool,
+    threads: usize,
 ) -> Result<RunSummary, SweepError> {
     // The directory's records are this spec's from now on (records of an edited spec's
     // removed points are moved aside by the engine), so its identity is this spec's.
@@ -122,8 +136,9 @@ pub fn run(
             show_progress,
         },
         |todo| {
+            let mut ctx = PointContext::cpu(threads);
             if !todo.iter().any(|p| matches!(p, Point::Trained(_))) {
-                return Ok(None);
+                return Ok(ctx);
             }
             let sel = crate::backend::select(spec.backend, &crate::backend::GpuOptions::default())?;
             if show_progress {
@@ -132,9 +147,10 @@ pub fn run(
                     format_args!("{}\n", sel.note()),
                 );
             }
-            Ok(sel.gpu())
+            ctx.gpu = sel.gpu();
+            Ok(ctx)
         },
-        |gpu, p| point::compute_on(p, gpu.as_deref()),
+        |ctx, p| point::compute(p, ctx),
     )
 }
 

@@ -1,8 +1,10 @@
 //! One point of the cost-scaling sweep (an exact program or a training run), its records
 //! and how they are computed.
 
+use crate::backend::Cpu;
 use crate::cost::{self, CostQuery, NormKind, Scope, SolveOptions};
 use crate::sweep::{SweepPoint, SweepRecord};
+use crate::train::embeddings::TrainedEmbeddings;
 use crate::train::{self, TrainConfig};
 use serde::{Deserialize, Serialize};
 
@@ -197,19 +199,37 @@ pub struct Record {
     pub seconds: f64,
 }
 
-/// Computes the records of one point on the default backend (the CPU).
-pub fn compute(p: &Point) -> Vec<Record> {
-    compute_on(p, None)
+/// What the points of one run share, owned by the run and passed to every point.
+#[derive(Debug)]
+pub struct PointContext {
+    /// The device of the trained points (`None`: the CPU).
+    pub gpu: Option<std::sync::Arc<crate::backend::Wgpu>>,
+    /// Threads the CPU backend of a trained point splits its large products over
+    /// ([`Cpu::with_threads`]).
+    pub threads: usize,
+    /// The trained embeddings of the exact points, trained once per run.
+    pub trained: TrainedEmbeddings,
 }
 
-/// Computes the records of one point; a trained point runs on `gpu` when one
-/// is given, else on the CPU (exact points, trained embeddings included, always
-/// run on the CPU).
-pub fn compute_on(p: &Point, gpu: Option<&crate::backend::Wgpu>) -> Vec<Record> {
+impl PointContext {
+    /// Trained points on the CPU with `threads`, an empty embedding cache.
+    pub fn cpu(threads: usize) -> Self {
+        Self {
+            gpu: None,
+            threads,
+            trained: TrainedEmbeddings::new(threads),
+        }
+    }
+}
+
+/// Computes the records of one point; a trained point runs on `ctx.gpu` when there is one,
+/// else on the CPU (exact points, trained embeddings included, always run on the CPU, their
+/// solver sequential: the points run in parallel).
+pub fn compute(p: &Point, ctx: &PointContext) -> Vec<Record> {
     let start = std::time::Instant::now();
     match p {
         Point::Exact(q, opts, setting) => {
-            let (sol, err) = match crate::train::embeddings::solve_query(q, *opts) {
+            let (sol, err) = match crate::train::embeddings::solve_query(q, *opts, &ctx.trained) {
                 Ok(s) => (Some(s), None),
                 Err(e) => (None, Some(e.to_string())),
             };
@@ -231,9 +251,9 @@ pub fn compute_on(p: &Point, gpu: Option<&crate::backend::Wgpu>) -> Vec<Record> 
             }]
         }
         Point::Trained(c) => {
-            let rep = match gpu {
-                Some(g) => train::train_on(g, c, |_, _| {}),
-                None => train::train(c, |_, _| {}),
+            let rep = match &ctx.gpu {
+                Some(g) => train::train_on(&**g, c, |_, _| {}),
+                None => train::train_on(&Cpu::<f32>::with_threads(ctx.threads), c, |_, _| {}),
             };
             let pattern = if c.mask_bos_key { "diagonal" } else { "sink" };
             TRAINED_NORMS
