@@ -2,7 +2,7 @@
 # Installs the baselines of the issue-13 benchmarks, idempotently:
 #   - cmake and g++ from Debian (to build llama.cpp from source),
 #   - llama-cpp-python from PyPI into the venv $VENV (built from source, niced),
-#   - transformers / torch / gguf / numpy are expected in $VENV already (checked, not installed).
+#   - transformers / accelerate (its GGUF loading) / torch / gguf / numpy are expected in $VENV already (checked, not installed).
 #
 # ISA: llama.cpp is built for the ISA of this machine (GGML_NATIVE=ON) unless BASELINE_ISA=avx2,
 # which forces AVX2+FMA+F16C and turns every AVX-512 path off (use it when sinklab is built without
@@ -32,7 +32,7 @@ fi
 # 2. The Python side of the other baselines must already be there.
 "$PY" - <<'PY'
 import importlib.util, sys
-missing = [m for m in ("torch", "transformers", "gguf", "numpy") if importlib.util.find_spec(m) is None]
+missing = [m for m in ("torch", "transformers", "accelerate", "gguf", "numpy") if importlib.util.find_spec(m) is None]
 if missing:
     sys.exit(f"bench_baselines: missing in the venv: {', '.join(missing)} (install them with pip first)")
 PY

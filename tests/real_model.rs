@@ -273,3 +273,84 @@ fn input_errors_are_typed_not_panics() {
         .unwrap_err();
     assert!(e.to_string().contains("out of range"), "{e}");
 }
+
+/// Records how a pass showed its maps to an observer that does not ask for the layer's.
+#[derive(Default)]
+struct MapsSeen {
+    heads: usize,
+    empty_layer_maps: usize,
+}
+
+impl sinklab::runtime::forward::LayerObserver for MapsSeen {
+    fn layer(
+        &mut self,
+        _: &sinklab::runtime::model::Pretrained,
+        t: &sinklab::runtime::forward::LayerTensors<'_>,
+    ) {
+        self.empty_layer_maps += t.attn.is_empty() as usize;
+    }
+
+    fn wants_layer_maps(&self) -> bool {
+        false
+    }
+
+    fn head(
+        &mut self,
+        _: &sinklab::runtime::model::Pretrained,
+        m: &sinklab::runtime::forward::HeadMap<'_>,
+    ) {
+        assert_eq!(m.map.len(), m.t * m.t_keys);
+        self.heads += 1;
+    }
+}
+
+/// The statistics computed head by head (no observer reads the layer's maps, and they exceed
+/// the small-maps size: 4 heads × 200² floats) are those computed from the whole layer's maps
+/// (a capture of the maps forces that mode) to the bit: the two modes run the same blocks of
+/// the same products. And the A1 corollary of the layer inputs streamed from the pass equals
+/// the one computed from captured inputs afterwards.
+#[test]
+fn head_by_head_maps_give_the_statistics_of_whole_layer_maps() {
+    use sinklab::real::{analysis, head_space};
+    for arch in ["llama", "gemma3"] {
+        let spec = SynthShape {
+            arch,
+            ctx: 256,
+            ..SynthShape::default()
+        };
+        let (_d, lm) = synth(&spec, 13);
+        let tokens: Vec<u32> = (0..200).map(|i| (i * 7 % 39 + 1) as u32).collect();
+        let mut seen = MapsSeen::default();
+        let per_head = analysis::analyze(&lm, &tokens, false, &mut seen).unwrap();
+        let (l, h) = (lm.model.cfg.n_layer, lm.model.cfg.n_head);
+        assert_eq!(
+            (seen.heads, seen.empty_layer_maps),
+            (l * h, l),
+            "{arch}: not head by head"
+        );
+        let mut cap = Captured::new(Capture {
+            attn: true,
+            ..Capture::default()
+        });
+        let whole = analysis::analyze(&lm, &tokens, false, &mut cap).unwrap();
+        assert_eq!(
+            cap.layers[0].attn.as_ref().map(Vec::len),
+            Some(h * 200 * 200)
+        );
+        assert!(per_head.layers.iter().all(|s| s.heads.len() == h), "{arch}");
+        assert_eq!(
+            serde_json::to_string(&per_head.layers).unwrap(),
+            serde_json::to_string(&whole.layers).unwrap(),
+            "{arch}"
+        );
+        let inputs = head_space::inputs(&lm.model, &tokens).unwrap();
+        assert_eq!(inputs.len(), per_head.a1.len());
+        for (x, c) in inputs.iter().zip(&per_head.a1) {
+            assert_eq!(
+                format!("{:?}", head_space::corollary(x)),
+                format!("{c:?}"),
+                "{arch}"
+            );
+        }
+    }
+}

@@ -162,6 +162,7 @@ fn run_a5(a: &Args, lm: &sinklab::runtime::LoadedModel, path: &std::path::Path) 
         t_max_fro: a.a5_t_max_fro,
         t_max_nuclear: a.a5_t_max_nuclear,
         max_iter: a.a5_max_iter,
+        threads: rayon::current_num_threads(),
         ..cost_real::Options::default()
     };
     o.validate()?;

@@ -2,7 +2,6 @@
 //! per-head costs, gathered in a serialisable [`RealReport`].
 
 use super::stats::{LayerStats, StatsObserver};
-use crate::runtime::capture::{Capture, Captured};
 use crate::runtime::forward::LayerObserver;
 use crate::runtime::model::{Arch, Config, NormLayer, Pretrained};
 use crate::runtime::{LoadedModel, RealError};
@@ -139,6 +138,47 @@ pub fn head_costs(m: &Pretrained) -> Vec<HeadNorms> {
     out
 }
 
+/// The A1 corollary (and, when `verdicts`, the half-space verdicts, plain and homogenised when
+/// the model has q/k biases) of each layer, computed from the layer's attention input while the
+/// forward pass shows it, so one layer's rows are held at a time instead of every layer's.
+struct A1Layers {
+    verdicts: bool,
+    biased: bool,
+    corollaries: Vec<super::head_space::A1Corollary>,
+    results: Vec<super::head_space::A1Verdict>,
+    /// The first verdict that failed (returned after the pass; later layers are skipped).
+    err: Option<RealError>,
+}
+
+impl LayerObserver for A1Layers {
+    fn layer(&mut self, m: &Pretrained, t: &crate::runtime::forward::LayerTensors<'_>) {
+        use super::head_space::{corollary, input_verdict, layer_inputs};
+        if self.err.is_some() {
+            return;
+        }
+        let x = layer_inputs(t.layer, t.attn_in, t.t, m.cfg.d_model);
+        self.corollaries.push(corollary(&x));
+        if self.verdicts {
+            for biased in [false, true] {
+                if biased && !self.biased {
+                    continue;
+                }
+                match input_verdict(&x, biased) {
+                    Ok(v) => self.results.push(v),
+                    Err(e) => {
+                        self.err = Some(e);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn wants_layer_maps(&self) -> bool {
+        false
+    }
+}
+
 /// Runs the model on `tokens` and gathers the report (with the A1 convex solves when `with_a1`);
 /// `extra` observes the same pass.
 pub fn analyze(
@@ -149,13 +189,20 @@ pub fn analyze(
 ) -> Result<RealReport, RealError> {
     let m = &lm.model;
     let mut stats = StatsObserver::default();
-    let mut cap = Captured::new(Capture {
-        hidden_in: true,
-        ..Capture::default()
-    });
+    let biased = m
+        .layers
+        .iter()
+        .any(|l| l.wq.b.is_some() || l.wk.b.is_some());
+    let mut a1 = A1Layers {
+        verdicts: with_a1,
+        biased,
+        corollaries: Vec::new(),
+        results: Vec::new(),
+        err: None,
+    };
     struct Both<'a> {
         a: &'a mut StatsObserver,
-        c: &'a mut Captured,
+        c: &'a mut A1Layers,
         b: &'a mut dyn LayerObserver,
     }
     impl LayerObserver for Both<'_> {
@@ -164,35 +211,31 @@ pub fn analyze(
             self.c.layer(m, t);
             self.b.layer(m, t);
         }
+
+        fn wants_layer_maps(&self) -> bool {
+            self.a.wants_layer_maps() || self.c.wants_layer_maps() || self.b.wants_layer_maps()
+        }
+
+        fn head(&mut self, m: &Pretrained, map: &crate::runtime::forward::HeadMap<'_>) {
+            self.a.head(m, map);
+            self.c.head(m, map);
+            self.b.head(m, map);
+        }
     }
     let out = m.forward(
         tokens,
         &mut Both {
             a: &mut stats,
-            c: &mut cap,
+            c: &mut a1,
             b: extra,
         },
         None,
     )?;
-    let a1_in = super::head_space::inputs_from(m, &cap, tokens.len());
-    drop(cap);
-    let a1 = a1_in.iter().map(super::head_space::corollary).collect();
-    let a1_verdicts = if with_a1 {
-        let biased = m
-            .layers
-            .iter()
-            .any(|l| l.wq.b.is_some() || l.wk.b.is_some());
-        let mut v = Vec::new();
-        for x in &a1_in {
-            v.push(super::head_space::input_verdict(x, false)?);
-            if biased {
-                v.push(super::head_space::input_verdict(x, true)?);
-            }
-        }
-        Some(v)
-    } else {
-        None
-    };
+    if let Some(e) = a1.err {
+        return Err(e);
+    }
+    let a1_verdicts = with_a1.then_some(a1.results);
+    let a1 = a1.corollaries;
     let nll_mean = if m.has_lm_head && tokens.len() > 1 {
         let v = m.next_token_nll(&out.normed, tokens)?;
         Some(v.iter().sum::<f64>() / v.len() as f64)

@@ -58,6 +58,10 @@ pub struct Options {
     pub n_boot: usize,
     /// Seed of the bootstrap.
     pub seed: u64,
+    /// Threads of each program's products and SVDs (0 or 1: sequential). Not part of the
+    /// results (they do not depend on it), so not serialised: the report's cache key ignores it.
+    #[serde(skip)]
+    pub threads: usize,
 }
 
 impl Default for Options {
@@ -72,6 +76,7 @@ impl Default for Options {
             max_fit_gap: 0.05,
             n_boot: 2000,
             seed: 0,
+            threads: 1,
         }
     }
 }
@@ -217,6 +222,10 @@ impl LayerObserver for Capture<'_> {
             self.rows[k] = t.attn_in.to_vec();
         }
     }
+
+    fn wants_layer_maps(&self) -> bool {
+        false
+    }
 }
 
 /// The normalised layer inputs $N_1(x)$ of `layers` on one forward pass over `tokens`, as f64
@@ -283,6 +292,11 @@ pub fn solve_point(
     let opts = SolveOptions {
         rel_gap: o.tol,
         max_iter: o.max_iter,
+        par: if o.threads > 1 {
+            faer::Par::rayon(o.threads)
+        } else {
+            faer::Par::Seq
+        },
         ..SolveOptions::default()
     };
     let s = match cost::solve(&p, norm, opts) {

@@ -946,7 +946,6 @@ pub fn inputs(m: &Pretrained, tokens: &[u32]) -> Result<Vec<A1Inputs>, RealError
 
 /// The A1 inputs from a capture holding `hidden_in` of every layer.
 pub fn inputs_from(m: &Pretrained, cap: &Captured, t: usize) -> Vec<A1Inputs> {
-    let d = m.cfg.d_model;
     m.layers
         .iter()
         .enumerate()
@@ -955,21 +954,27 @@ pub fn inputs_from(m: &Pretrained, cap: &Captured, t: usize) -> Vec<A1Inputs> {
             if let Some(n) = &ly.attn_norm {
                 n.apply(&mut a);
             }
-            let row = |i: usize| {
-                a[i * d..(i + 1) * d]
-                    .iter()
-                    .map(|&v| v as f64)
-                    .collect::<Vec<f64>>()
-            };
-            let rest: Vec<Vec<f64>> = (1..t).map(row).collect();
-            A1Inputs {
-                layer: l,
-                queries: rest.clone(),
-                keys: rest,
-                sink: row(0),
-            }
+            layer_inputs(l, &a, t, m.cfg.d_model)
         })
         .collect()
+}
+
+/// The A1 inputs of layer `layer` from its attention input $N_1(x)$ (`a`, `[t, d]` row-major):
+/// the sink $a_0$, and the rows $i \ge 1$ as queries and as keys.
+pub fn layer_inputs(layer: usize, a: &[f32], t: usize, d: usize) -> A1Inputs {
+    let row = |i: usize| {
+        a[i * d..(i + 1) * d]
+            .iter()
+            .map(|&v| v as f64)
+            .collect::<Vec<f64>>()
+    };
+    let rest: Vec<Vec<f64>> = (1..t).map(row).collect();
+    A1Inputs {
+        layer,
+        queries: rest.clone(),
+        keys: rest,
+        sink: row(0),
+    }
 }
 
 /// The corollary's sufficient condition on one layer.

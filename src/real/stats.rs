@@ -14,7 +14,7 @@
 //! - mean pairwise token cosine after the layer (the A2 observable).
 
 use crate::patterns::{self, ValueClass};
-use crate::runtime::forward::{LayerObserver, LayerTensors};
+use crate::runtime::forward::{HeadMap, LayerObserver, LayerTensors};
 use crate::runtime::model::Pretrained;
 use faer::Mat;
 
@@ -89,11 +89,33 @@ impl LayerStats {
     }
 }
 
-/// Observer computing [`LayerStats`] per layer.
+/// Observer computing [`LayerStats`] per layer. It reads each attention map as the forward pass
+/// shows it head by head ([`LayerObserver::head`]), so a pass observed by it alone never holds
+/// a whole layer's maps.
 #[derive(Debug, Default)]
 pub struct StatsObserver {
     /// Results, one per layer.
     pub layers: Vec<LayerStats>,
+    /// The current layer's heads so far.
+    pending: Vec<(HeadStats, f64)>,
+    /// Heads shown to [`LayerObserver::head`] in the current layer.
+    shown: usize,
+}
+
+/// The shapes of `m`'s layer `layer` for an input of `t` rows after `pos0` cached ones.
+fn dims_of(m: &Pretrained, layer: usize, t: usize, t_keys: usize, pos0: usize) -> Dims {
+    let c = &m.cfg;
+    Dims {
+        t,
+        t_keys,
+        d: c.d_model,
+        h: c.n_head,
+        h_kv: c.n_kv_head,
+        d_head: c.head_dim,
+        causal: c.causal,
+        window: m.layers[layer].window,
+        pos0,
+    }
 }
 
 fn rows_f64(x: &[f32], t: usize, d: usize) -> Vec<Vec<f64>> {
@@ -132,6 +154,70 @@ pub struct Dims {
     pub pos0: usize,
 }
 
+/// The statistics of head `hh` from its attention map `a` `[T, T_k]` and, when present, the
+/// values `v` `[T_k, H_kv·d_head]`, with the head's share of [`LayerStats::attn_to_first`]
+/// (its mean attention of the rows $i \ge 1$ to key 0); `None` when the map has no dominant
+/// column (the head then counts in neither).
+pub fn head_stats(dm: Dims, hh: usize, a: &[f32], v: Option<&[f32]>) -> Option<(HeadStats, f64)> {
+    let Dims {
+        t,
+        t_keys: tk,
+        h,
+        h_kv: hk,
+        d_head: dh,
+        causal,
+        window,
+        pos0,
+        ..
+    } = dm;
+    let visible = |i: usize| -> usize {
+        if !causal {
+            return tk;
+        }
+        let q = pos0 + i + 1;
+        window.map_or(q, |w| q.min(w))
+    };
+    let am = Mat::<f64>::from_fn(t, tk, |i, j| a[i * tk + j] as f64);
+    let g = hh / (h / hk);
+    let dom = patterns::dominant_column(am.as_ref(), None)?;
+    let ratio = v.and_then(|v| {
+        let vn: Vec<f64> = (0..tk).map(|j| kv_head_norm(v, hk, dh, g, j)).collect();
+        patterns::value_norm_ratio(&vn, dom.col)
+    });
+    // Gu's α_0 = (1/T) Σ_i A_{i0} (column 0 of the square causal map).
+    let alpha_first = (0..t).map(|i| am[(i, 0)]).sum::<f64>() / t as f64;
+    let alpha_first = if tk == t {
+        patterns::gu_alpha(am.as_ref())[0]
+    } else {
+        alpha_first
+    };
+    let stats = HeadStats {
+        alpha_first,
+        dominant: dom.col,
+        dominant_mass: dom.mass,
+        routed_frac: dom.routed_frac,
+        min_a: dom.min_a,
+        value_norm_ratio: ratio,
+        class: ratio.map(patterns::value_class),
+        row_entropy: patterns::mean_row_entropy(am.as_ref(), visible),
+    };
+    let to_first = if t > 1 {
+        (1..t).map(|i| a[i * tk] as f64).sum::<f64>() / (t - 1) as f64
+    } else {
+        0.0
+    };
+    Some((stats, to_first))
+}
+
+/// $\lVert x_j \rVert$ of kv head `g` at position `j` in `x` `[T_k, H_kv·d_head]`.
+fn kv_head_norm(x: &[f32], hk: usize, dh: usize, g: usize, j: usize) -> f64 {
+    x[j * hk * dh + g * dh..j * hk * dh + (g + 1) * dh]
+        .iter()
+        .map(|&v| (v as f64).powi(2))
+        .sum::<f64>()
+        .sqrt()
+}
+
 /// Statistics of one layer from its residual stream after the layer `x_out` `[T, d]`, and when
 /// present the attention maps `[H, T, T_k]`, keys and values `[T_k, H_kv·d_head]`.
 pub fn layer_stats(
@@ -142,6 +228,25 @@ pub fn layer_stats(
     k: Option<&[f32]>,
     v: Option<&[f32]>,
 ) -> LayerStats {
+    let (t, tk) = (dm.t, dm.t_keys);
+    let heads = attn.map(|attn| {
+        (0..dm.h)
+            .filter_map(|hh| head_stats(dm, hh, &attn[hh * t * tk..(hh + 1) * t * tk], v))
+            .collect()
+    });
+    layer_stats_of_heads(layer, dm, x_out, heads, k, v)
+}
+
+/// [`layer_stats`] with the heads' results already computed (`None`: no attention maps), as
+/// [`head_stats`] gives them in head order.
+pub fn layer_stats_of_heads(
+    layer: usize,
+    dm: Dims,
+    x_out: &[f32],
+    heads: Option<Vec<(HeadStats, f64)>>,
+    k: Option<&[f32]>,
+    v: Option<&[f32]>,
+) -> LayerStats {
     let Dims {
         t,
         t_keys: tk,
@@ -149,9 +254,7 @@ pub fn layer_stats(
         h,
         h_kv: hk,
         d_head: dh,
-        causal,
-        window,
-        pos0,
+        ..
     } = dm;
     let hid = rows_f64(x_out, t, d);
     let hm = Mat::<f64>::from_fn(t, d, |i, j| hid[i][j]);
@@ -159,68 +262,32 @@ pub fn layer_stats(
     let cs = patterns::bos_cosine_summary(hm.as_ref(), 0);
     let mut rest: Vec<f64> = norms[1.min(t)..].to_vec();
     rest.sort_by(f64::total_cmp);
-    let visible = |i: usize| -> usize {
-        if !causal {
-            return tk;
-        }
-        let q = pos0 + i + 1;
-        window.map_or(q, |w| q.min(w))
-    };
-    let head_norm = |x: &[f32], g: usize, j: usize| -> f64 {
-        x[j * hk * dh + g * dh..j * hk * dh + (g + 1) * dh]
-            .iter()
-            .map(|&v| (v as f64).powi(2))
-            .sum::<f64>()
-            .sqrt()
-    };
     let first_ratio = |x: &[f32]| -> f64 {
         (0..hk)
             .map(|g| {
-                let rest =
-                    (1..tk).map(|j| head_norm(x, g, j)).sum::<f64>() / (tk - 1).max(1) as f64;
-                head_norm(x, g, 0) / rest
+                let rest = (1..tk).map(|j| kv_head_norm(x, hk, dh, g, j)).sum::<f64>()
+                    / (tk - 1).max(1) as f64;
+                kv_head_norm(x, hk, dh, g, 0) / rest
             })
             .sum::<f64>()
             / hk as f64
     };
-    let mut heads = Vec::new();
-    let mut to_first = 0.0;
-    if let Some(attn) = attn {
-        for hh in 0..h {
-            let a = &attn[hh * t * tk..(hh + 1) * t * tk];
-            let am = Mat::<f64>::from_fn(t, tk, |i, j| a[i * tk + j] as f64);
-            let g = hh / (h / hk);
-            let Some(dom) = patterns::dominant_column(am.as_ref(), None) else {
-                continue;
-            };
-            let ratio = v.and_then(|v| {
-                let vn: Vec<f64> = (0..tk).map(|j| head_norm(v, g, j)).collect();
-                patterns::value_norm_ratio(&vn, dom.col)
-            });
-            // Gu's α_0 = (1/T) Σ_i A_{i0} (column 0 of the square causal map).
-            let alpha_first = (0..t).map(|i| am[(i, 0)]).sum::<f64>() / t as f64;
-            let alpha_first = if tk == t {
-                patterns::gu_alpha(am.as_ref())[0]
-            } else {
-                alpha_first
-            };
-            heads.push(HeadStats {
-                alpha_first,
-                dominant: dom.col,
-                dominant_mass: dom.mass,
-                routed_frac: dom.routed_frac,
-                min_a: dom.min_a,
-                value_norm_ratio: ratio,
-                class: ratio.map(patterns::value_class),
-                row_entropy: patterns::mean_row_entropy(am.as_ref(), visible),
-            });
-            if t > 1 {
-                to_first += (1..t).map(|i| a[i * tk] as f64).sum::<f64>() / (t - 1) as f64;
-            }
+    let has_maps = heads.is_some();
+    let (heads, to_first): (Vec<HeadStats>, f64) = match heads {
+        Some(hs) => {
+            let to_first = hs.iter().map(|(_, f)| f).sum();
+            (hs.into_iter().map(|(s, _)| s).collect(), to_first)
         }
-    }
+        None => (Vec::new(), 0.0),
+    };
     let alphas: Vec<f64> = heads.iter().map(|s| s.alpha_first).collect();
-    let sink = |eps: f64| attn.and_then(|_| patterns::sink_rate(&alphas, eps));
+    let sink = |eps: f64| {
+        if has_maps {
+            patterns::sink_rate(&alphas, eps)
+        } else {
+            None
+        }
+    };
     let massive = hid
         .iter()
         .enumerate()
@@ -232,7 +299,7 @@ pub fn layer_stats(
         .collect();
     LayerStats {
         layer,
-        attn_to_first: attn.map(|_| to_first / h as f64),
+        attn_to_first: has_maps.then(|| to_first / h as f64),
         bos_cos_mean: cs.map_or(f64::NAN, |c| c.mean),
         bos_cos_frac_nonpos: cs.map_or(f64::NAN, |c| c.frac_nonpos),
         bos_cos_q: cs.map_or([f64::NAN; 3], |c| [c.q10, c.q50, c.q90]),
@@ -250,25 +317,34 @@ pub fn layer_stats(
 
 impl LayerObserver for StatsObserver {
     fn layer(&mut self, m: &Pretrained, lt: &LayerTensors<'_>) {
-        let c = &m.cfg;
-        let dm = Dims {
-            t: lt.t,
-            t_keys: lt.t_keys,
-            d: c.d_model,
-            h: c.n_head,
-            h_kv: c.n_kv_head,
-            d_head: c.head_dim,
-            causal: c.causal,
-            window: m.layers[lt.layer].window,
-            pos0: lt.pos0,
+        let dm = dims_of(m, lt.layer, lt.t, lt.t_keys, lt.pos0);
+        let heads = std::mem::take(&mut self.pending);
+        let shown = std::mem::take(&mut self.shown);
+        // Inside an observer that does not pass the heads on, the layer's maps are there.
+        let stats = if shown == 0 && !lt.attn.is_empty() {
+            layer_stats(
+                lt.layer,
+                dm,
+                lt.x_out,
+                Some(lt.attn),
+                Some(lt.k),
+                Some(lt.v),
+            )
+        } else {
+            layer_stats_of_heads(lt.layer, dm, lt.x_out, Some(heads), Some(lt.k), Some(lt.v))
         };
-        self.layers.push(layer_stats(
-            lt.layer,
-            dm,
-            lt.x_out,
-            Some(lt.attn),
-            Some(lt.k),
-            Some(lt.v),
-        ));
+        self.layers.push(stats);
+    }
+
+    fn wants_layer_maps(&self) -> bool {
+        false
+    }
+
+    fn head(&mut self, m: &Pretrained, hm: &HeadMap<'_>) {
+        let dm = dims_of(m, hm.layer, hm.t, hm.t_keys, hm.pos0);
+        self.shown += 1;
+        if let Some(r) = head_stats(dm, hm.head, hm.map, Some(hm.v)) {
+            self.pending.push(r);
+        }
     }
 }

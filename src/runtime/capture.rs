@@ -179,4 +179,8 @@ impl LayerObserver for Captured {
             lc.v_norms = Some(norms(t.v, t.t_keys, c.n_kv_head, c.head_dim));
         }
     }
+
+    fn wants_layer_maps(&self) -> bool {
+        self.what.attn
+    }
 }

@@ -57,7 +57,9 @@ pub struct LayerTensors<'a> {
     pub k: &'a [f32],
     /// Values, all positions `[T_k, H_kv·d_head]`.
     pub v: &'a [f32],
-    /// Attention probabilities `[H, T_n, T_k]`.
+    /// Attention probabilities `[H, T_n, T_k]`; empty when no observer of the pass
+    /// [wants the layer's maps](LayerObserver::wants_layer_maps) and they are larger than
+    /// 2¹⁶ floats (each head's map is then shown to [`LayerObserver::head`] only).
     pub attn: &'a [f32],
     /// Head outputs before W_O, `o_h = A_h v_{g(h)}`, `[T_n, H·d_head]`.
     pub head_out: &'a [f32],
@@ -71,20 +73,65 @@ pub struct LayerTensors<'a> {
     pub x_out: &'a [f32],
 }
 
+/// One head's attention map, shown to [`LayerObserver::head`] as soon as it is computed.
+#[derive(Debug)]
+pub struct HeadMap<'a> {
+    /// Layer index l.
+    pub layer: usize,
+    /// Query-head index.
+    pub head: usize,
+    /// Number of new positions T_n (rows of the map).
+    pub t: usize,
+    /// Number of keys T_k (columns of the map).
+    pub t_keys: usize,
+    /// Absolute position of the first row.
+    pub pos0: usize,
+    /// Attention probabilities `[T_n, T_k]`.
+    pub map: &'a [f32],
+    /// Keys after norm and RoPE, all positions `[T_k, H_kv·d_head]`.
+    pub k: &'a [f32],
+    /// Values, all positions `[T_k, H_kv·d_head]`.
+    pub v: &'a [f32],
+}
+
 /// Receives each layer's tensors during the forward pass.
 pub trait LayerObserver {
     /// Called once per layer, in order.
     fn layer(&mut self, m: &Pretrained, t: &LayerTensors<'_>);
+
+    /// Whether [`Self::layer`] reads [`LayerTensors::attn`], the whole layer's maps. When no
+    /// observer of a pass does, the pass holds one head's map at a time (a layer's maps are
+    /// $H T^2$ floats: 151 MB for 9 heads at $T = 2048$) and `attn` is empty.
+    fn wants_layer_maps(&self) -> bool {
+        true
+    }
+
+    /// Called for every head of a layer, in order, before [`Self::layer`] of that layer, with
+    /// the head's map (in either mode of [`Self::wants_layer_maps`]).
+    fn head(&mut self, _m: &Pretrained, _map: &HeadMap<'_>) {}
 }
 
 impl LayerObserver for () {
     fn layer(&mut self, _: &Pretrained, _: &LayerTensors<'_>) {}
+
+    fn wants_layer_maps(&self) -> bool {
+        false
+    }
 }
 
 impl<A: LayerObserver, B: LayerObserver> LayerObserver for (A, B) {
     fn layer(&mut self, m: &Pretrained, t: &LayerTensors<'_>) {
         self.0.layer(m, t);
         self.1.layer(m, t);
+    }
+
+    fn wants_layer_maps(&self) -> bool {
+        self.0.wants_layer_maps() || self.1.wants_layer_maps()
+    }
+
+    fn head(&mut self, m: &Pretrained, map: &HeadMap<'_>) {
+        self.0.head(m, map);
+        self.1.head(m, map);
     }
 }
 
@@ -190,6 +237,11 @@ fn head_norm(x: &mut [f32], n: &NormLayer) {
 
 /// Query rows per block of the attention products (a causal block skips the keys after it).
 const Q_BLOCK: usize = 64;
+
+/// Layers whose maps hold at most this many floats (256 KiB) keep them whole even when no
+/// observer reads them: the heads then run in parallel (generation's one-row steps), and the
+/// memory is small.
+const SMALL_MAPS: usize = 1 << 16;
 
 /// Buffers a forward pass reuses from layer to layer.
 #[derive(Debug, Default)]
@@ -405,85 +457,135 @@ impl Pretrained {
         let softcap = c.attn_softcap;
         let causal = c.causal;
         let window = ly.window;
-        // One buffer for the layer's maps and one for the heads' outputs, written in place by
-        // the heads in parallel.
-        let Scratch { attn, o_heads } = ws;
-        // Every element is overwritten below (products with `Accum::Replace`, masked entries
-        // filled), so a reused buffer needs no clearing; `resize` only zeroes new capacity.
-        attn.resize(h * t * tk, 0.0);
-        o_heads.resize(h * t * dh, 0.0);
-        let (attn, o_heads) = (&mut attn[..h * t * tk], &mut o_heads[..h * t * dh]);
-        attn.par_chunks_mut(t * tk)
-            .zip(o_heads.par_chunks_mut(t * dh))
-            .enumerate()
-            .for_each(|(hh, (s, o))| {
-                let g = hh / group;
-                let qm = MatRef::from_row_major_slice_with_stride(&q[hh * dh..], t, dh, h * dh);
-                let km = MatRef::from_row_major_slice_with_stride(&k[g * dh..], tk, dh, hk * dh);
-                let vm = MatRef::from_row_major_slice_with_stride(&v[g * dh..], tk, dh, hk * dh);
-                // Query rows in blocks: a causal block of rows `i0..i1` sees keys below
-                // `pos0 + i1` only, so the logits and `A v` of the keys after it (zeros of the
-                // map) are not computed.
-                for i0 in (0..t).step_by(Q_BLOCK) {
-                    let n = Q_BLOCK.min(t - i0);
-                    let kh = if causal { (pos0 + i0 + n).min(tk) } else { tk };
-                    // Into the block's first `n · kh` entries (a contiguous destination), then
-                    // each row moved to its place, the last first (the moves only go forward).
-                    let blk = &mut s[i0 * tk..(i0 + n) * tk];
-                    faer::linalg::matmul::matmul(
-                        MatMut::from_row_major_slice_mut(&mut blk[..n * kh], n, kh),
-                        Accum::Replace,
-                        qm.subrows(i0, n),
-                        km.subrows(0, kh).transpose(),
-                        scale,
-                        Par::Seq,
-                    );
-                    if kh < tk {
-                        for r in (1..n).rev() {
-                            blk.copy_within(r * kh..(r + 1) * kh, r * tk);
-                        }
-                    }
+        // Query rows in blocks: a causal block of rows `i0..i1` sees keys below `pos0 + i1`
+        // only, so the logits and `A v` of the keys after it (zeros of the map) are not
+        // computed. One block of head `hh`: its map rows `sb` and output rows `ob`.
+        let rep_of = |hh: usize| iv.filter(|i| i.head == hh).map(|i| i.with);
+        let block = |hh: usize, b: usize, sb: &mut [f32], ob: &mut [f32]| {
+            let g = hh / group;
+            let i0 = b * Q_BLOCK;
+            let n = sb.len() / tk;
+            let kh = if causal { (pos0 + i0 + n).min(tk) } else { tk };
+            let qm = MatRef::from_row_major_slice_with_stride(&q[hh * dh..], t, dh, h * dh);
+            let km = MatRef::from_row_major_slice_with_stride(&k[g * dh..], tk, dh, hk * dh);
+            let vm = MatRef::from_row_major_slice_with_stride(&v[g * dh..], tk, dh, hk * dh);
+            // Into the block's first `n · kh` entries (a contiguous destination: faer 0.24
+            // wrote past a strided destination's end here), then each row moved to its
+            // place, the last first (the moves only go forward).
+            faer::linalg::matmul::matmul(
+                MatMut::from_row_major_slice_mut(&mut sb[..n * kh], n, kh),
+                Accum::Replace,
+                qm.subrows(i0, n),
+                km.subrows(0, kh).transpose(),
+                scale,
+                Par::Seq,
+            );
+            if kh < tk {
+                for r in (1..n).rev() {
+                    sb.copy_within(r * kh..(r + 1) * kh, r * tk);
                 }
-                let rep = iv.filter(|i| i.head == hh).map(|i| i.with);
-                for (i, row) in s.chunks_mut(tk).enumerate() {
-                    let qi = pos0 + i;
-                    let lo = window.map(|w| (qi + 1).saturating_sub(w)).unwrap_or(0);
-                    let hi = if causal { qi + 1 } else { tk };
-                    match rep {
-                        Some(Replace::Identity) => {
-                            row.fill(0.0);
-                            row[qi] = 1.0;
-                        }
-                        Some(Replace::Uniform) => {
-                            row.fill(0.0);
-                            let u = 1.0 / (hi - lo) as f32;
-                            row[lo..hi].fill(u);
-                        }
-                        None => {
-                            if let Some(cap) = softcap {
-                                for z in &mut row[lo..hi] {
-                                    *z = cap * (*z / cap).tanh();
-                                }
+            }
+            let rep = rep_of(hh);
+            for (r, row) in sb.chunks_mut(tk).enumerate() {
+                let qi = pos0 + i0 + r;
+                let lo = window.map(|w| (qi + 1).saturating_sub(w)).unwrap_or(0);
+                let hi = if causal { qi + 1 } else { tk };
+                match rep {
+                    Some(Replace::Identity) => {
+                        row.fill(0.0);
+                        row[qi] = 1.0;
+                    }
+                    Some(Replace::Uniform) => {
+                        row.fill(0.0);
+                        let u = 1.0 / (hi - lo) as f32;
+                        row[lo..hi].fill(u);
+                    }
+                    None => {
+                        if let Some(cap) = softcap {
+                            for z in &mut row[lo..hi] {
+                                *z = cap * (*z / cap).tanh();
                             }
-                            simd::softmax_in_place(&mut row[lo..hi]);
-                            row[..lo].fill(0.0);
-                            row[hi..].fill(0.0);
                         }
+                        simd::softmax_in_place(&mut row[lo..hi]);
+                        row[..lo].fill(0.0);
+                        row[hi..].fill(0.0);
                     }
                 }
-                for i0 in (0..t).step_by(Q_BLOCK) {
-                    let n = Q_BLOCK.min(t - i0);
-                    let kh = if causal { (pos0 + i0 + n).min(tk) } else { tk };
-                    faer::linalg::matmul::matmul(
-                        MatMut::from_row_major_slice_mut(&mut o[i0 * dh..(i0 + n) * dh], n, dh),
-                        Accum::Replace,
-                        MatRef::from_row_major_slice_with_stride(&s[i0 * tk..], n, kh, tk),
-                        vm.subrows(0, kh),
-                        1.0f32,
-                        Par::Seq,
-                    );
+            }
+            faer::linalg::matmul::matmul(
+                MatMut::from_row_major_slice_mut(ob, n, dh),
+                Accum::Replace,
+                MatRef::from_row_major_slice_with_stride(&sb[..], n, kh, tk),
+                vm.subrows(0, kh),
+                1.0f32,
+                Par::Seq,
+            );
+        };
+        // Head `hh` into its map `s` `[T_n, T_k]` and output `o` `[T_n, d_head]`, its row
+        // blocks in parallel when `par`.
+        let one_head = |hh: usize, s: &mut [f32], o: &mut [f32], par: bool| {
+            if par {
+                s.par_chunks_mut(Q_BLOCK * tk)
+                    .zip(o.par_chunks_mut(Q_BLOCK * dh))
+                    .enumerate()
+                    .for_each(|(b, (sb, ob))| block(hh, b, sb, ob));
+            } else {
+                let blocks = s.chunks_mut(Q_BLOCK * tk).zip(o.chunks_mut(Q_BLOCK * dh));
+                for (b, (sb, ob)) in blocks.enumerate() {
+                    block(hh, b, sb, ob);
                 }
-            });
+            }
+        };
+        // The maps of the whole layer in one buffer (heads in parallel) when an observer reads
+        // them at the end of the layer; else one head's map at a time (its row blocks in
+        // parallel), each shown to `obs.head` and overwritten by the next. Every element is
+        // overwritten (products with `Accum::Replace`, masked entries filled), so a reused
+        // buffer needs no clearing; `resize` only zeroes new capacity.
+        let layer_maps = obs.wants_layer_maps() || h * t * tk <= SMALL_MAPS;
+        let Scratch { attn, o_heads } = ws;
+        o_heads.resize(h * t * dh, 0.0);
+        let o_heads = &mut o_heads[..h * t * dh];
+        let attn: &[f32] = if layer_maps {
+            attn.resize(h * t * tk, 0.0);
+            let maps = &mut attn[..h * t * tk];
+            maps.par_chunks_mut(t * tk)
+                .zip(o_heads.par_chunks_mut(t * dh))
+                .enumerate()
+                .for_each(|(hh, (s, o))| one_head(hh, s, o, false));
+            for hh in 0..h {
+                let map = &maps[hh * t * tk..(hh + 1) * t * tk];
+                let hm = HeadMap {
+                    layer: l,
+                    head: hh,
+                    t,
+                    t_keys: tk,
+                    pos0,
+                    map,
+                    k,
+                    v,
+                };
+                obs.head(self, &hm);
+            }
+            maps
+        } else {
+            attn.resize(t * tk, 0.0);
+            let map = &mut attn[..t * tk];
+            for (hh, o) in o_heads.chunks_mut(t * dh).enumerate() {
+                one_head(hh, map, o, t > Q_BLOCK);
+                let hm = HeadMap {
+                    layer: l,
+                    head: hh,
+                    t,
+                    t_keys: tk,
+                    pos0,
+                    map,
+                    k,
+                    v,
+                };
+                obs.head(self, &hm);
+            }
+            &[]
+        };
         let mut head_out = vec![0f32; t * h * dh];
         for (hh, o) in o_heads.chunks_exact(t * dh).enumerate() {
             for i in 0..t {

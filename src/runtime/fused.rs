@@ -259,9 +259,7 @@ pub fn matmul_t_rows(
     t: usize,
     par: bool,
 ) -> Option<Vec<f32>> {
-    let Some(block_bytes) = super::dequant::block_bytes(dt) else {
-        return None;
-    };
+    let block_bytes = super::dequant::block_bytes(dt)?;
     let per = super::dequant::block_values(dt);
     if t == 0 || t > MAX_ROWS || !cols.is_multiple_of(per) || x.len() != t * cols {
         return None;

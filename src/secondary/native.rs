@@ -122,6 +122,10 @@ impl LayerObserver for GenProgress<'_> {
             }
         }
     }
+
+    fn wants_layer_maps(&self) -> bool {
+        false
+    }
 }
 
 /// Greedy continuation with a progress callback every `every` tokens.

@@ -43,6 +43,10 @@ impl LayerObserver for Progress<'_> {
     fn layer(&mut self, m: &Pretrained, t: &LayerTensors<'_>) {
         (self.0)(t.layer + 1, m.cfg.n_layer);
     }
+
+    fn wants_layer_maps(&self) -> bool {
+        false
+    }
 }
 
 /// Runs `tokens` through the model: statistics and pooled maps in one pass, the detector's
