@@ -136,49 +136,8 @@ fn decode_loop(dt: GgmlDType, bytes: &[u8], out: &mut [f32]) {
                 }
             }
         }
-        GgmlDType::Q4K => {
-            // d, dmin, 12 bytes of packed 6-bit scales and minima, 128 bytes of nibbles.
-            for (b, y) in bytes.chunks_exact(144).zip(out.chunks_exact_mut(256)) {
-                let (d, dmin) = (half(b, 0), half(b, 2));
-                let sc = &b[4..16];
-                let qs = &b[16..144];
-                for (g, yg) in y.chunks_exact_mut(64).enumerate() {
-                    let q = &qs[32 * g..32 * g + 32];
-                    let (s1, m1) = scale_min_k4(2 * g, sc);
-                    let (s2, m2) = scale_min_k4(2 * g + 1, sc);
-                    let (d1, n1) = (d * s1 as f32, dmin * m1 as f32);
-                    let (d2, n2) = (d * s2 as f32, dmin * m2 as f32);
-                    let (lo, hi) = yg.split_at_mut(32);
-                    for ((l, h), &qq) in lo.iter_mut().zip(hi).zip(q) {
-                        *l = d1 * (qq & 0x0f) as f32 - n1;
-                        *h = d2 * (qq >> 4) as f32 - n2;
-                    }
-                }
-            }
-        }
-        GgmlDType::Q5K => {
-            // d, dmin, 12 bytes of scales and minima, 32 bytes of fifth bits, 128 of nibbles.
-            for (b, y) in bytes.chunks_exact(176).zip(out.chunks_exact_mut(256)) {
-                let (d, dmin) = (half(b, 0), half(b, 2));
-                let sc = &b[4..16];
-                let qh = &b[16..48];
-                let qs = &b[48..176];
-                for (g, yg) in y.chunks_exact_mut(64).enumerate() {
-                    let q = &qs[32 * g..32 * g + 32];
-                    let (s1, m1) = scale_min_k4(2 * g, sc);
-                    let (s2, m2) = scale_min_k4(2 * g + 1, sc);
-                    let (d1, n1) = (d * s1 as f32, dmin * m1 as f32);
-                    let (d2, n2) = (d * s2 as f32, dmin * m2 as f32);
-                    let (lo, hi) = yg.split_at_mut(32);
-                    for (((l, h), &qq), &hb) in lo.iter_mut().zip(hi).zip(q).zip(qh) {
-                        let a = (qq & 0x0f) | (((hb >> (2 * g)) & 1) << 4);
-                        let c = (qq >> 4) | (((hb >> (2 * g + 1)) & 1) << 4);
-                        *l = d1 * a as f32 - n1;
-                        *h = d2 * c as f32 - n2;
-                    }
-                }
-            }
-        }
+        GgmlDType::Q4K => decode_q45_k(bytes, out, false),
+        GgmlDType::Q5K => decode_q45_k(bytes, out, true),
         GgmlDType::Q6K => {
             // 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 int8 scales, d.
             for (b, y) in bytes.chunks_exact(210).zip(out.chunks_exact_mut(256)) {
@@ -202,6 +161,37 @@ fn decode_loop(dt: GgmlDType, bytes: &[u8], out: &mut [f32]) {
             }
         }
         _ => unreachable!("block_bytes admits only the types above"),
+    }
+}
+
+/// Q4_K (`hbits` false; blocks of 144 bytes: $d$, $d_{\min}$, 12 bytes of packed 6-bit scales
+/// and minima, 128 of nibbles) or Q5_K (`hbits` true; 176 bytes: the same with 32 bytes of
+/// fifth bits `qh` before the nibbles), value by value as candle computes it.
+#[inline(always)]
+fn decode_q45_k(bytes: &[u8], out: &mut [f32], hbits: bool) {
+    let bb = if hbits { 176 } else { 144 };
+    for (b, y) in bytes.chunks_exact(bb).zip(out.chunks_exact_mut(256)) {
+        let (d, dmin) = (half(b, 0), half(b, 2));
+        let sc = &b[4..16];
+        // Q4_K has no `qh` (the bytes read there are its nibbles, unused when `!hbits`).
+        let (qh, qs) = (&b[16..48], &b[bb - 128..bb]);
+        for (g, yg) in y.chunks_exact_mut(64).enumerate() {
+            let q = &qs[32 * g..32 * g + 32];
+            let (s1, m1) = scale_min_k4(2 * g, sc);
+            let (s2, m2) = scale_min_k4(2 * g + 1, sc);
+            let (d1, n1) = (d * s1 as f32, dmin * m1 as f32);
+            let (d2, n2) = (d * s2 as f32, dmin * m2 as f32);
+            let (lo, hi) = yg.split_at_mut(32);
+            for (((l, h), &qq), &hb) in lo.iter_mut().zip(hi).zip(q).zip(qh) {
+                let (mut a, mut c) = (qq & 0x0f, qq >> 4);
+                if hbits {
+                    a |= ((hb >> (2 * g)) & 1) << 4;
+                    c |= ((hb >> (2 * g + 1)) & 1) << 4;
+                }
+                *l = d1 * a as f32 - n1;
+                *h = d2 * c as f32 - n2;
+            }
+        }
     }
 }
 

@@ -542,6 +542,17 @@ impl Pretrained {
         // overwritten (products with `Accum::Replace`, masked entries filled), so a reused
         // buffer needs no clearing; `resize` only zeroes new capacity.
         let layer_maps = obs.wants_layer_maps() || h * t * tk <= SMALL_MAPS;
+        // Each head's `HeadMap` is this one with its index and map.
+        let shown = HeadMap {
+            layer: l,
+            head: 0,
+            t,
+            t_keys: tk,
+            pos0,
+            map: &[],
+            k,
+            v,
+        };
         let Scratch { attn, o_heads } = ws;
         o_heads.resize(h * t * dh, 0.0);
         let o_heads = &mut o_heads[..h * t * dh];
@@ -554,17 +565,14 @@ impl Pretrained {
                 .for_each(|(hh, (s, o))| one_head(hh, s, o, false));
             for hh in 0..h {
                 let map = &maps[hh * t * tk..(hh + 1) * t * tk];
-                let hm = HeadMap {
-                    layer: l,
-                    head: hh,
-                    t,
-                    t_keys: tk,
-                    pos0,
-                    map,
-                    k,
-                    v,
-                };
-                obs.head(self, &hm);
+                obs.head(
+                    self,
+                    &HeadMap {
+                        head: hh,
+                        map,
+                        ..shown
+                    },
+                );
             }
             maps
         } else {
@@ -572,17 +580,14 @@ impl Pretrained {
             let map = &mut attn[..t * tk];
             for (hh, o) in o_heads.chunks_mut(t * dh).enumerate() {
                 one_head(hh, map, o, t > Q_BLOCK);
-                let hm = HeadMap {
-                    layer: l,
-                    head: hh,
-                    t,
-                    t_keys: tk,
-                    pos0,
-                    map,
-                    k,
-                    v,
-                };
-                obs.head(self, &hm);
+                obs.head(
+                    self,
+                    &HeadMap {
+                        head: hh,
+                        map,
+                        ..shown
+                    },
+                );
             }
             &[]
         };

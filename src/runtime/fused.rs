@@ -143,11 +143,8 @@ fn dot_q45_k(row: &[u8], x: &[f32], xsum: &[f32], hbits: bool) -> f32 {
     {
         let (d, dmin) = (scale(blk, 0), scale(blk, 2));
         let sc = &blk[4..16];
-        let (qh, qs) = if hbits {
-            (&blk[16..48], &blk[48..176])
-        } else {
-            (&blk[16..48], &blk[16..144])
-        };
+        // Q4_K has no `qh` (the bytes read there are its nibbles, unused when `!hbits`).
+        let (qh, qs) = (&blk[16..48], &blk[bb - 128..bb]);
         for g in 0..4 {
             let (s1, m1) = scale_min_k4(2 * g, sc);
             let (s2, m2) = scale_min_k4(2 * g + 1, sc);
