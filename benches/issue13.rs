@@ -11,7 +11,8 @@
 //! MODEL is a file or directory; IDS a comma-separated list. Threads: rayon's pool
 //! (`RAYON_NUM_THREADS`, the driver sets 2). `cargo bench` appends `--bench`: ignored.
 //! `SINKLAB_WEIGHTS=f32` converts the weights to f32 after loading (`--weights f32`; the
-//! conversion is timed as part of the load).
+//! conversion is timed as part of the load). `SINKLAB_MATMUL=q8` computes the quantized
+//! projections in q8 arithmetic (`--matmul q8`, llama.cpp's scheme; default `exact`).
 
 #[path = "support/limits.rs"]
 mod limits;
@@ -106,10 +107,17 @@ fn main() {
         "f32" => lm.model.make_f32_resident(),
         w => fail(format!("SINKLAB_WEIGHTS={w}: expected file or f32")),
     }
+    let matmul = std::env::var("SINKLAB_MATMUL").unwrap_or_else(|_| "exact".into());
+    lm.model.matmul = match matmul.as_str() {
+        "exact" => sinklab::runtime::weights::Matmul::Exact,
+        "q8" => sinklab::runtime::weights::Matmul::Q8,
+        m => fail(format!("SINKLAB_MATMUL={m}: expected exact or q8")),
+    };
     let load_s = t0.elapsed().as_secs_f64();
     let (hwm_load, rss_load) = rss_kb();
     let mut j = serde_json::json!({
         "tool": "sinklab", "mode": mode, "model": model, "threads": threads, "weights": weights,
+        "matmul": matmul,
         "load_s": load_s, "rss_after_load_kb": rss_load, "peak_rss_after_load_kb": hwm_load,
     });
     match mode {

@@ -4,6 +4,7 @@ scripts/bench_issue13.sh). Prints one JSON line, with the same keys as benches/i
 
   issue13_baselines.py llama-load     GGUF
   issue13_baselines.py llama-generate GGUF IDS N
+  issue13_baselines.py llama-prefill  GGUF IDS REPS
   issue13_baselines.py torch-load     GGUF
   issue13_baselines.py torch-generate GGUF IDS N
   issue13_baselines.py torch-forward  GGUF IDS REPS
@@ -11,7 +12,9 @@ scripts/bench_issue13.sh). Prints one JSON line, with the same keys as benches/i
 IDS: comma-separated token ids (the same ids sinklab gets). Threads: --threads (default 2) for
 llama.cpp (n_threads, n_threads_batch) and torch (set_num_threads). "generate" is greedy with the
 KV cache and times prefill + N new tokens, like sinklab's generate_greedy; "forward" is float32
-eager attention with output_attentions and output_hidden_states, best of REPS after a warm-up.
+eager attention with output_attentions and output_hidden_states, best of REPS after a warm-up;
+"prefill" is llama.cpp's evaluation of IDS from an empty cache (one batch when IDS fit n_batch),
+best of REPS after a warm-up.
 """
 import argparse
 import json
@@ -54,7 +57,7 @@ try:
         isa = os.path.join(sys.prefix, "llama_cpp_isa.txt")
         base["isa"] = open(isa).read().strip() if os.path.exists(isa) else "unknown"
         ids = [int(x) for x in a.rest[0].split(",")] if a.rest else []
-        n = int(a.rest[1]) if len(a.rest) > 1 else 0
+        n = int(a.rest[1]) if len(a.rest) > 1 and a.mode == "llama-generate" else 0
         t0 = time.perf_counter()
         llm = llama_cpp.Llama(
             model_path=a.model,
@@ -77,6 +80,19 @@ try:
             dt = time.perf_counter() - t0
             base.update(prompt_tokens=len(ids), new_tokens=len(got), wall_s=dt,
                         tokens_per_s=len(got) / dt, first_ids=got[:16])
+        elif a.mode == "llama-prefill":
+            reps = max(1, int(a.rest[1]))
+
+            def run():
+                llm.reset()
+                t0 = time.perf_counter()
+                llm.eval(ids)
+                return time.perf_counter() - t0
+
+            if reps > 1:
+                run()
+            times = [run() for _ in range(reps)]
+            base.update(tokens=len(ids), capture="none", best_s=min(times), times_s=times)
         elif a.mode != "llama-load":
             raise SystemExit(f"unknown mode {a.mode}")
     elif a.mode.startswith("torch-"):
@@ -119,7 +135,7 @@ try:
             elif a.mode != "torch-load":
                 raise SystemExit(f"unknown mode {a.mode}")
     else:
-        raise SystemExit(f"unknown mode {a.mode} (llama-load, llama-generate, torch-load, torch-generate, torch-forward)")
+        raise SystemExit(f"unknown mode {a.mode} (llama-load, llama-generate, llama-prefill, torch-load, torch-generate, torch-forward)")
 except SystemExit:
     raise
 except Exception as e:  # a baseline that cannot run says why, as a row

@@ -72,7 +72,9 @@ def row(kind, what, s, note, rr):
             same = "; first 16 ids equal llama.cpp's" if s.get("first_ids") == b.get("first_ids") else "; first ids differ from llama.cpp's"
         tgt = ""
         if not (err(s) or err(b)):
-            tgt = "≥ 0.5× llama.cpp (exact mode): " + ("met" if s["tokens_per_s"] >= 0.5 * b["tokens_per_s"] else "not met")
+            # Issue 26: ≥ 1× llama.cpp in q8 mode (its arithmetic), ≥ 0.5× in exact mode.
+            want, mode = (1.0, "q8 mode") if note.startswith("--matmul q8") else (0.5, "exact mode")
+            tgt = f"≥ {want:g}× llama.cpp ({mode}): " + ("met" if s["tokens_per_s"] >= want * b["tokens_per_s"] else "not met")
         print(f"| greedy generation {what}, KV cache ({note}) | {cell(s, '')} | {cell(b, 'llama.cpp ')}; {cell(t, 'transformers ')} | {', '.join(rat)}{same} | {tgt}{mark(s, b, t)} |")
     elif kind == "forward":
         t = rr.get("transformers")
@@ -82,6 +84,16 @@ def row(kind, what, s, note, rr):
         ratio = f"{t['best_s'] / s['best_s']:.2f}× (transformers / sinklab)" if ok else ""
         tgt = ("≥ 1.2×: " + ("met" if t["best_s"] / s["best_s"] >= 1.2 else "not met")) if ok else ""
         print(f"| forward {what}, full capture ({note}), T = {s.get('tokens', '?') if s else '?'} | {sc} | {tc} | {ratio} | {tgt}{mark(s, t)} |")
+    elif kind == "prefill":
+        b = rr.get("llama.cpp")
+        sc = err(s) or f"{s['best_s']:.3f} s (best of {len(s['times_s'])}, no capture){frac_gemm(s)}"
+        bc = err(b) or f"llama.cpp eval from an empty cache {b['best_s']:.3f} s"
+        ok = not (err(s) or err(b))
+        ratio = f"{b['best_s'] / s['best_s']:.2f}× (llama.cpp / sinklab)" if ok else ""
+        tgt = ""
+        if ok and note.startswith("--matmul q8"):
+            tgt = "≥ 1× llama.cpp (q8 mode): " + ("met" if b["best_s"] >= s["best_s"] else "not met")
+        print(f"| prefill {what} ({note}), T = {s.get('tokens', '?') if s else '?'} | {sc} | {bc} | {ratio} | {tgt}{mark(s, b)} |")
 
 
 print("| work | sinklab | baseline | ratio | target |")
@@ -102,8 +114,9 @@ for r in order:
             ok = s["load_s"] <= 1.0
             tgt = f"≤ 1 s: {'met' if ok else 'not met'}; peak / file {s['peak_rss_after_load_kb'] * 1024 / size:.2f}"
         print(f"| load {what} (GGUF {size / 1e6 if size else 0:.0f} MB) | {sc} | {bc} | {ratio} | {tgt}{mark(s, b)} |")
-    elif kind in ("generate", "forward"):
-        for side, note in (("sinklab", "weights as in the file"), ("sinklab-f32", "--weights f32")):
+    elif kind in ("generate", "forward", "prefill"):
+        for side, note in (("sinklab", "weights as in the file"), ("sinklab-f32", "--weights f32"),
+                           ("sinklab-q8", "--matmul q8, weights as in the file")):
             if side in rows[r]:
                 row(kind, what, rows[r][side], note, rows[r])
     elif kind.startswith("stats_T"):
@@ -111,7 +124,7 @@ for r in order:
         sc = err(s) or f"peak {mb(s.get('proc_max_rss_kb'))}, {s.get('proc_wall_s', 0):.1f} s"
         ok = not err(s) and res
         ratio = f"{s['proc_max_rss_kb'] / res:.2f}× resident model" if ok else ""
-        tgt = ("≤ 1.5×: " + ("met" if s["proc_max_rss_kb"] / res <= 1.5 else "not met")) if ok else ""
+        tgt = ("≤ 2×: " + ("met" if s["proc_max_rss_kb"] / res <= 2.0 else "not met")) if ok else ""
         print(f"| `sinklab real --json` {what}, T = {kind[7:]}, every statistic | {sc} | resident model {mb(res)} (sinklab load row) | {ratio} | {tgt}{mark(s)} |")
     elif kind == "synth":
         sc = err(s) or f"wrote {s.get('bytes', 0) / 1e9:.2f} GB in {s.get('proc_wall_s', 0):.0f} s, writer peak {mb(s.get('proc_max_rss_kb'))}"

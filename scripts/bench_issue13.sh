@@ -146,6 +146,7 @@ for m in $GEN_MODELS; do
   ids=$("$BENCH_BIN" ids "$f" "$TEXT" 32)
   measure "generate/$m" sinklab "$BENCH_BIN" generate "$f" "$ids" "$N_GEN"
   measure "generate/$m" sinklab-f32 env SINKLAB_WEIGHTS=f32 "$BENCH_BIN" generate "$f" "$ids" "$N_GEN"
+  measure "generate/$m" sinklab-q8 env SINKLAB_MATMUL=q8 "$BENCH_BIN" generate "$f" "$ids" "$N_GEN"
   llama "generate/$m" llama.cpp $BASE llama-generate "$f" "$ids" "$N_GEN"
   measure "generate/$m" transformers $BASE torch-generate "$f" "$ids" "$N_GEN"
 done
@@ -158,6 +159,11 @@ for m in $FWD_MODELS; do
   measure "forward/$m" sinklab "$BENCH_BIN" forward "$f" "$ids" "$REPS" all
   measure "forward/$m" sinklab-f32 env SINKLAB_WEIGHTS=f32 "$BENCH_BIN" forward "$f" "$ids" "$REPS" all
   measure "forward/$m" transformers $BASE torch-forward "$f" "$ids" "$REPS"
+  # Prefill: the same ids through a plain forward (no capture), exact and q8, against
+  # llama.cpp's evaluation of them from an empty cache.
+  measure "prefill/$m" sinklab "$BENCH_BIN" forward "$f" "$ids" "$REPS" none
+  measure "prefill/$m" sinklab-q8 env SINKLAB_MATMUL=q8 "$BENCH_BIN" forward "$f" "$ids" "$REPS" none
+  llama "prefill/$m" llama.cpp $BASE llama-prefill "$f" "$ids" "$REPS"
 done
 
 # 4. Peak RSS of `sinklab real --json` (every statistic) at T_LONG, against the loaded model's

@@ -549,10 +549,8 @@ impl StoredMatrix {
         let par = (t + 8) * r * c >= PAR_FLOPS;
         if mode == Matmul::Q8
             && let Storage::Quantized { dtype, bytes } = &self.storage
+            && let Some(out_t) = super::q8::matmul_t_rows(*dtype, bytes.as_slice(), r, c, x, t, par)
         {
-            let raw = bytes.as_slice();
-            let out_t = per_block!(*dtype, |B| q8_rows::<B>(cast::<B>(raw), r, c, x, t, par))
-                .unwrap_or_default();
             return transpose(out_t, r, t);
         }
         // Exact, a few activation rows (generation): fused dequantize-and-dot where the block
@@ -626,40 +624,6 @@ fn transpose(m: Vec<f32>, r: usize, t: usize) -> Vec<f32> {
         }
     }
     out
-}
-
-/// The q8 product as `[rows, t]`: activation rows quantized once to `B::VecDotType`, then one
-/// candle `vec_dot` per (weight row, activation row).
-fn q8_rows<B: GgmlType>(
-    w: &[B],
-    rows: usize,
-    cols: usize,
-    x: &[f32],
-    t: usize,
-    par: bool,
-) -> Vec<f32> {
-    let nb = cols / B::BLCK_SIZE;
-    let nbx = cols / B::VecDotType::BLCK_SIZE;
-    let mut xq = vec![B::VecDotType::zeros(); t * nbx];
-    for (xr, qr) in x.chunks_exact(cols).zip(xq.chunks_exact_mut(nbx)) {
-        B::VecDotType::from_float(xr, qr);
-    }
-    let mut out_t = vec![0f32; rows * t];
-    let work = |(i, ch): (usize, &mut [f32])| {
-        for (k, orow) in ch.chunks_exact_mut(t).enumerate() {
-            let r = i * TILE + k;
-            let wr = &w[r * nb..(r + 1) * nb];
-            for (o, qr) in orow.iter_mut().zip(xq.chunks_exact(nbx)) {
-                *o = B::vec_dot(cols, wr, qr);
-            }
-        }
-    };
-    if par {
-        out_t.par_chunks_mut(TILE * t).enumerate().for_each(work);
-    } else {
-        out_t.chunks_mut(TILE * t).enumerate().for_each(work);
-    }
-    out_t
 }
 
 /// Upper bound on `|(x Wᵀ)_q8 − (x Wᵀ)_exact|` for one weight row `w` (as f32) and one

@@ -1,0 +1,735 @@
+//! The q8 product ([`super::weights::Matmul::Q8`]): llama.cpp's arithmetic for quantized
+//! weights. Each activation row is quantized once per product to 8 bits per block, then every
+//! weight block meets its activation block in an integer dot product.
+//!
+//! Activation blocks of 32 values (Q8_0, and Q8_1 with its sum), as ggml's reference
+//! `quantize_row_q8_0` / `quantize_row_q8_1` define them: with $a = \max_j |x_j|$,
+//! $\delta = a/127$ (stored as f16: $\hat\delta$) and $q_j = \mathrm{round}(x_j/\delta)$ (half
+//! away from zero, $q_j \in -127..127$); Q8_1 also stores $s = \mathrm{f16}(\delta\sum_j q_j)$.
+//! A weight block with scale $d$ (f16), minimum $m$ (f16, Q4_1/Q5_1) and integer quants $v_j$
+//! then gives
+//! - Q4_0 ($v_j = n_j - 8$), Q5_0 ($v_j = n_j - 16$), Q8_0 ($v_j$ int8), all against Q8_0:
+//!   $\langle w_b, x_b\rangle \approx (d\hat\delta)\sum_j v_j q_j$;
+//! - Q4_1 ($v_j = n_j$), Q5_1 ($v_j = n_j$, fifth bit from `qh`), against Q8_1:
+//!   $\langle w_b, x_b\rangle \approx (d\hat\delta)\sum_j v_j q_j + m\thinspace s$;
+//!
+//! the integer sums exact, the rest in f32. The K-quants (Q2_K … Q6_K) meet Q8_K activation
+//! blocks of 256 through candle's `vec_dot` (AVX2 where the CPU has it, detected by candle).
+//!
+//! Summation order: the 32 products of a block are summed in 8 integer lanes (lane $l$ holds
+//! values $4l … 4l+3$, the layout of AVX2's `maddubs`/`madd`), each lane scaled by $d\hat\delta$
+//! and added to lane $l$ of accumulator $b \bmod 4$ (four independent chains of f32 additions);
+//! at the end the accumulators are combined lane by lane and the lanes summed as a tree, and the
+//! minima's terms (block $b$'s in running sum $b \bmod 16$) are summed as a tree and added. The AVX2 kernel and the portable one do the same f32
+//! operations in the same order on the same exact integers, so they give the same bits (tested).
+//! llama.cpp sums in another order (and with fused multiply-adds): its products equal these up
+//! to f32 rounding, and the check that matters for the mode is that greedy generation gives
+//! llama.cpp's token ids (`scripts/bench_issue13.sh`).
+
+use candle_core::quantized::GgmlDType;
+use candle_core::quantized::k_quants::{
+    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8_1, BlockQ8K, GgmlType,
+};
+use rayon::prelude::*;
+
+use super::dequant::f16_to_f32_lanes;
+
+/// Values per activation block of Q8_0 / Q8_1 (and per weight block of the simple types).
+pub const QK: usize = 32;
+
+/// Weight rows a parallel task computes (each row's bytes read once for all activation rows).
+const ROWS: usize = 64;
+
+/// The block types with 32 values a block, whose integer dots this module computes itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Simple {
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+}
+
+impl Simple {
+    /// The kind with code `k` (the const parameter the kernels are compiled for).
+    #[inline(always)]
+    const fn from_code(k: u8) -> Self {
+        match k {
+            0 => Simple::Q4_0,
+            1 => Simple::Q4_1,
+            2 => Simple::Q5_0,
+            3 => Simple::Q5_1,
+            _ => Simple::Q8_0,
+        }
+    }
+
+    fn of(dt: GgmlDType) -> Option<Self> {
+        Some(match dt {
+            GgmlDType::Q4_0 => Simple::Q4_0,
+            GgmlDType::Q4_1 => Simple::Q4_1,
+            GgmlDType::Q5_0 => Simple::Q5_0,
+            GgmlDType::Q5_1 => Simple::Q5_1,
+            GgmlDType::Q8_0 => Simple::Q8_0,
+            _ => return None,
+        })
+    }
+
+    /// Bytes per block: f16 scale, f16 minimum (Q4_1/Q5_1), 32-bit `qh` (Q5_0/Q5_1), quants.
+    fn block_bytes(self) -> usize {
+        match self {
+            Simple::Q4_0 => 18,
+            Simple::Q4_1 => 20,
+            Simple::Q5_0 => 22,
+            Simple::Q5_1 => 24,
+            Simple::Q8_0 => 34,
+        }
+    }
+
+    /// Whether the block has a minimum $m$ (and meets Q8_1's sum $s$).
+    fn with_min(self) -> bool {
+        matches!(self, Simple::Q4_1 | Simple::Q5_1)
+    }
+
+    /// Offset of the packed nibbles (or of Q8_0's bytes).
+    fn quants_at(self) -> usize {
+        match self {
+            Simple::Q4_0 => 2,
+            Simple::Q4_1 => 4,
+            Simple::Q5_0 => 6,
+            Simple::Q5_1 => 8,
+            Simple::Q8_0 => 2,
+        }
+    }
+
+    /// Offset of the 32-bit word of fifth bits (Q5_0/Q5_1).
+    fn qh_at(self) -> Option<usize> {
+        match self {
+            Simple::Q5_0 => Some(2),
+            Simple::Q5_1 => Some(4),
+            _ => None,
+        }
+    }
+
+    /// The offset subtracted from the unsigned quants (0 for the types with a minimum).
+    fn offset(self) -> i8 {
+        match self {
+            Simple::Q4_0 => 8,
+            Simple::Q5_0 => 16,
+            _ => 0,
+        }
+    }
+}
+
+/// Activation rows quantized to blocks of [`QK`]: `q` the int8 quants, `d` each block's
+/// $\hat\delta$ (the f16 value, as f32), `s` each block's Q8_1 sum (f16 value, as f32).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Q8Rows {
+    pub q: Vec<i8>,
+    pub d: Vec<f32>,
+    pub s: Vec<f32>,
+}
+
+/// Quantizes each block of 32 values of `x` (a whole number of blocks) as ggml's reference
+/// `quantize_row_q8_1` does (Q8_0's quants and scale are the same; Q8_1 adds the sum).
+pub fn quantize_rows(x: &[f32]) -> Q8Rows {
+    assert!(x.len().is_multiple_of(QK), "q8: not whole blocks of 32");
+    let nb = x.len() / QK;
+    let mut out = Q8Rows {
+        q: vec![0; x.len()],
+        d: vec![0.0; nb],
+        s: vec![0.0; nb],
+    };
+    for (b, (xb, qb)) in x
+        .chunks_exact(QK)
+        .zip(out.q.chunks_exact_mut(QK))
+        .enumerate()
+    {
+        let a = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = a / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let mut sum = 0i32;
+        for (q, &v) in qb.iter_mut().zip(xb) {
+            *q = (v * id).round() as i8;
+            sum += *q as i32;
+        }
+        out.d[b] = half::f16::from_f32(d).to_f32();
+        out.s[b] = half::f16::from_f32(sum as f32 * d).to_f32();
+    }
+    out
+}
+
+/// The 32 integer weights $v_j$ of one block of `kind` (unsigned for the types with a minimum).
+#[inline(always)]
+fn block_values(kind: Simple, blk: &[u8]) -> [i8; QK] {
+    let mut v = [0i8; QK];
+    let qs = &blk[kind.quants_at()..];
+    if kind == Simple::Q8_0 {
+        for (o, &b) in v.iter_mut().zip(&qs[..QK]) {
+            *o = b as i8;
+        }
+        return v;
+    }
+    let qh = kind
+        .qh_at()
+        .map(|at| u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]))
+        .unwrap_or(0);
+    for j in 0..QK / 2 {
+        let (lo, hi) = (qs[j] & 0x0f, qs[j] >> 4);
+        let (bl, bh) = (((qh >> j) & 1) << 4, ((qh >> (j + 16)) & 1) << 4);
+        v[j] = (lo | bl as u8) as i8 - kind.offset();
+        v[j + QK / 2] = (hi | bh as u8) as i8 - kind.offset();
+    }
+    v
+}
+
+/// The sum of `v` (a power of two long) as a tree of halves: $v_i \leftarrow v_i + v_{i+n/2}$
+/// until one value is left.
+#[inline(always)]
+fn tree<const N: usize>(mut v: [f32; N]) -> f32 {
+    let mut n = N;
+    while n > 1 {
+        n /= 2;
+        for i in 0..n {
+            v[i] += v[i + n];
+        }
+    }
+    v[0]
+}
+
+/// The result from the four accumulators of 8 lanes (block $b$ in accumulator $b \bmod 4$),
+/// combined lane by lane as $(A_0 + A_2) + (A_1 + A_3)$ and summed as a [`tree`], plus the tree
+/// of the 16 minima sums (block $b$'s term in sum $b \bmod 16$).
+#[inline(always)]
+fn finish(a: [[f32; 8]; 4], mins: [f32; GROUP]) -> f32 {
+    let mut l = [0f32; 8];
+    for (i, v) in l.iter_mut().enumerate() {
+        *v = (a[0][i] + a[2][i]) + (a[1][i] + a[3][i]);
+    }
+    tree(l) + tree(mins)
+}
+
+/// The f16 at byte `at` of a block as f32 (exact; branch-free, [`f16_to_f32_lanes`]).
+#[cfg(test)]
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16_to_f32_lanes(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+/// Blocks whose f16 scales are converted together (a vectorised pass, [`group_scales`]).
+const GROUP: usize = 16;
+
+/// For the (up to [`GROUP`]) blocks of `blks`, with `d`, `s` the activation's scales and sums of
+/// the same blocks: the products $d_b\hat\delta_b$ and (types with a minimum) $m_b s_b$, the
+/// weights' f16s gathered first and converted in one branch-free pass ([`f16_to_f32_lanes`],
+/// exact) that the compiler vectorises.
+#[inline(always)]
+fn group_scales(kind: Simple, blks: &[u8], d: &[f32], s: &[f32]) -> ([f32; GROUP], [f32; GROUP]) {
+    let bb = kind.block_bytes();
+    let n = blks.len() / bb;
+    let (mut hd, mut hm) = ([0u16; GROUP], [0u16; GROUP]);
+    for (k, b) in blks.chunks_exact(bb).enumerate() {
+        hd[k] = u16::from_le_bytes([b[0], b[1]]);
+        if kind.with_min() {
+            hm[k] = u16::from_le_bytes([b[2], b[3]]);
+        }
+    }
+    let (mut xd, mut xs) = ([0f32; GROUP], [0f32; GROUP]);
+    xd[..n].copy_from_slice(&d[..n]);
+    xs[..n].copy_from_slice(&s[..n]);
+    let (mut dd, mut mm) = ([0f32; GROUP], [0f32; GROUP]);
+    for k in 0..GROUP {
+        dd[k] = f16_to_f32_lanes(hd[k]) * xd[k];
+        mm[k] = f16_to_f32_lanes(hm[k]) * xs[k];
+    }
+    (dd, mm)
+}
+
+/// $\langle w, x\rangle$ for one weight row `row` of kind code `K` and one quantized
+/// activation row (`q`, `d`, `s` of that row), portable: the lanes and accumulators of the
+/// module doc.
+fn dot_portable<const K: u8>(row: &[u8], q: &[i8], d: &[f32], s: &[f32]) -> f32 {
+    let kind = Simple::from_code(K);
+    let mut acc = [[0f32; 8]; 4];
+    let mut mins = [0f32; GROUP];
+    let bb = kind.block_bytes();
+    for (g, blks) in row.chunks(GROUP * bb).enumerate() {
+        let b0 = g * GROUP;
+        let (dd, mm) = group_scales(kind, blks, &d[b0..], &s[b0..]);
+        for (k, blk) in blks.chunks_exact(bb).enumerate() {
+            let v = block_values(kind, blk);
+            let qb = &q[(b0 + k) * QK..(b0 + k + 1) * QK];
+            for (l, a) in acc[k % 4].iter_mut().enumerate() {
+                let p: i32 = (4 * l..4 * l + 4).map(|j| v[j] as i32 * qb[j] as i32).sum();
+                *a += dd[k] * p as f32;
+            }
+        }
+        if kind.with_min() {
+            for (m, v) in mins.iter_mut().zip(mm) {
+                *m += v;
+            }
+        }
+    }
+    finish(acc, mins)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{GROUP, QK, Simple, finish, group_scales};
+    use std::arch::x86_64::*;
+
+    /// The 32 weights of a block as bytes in value order: signed $v_j$ for the types without
+    /// a minimum, unsigned $n_j$ for Q4_1/Q5_1.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn weights(kind: Simple, blk: &[u8]) -> __m256i {
+        let qs = &blk[kind.quants_at()..];
+        if kind == Simple::Q8_0 {
+            let b: &[u8; 32] = qs[..32].try_into().expect("32 quant bytes");
+            // SAFETY: `b` is 32 readable bytes; the load has no alignment requirement.
+            return unsafe { _mm256_loadu_si256(b.as_ptr() as *const __m256i) };
+        }
+        let b: &[u8; 16] = qs[..16].try_into().expect("16 nibble bytes");
+        // SAFETY: `b` is 16 readable bytes; the load has no alignment requirement.
+        let p = unsafe { _mm_loadu_si128(b.as_ptr() as *const __m128i) };
+        let m4 = _mm_set1_epi8(0x0f);
+        let lo = _mm_and_si128(p, m4);
+        let hi = _mm_and_si128(_mm_srli_epi16::<4>(p), m4);
+        let mut w = _mm256_set_m128i(hi, lo);
+        if let Some(at) = kind.qh_at() {
+            let qh = u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
+            // Byte j of the register ← byte j/8 of qh, then bit j mod 8 of it → 0x10.
+            let rep = _mm256_set1_epi32(qh as i32);
+            let idx = _mm256_setr_epi8(
+                0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
+                3, 3, 3, 3,
+            );
+            let bytes = _mm256_shuffle_epi8(rep, idx);
+            let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+            let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+            w = _mm256_or_si256(w, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+        }
+        if kind.offset() != 0 {
+            w = _mm256_sub_epi8(w, _mm256_set1_epi8(kind.offset()));
+        }
+        w
+    }
+
+    /// One block's term added to the accumulator `acc`: the 8 integer lanes of
+    /// $\sum_j v_j q_j$, converted and scaled by `dd`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn block(kind: Simple, acc: __m256, blk: &[u8], qb: &[i8], dd: f32) -> __m256 {
+        let w = weights(kind, blk);
+        let qb: &[i8; QK] = qb[..QK].try_into().expect("32 quants");
+        // SAFETY: `qb` is 32 readable bytes; the load has no alignment requirement.
+        let x = unsafe { _mm256_loadu_si256(qb.as_ptr() as *const __m256i) };
+        let p16 = if kind.with_min() {
+            // Unsigned weights (0..31) times signed activations, pairs summed in i16.
+            _mm256_maddubs_epi16(w, x)
+        } else {
+            // |v| times x·sign(v): the same products with an unsigned first operand.
+            _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+        };
+        let p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+        _mm256_add_ps(
+            acc,
+            _mm256_mul_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p32)),
+        )
+    }
+
+    /// [`super::dot_portable`] with AVX2: the same integers and f32 operations.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn dot<const K: u8>(row: &[u8], q: &[i8], d: &[f32], s: &[f32]) -> f32 {
+        let kind = Simple::from_code(K);
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut mins = [0f32; GROUP];
+        let bb = kind.block_bytes();
+        for (g, blks) in row.chunks(GROUP * bb).enumerate() {
+            let b0 = g * GROUP;
+            let (dd, mm) = group_scales(kind, blks, &d[b0..], &s[b0..]);
+            let qg = &q[b0 * QK..];
+            // Four blocks at a time, block k into accumulator k mod 4 (GROUP is a multiple of 4).
+            let mut quads = blks.chunks_exact(4 * bb);
+            for (c, quad) in quads.by_ref().enumerate() {
+                let k = 4 * c;
+                let (q0, q1) = (&qg[k * QK..], &qg[(k + 1) * QK..]);
+                let (q2, q3) = (&qg[(k + 2) * QK..], &qg[(k + 3) * QK..]);
+                acc[0] = block(kind, acc[0], &quad[..bb], q0, dd[k]);
+                acc[1] = block(kind, acc[1], &quad[bb..2 * bb], q1, dd[k + 1]);
+                acc[2] = block(kind, acc[2], &quad[2 * bb..3 * bb], q2, dd[k + 2]);
+                acc[3] = block(kind, acc[3], &quad[3 * bb..], q3, dd[k + 3]);
+            }
+            let k0 = blks.len() / bb / 4 * 4;
+            for (j, blk) in quads.remainder().chunks_exact(bb).enumerate() {
+                let k = k0 + j;
+                acc[j] = block(kind, acc[j], blk, &qg[k * QK..], dd[k]);
+            }
+            if kind.with_min() {
+                for (m, v) in mins.iter_mut().zip(mm) {
+                    *m += v;
+                }
+            }
+        }
+        let mut lanes = [[0f32; 8]; 4];
+        for (l, a) in lanes.iter_mut().zip(acc) {
+            // SAFETY: `l` is 8 writable f32; the store has no alignment requirement.
+            unsafe { _mm256_storeu_ps(l.as_mut_ptr(), a) };
+        }
+        finish(lanes, mins)
+    }
+}
+
+/// Whether the AVX2 kernel runs on this CPU (detected once by the standard library).
+fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// One weight row against activation row `i`: the AVX2 kernel where the CPU has it.
+#[inline]
+fn dot(kind: Simple, avx2: bool, row: &[u8], a: &Q8Rows, i: usize, nb: usize) -> f32 {
+    let (q, d, s) = (
+        &a.q[i * nb * QK..(i + 1) * nb * QK],
+        &a.d[i * nb..(i + 1) * nb],
+        &a.s[i * nb..(i + 1) * nb],
+    );
+    macro_rules! by_kind {
+        ($f:ident) => {
+            match kind {
+                Simple::Q4_0 => $f::<0>(row, q, d, s),
+                Simple::Q4_1 => $f::<1>(row, q, d, s),
+                Simple::Q5_0 => $f::<2>(row, q, d, s),
+                Simple::Q5_1 => $f::<3>(row, q, d, s),
+                Simple::Q8_0 => $f::<4>(row, q, d, s),
+            }
+        };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        use avx2::dot as fast;
+        // SAFETY: `avx2` is true only when the CPU was found to support AVX2.
+        return unsafe { by_kind!(fast) };
+    }
+    let _ = avx2;
+    by_kind!(dot_portable)
+}
+
+/// `x Wᵀ` in q8 arithmetic as a row-major `[rows, t]` matrix, for `W` of type `dt` stored as
+/// `bytes` (`rows` rows of `cols` values) and `x` row-major `[t, cols]`; `None` for a type
+/// that is not a ggml block type or a width that is not whole blocks (the caller then computes
+/// the exact product, as for f32 and 16-bit weights). Rows of `W` are split
+/// over the threads when `par`.
+pub fn matmul_t_rows(
+    dt: GgmlDType,
+    bytes: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    t: usize,
+    par: bool,
+) -> Option<Vec<f32>> {
+    if x.len() != t * cols {
+        return None;
+    }
+    if let Some(kind) = Simple::of(dt) {
+        if !cols.is_multiple_of(QK) || bytes.len() != rows * cols / QK * kind.block_bytes() {
+            return None;
+        }
+        return Some(simple_rows(kind, has_avx2(), bytes, rows, cols, x, t, par));
+    }
+    macro_rules! k {
+        ($B:ty) => {{
+            if !cols.is_multiple_of(<$B>::BLCK_SIZE)
+                || bytes.len() != rows * cols / <$B>::BLCK_SIZE * std::mem::size_of::<$B>()
+            {
+                return None;
+            }
+            let w: Vec<$B> = bytes
+                .chunks_exact(std::mem::size_of::<$B>())
+                // SAFETY: candle's K-quant blocks are plain old data of exactly this size
+                // (checked against the file's type size at load).
+                .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const $B) })
+                .collect();
+            Some(k_rows::<$B>(&w, rows, cols, x, t, par))
+        }};
+    }
+    match dt {
+        GgmlDType::Q2K => k!(BlockQ2K),
+        GgmlDType::Q3K => k!(BlockQ3K),
+        GgmlDType::Q4K => k!(BlockQ4K),
+        GgmlDType::Q5K => k!(BlockQ5K),
+        GgmlDType::Q6K => k!(BlockQ6K),
+        GgmlDType::Q8K => k!(BlockQ8K),
+        GgmlDType::Q8_1 => k!(BlockQ8_1),
+        _ => None,
+    }
+}
+
+/// The simple types: activations quantized once, then one dot per (weight row, activation row).
+#[allow(clippy::too_many_arguments)]
+fn simple_rows(
+    kind: Simple,
+    avx2: bool,
+    bytes: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    t: usize,
+    par: bool,
+) -> Vec<f32> {
+    let a = quantize_rows(x);
+    let nb = cols / QK;
+    let rb = nb * kind.block_bytes();
+    let mut out = vec![0f32; rows * t];
+    let work = |(k, o): (usize, &mut [f32])| {
+        for (r, orow) in o.chunks_exact_mut(t).enumerate() {
+            let row = &bytes[(k * ROWS + r) * rb..(k * ROWS + r + 1) * rb];
+            for (i, v) in orow.iter_mut().enumerate() {
+                *v = dot(kind, avx2, row, &a, i, nb);
+            }
+        }
+    };
+    if par {
+        out.par_chunks_mut(ROWS * t).enumerate().for_each(work);
+    } else {
+        out.chunks_mut(ROWS * t).enumerate().for_each(work);
+    }
+    out
+}
+
+/// The K-quants (and the 8-bit activation types Q8_K, Q8_1 used as weights): activation rows
+/// quantized once to the block's partner type (`VecDotType`: Q8_K, or Q8_1; candle's
+/// `from_float`, ggml's reference), then candle's `vec_dot` per (weight row, activation row).
+fn k_rows<B: GgmlType>(
+    w: &[B],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    t: usize,
+    par: bool,
+) -> Vec<f32> {
+    let nb = cols / B::BLCK_SIZE;
+    let nbx = cols / B::VecDotType::BLCK_SIZE;
+    let mut xq = vec![B::VecDotType::zeros(); t * nbx];
+    for (xr, qr) in x.chunks_exact(cols).zip(xq.chunks_exact_mut(nbx)) {
+        B::VecDotType::from_float(xr, qr);
+    }
+    let mut out = vec![0f32; rows * t];
+    let work = |(k, o): (usize, &mut [f32])| {
+        for (r, orow) in o.chunks_exact_mut(t).enumerate() {
+            let wr = &w[(k * ROWS + r) * nb..(k * ROWS + r + 1) * nb];
+            for (v, qr) in orow.iter_mut().zip(xq.chunks_exact(nbx)) {
+                *v = B::vec_dot(cols, wr, qr);
+            }
+        }
+    };
+    if par {
+        out.par_chunks_mut(ROWS * t).enumerate().for_each(work);
+    } else {
+        out.chunks_mut(ROWS * t).enumerate().for_each(work);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::k_quants::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
+    use half::f16;
+
+    /// Random valid blocks of a simple type (finite f16 scale and minimum in ±0.05), seeded.
+    fn blocks(kind: Simple, n: usize, seed: u64) -> Vec<u8> {
+        let mut s = seed;
+        let mut next = || {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 33) as u32
+        };
+        let bb = kind.block_bytes();
+        let mut out = vec![0u8; n * bb];
+        for b in out.chunks_exact_mut(bb) {
+            for v in b.iter_mut() {
+                *v = next() as u8;
+            }
+            let scales = if kind.with_min() { 2 } else { 1 };
+            for k in 0..scales {
+                let v = (next() % 2000) as f32 / 2000.0 * 0.1 - 0.05;
+                b[2 * k..2 * k + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+            }
+        }
+        out
+    }
+
+    fn acts(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|k| {
+                (((k as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 2001) as f32
+                    / 400.0
+                    - 2.5
+            })
+            .collect()
+    }
+
+    fn read<B: Clone>(b: &[u8]) -> Vec<B> {
+        b.chunks_exact(std::mem::size_of::<B>())
+            // SAFETY: candle's block types are plain old data of exactly this size.
+            .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const B) })
+            .collect()
+    }
+
+    /// The quants and scales are ggml's reference ones: candle's `from_float` (a port of
+    /// `quantize_row_q8_0`) gives the same bytes for Q8_0; for Q8_1 the quants and scale agree
+    /// and the sum is $\mathrm{f16}(\delta\sum_j q_j)$, computed here in f64 from the quants.
+    #[test]
+    fn activations_are_quantized_as_ggml_defines() {
+        let x = acts(32 * 40, 3);
+        let mut x = x;
+        x[5] = 0.0;
+        x[32..64].fill(0.0); // an all-zero block: scale 0, quants 0
+        let got = quantize_rows(&x);
+        let mut c0 = vec![BlockQ8_0::zeros(); 40];
+        BlockQ8_0::from_float(&x, &mut c0);
+        let mut c1 = vec![BlockQ8_1::zeros(); 40];
+        BlockQ8_1::from_float(&x, &mut c1);
+        for b in 0..40 {
+            // SAFETY: plain old data read as bytes.
+            let b0: [u8; 34] = unsafe { std::mem::transmute_copy(&c0[b]) };
+            let b1: [u8; 36] = unsafe { std::mem::transmute_copy(&c1[b]) };
+            let qs: Vec<u8> = got.q[b * QK..(b + 1) * QK]
+                .iter()
+                .map(|&v| v as u8)
+                .collect();
+            assert_eq!(&b0[2..], &qs[..], "block {b}: quants");
+            assert_eq!(&b1[4..], &qs[..], "block {b}: Q8_1 quants");
+            let d0 = f16::from_le_bytes([b0[0], b0[1]]).to_f32();
+            assert_eq!(got.d[b].to_bits(), d0.to_bits(), "block {b}: scale");
+            let xb = &x[b * QK..(b + 1) * QK];
+            let delta = xb.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+            let sum: i32 = got.q[b * QK..(b + 1) * QK].iter().map(|&v| v as i32).sum();
+            let want = f16::from_f32(sum as f32 * delta).to_f32();
+            assert_eq!(got.s[b].to_bits(), want.to_bits(), "block {b}: sum");
+            // The quants round x/δ: within half a step, in range.
+            for (j, &q) in got.q[b * QK..(b + 1) * QK].iter().enumerate() {
+                assert!((-127..=127).contains(&q));
+                if delta > 0.0 {
+                    assert!(
+                        (xb[j] / delta - q as f32).abs() <= 0.5 + 1e-4,
+                        "block {b} value {j}"
+                    );
+                }
+            }
+        }
+        assert!(got.q[32..64].iter().all(|&q| q == 0) && got.d[1] == 0.0);
+    }
+
+    /// Each product equals its definition, $\sum_b (d_b\hat\delta_b)\sum_j v_j q_j + m_b s_b$,
+    /// computed in f64 from candle's own decoding of the weights ($d_b v_j$ and $m_b$ read back
+    /// through `to_float`), within the f32 rounding of the kernel: each block adds one product
+    /// and one sum to a lane (`cols/32/8` blocks a lane), 8 lanes are summed and the minima add
+    /// `cols/32` terms; bounded by $(2\cdot\mathrm{cols}/32 + 16)\thinspace u$ times the sum of
+    /// the terms' magnitudes. The AVX2 and portable kernels give the same bits, and candle's
+    /// `vec_dot` (llama.cpp's arithmetic, another summation order) agrees within the same bound
+    /// (its Q8_1 sum rounds $\hat s = \mathrm{f16}(\mathrm{f16}(\sum q)\hat\delta)$ instead, within
+    /// $2^{-10}|s|$ more per block, added to its bound).
+    #[test]
+    fn integer_dots_equal_their_definition_on_every_path() {
+        fn candle_dot<W: GgmlType>(w: &[u8], x: &[f32]) -> f32 {
+            let w: Vec<W> = read(w);
+            let mut xq = vec![W::VecDotType::zeros(); x.len() / W::VecDotType::BLCK_SIZE];
+            W::VecDotType::from_float(x, &mut xq);
+            W::vec_dot(x.len(), &w, &xq)
+        }
+        for kind in [
+            Simple::Q4_0,
+            Simple::Q4_1,
+            Simple::Q5_0,
+            Simple::Q5_1,
+            Simple::Q8_0,
+        ] {
+            let (rows, cols) = (70, 576);
+            let nb = cols / QK;
+            let w = blocks(kind, rows * nb, 11);
+            let x = acts(3 * cols, 5);
+            let a = quantize_rows(&x);
+            let u = f32::EPSILON as f64 / 2.0;
+            let tol_rel = (2.0 * nb as f64 + 16.0) * u;
+            for r in 0..rows {
+                let row = &w[r * nb * kind.block_bytes()..(r + 1) * nb * kind.block_bytes()];
+                for i in 0..3 {
+                    let mut want = 0f64;
+                    let mut mag = 0f64;
+                    let mut s_err = 0f64;
+                    for (b, blk) in row.chunks_exact(kind.block_bytes()).enumerate() {
+                        let v = block_values(kind, blk);
+                        let qb = &a.q[(i * nb + b) * QK..(i * nb + b + 1) * QK];
+                        let sumi: i64 = v.iter().zip(qb).map(|(&p, &q)| p as i64 * q as i64).sum();
+                        let dd = f16_at(blk, 0) as f64 * a.d[i * nb + b] as f64;
+                        want += dd * sumi as f64;
+                        mag += (dd * sumi as f64).abs();
+                        if kind.with_min() {
+                            let ms = f16_at(blk, 2) as f64 * a.s[i * nb + b] as f64;
+                            want += ms;
+                            mag += ms.abs();
+                            s_err += (f16_at(blk, 2) as f64 * a.s[i * nb + b] as f64).abs()
+                                * 2f64.powi(-10);
+                        }
+                    }
+                    let tol = tol_rel * mag + 1e-30;
+                    let port = dot(kind, false, row, &a, i, nb);
+                    assert!(
+                        (port as f64 - want).abs() <= tol,
+                        "{kind:?} row {r} act {i}: {port} vs {want} (tol {tol:.2e})"
+                    );
+                    if has_avx2() {
+                        let fast = dot(kind, true, row, &a, i, nb);
+                        assert_eq!(
+                            fast.to_bits(),
+                            port.to_bits(),
+                            "{kind:?} row {r}: AVX2 differs"
+                        );
+                    }
+                    let xi = &x[i * cols..(i + 1) * cols];
+                    let c = match kind {
+                        Simple::Q4_0 => candle_dot::<BlockQ4_0>(row, xi),
+                        Simple::Q4_1 => candle_dot::<BlockQ4_1>(row, xi),
+                        Simple::Q5_0 => candle_dot::<BlockQ5_0>(row, xi),
+                        Simple::Q5_1 => candle_dot::<BlockQ5_1>(row, xi),
+                        Simple::Q8_0 => candle_dot::<BlockQ8_0>(row, xi),
+                    };
+                    assert!(
+                        (c as f64 - want).abs() <= 2.0 * tol + s_err,
+                        "{kind:?} row {r} act {i}: candle {c} vs {want}"
+                    );
+                }
+            }
+            // The whole product, in parallel or not, is the per-row dot.
+            for par in [false, true] {
+                let dt = match kind {
+                    Simple::Q4_0 => GgmlDType::Q4_0,
+                    Simple::Q4_1 => GgmlDType::Q4_1,
+                    Simple::Q5_0 => GgmlDType::Q5_0,
+                    Simple::Q5_1 => GgmlDType::Q5_1,
+                    Simple::Q8_0 => GgmlDType::Q8_0,
+                };
+                let out = matmul_t_rows(dt, &w, rows, cols, &x, 3, par).unwrap();
+                for r in 0..rows {
+                    let row = &w[r * nb * kind.block_bytes()..(r + 1) * nb * kind.block_bytes()];
+                    for i in 0..3 {
+                        let want = dot(kind, has_avx2(), row, &a, i, nb);
+                        assert_eq!(out[r * 3 + i].to_bits(), want.to_bits());
+                    }
+                }
+            }
+        }
+        // A width that is not whole blocks, a float type, or a mismatched activation: refused.
+        assert!(matmul_t_rows(GgmlDType::Q8_0, &[0; 34], 1, 33, &[0.0; 33], 1, false).is_none());
+        assert!(matmul_t_rows(GgmlDType::F32, &[0; 128], 1, 32, &[0.0; 32], 1, false).is_none());
+        assert!(matmul_t_rows(GgmlDType::Q8_0, &[0; 34], 1, 32, &[0.0; 31], 1, false).is_none());
+    }
+}
