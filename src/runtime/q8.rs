@@ -214,66 +214,91 @@ fn f16_at(b: &[u8], at: usize) -> f32 {
     f16_to_f32_lanes(u16::from_le_bytes([b[at], b[at + 1]]))
 }
 
-/// Blocks whose f16 scales are converted together (a vectorised pass, [`group_scales`]).
+/// Blocks whose minima's terms go into one running sum each (block $b$ in sum $b \bmod 16$).
 const GROUP: usize = 16;
 
-/// For the (up to [`GROUP`]) blocks of `blks`, with `d`, `s` the activation's scales and sums of
-/// the same blocks: the products $d_b\hat\delta_b$ and (types with a minimum) $m_b s_b$, the
-/// weights' f16s gathered first and converted in one branch-free pass ([`f16_to_f32_lanes`],
-/// exact) that the compiler vectorises.
-#[inline(always)]
-fn group_scales(kind: Simple, blks: &[u8], d: &[f32], s: &[f32]) -> ([f32; GROUP], [f32; GROUP]) {
+/// The weights' block scales $d_b$ and (types with a minimum) minima $m_b$ of all the blocks of
+/// `bytes` (several rows), as f32: the f16s gathered first, then converted in one branch-free
+/// pass ([`f16_to_f32_lanes`], exact) that the compiler vectorises; done once per parallel task
+/// and reused for every activation row.
+fn weight_scales(kind: Simple, bytes: &[u8]) -> (Vec<f32>, Vec<f32>) {
     let bb = kind.block_bytes();
-    let n = blks.len() / bb;
-    let (mut hd, mut hm) = ([0u16; GROUP], [0u16; GROUP]);
-    for (k, b) in blks.chunks_exact(bb).enumerate() {
-        hd[k] = u16::from_le_bytes([b[0], b[1]]);
-        if kind.with_min() {
-            hm[k] = u16::from_le_bytes([b[2], b[3]]);
+    let half_at = |at: usize| -> Vec<f32> {
+        let h: Vec<u16> = bytes
+            .chunks_exact(bb)
+            .map(|b| u16::from_le_bytes([b[at], b[at + 1]]))
+            .collect();
+        let mut out = vec![0f32; h.len()];
+        halves_to_f32(&h, &mut out);
+        out
+    };
+    let mw = if kind.with_min() {
+        half_at(2)
+    } else {
+        Vec::new()
+    };
+    (half_at(0), mw)
+}
+
+/// `out[i] = f16_to_f32_lanes(h[i])`, dispatched at run time to AVX-512F, AVX2 or the baseline
+/// (the conversion is exact, so every path gives the same bits).
+fn halves_to_f32(h: &[u16], out: &mut [f32]) {
+    crate::backend::simd::dispatch!(halves_to_f32(h: &[u16], out: &mut [f32]) -> () = halves_loop(h, out))
+}
+
+#[inline(always)]
+fn halves_loop(h: &[u16], out: &mut [f32]) {
+    for (o, &x) in out.iter_mut().zip(h) {
+        *o = f16_to_f32_lanes(x);
+    }
+}
+
+/// The minima's part $\sum_b m_b s_b$ of one row: block $b$'s term in running sum
+/// $b \bmod 16$ (a loop the compiler vectorises), the 16 sums then added as a [`tree`].
+#[inline(always)]
+fn minima(mw: &[f32], s: &[f32]) -> [f32; GROUP] {
+    let mut acc = [0f32; GROUP];
+    for (mc, sc) in mw.chunks(GROUP).zip(s.chunks(GROUP)) {
+        for k in 0..mc.len() {
+            acc[k] += mc[k] * sc[k];
         }
     }
-    let (mut xd, mut xs) = ([0f32; GROUP], [0f32; GROUP]);
-    xd[..n].copy_from_slice(&d[..n]);
-    xs[..n].copy_from_slice(&s[..n]);
-    let (mut dd, mut mm) = ([0f32; GROUP], [0f32; GROUP]);
-    for k in 0..GROUP {
-        dd[k] = f16_to_f32_lanes(hd[k]) * xd[k];
-        mm[k] = f16_to_f32_lanes(hm[k]) * xs[k];
-    }
-    (dd, mm)
+    acc
 }
 
 /// $\langle w, x\rangle$ for one weight row `row` of kind code `K` and one quantized
 /// activation row (`q`, `d`, `s` of that row), portable: the lanes and accumulators of the
 /// module doc.
-fn dot_portable<const K: u8>(row: &[u8], q: &[i8], d: &[f32], s: &[f32]) -> f32 {
+fn dot_portable<const K: u8>(
+    row: &[u8],
+    w: (&[f32], &[f32]),
+    q: &[i8],
+    d: &[f32],
+    s: &[f32],
+) -> f32 {
     let kind = Simple::from_code(K);
+    let (dw, mw) = w;
     let mut acc = [[0f32; 8]; 4];
-    let mut mins = [0f32; GROUP];
-    let bb = kind.block_bytes();
-    for (g, blks) in row.chunks(GROUP * bb).enumerate() {
-        let b0 = g * GROUP;
-        let (dd, mm) = group_scales(kind, blks, &d[b0..], &s[b0..]);
-        for (k, blk) in blks.chunks_exact(bb).enumerate() {
-            let v = block_values(kind, blk);
-            let qb = &q[(b0 + k) * QK..(b0 + k + 1) * QK];
-            for (l, a) in acc[k % 4].iter_mut().enumerate() {
-                let p: i32 = (4 * l..4 * l + 4).map(|j| v[j] as i32 * qb[j] as i32).sum();
-                *a += dd[k] * p as f32;
-            }
-        }
-        if kind.with_min() {
-            for (m, v) in mins.iter_mut().zip(mm) {
-                *m += v;
-            }
+    for (b, blk) in row.chunks_exact(kind.block_bytes()).enumerate() {
+        let v = block_values(kind, blk);
+        let qb = &q[b * QK..(b + 1) * QK];
+        let dd = dw[b] * d[b];
+        for (l, a) in acc[b % 4].iter_mut().enumerate() {
+            let p: i32 = (4 * l..4 * l + 4).map(|j| v[j] as i32 * qb[j] as i32).sum();
+            *a += dd * p as f32;
         }
     }
+    let mins = if kind.with_min() {
+        minima(mw, s)
+    } else {
+        [0f32; GROUP]
+    };
     finish(acc, mins)
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{GROUP, QK, Simple, finish, group_scales};
+    use super::{GROUP, QK, Simple, finish, minima};
     use std::arch::x86_64::*;
 
     /// The 32 weights of a block as bytes in value order: signed $v_j$ for the types without
@@ -338,37 +363,45 @@ mod avx2 {
 
     /// [`super::dot_portable`] with AVX2: the same integers and f32 operations.
     #[target_feature(enable = "avx2")]
-    pub(super) fn dot<const K: u8>(row: &[u8], q: &[i8], d: &[f32], s: &[f32]) -> f32 {
+    pub(super) fn dot<const K: u8>(
+        row: &[u8],
+        w: (&[f32], &[f32]),
+        q: &[i8],
+        d: &[f32],
+        s: &[f32],
+    ) -> f32 {
         let kind = Simple::from_code(K);
+        let (dw, mw) = w;
         let mut acc = [_mm256_setzero_ps(); 4];
-        let mut mins = [0f32; GROUP];
         let bb = kind.block_bytes();
-        for (g, blks) in row.chunks(GROUP * bb).enumerate() {
-            let b0 = g * GROUP;
-            let (dd, mm) = group_scales(kind, blks, &d[b0..], &s[b0..]);
-            let qg = &q[b0 * QK..];
-            // Four blocks at a time, block k into accumulator k mod 4 (GROUP is a multiple of 4).
-            let mut quads = blks.chunks_exact(4 * bb);
-            for (c, quad) in quads.by_ref().enumerate() {
-                let k = 4 * c;
-                let (q0, q1) = (&qg[k * QK..], &qg[(k + 1) * QK..]);
-                let (q2, q3) = (&qg[(k + 2) * QK..], &qg[(k + 3) * QK..]);
-                acc[0] = block(kind, acc[0], &quad[..bb], q0, dd[k]);
-                acc[1] = block(kind, acc[1], &quad[bb..2 * bb], q1, dd[k + 1]);
-                acc[2] = block(kind, acc[2], &quad[2 * bb..3 * bb], q2, dd[k + 2]);
-                acc[3] = block(kind, acc[3], &quad[3 * bb..], q3, dd[k + 3]);
-            }
-            let k0 = blks.len() / bb / 4 * 4;
-            for (j, blk) in quads.remainder().chunks_exact(bb).enumerate() {
-                let k = k0 + j;
-                acc[j] = block(kind, acc[j], blk, &qg[k * QK..], dd[k]);
-            }
-            if kind.with_min() {
-                for (m, v) in mins.iter_mut().zip(mm) {
-                    *m += v;
-                }
-            }
+        let nb = row.len() / bb;
+        // Four blocks at a time, block b into accumulator b mod 4.
+        let mut quads = row.chunks_exact(4 * bb);
+        for (c, quad) in quads.by_ref().enumerate() {
+            let b = 4 * c;
+            let (q0, q1) = (&q[b * QK..], &q[(b + 1) * QK..]);
+            let (q2, q3) = (&q[(b + 2) * QK..], &q[(b + 3) * QK..]);
+            acc[0] = block(kind, acc[0], &quad[..bb], q0, dw[b] * d[b]);
+            acc[1] = block(kind, acc[1], &quad[bb..2 * bb], q1, dw[b + 1] * d[b + 1]);
+            acc[2] = block(
+                kind,
+                acc[2],
+                &quad[2 * bb..3 * bb],
+                q2,
+                dw[b + 2] * d[b + 2],
+            );
+            acc[3] = block(kind, acc[3], &quad[3 * bb..], q3, dw[b + 3] * d[b + 3]);
         }
+        let b0 = nb / 4 * 4;
+        for (j, blk) in quads.remainder().chunks_exact(bb).enumerate() {
+            let b = b0 + j;
+            acc[j] = block(kind, acc[j], blk, &q[b * QK..], dw[b] * d[b]);
+        }
+        let mins = if kind.with_min() {
+            minima(mw, s)
+        } else {
+            [0f32; GROUP]
+        };
         let mut lanes = [[0f32; 8]; 4];
         for (l, a) in lanes.iter_mut().zip(acc) {
             // SAFETY: `l` is 8 writable f32; the store has no alignment requirement.
@@ -392,7 +425,16 @@ fn has_avx2() -> bool {
 
 /// One weight row against activation row `i`: the AVX2 kernel where the CPU has it.
 #[inline]
-fn dot(kind: Simple, avx2: bool, row: &[u8], a: &Q8Rows, i: usize, nb: usize) -> f32 {
+#[allow(clippy::too_many_arguments)]
+fn dot(
+    kind: Simple,
+    avx2: bool,
+    row: &[u8],
+    w: (&[f32], &[f32]),
+    a: &Q8Rows,
+    i: usize,
+    nb: usize,
+) -> f32 {
     let (q, d, s) = (
         &a.q[i * nb * QK..(i + 1) * nb * QK],
         &a.d[i * nb..(i + 1) * nb],
@@ -401,11 +443,11 @@ fn dot(kind: Simple, avx2: bool, row: &[u8], a: &Q8Rows, i: usize, nb: usize) ->
     macro_rules! by_kind {
         ($f:ident) => {
             match kind {
-                Simple::Q4_0 => $f::<0>(row, q, d, s),
-                Simple::Q4_1 => $f::<1>(row, q, d, s),
-                Simple::Q5_0 => $f::<2>(row, q, d, s),
-                Simple::Q5_1 => $f::<3>(row, q, d, s),
-                Simple::Q8_0 => $f::<4>(row, q, d, s),
+                Simple::Q4_0 => $f::<0>(row, w, q, d, s),
+                Simple::Q4_1 => $f::<1>(row, w, q, d, s),
+                Simple::Q5_0 => $f::<2>(row, w, q, d, s),
+                Simple::Q5_1 => $f::<3>(row, w, q, d, s),
+                Simple::Q8_0 => $f::<4>(row, w, q, d, s),
             }
         };
     }
@@ -487,10 +529,19 @@ fn simple_rows(
     let rb = nb * kind.block_bytes();
     let mut out = vec![0f32; rows * t];
     let work = |(k, o): (usize, &mut [f32])| {
+        let n = o.len() / t;
+        let task = &bytes[k * ROWS * rb..(k * ROWS + n) * rb];
+        let (dw, mw) = weight_scales(kind, task);
         for (r, orow) in o.chunks_exact_mut(t).enumerate() {
-            let row = &bytes[(k * ROWS + r) * rb..(k * ROWS + r + 1) * rb];
+            let row = &task[r * rb..(r + 1) * rb];
+            let mr = if mw.is_empty() {
+                &mw[..]
+            } else {
+                &mw[r * nb..(r + 1) * nb]
+            };
+            let w = (&dw[r * nb..(r + 1) * nb], mr);
             for (i, v) in orow.iter_mut().enumerate() {
-                *v = dot(kind, avx2, row, &a, i, nb);
+                *v = dot(kind, avx2, row, w, &a, i, nb);
             }
         }
     };
@@ -661,6 +712,7 @@ mod tests {
             let tol_rel = (2.0 * nb as f64 + 16.0) * u;
             for r in 0..rows {
                 let row = &w[r * nb * kind.block_bytes()..(r + 1) * nb * kind.block_bytes()];
+                let (dw, mw) = weight_scales(kind, row);
                 for i in 0..3 {
                     let mut want = 0f64;
                     let mut mag = 0f64;
@@ -681,13 +733,13 @@ mod tests {
                         }
                     }
                     let tol = tol_rel * mag + 1e-30;
-                    let port = dot(kind, false, row, &a, i, nb);
+                    let port = dot(kind, false, row, (&dw, &mw), &a, i, nb);
                     assert!(
                         (port as f64 - want).abs() <= tol,
                         "{kind:?} row {r} act {i}: {port} vs {want} (tol {tol:.2e})"
                     );
                     if has_avx2() {
-                        let fast = dot(kind, true, row, &a, i, nb);
+                        let fast = dot(kind, true, row, (&dw, &mw), &a, i, nb);
                         assert_eq!(
                             fast.to_bits(),
                             port.to_bits(),
@@ -720,8 +772,9 @@ mod tests {
                 let out = matmul_t_rows(dt, &w, rows, cols, &x, 3, par).unwrap();
                 for r in 0..rows {
                     let row = &w[r * nb * kind.block_bytes()..(r + 1) * nb * kind.block_bytes()];
+                    let (dw, mw) = weight_scales(kind, row);
                     for i in 0..3 {
-                        let want = dot(kind, has_avx2(), row, &a, i, nb);
+                        let want = dot(kind, has_avx2(), row, (&dw, &mw), &a, i, nb);
                         assert_eq!(out[r * 3 + i].to_bits(), want.to_bits());
                     }
                 }
