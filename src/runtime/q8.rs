@@ -491,12 +491,7 @@ pub fn matmul_t_rows(
             {
                 return None;
             }
-            let w: Vec<$B> = bytes
-                .chunks_exact(std::mem::size_of::<$B>())
-                // SAFETY: candle's K-quant blocks are plain old data of exactly this size
-                // (checked against the file's type size at load).
-                .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const $B) })
-                .collect();
+            let w = blocks::<$B>(bytes);
             Some(k_rows::<$B>(&w, rows, cols, x, t, par))
         }};
     }
@@ -527,8 +522,7 @@ fn simple_rows(
     let a = quantize_rows(x);
     let nb = cols / QK;
     let rb = nb * kind.block_bytes();
-    let mut out = vec![0f32; rows * t];
-    let work = |(k, o): (usize, &mut [f32])| {
+    row_tasks(rows, t, par, |k, o| {
         let n = o.len() / t;
         let task = &bytes[k * ROWS * rb..(k * ROWS + n) * rb];
         let (dw, mw) = weight_scales(kind, task);
@@ -544,13 +538,43 @@ fn simple_rows(
                 *v = dot(kind, avx2, row, w, &a, i, nb);
             }
         }
-    };
+    })
+}
+
+/// The `[rows, t]` output computed by `work(k, out_k)` on task `k`'s [`ROWS`] weight rows
+/// (`out_k` their `ROWS·t` outputs), the tasks split over the threads when `par`.
+fn row_tasks(
+    rows: usize,
+    t: usize,
+    par: bool,
+    work: impl Fn(usize, &mut [f32]) + Sync,
+) -> Vec<f32> {
+    let mut out = vec![0f32; rows * t];
+    let work = |(k, o): (usize, &mut [f32])| work(k, o);
     if par {
         out.par_chunks_mut(ROWS * t).enumerate().for_each(work);
     } else {
         out.chunks_mut(ROWS * t).enumerate().for_each(work);
     }
     out
+}
+
+/// `bytes` as candle blocks: borrowed in place when aligned for `B` (as every
+/// [`super::weights::StoredMatrix`]'s bytes are), else copied block by block.
+fn blocks<B: Clone>(bytes: &[u8]) -> std::borrow::Cow<'_, [B]> {
+    if (bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<B>()) {
+        std::borrow::Cow::Borrowed(super::weights::cast::<B>(bytes))
+    } else {
+        let sz = std::mem::size_of::<B>();
+        std::borrow::Cow::Owned(
+            bytes
+                .chunks_exact(sz)
+                // SAFETY: candle's blocks are plain old data of exactly `sz` bytes, for which
+                // every bit pattern is valid.
+                .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const B) })
+                .collect(),
+        )
+    }
 }
 
 /// The K-quants (and the 8-bit activation types Q8_K, Q8_1 used as weights): activation rows
@@ -570,21 +594,14 @@ fn k_rows<B: GgmlType>(
     for (xr, qr) in x.chunks_exact(cols).zip(xq.chunks_exact_mut(nbx)) {
         B::VecDotType::from_float(xr, qr);
     }
-    let mut out = vec![0f32; rows * t];
-    let work = |(k, o): (usize, &mut [f32])| {
+    row_tasks(rows, t, par, |k, o| {
         for (r, orow) in o.chunks_exact_mut(t).enumerate() {
             let wr = &w[(k * ROWS + r) * nb..(k * ROWS + r + 1) * nb];
             for (v, qr) in orow.iter_mut().zip(xq.chunks_exact(nbx)) {
                 *v = B::vec_dot(cols, wr, qr);
             }
         }
-    };
-    if par {
-        out.par_chunks_mut(ROWS * t).enumerate().for_each(work);
-    } else {
-        out.chunks_mut(ROWS * t).enumerate().for_each(work);
-    }
-    out
+    })
 }
 
 #[cfg(test)]

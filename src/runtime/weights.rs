@@ -147,7 +147,7 @@ impl Bytes {
 /// Callers guarantee the invariants [`StoredMatrix`]'s constructors check: the length is a multiple
 /// of `size_of::<B>()` and the address is aligned (every [`Bytes`] starts 8-byte aligned and row
 /// offsets are multiples of the block size, itself a multiple of the block's alignment).
-fn cast<B>(b: &[u8]) -> &[B] {
+pub(super) fn cast<B>(b: &[u8]) -> &[B] {
     let (sz, al) = (std::mem::size_of::<B>(), std::mem::align_of::<B>());
     assert!(
         b.len().is_multiple_of(sz) && (b.as_ptr() as usize).is_multiple_of(al),
