@@ -130,7 +130,12 @@ pub struct Q8Rows {
 }
 
 /// Quantizes each block of 32 values of `x` (a whole number of blocks) as ggml's reference
-/// `quantize_row_q8_1` does (Q8_0's quants and scale are the same; Q8_1 adds the sum).
+/// `quantize_row_q8_1` does (Q8_0's quants and scale are the same; Q8_1 adds the sum). A
+/// block holding a NaN gets a NaN scale (ggml's `fmaxf` would skip it and give finite, wrong
+/// products), so a NaN activation still makes its products NaN as in the exact mode.
+///
+/// # Panics
+/// If `x` is not a whole number of blocks of 32 (the products check widths before calling).
 pub fn quantize_rows(x: &[f32]) -> Q8Rows {
     assert!(x.len().is_multiple_of(QK), "q8: not whole blocks of 32");
     let nb = x.len() / QK;
@@ -144,7 +149,13 @@ pub fn quantize_rows(x: &[f32]) -> Q8Rows {
         .zip(out.q.chunks_exact_mut(QK))
         .enumerate()
     {
-        let a = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let a = xb.iter().fold(0f32, |m, v| {
+            if v.is_nan() || v.abs() > m {
+                v.abs()
+            } else {
+                m
+            }
+        });
         let d = a / 127.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         let mut sum = 0i32;
@@ -694,6 +705,19 @@ mod tests {
             }
         }
         assert!(got.q[32..64].iter().all(|&q| q == 0) && got.d[1] == 0.0);
+        // A NaN in a block: its scale is NaN (the products become NaN), the others unchanged.
+        let mut xn = x.clone();
+        xn[70] = f32::NAN;
+        let gn = quantize_rows(&xn);
+        assert!(gn.d[2].is_nan() && gn.s[2].is_nan());
+        assert_eq!(gn.d[3].to_bits(), got.d[3].to_bits());
+        let w = blocks(Simple::Q8_0, xn.len() / QK, 9);
+        let y = matmul_t_rows(GgmlDType::Q8_0, &w, 1, xn.len(), &xn, 1, false).unwrap();
+        assert!(
+            y[0].is_nan(),
+            "a NaN activation must give a NaN product, got {}",
+            y[0]
+        );
     }
 
     /// Each product equals its definition, $\sum_b (d_b\hat\delta_b)\sum_j v_j q_j + m_b s_b$,
