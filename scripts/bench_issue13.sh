@@ -13,6 +13,8 @@
 # Settings (environment):
 #   VENV=/work/venv          Python with torch, transformers, gguf, llama-cpp-python
 #                            (scripts/bench_baselines.sh installs the last one)
+#   LLAMA_CMD=…              llama.cpp through benches/llama_greedy.c instead of llama-cpp-python
+#                            (LLAMA_CMD="$(scripts/llama_system.sh)")
 #   THREADS=2                threads for every tool
 #   QUICK=1                  small settings (8 new tokens, T = 64 / 128, one rep, no big shapes)
 #   BIG=0|1                  the synthetic Llama-3.1-8B / Qwen2-7B rows (default 1 unless QUICK)
@@ -58,13 +60,25 @@ if over "$l" && [ "${BENCH_ALLOW_LOAD:-0}" != 1 ]; then
 fi
 [ -x "$PY" ] || { echo "bench_issue13: no python at $PY (VENV)" >&2; exit 2; }
 # llama.cpp rows need llama-cpp-python (VENV=$VENV scripts/bench_baselines.sh builds it; on
-# machines where its native build crashes, BASELINE_ISA=avx2). Without it those rows are skipped,
+# machines where its native build crashes, BASELINE_ISA=avx2), or LLAMA_CMD: a command that runs
+# benches/llama_greedy.c against a system llama.cpp (LLAMA_CMD="$(scripts/llama_system.sh)" makes
+# one from Debian's packages, with no build of llama.cpp). Without either, those rows are skipped,
 # each with a row that says so, and the rest of the table is still measured.
+LLAMA_CMD=${LLAMA_CMD:-}
 LLAMA=1
-"$PY" -c "import llama_cpp" 2>/dev/null || { LLAMA=0; echo "bench_issue13: llama-cpp-python missing in $VENV: llama.cpp rows skipped (VENV=$VENV scripts/bench_baselines.sh installs it)" >&2; }
-llama() {  # measure ROW llama.cpp CMD..., or a row saying why not
-  if [ "$LLAMA" = 1 ]; then measure "$@"; else
-    printf '{"row": "%s", "side": "llama.cpp", "error": "llama-cpp-python not installed in %s (scripts/bench_baselines.sh)"}\n' "$1" "$VENV" | tee -a "$ROWS"
+if [ -n "$LLAMA_CMD" ]; then
+  $LLAMA_CMD load "$(ls "$CACHE"/smollm2/model/*.gguf 2>/dev/null | head -1)" "$THREADS" >/dev/null 2>&1 || { echo "bench_issue13: LLAMA_CMD ($LLAMA_CMD) does not run" >&2; exit 2; }
+else
+  "$PY" -c "import llama_cpp" 2>/dev/null || { LLAMA=0; echo "bench_issue13: llama-cpp-python missing in $VENV and no LLAMA_CMD: llama.cpp rows skipped (VENV=$VENV scripts/bench_baselines.sh, or LLAMA_CMD=\"\$(scripts/llama_system.sh)\")" >&2; }
+fi
+llama() {  # llama ROW MODE ARGS...: measure llama.cpp's MODE (load, generate, prefill), or a row saying why not
+  local row=$1 mode=$2; shift 2
+  if [ "$LLAMA" = 0 ]; then
+    printf '{"row": "%s", "side": "llama.cpp", "error": "no llama.cpp: llama-cpp-python not installed in %s and no LLAMA_CMD"}\n' "$row" "$VENV" | tee -a "$ROWS"
+  elif [ -n "$LLAMA_CMD" ]; then
+    measure "$row" llama.cpp $LLAMA_CMD "$mode" "$@" "$THREADS"
+  else
+    measure "$row" llama.cpp $BASE "llama-$mode" "$@"
   fi
 }
 [ -x /usr/bin/time ] || { echo "bench_issue13: /usr/bin/time missing (apt-get install time)" >&2; exit 2; }
@@ -137,7 +151,7 @@ measure "limits/machine" sinklab "$BENCH_BIN" limits
 for m in $LOAD_MODELS; do
   f=$(gguf_of "$m") || continue
   measure "load/$m" sinklab "$BENCH_BIN" load "$f"
-  llama "load/$m" llama.cpp $BASE llama-load "$f"
+  llama "load/$m" load "$f"
 done
 
 # 2. Greedy generation, N_GEN tokens after a 32-token prompt, KV cache: sinklab, llama.cpp, transformers.
@@ -147,7 +161,7 @@ for m in $GEN_MODELS; do
   measure "generate/$m" sinklab "$BENCH_BIN" generate "$f" "$ids" "$N_GEN"
   measure "generate/$m" sinklab-f32 env SINKLAB_WEIGHTS=f32 "$BENCH_BIN" generate "$f" "$ids" "$N_GEN"
   measure "generate/$m" sinklab-q8 env SINKLAB_MATMUL=q8 "$BENCH_BIN" generate "$f" "$ids" "$N_GEN"
-  llama "generate/$m" llama.cpp $BASE llama-generate "$f" "$ids" "$N_GEN"
+  llama "generate/$m" generate "$f" "$ids" "$N_GEN"
   measure "generate/$m" transformers $BASE torch-generate "$f" "$ids" "$N_GEN"
 done
 
@@ -163,7 +177,7 @@ for m in $FWD_MODELS; do
   # llama.cpp's evaluation of them from an empty cache.
   measure "prefill/$m" sinklab "$BENCH_BIN" forward "$f" "$ids" "$REPS" none
   measure "prefill/$m" sinklab-q8 env SINKLAB_MATMUL=q8 "$BENCH_BIN" forward "$f" "$ids" "$REPS" none
-  llama "prefill/$m" llama.cpp $BASE llama-prefill "$f" "$ids" "$REPS"
+  llama "prefill/$m" prefill "$f" "$ids" "$REPS"
 done
 
 # 4. Peak RSS of `sinklab real --json` (every statistic) at T_LONG, against the loaded model's
