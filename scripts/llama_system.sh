@@ -23,8 +23,9 @@ fi
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
 mountpoint -q "$ROOT/proc" || mount --bind /proc "$ROOT/proc"
 if ! chroot "$ROOT" dpkg -s libllama-dev >/dev/null 2>&1; then
+  # The registry mirror may serve a sid Release file past its Valid-Until date.
   echo "llama_system: installing llama.cpp from Debian sid" >&2
-  chroot "$ROOT" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends llama.cpp-tools libllama-dev libggml-dev gcc libc6-dev' >&2
+  chroot "$ROOT" sh -c 'apt-get -o Acquire::Check-Valid-Until=false update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends llama.cpp-tools libllama-dev libggml-dev gcc libc6-dev' >&2
 fi
 cp benches/llama_greedy.c "$ROOT/tmp/llama_greedy.c"
 chroot "$ROOT" gcc -O2 -Wall -o /usr/local/bin/llama_greedy /tmp/llama_greedy.c -lllama -lggml -lggml-base >&2

@@ -21,8 +21,18 @@
 //! The arithmetic is f32, as the exact product's ([`super::weights::Matmul::Exact`]): the
 //! values are those of dequantize-then-multiply up to the order of the f32 roundings (the test
 //! compares with candle's `to_float` followed by an f64 dot product). Other block types return
-//! `None` and take the tiled exact product. The per-row loop is one `#[inline(always)]` body
-//! dispatched at run time to AVX-512F, AVX2 or the baseline ([`crate::backend::simd`]).
+//! `None` and take the tiled exact product.
+//!
+//! Order of the simple types' operations, with $v_j$ the block's integer weights
+//! ([`super::q8::block_values`]: $q_j$, $q_j - 16$, or Q4_1's unsigned $q_j$) and
+//! $\mathrm{fma}(a, b, c) = ab + c$ rounded once: for each lane $l < 8$,
+//! $s_l = \mathrm{fma}(v_{l+24}, x_{l+24}, \mathrm{fma}(v_{l+16}, x_{l+16},
+//! \mathrm{fma}(v_{l+8}, x_{l+8}, v_l x_l)))$, added as $A_l \leftarrow \mathrm{fma}(d, s_l, A_l)$
+//! to accumulator $b mod 4$; Q4_1's minima $m_b \sum_j x_{b,j}$ go into running sum
+//! $b mod 16$; the end is the q8 product's ([`super::q8::finish`]). The AVX2 + FMA kernel and
+//! the portable one (`f32::mul_add`) do these operations in this order, so they give the same
+//! bits (tested). The K-quants' per-row loop is one `#[inline(always)]` body dispatched at run
+//! time to AVX-512F, AVX2 or the baseline ([`crate::backend::simd`]).
 
 use candle_core::quantized::GgmlDType;
 use rayon::prelude::*;
@@ -38,92 +48,153 @@ const QK: usize = 32;
 const QK_K: usize = 256;
 
 use super::dequant::{f16_to_f32_lanes, half as scale, scale_min_k4};
+use super::q8::{self, GROUP, Simple};
 
-/// Blocks whose f16 scales are converted together (one vector of 16 lanes).
-const SCALES: usize = 16;
-
-/// The f16 at byte `at` of each of the (up to [`SCALES`]) blocks of `bb` bytes in `blks`, as
-/// f32 (zeros past the last block): gathered first, then converted in one branch-free pass that
-/// the compiler vectorises ([`f16_to_f32_lanes`]), instead of one branchy conversion a block.
-#[inline(always)]
-fn block_scales(blks: &[u8], bb: usize, at: usize) -> [f32; SCALES] {
-    let mut h = [0u16; SCALES];
-    for (hk, b) in h.iter_mut().zip(blks.chunks_exact(bb)) {
-        *hk = u16::from_le_bytes([b[at], b[at + 1]]);
-    }
-    let mut out = [0f32; SCALES];
-    for (o, &hk) in out.iter_mut().zip(&h) {
-        *o = f16_to_f32_lanes(hk);
-    }
-    out
-}
-
-/// $\langle w, x\rangle$ for one Q8_0 row (`row`: its blocks of 34 bytes). The 16 lanes of
-/// `acc` run across the blocks (value $j$ and $j + 16$ of each block in lane $j$), so the loop
-/// vectorises; they are summed once at the end.
-#[inline(always)]
-fn dot_q8_0(row: &[u8], x: &[f32]) -> f32 {
-    let mut acc = [0f32; 16];
-    for (blks, xs) in row.chunks(SCALES * 34).zip(x.chunks(SCALES * QK)) {
-        let d = block_scales(blks, 34, 0);
-        for ((blk, xb), &d) in blks.chunks_exact(34).zip(xs.chunks_exact(QK)).zip(&d) {
-            let blk: &[u8; 34] = blk.try_into().expect("34-byte block");
-            let xb: &[f32; QK] = xb.try_into().expect("32 values");
-            for j in 0..16 {
-                let (a, b) = (blk[2 + j] as i8 as f32, blk[18 + j] as i8 as f32);
-                acc[j] += d * (a * xb[j] + b * xb[j + 16]);
+/// $\langle w, x\rangle$ for one row of a simple type (kind code `K`, [`Simple`]), `xsum`
+/// the block sums of `x`. Portable; the operations of the module doc, with `f32::mul_add`
+/// for each fused multiply-add, so it gives the bits of [`fma::dot`].
+fn simple_dot_portable<const K: u8>(row: &[u8], x: &[f32], xsum: &[f32]) -> f32 {
+    let kind = Simple::from_code(K);
+    let mut acc = [[0f32; 8]; 4];
+    let mut mins = [0f32; GROUP];
+    for (b, blk) in row.chunks_exact(kind.block_bytes()).enumerate() {
+        let v = q8::block_values(kind, blk);
+        let d = f16_to_f32_lanes(u16::from_le_bytes([blk[0], blk[1]]));
+        let xb: &[f32; QK] = x[b * QK..(b + 1) * QK].try_into().expect("32 values");
+        for (l, a) in acc[b % 4].iter_mut().enumerate() {
+            let mut s = v[l] as f32 * xb[l];
+            for g in 1..4 {
+                s = (v[8 * g + l] as f32).mul_add(xb[8 * g + l], s);
             }
+            *a = d.mul_add(s, *a);
+        }
+        if kind.with_min() {
+            mins[b % GROUP] += f16_to_f32_lanes(u16::from_le_bytes([blk[2], blk[3]])) * xsum[b];
         }
     }
-    acc.iter().sum()
+    q8::finish(acc, mins)
 }
 
-/// $\langle w, x\rangle$ for one Q4_1 row (blocks of 20 bytes), `xsum[b]` the block sums of `x`;
-/// lanes as in [`dot_q8_0`], the minimum's terms $m_b \sum x_b$ in one running sum.
-#[inline(always)]
-fn dot_q4_1(row: &[u8], x: &[f32], xsum: &[f32]) -> f32 {
-    let mut acc = [0f32; 16];
-    let mut mins = 0f32;
-    for ((blks, xs), sxs) in row
-        .chunks(SCALES * 20)
-        .zip(x.chunks(SCALES * QK))
-        .zip(xsum.chunks(SCALES))
+/// The simple types' kernel with AVX2, FMA and F16C: the block's f16 scale and 32 integer
+/// weights decoded in registers ([`q8::avx2::weights`]), the weights widened to f32 eight at
+/// a time and met with `x` in fused multiply-adds; one pass over the row's bytes.
+#[cfg(target_arch = "x86_64")]
+mod fma {
+    use super::{GROUP, QK, Simple, q8};
+    use q8::avx2::{half8, prefetch};
+    use std::arch::x86_64::*;
+
+    /// Accumulator `acc` plus block `blk`'s term: $d \cdot s$ with
+    /// $s_l = \sum_{g<4} v_{8g+l}\thinspace x_{8g+l}$ (one product, three fused multiply-adds).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn block(kind: Simple, acc: __m256, blk: &[u8], xb: &[f32]) -> __m256 {
+        let w = q8::avx2::weights(kind, blk);
+        let (lo, hi) = (_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w));
+        let widen = |h: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h));
+        let v = [
+            widen(lo),
+            widen(_mm_srli_si128::<8>(lo)),
+            widen(hi),
+            widen(_mm_srli_si128::<8>(hi)),
+        ];
+        let xb: &[f32; QK] = xb[..QK].try_into().expect("32 values");
+        // SAFETY: `xb` is 32 readable f32; the loads have no alignment requirement.
+        let x = |g: usize| unsafe { _mm256_loadu_ps(xb.as_ptr().add(8 * g)) };
+        let mut s = _mm256_mul_ps(v[0], x(0));
+        s = _mm256_fmadd_ps(v[1], x(1), s);
+        s = _mm256_fmadd_ps(v[2], x(2), s);
+        s = _mm256_fmadd_ps(v[3], x(3), s);
+        _mm256_fmadd_ps(half8(blk, 0), s, acc)
+    }
+
+    /// [`super::simple_dot_portable`] with AVX2, FMA and F16C: the same operations in the
+    /// same order.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn dot<const K: u8>(row: &[u8], x: &[f32], xsum: &[f32]) -> f32 {
+        let kind = Simple::from_code(K);
+        let bb = kind.block_bytes();
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut mins = [0f32; GROUP];
+        // Four blocks at a time, block b into accumulator b mod 4.
+        let mut quads = row.chunks_exact(4 * bb);
+        for (c, quad) in quads.by_ref().enumerate() {
+            prefetch(quad.as_ptr());
+            for (j, a) in acc.iter_mut().enumerate() {
+                let (b, blk) = (4 * c + j, &quad[j * bb..(j + 1) * bb]);
+                *a = block(kind, *a, blk, &x[b * QK..]);
+                if kind.with_min() {
+                    mins[b % GROUP] += _mm256_cvtss_f32(half8(blk, 2)) * xsum[b];
+                }
+            }
+        }
+        let b0 = row.len() / bb / 4 * 4;
+        for (j, blk) in quads.remainder().chunks_exact(bb).enumerate() {
+            let b = b0 + j;
+            acc[j] = block(kind, acc[j], blk, &x[b * QK..]);
+            if kind.with_min() {
+                mins[b % GROUP] += _mm256_cvtss_f32(half8(blk, 2)) * xsum[b];
+            }
+        }
+        let mut lanes = [[0f32; 8]; 4];
+        for (l, a) in lanes.iter_mut().zip(acc) {
+            // SAFETY: `l` is 8 writable f32; the store has no alignment requirement.
+            unsafe { _mm256_storeu_ps(l.as_mut_ptr(), a) };
+        }
+        q8::finish(lanes, mins)
+    }
+}
+
+/// Whether the AVX2 + FMA + F16C kernel runs on this CPU (detected once by the standard
+/// library).
+fn has_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
     {
-        let (d, m) = (block_scales(blks, 20, 0), block_scales(blks, 20, 2));
-        for (k, (blk, xb)) in blks.chunks_exact(20).zip(xs.chunks_exact(QK)).enumerate() {
-            let blk: &[u8; 20] = blk.try_into().expect("20-byte block");
-            let xb: &[f32; QK] = xb.try_into().expect("32 values");
-            let dk = d[k];
-            for j in 0..16 {
-                let q = blk[4 + j];
-                acc[j] += dk * ((q & 0x0F) as f32 * xb[j] + (q >> 4) as f32 * xb[j + 16]);
-            }
-            mins += m[k] * sxs[k];
-        }
+        std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c")
     }
-    acc.iter().sum::<f32>() + mins
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
-/// $\langle w, x\rangle$ for one Q5_0 row (blocks of 22 bytes: scale, `qh`, 16 nibble bytes),
-/// lanes as in [`dot_q8_0`], the offset applied to each quant ($q_j - 16$ is exact in f32).
-#[inline(always)]
-fn dot_q5_0(row: &[u8], x: &[f32]) -> f32 {
-    let mut acc = [0f32; 16];
-    for (blks, xs) in row.chunks(SCALES * 22).zip(x.chunks(SCALES * QK)) {
-        let d = block_scales(blks, 22, 0);
-        for ((blk, xb), &d) in blks.chunks_exact(22).zip(xs.chunks_exact(QK)).zip(&d) {
-            let blk: &[u8; 22] = blk.try_into().expect("22-byte block");
-            let xb: &[f32; QK] = xb.try_into().expect("32 values");
-            let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-            for j in 0..16 {
-                let q = blk[6 + j];
-                let lo = ((q & 0x0F) as u32 | ((qh >> j) & 1) << 4) as i32 - 16;
-                let hi = ((q >> 4) as u32 | ((qh >> (j + 16)) & 1) << 4) as i32 - 16;
-                acc[j] += d * (lo as f32 * xb[j] + hi as f32 * xb[j + 16]);
+/// One (weight row, activation row) pair of a simple type: the AVX2 + FMA kernel where the CPU
+/// has it (`fast`), else the portable one (the same bits).
+#[inline]
+fn simple_dot(kind: Simple, fast: bool, row: &[u8], x: &[f32], xsum: &[f32]) -> f32 {
+    macro_rules! by_kind {
+        ($f:ident) => {
+            match kind {
+                Simple::Q4_0 => $f::<0>(row, x, xsum),
+                Simple::Q4_1 => $f::<1>(row, x, xsum),
+                Simple::Q5_0 => $f::<2>(row, x, xsum),
+                Simple::Q5_1 => $f::<3>(row, x, xsum),
+                Simple::Q8_0 => $f::<4>(row, x, xsum),
             }
+        };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if fast {
+        use fma::dot as fast_dot;
+        // SAFETY: `fast` is true only when the CPU was found to support AVX2, FMA and F16C.
+        return unsafe { by_kind!(fast_dot) };
+    }
+    let _ = fast;
+    by_kind!(simple_dot_portable)
+}
+
+/// One output row block of a simple type, as [`rows_block`].
+fn simple_rows(kind: Simple, fast: bool, w: &[u8], row_bytes: usize, a: Acts<'_>, out: &mut [f32]) {
+    let Acts { x, xsum, cols, t } = a;
+    let nb = cols / QK;
+    for (row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(t)) {
+        for (i, oi) in o.iter_mut().enumerate() {
+            let (xi, si) = (&x[i * cols..(i + 1) * cols], &xsum[i * nb..(i + 1) * nb]);
+            *oi = simple_dot(kind, fast, row, xi, si);
         }
     }
-    acc.iter().sum()
 }
 
 /// $\langle w, x\rangle$ for one Q4_K (`hbits` false, blocks of 144 bytes: $d$, $d_{\min}$, 12
@@ -231,13 +302,12 @@ fn rows_loop(dt: GgmlDType, w: &[u8], row_bytes: usize, a: Acts<'_>, out: &mut [
     for (row, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(t)) {
         for (i, oi) in o.iter_mut().enumerate() {
             let xi = &x[i * cols..(i + 1) * cols];
+            let si = &xsum[i * nb..(i + 1) * nb];
+            // The K-quants only: the simple types take [`simple_rows`].
             *oi = match dt {
-                GgmlDType::Q8_0 => dot_q8_0(row, xi),
-                GgmlDType::Q5_0 => dot_q5_0(row, xi),
                 GgmlDType::Q6K => dot_q6_k(row, xi),
-                GgmlDType::Q4K => dot_q45_k(row, xi, &xsum[i * nb..(i + 1) * nb], false),
-                GgmlDType::Q5K => dot_q45_k(row, xi, &xsum[i * nb..(i + 1) * nb], true),
-                _ => dot_q4_1(row, xi, &xsum[i * nb..(i + 1) * nb]),
+                GgmlDType::Q5K => dot_q45_k(row, xi, si, true),
+                _ => dot_q45_k(row, xi, si, false),
             };
         }
     }
@@ -267,6 +337,7 @@ pub fn matmul_t_rows(
     }
     let xsum: Vec<f32> = x.chunks_exact(QK).map(|b| b.iter().sum()).collect();
     let mut out = vec![0f32; rows * t];
+    let (simple, fast) = (Simple::of(dt), has_fma());
     // 64 weight rows a task: each reads its rows' bytes once for all `t` activation rows.
     const ROWS: usize = 64;
     let work = |(k, o): (usize, &mut [f32])| {
@@ -278,7 +349,10 @@ pub fn matmul_t_rows(
             cols,
             t,
         };
-        rows_block(dt, w, row_bytes, a, o);
+        match simple {
+            Some(kind) => simple_rows(kind, fast, w, row_bytes, a, o),
+            None => rows_block(dt, w, row_bytes, a, o),
+        }
     };
     if par {
         out.par_chunks_mut(ROWS * t).enumerate().for_each(work);
@@ -347,6 +421,40 @@ mod tests {
             GgmlDType::Q5K => go::<BlockQ5K>(w, out),
             GgmlDType::Q6K => go::<BlockQ6K>(w, out),
             _ => unreachable!(),
+        }
+    }
+
+    /// The AVX2 + FMA kernel gives the portable kernel's bits for every simple type, on rows
+    /// whose block count is not a multiple of four (the remainder path) and is.
+    #[test]
+    fn simple_kernels_give_the_same_bits() {
+        if !has_fma() {
+            eprintln!("SKIP: this CPU lacks AVX2 or FMA; only the portable kernel runs");
+            return;
+        }
+        for (dt, kind) in [
+            (GgmlDType::Q8_0, Simple::Q8_0),
+            (GgmlDType::Q4_1, Simple::Q4_1),
+            (GgmlDType::Q5_0, Simple::Q5_0),
+        ] {
+            for cols in [32 * 7, 32 * 16] {
+                let w = blocks(dt, 3, cols, 11);
+                let x: Vec<f32> = (0..cols)
+                    .map(|k| ((k * 53 % 97) as f32 - 48.0) / 7.0)
+                    .collect();
+                let xsum: Vec<f32> = x.chunks_exact(QK).map(|b| b.iter().sum()).collect();
+                let rb = w.len() / 3;
+                for r in 0..3 {
+                    let row = &w[r * rb..(r + 1) * rb];
+                    let a = simple_dot(kind, true, row, &x, &xsum);
+                    let b = simple_dot(kind, false, row, &x, &xsum);
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "{dt:?} cols {cols} row {r}: {a} vs {b}"
+                    );
+                }
+            }
         }
     }
 

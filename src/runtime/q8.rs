@@ -42,7 +42,7 @@ const ROWS: usize = 64;
 
 /// The block types with 32 values a block, whose integer dots this module computes itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Simple {
+pub(super) enum Simple {
     Q4_0,
     Q4_1,
     Q5_0,
@@ -53,7 +53,7 @@ enum Simple {
 impl Simple {
     /// The kind with code `k` (the const parameter the kernels are compiled for).
     #[inline(always)]
-    const fn from_code(k: u8) -> Self {
+    pub(super) const fn from_code(k: u8) -> Self {
         match k {
             0 => Simple::Q4_0,
             1 => Simple::Q4_1,
@@ -63,7 +63,7 @@ impl Simple {
         }
     }
 
-    fn of(dt: GgmlDType) -> Option<Self> {
+    pub(super) fn of(dt: GgmlDType) -> Option<Self> {
         Some(match dt {
             GgmlDType::Q4_0 => Simple::Q4_0,
             GgmlDType::Q4_1 => Simple::Q4_1,
@@ -75,7 +75,7 @@ impl Simple {
     }
 
     /// Bytes per block: f16 scale, f16 minimum (Q4_1/Q5_1), 32-bit `qh` (Q5_0/Q5_1), quants.
-    fn block_bytes(self) -> usize {
+    pub(super) fn block_bytes(self) -> usize {
         match self {
             Simple::Q4_0 => 18,
             Simple::Q4_1 => 20,
@@ -86,7 +86,7 @@ impl Simple {
     }
 
     /// Whether the block has a minimum $m$ (and meets Q8_1's sum $s$).
-    fn with_min(self) -> bool {
+    pub(super) fn with_min(self) -> bool {
         matches!(self, Simple::Q4_1 | Simple::Q5_1)
     }
 
@@ -171,7 +171,7 @@ pub fn quantize_rows(x: &[f32]) -> Q8Rows {
 
 /// The 32 integer weights $v_j$ of one block of `kind` (unsigned for the types with a minimum).
 #[inline(always)]
-fn block_values(kind: Simple, blk: &[u8]) -> [i8; QK] {
+pub(super) fn block_values(kind: Simple, blk: &[u8]) -> [i8; QK] {
     let mut v = [0i8; QK];
     let qs = &blk[kind.quants_at()..];
     if kind == Simple::Q8_0 {
@@ -211,7 +211,7 @@ fn tree<const N: usize>(mut v: [f32; N]) -> f32 {
 /// combined lane by lane as $(A_0 + A_2) + (A_1 + A_3)$ and summed as a [`tree`], plus the tree
 /// of the 16 minima sums (block $b$'s term in sum $b \bmod 16$).
 #[inline(always)]
-fn finish(a: [[f32; 8]; 4], mins: [f32; GROUP]) -> f32 {
+pub(super) fn finish(a: [[f32; 8]; 4], mins: [f32; GROUP]) -> f32 {
     let mut l = [0f32; 8];
     for (i, v) in l.iter_mut().enumerate() {
         *v = (a[0][i] + a[2][i]) + (a[1][i] + a[3][i]);
@@ -220,103 +220,69 @@ fn finish(a: [[f32; 8]; 4], mins: [f32; GROUP]) -> f32 {
 }
 
 /// The f16 at byte `at` of a block as f32 (exact; branch-free, [`f16_to_f32_lanes`]).
-#[cfg(test)]
+#[inline(always)]
 fn f16_at(b: &[u8], at: usize) -> f32 {
     f16_to_f32_lanes(u16::from_le_bytes([b[at], b[at + 1]]))
 }
 
 /// Blocks whose minima's terms go into one running sum each (block $b$ in sum $b \bmod 16$).
-const GROUP: usize = 16;
-
-/// The weights' block scales $d_b$ and (types with a minimum) minima $m_b$ of all the blocks of
-/// `bytes` (several rows), as f32: the f16s gathered first, then converted in one branch-free
-/// pass ([`f16_to_f32_lanes`], exact) that the compiler vectorises; done once per parallel task
-/// and reused for every activation row.
-fn weight_scales(kind: Simple, bytes: &[u8]) -> (Vec<f32>, Vec<f32>) {
-    let bb = kind.block_bytes();
-    let half_at = |at: usize| -> Vec<f32> {
-        let h: Vec<u16> = bytes
-            .chunks_exact(bb)
-            .map(|b| u16::from_le_bytes([b[at], b[at + 1]]))
-            .collect();
-        let mut out = vec![0f32; h.len()];
-        halves_to_f32(&h, &mut out);
-        out
-    };
-    let mw = if kind.with_min() {
-        half_at(2)
-    } else {
-        Vec::new()
-    };
-    (half_at(0), mw)
-}
-
-/// `out[i] = f16_to_f32_lanes(h[i])`, dispatched at run time to AVX-512F, AVX2 or the baseline
-/// (the conversion is exact, so every path gives the same bits).
-fn halves_to_f32(h: &[u16], out: &mut [f32]) {
-    crate::backend::simd::dispatch!(halves_to_f32(h: &[u16], out: &mut [f32]) -> () = halves_loop(h, out))
-}
-
-#[inline(always)]
-fn halves_loop(h: &[u16], out: &mut [f32]) {
-    for (o, &x) in out.iter_mut().zip(h) {
-        *o = f16_to_f32_lanes(x);
-    }
-}
-
-/// The minima's part $\sum_b m_b s_b$ of one row: block $b$'s term in running sum
-/// $b \bmod 16$ (a loop the compiler vectorises), the 16 sums then added as a [`tree`].
-#[inline(always)]
-fn minima(mw: &[f32], s: &[f32]) -> [f32; GROUP] {
-    let mut acc = [0f32; GROUP];
-    for (mc, sc) in mw.chunks(GROUP).zip(s.chunks(GROUP)) {
-        for k in 0..mc.len() {
-            acc[k] += mc[k] * sc[k];
-        }
-    }
-    acc
-}
+pub(super) const GROUP: usize = 16;
 
 /// $\langle w, x\rangle$ for one weight row `row` of kind code `K` and one quantized
 /// activation row (`q`, `d`, `s` of that row), portable: the lanes and accumulators of the
 /// module doc.
-fn dot_portable<const K: u8>(
-    row: &[u8],
-    w: (&[f32], &[f32]),
-    q: &[i8],
-    d: &[f32],
-    s: &[f32],
-) -> f32 {
+fn dot_portable<const K: u8>(row: &[u8], q: &[i8], d: &[f32], s: &[f32]) -> f32 {
     let kind = Simple::from_code(K);
-    let (dw, mw) = w;
     let mut acc = [[0f32; 8]; 4];
+    let mut mins = [0f32; GROUP];
     for (b, blk) in row.chunks_exact(kind.block_bytes()).enumerate() {
         let v = block_values(kind, blk);
         let qb = &q[b * QK..(b + 1) * QK];
-        let dd = dw[b] * d[b];
+        let dd = f16_at(blk, 0) * d[b];
         for (l, a) in acc[b % 4].iter_mut().enumerate() {
             let p: i32 = (4 * l..4 * l + 4).map(|j| v[j] as i32 * qb[j] as i32).sum();
             *a += dd * p as f32;
         }
+        if kind.with_min() {
+            mins[b % GROUP] += f16_at(blk, 2) * s[b];
+        }
     }
-    let mins = if kind.with_min() {
-        minima(mw, s)
-    } else {
-        [0f32; GROUP]
-    };
     finish(acc, mins)
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use super::{GROUP, QK, Simple, finish, minima};
+pub(super) mod avx2 {
+    use super::{GROUP, QK, Simple, finish};
     use std::arch::x86_64::*;
+
+    /// Prefetch distance in bytes of the weight kernels (here and [`super::super::fused`]).
+    pub(in crate::runtime) const AHEAD: usize = 1024;
+
+    /// The f16 at bytes `at`, `at + 1` of `blk` in all 8 lanes (exact).
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    pub(in crate::runtime) fn half8(blk: &[u8], at: usize) -> __m256 {
+        let h = u16::from_le_bytes([blk[at], blk[at + 1]]);
+        _mm256_cvtph_ps(_mm_set1_epi16(h as i16))
+    }
+
+    /// Asks for the three cache lines [`AHEAD`] bytes past `p` (the rest of the row, or the
+    /// next rows'), so the loads of the coming blocks do not wait on memory. A hint: no fault
+    /// past the end of the weights.
+    #[inline]
+    #[target_feature(enable = "sse")]
+    pub(in crate::runtime) fn prefetch(p: *const u8) {
+        let p = p.wrapping_add(AHEAD);
+        for k in 0..3 {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64 * k) as *const i8);
+        }
+    }
 
     /// The 32 weights of a block as bytes in value order: signed $v_j$ for the types without
     /// a minimum, unsigned $n_j$ for Q4_1/Q5_1.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn weights(kind: Simple, blk: &[u8]) -> __m256i {
+    pub(in crate::runtime) fn weights(kind: Simple, blk: &[u8]) -> __m256i {
         let qs = &blk[kind.quants_at()..];
         if kind == Simple::Q8_0 {
             let b: &[u8; 32] = qs[..32].try_into().expect("32 quant bytes");
@@ -372,47 +338,32 @@ mod avx2 {
         )
     }
 
-    /// [`super::dot_portable`] with AVX2: the same integers and f32 operations.
-    #[target_feature(enable = "avx2")]
-    pub(super) fn dot<const K: u8>(
-        row: &[u8],
-        w: (&[f32], &[f32]),
-        q: &[i8],
-        d: &[f32],
-        s: &[f32],
-    ) -> f32 {
+    /// [`super::dot_portable`] with AVX2 and F16C: the same integers and f32 operations.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) fn dot<const K: u8>(row: &[u8], q: &[i8], d: &[f32], s: &[f32]) -> f32 {
         let kind = Simple::from_code(K);
-        let (dw, mw) = w;
         let mut acc = [_mm256_setzero_ps(); 4];
+        let mut mins = [0f32; GROUP];
         let bb = kind.block_bytes();
-        let nb = row.len() / bb;
+        let mut one = |acc: &mut __m256, b: usize, blk: &[u8]| {
+            let dd = _mm256_cvtss_f32(half8(blk, 0)) * d[b];
+            *acc = block(kind, *acc, blk, &q[b * QK..], dd);
+            if kind.with_min() {
+                mins[b % GROUP] += _mm256_cvtss_f32(half8(blk, 2)) * s[b];
+            }
+        };
         // Four blocks at a time, block b into accumulator b mod 4.
         let mut quads = row.chunks_exact(4 * bb);
         for (c, quad) in quads.by_ref().enumerate() {
-            let b = 4 * c;
-            let (q0, q1) = (&q[b * QK..], &q[(b + 1) * QK..]);
-            let (q2, q3) = (&q[(b + 2) * QK..], &q[(b + 3) * QK..]);
-            acc[0] = block(kind, acc[0], &quad[..bb], q0, dw[b] * d[b]);
-            acc[1] = block(kind, acc[1], &quad[bb..2 * bb], q1, dw[b + 1] * d[b + 1]);
-            acc[2] = block(
-                kind,
-                acc[2],
-                &quad[2 * bb..3 * bb],
-                q2,
-                dw[b + 2] * d[b + 2],
-            );
-            acc[3] = block(kind, acc[3], &quad[3 * bb..], q3, dw[b + 3] * d[b + 3]);
+            prefetch(quad.as_ptr());
+            for (j, a) in acc.iter_mut().enumerate() {
+                one(a, 4 * c + j, &quad[j * bb..(j + 1) * bb]);
+            }
         }
-        let b0 = nb / 4 * 4;
+        let b0 = row.len() / bb / 4 * 4;
         for (j, blk) in quads.remainder().chunks_exact(bb).enumerate() {
-            let b = b0 + j;
-            acc[j] = block(kind, acc[j], blk, &q[b * QK..], dw[b] * d[b]);
+            one(&mut acc[j], b0 + j, blk);
         }
-        let mins = if kind.with_min() {
-            minima(mw, s)
-        } else {
-            [0f32; GROUP]
-        };
         let mut lanes = [[0f32; 8]; 4];
         for (l, a) in lanes.iter_mut().zip(acc) {
             // SAFETY: `l` is 8 writable f32; the store has no alignment requirement.
@@ -422,11 +373,12 @@ mod avx2 {
     }
 }
 
-/// Whether the AVX2 kernel runs on this CPU (detected once by the standard library).
+/// Whether the AVX2 kernel runs on this CPU: AVX2 and F16C (detected once by the standard
+/// library).
 fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::is_x86_feature_detected!("avx2")
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -437,15 +389,7 @@ fn has_avx2() -> bool {
 /// One weight row against activation row `i`: the AVX2 kernel where the CPU has it.
 #[inline]
 #[allow(clippy::too_many_arguments)]
-fn dot(
-    kind: Simple,
-    avx2: bool,
-    row: &[u8],
-    w: (&[f32], &[f32]),
-    a: &Q8Rows,
-    i: usize,
-    nb: usize,
-) -> f32 {
+fn dot(kind: Simple, avx2: bool, row: &[u8], a: &Q8Rows, i: usize, nb: usize) -> f32 {
     let (q, d, s) = (
         &a.q[i * nb * QK..(i + 1) * nb * QK],
         &a.d[i * nb..(i + 1) * nb],
@@ -454,18 +398,18 @@ fn dot(
     macro_rules! by_kind {
         ($f:ident) => {
             match kind {
-                Simple::Q4_0 => $f::<0>(row, w, q, d, s),
-                Simple::Q4_1 => $f::<1>(row, w, q, d, s),
-                Simple::Q5_0 => $f::<2>(row, w, q, d, s),
-                Simple::Q5_1 => $f::<3>(row, w, q, d, s),
-                Simple::Q8_0 => $f::<4>(row, w, q, d, s),
+                Simple::Q4_0 => $f::<0>(row, q, d, s),
+                Simple::Q4_1 => $f::<1>(row, q, d, s),
+                Simple::Q5_0 => $f::<2>(row, q, d, s),
+                Simple::Q5_1 => $f::<3>(row, q, d, s),
+                Simple::Q8_0 => $f::<4>(row, q, d, s),
             }
         };
     }
     #[cfg(target_arch = "x86_64")]
     if avx2 {
         use avx2::dot as fast;
-        // SAFETY: `avx2` is true only when the CPU was found to support AVX2.
+        // SAFETY: `avx2` is true only when the CPU was found to support AVX2 and F16C.
         return unsafe { by_kind!(fast) };
     }
     let _ = avx2;
@@ -536,17 +480,10 @@ fn simple_rows(
     row_tasks(rows, t, par, |k, o| {
         let n = o.len() / t;
         let task = &bytes[k * ROWS * rb..(k * ROWS + n) * rb];
-        let (dw, mw) = weight_scales(kind, task);
         for (r, orow) in o.chunks_exact_mut(t).enumerate() {
             let row = &task[r * rb..(r + 1) * rb];
-            let mr = if mw.is_empty() {
-                &mw[..]
-            } else {
-                &mw[r * nb..(r + 1) * nb]
-            };
-            let w = (&dw[r * nb..(r + 1) * nb], mr);
             for (i, v) in orow.iter_mut().enumerate() {
-                *v = dot(kind, avx2, row, w, &a, i, nb);
+                *v = dot(kind, avx2, row, &a, i, nb);
             }
         }
     })
@@ -753,7 +690,6 @@ mod tests {
             let tol_rel = (2.0 * nb as f64 + 16.0) * u;
             for r in 0..rows {
                 let row = &w[r * nb * kind.block_bytes()..(r + 1) * nb * kind.block_bytes()];
-                let (dw, mw) = weight_scales(kind, row);
                 for i in 0..3 {
                     let mut want = 0f64;
                     let mut mag = 0f64;
@@ -774,13 +710,13 @@ mod tests {
                         }
                     }
                     let tol = tol_rel * mag + 1e-30;
-                    let port = dot(kind, false, row, (&dw, &mw), &a, i, nb);
+                    let port = dot(kind, false, row, &a, i, nb);
                     assert!(
                         (port as f64 - want).abs() <= tol,
                         "{kind:?} row {r} act {i}: {port} vs {want} (tol {tol:.2e})"
                     );
                     if has_avx2() {
-                        let fast = dot(kind, true, row, (&dw, &mw), &a, i, nb);
+                        let fast = dot(kind, true, row, &a, i, nb);
                         assert_eq!(
                             fast.to_bits(),
                             port.to_bits(),
@@ -813,9 +749,8 @@ mod tests {
                 let out = matmul_t_rows(dt, &w, rows, cols, &x, 3, par).unwrap();
                 for r in 0..rows {
                     let row = &w[r * nb * kind.block_bytes()..(r + 1) * nb * kind.block_bytes()];
-                    let (dw, mw) = weight_scales(kind, row);
                     for i in 0..3 {
-                        let want = dot(kind, has_avx2(), row, (&dw, &mw), &a, i, nb);
+                        let want = dot(kind, has_avx2(), row, &a, i, nb);
                         assert_eq!(out[r * 3 + i].to_bits(), want.to_bits());
                     }
                 }
