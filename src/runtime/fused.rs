@@ -164,25 +164,14 @@ fn has_fma() -> bool {
 /// has it (`fast`), else the portable one (the same bits).
 #[inline]
 fn simple_dot(kind: Simple, fast: bool, row: &[u8], x: &[f32], xsum: &[f32]) -> f32 {
-    macro_rules! by_kind {
-        ($f:ident) => {
-            match kind {
-                Simple::Q4_0 => $f::<0>(row, x, xsum),
-                Simple::Q4_1 => $f::<1>(row, x, xsum),
-                Simple::Q5_0 => $f::<2>(row, x, xsum),
-                Simple::Q5_1 => $f::<3>(row, x, xsum),
-                Simple::Q8_0 => $f::<4>(row, x, xsum),
-            }
-        };
-    }
     #[cfg(target_arch = "x86_64")]
     if fast {
         use fma::dot as fast_dot;
         // SAFETY: `fast` is true only when the CPU was found to support AVX2, FMA and F16C.
-        return unsafe { by_kind!(fast_dot) };
+        return unsafe { q8::by_kind!(kind, fast_dot(row, x, xsum)) };
     }
     let _ = fast;
-    by_kind!(simple_dot_portable)
+    q8::by_kind!(kind, simple_dot_portable(row, x, xsum))
 }
 
 /// One output row block of a simple type, as [`rows_block`].

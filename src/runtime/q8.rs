@@ -120,6 +120,22 @@ impl Simple {
     }
 }
 
+/// `f::<K>(args)` (or, written `f<N>(args)`, `f::<K, N>(args)`) with `K` the code of `kind`
+/// ([`Simple::from_code`]): the kernels are compiled once per kind, so the kind's branches
+/// fold away.
+macro_rules! by_kind {
+    ($kind:expr, $f:ident $(<$n:tt>)? ($($a:expr),*)) => {
+        match $kind {
+            $crate::runtime::q8::Simple::Q4_0 => $f::<0 $(, $n)?>($($a),*),
+            $crate::runtime::q8::Simple::Q4_1 => $f::<1 $(, $n)?>($($a),*),
+            $crate::runtime::q8::Simple::Q5_0 => $f::<2 $(, $n)?>($($a),*),
+            $crate::runtime::q8::Simple::Q5_1 => $f::<3 $(, $n)?>($($a),*),
+            $crate::runtime::q8::Simple::Q8_0 => $f::<4 $(, $n)?>($($a),*),
+        }
+    };
+}
+pub(super) use by_kind;
+
 /// Activation rows quantized to blocks of [`QK`]: `q` the int8 quants, `d` each block's
 /// $\hat\delta$ (the f16 value, as f32), `s` each block's Q8_1 sum (f16 value, as f32).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -316,11 +332,11 @@ pub(super) mod avx2 {
     }
 
     /// One block's term added to the accumulator `acc`: the 8 integer lanes of
-    /// $\sum_j v_j q_j$, converted and scaled by `dd`.
+    /// $\sum_j v_j q_j$, converted and scaled by `dd`, for the block's weights `w` ([`weights`])
+    /// and their magnitudes `wa` $= |w|$ (used by the types without a minimum).
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn block(kind: Simple, acc: __m256, blk: &[u8], qb: &[i8], dd: f32) -> __m256 {
-        let w = weights(kind, blk);
+    fn block(kind: Simple, acc: __m256, (w, wa): (__m256i, __m256i), qb: &[i8], dd: f32) -> __m256 {
         let qb: &[i8; QK] = qb[..QK].try_into().expect("32 quants");
         // SAFETY: `qb` is 32 readable bytes; the load has no alignment requirement.
         let x = unsafe { _mm256_loadu_si256(qb.as_ptr() as *const __m256i) };
@@ -329,13 +345,91 @@ pub(super) mod avx2 {
             _mm256_maddubs_epi16(w, x)
         } else {
             // |v| times x·sign(v): the same products with an unsigned first operand.
-            _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+            _mm256_maddubs_epi16(wa, _mm256_sign_epi8(x, w))
         };
         let p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
         _mm256_add_ps(
             acc,
             _mm256_mul_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p32)),
         )
+    }
+
+    /// The block's weights and their magnitudes, as [`block`] takes them.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn decoded(kind: Simple, blk: &[u8]) -> (__m256i, __m256i) {
+        let w = weights(kind, blk);
+        (w, _mm256_sign_epi8(w, w))
+    }
+
+    /// The 8 lanes of each accumulator, for [`finish`].
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn lanes(acc: [__m256; 4]) -> [[f32; 8]; 4] {
+        let mut l = [[0f32; 8]; 4];
+        for (l, a) in l.iter_mut().zip(acc) {
+            // SAFETY: `l` is 8 writable f32; the store has no alignment requirement.
+            unsafe { _mm256_storeu_ps(l.as_mut_ptr(), a) };
+        }
+        l
+    }
+
+    /// [`dot`] of one weight row against the activation rows `i0 .. i0 + out.len()` (at most
+    /// [`super::ACTS`]) of `a`, into `out`: each weight block decoded once for all of them. Each
+    /// pair keeps its own accumulators and minima sums, updated in [`dot`]'s order (block
+    /// $b$ into accumulator $b \bmod 4$ and minima sum $b \bmod 16$), so each output has
+    /// [`dot`]'s bits (tested).
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) fn dots<const K: u8, const N: usize>(
+        row: &[u8],
+        a: &super::Q8Rows,
+        i0: usize,
+        nb: usize,
+        out: &mut [f32],
+    ) {
+        let kind = Simple::from_code(K);
+        let bb = kind.block_bytes();
+        let (mut q, mut d, mut s) = ([&a.q[..0]; N], [&a.d[..0]; N], [&a.s[..0]; N]);
+        for i in 0..N {
+            let r = i0 + i;
+            q[i] = &a.q[r * nb * QK..(r + 1) * nb * QK];
+            d[i] = &a.d[r * nb..(r + 1) * nb];
+            s[i] = &a.s[r * nb..(r + 1) * nb];
+        }
+        let mut acc = [[_mm256_setzero_ps(); 4]; N];
+        let mut mins = [[0f32; GROUP]; N];
+        // Block b (the j-th of its quad) into accumulator j = b mod 4 of every pair (a macro,
+        // not a closure: the body must inline into this loop).
+        macro_rules! one {
+            ($j:expr, $b:expr, $blk:expr) => {{
+                let (j, b, blk): (usize, usize, &[u8]) = ($j, $b, $blk);
+                let w = decoded(kind, blk);
+                let dw = _mm256_cvtss_f32(half8(blk, 0));
+                for i in 0..N {
+                    acc[i][j] = block(kind, acc[i][j], w, &q[i][b * QK..], dw * d[i][b]);
+                }
+                if kind.with_min() {
+                    let mw = _mm256_cvtss_f32(half8(blk, 2));
+                    for i in 0..N {
+                        mins[i][b % GROUP] += mw * s[i][b];
+                    }
+                }
+            }};
+        }
+        let mut quads = row[..nb * bb].chunks_exact(4 * bb);
+        for (c, quad) in quads.by_ref().enumerate() {
+            prefetch(quad.as_ptr());
+            for j in 0..4 {
+                one!(j, 4 * c + j, &quad[j * bb..(j + 1) * bb]);
+            }
+        }
+        let b0 = nb / 4 * 4;
+        for (j, blk) in quads.remainder().chunks_exact(bb).enumerate() {
+            one!(j, b0 + j, blk);
+        }
+        for ((o, acc), mins) in out.iter_mut().zip(acc).zip(mins) {
+            *o = finish(lanes(acc), mins);
+        }
     }
 
     /// [`super::dot_portable`] with AVX2 and F16C: the same integers and f32 operations.
@@ -347,7 +441,7 @@ pub(super) mod avx2 {
         let bb = kind.block_bytes();
         let mut one = |acc: &mut __m256, b: usize, blk: &[u8]| {
             let dd = _mm256_cvtss_f32(half8(blk, 0)) * d[b];
-            *acc = block(kind, *acc, blk, &q[b * QK..], dd);
+            *acc = block(kind, *acc, decoded(kind, blk), &q[b * QK..], dd);
             if kind.with_min() {
                 mins[b % GROUP] += _mm256_cvtss_f32(half8(blk, 2)) * s[b];
             }
@@ -364,12 +458,7 @@ pub(super) mod avx2 {
         for (j, blk) in quads.remainder().chunks_exact(bb).enumerate() {
             one(&mut acc[j], b0 + j, blk);
         }
-        let mut lanes = [[0f32; 8]; 4];
-        for (l, a) in lanes.iter_mut().zip(acc) {
-            // SAFETY: `l` is 8 writable f32; the store has no alignment requirement.
-            unsafe { _mm256_storeu_ps(l.as_mut_ptr(), a) };
-        }
-        finish(lanes, mins)
+        finish(lanes(acc), mins)
     }
 }
 
@@ -395,25 +484,41 @@ fn dot(kind: Simple, avx2: bool, row: &[u8], a: &Q8Rows, i: usize, nb: usize) ->
         &a.d[i * nb..(i + 1) * nb],
         &a.s[i * nb..(i + 1) * nb],
     );
-    macro_rules! by_kind {
-        ($f:ident) => {
-            match kind {
-                Simple::Q4_0 => $f::<0>(row, q, d, s),
-                Simple::Q4_1 => $f::<1>(row, q, d, s),
-                Simple::Q5_0 => $f::<2>(row, q, d, s),
-                Simple::Q5_1 => $f::<3>(row, q, d, s),
-                Simple::Q8_0 => $f::<4>(row, q, d, s),
-            }
-        };
-    }
     #[cfg(target_arch = "x86_64")]
     if avx2 {
         use avx2::dot as fast;
         // SAFETY: `avx2` is true only when the CPU was found to support AVX2 and F16C.
-        return unsafe { by_kind!(fast) };
+        return unsafe { by_kind!(kind, fast(row, q, d, s)) };
     }
     let _ = avx2;
-    by_kind!(dot_portable)
+    by_kind!(kind, dot_portable(row, q, d, s))
+}
+
+/// Activation rows that one weight row meets together in [`simple_rows`] ([`avx2::dots`]).
+const ACTS: usize = 4;
+
+/// [`dot`] of one weight row against activation rows `i0 .. i0 + out.len()` (at most
+/// [`ACTS`]), into `out`; the same bits as one [`dot`] a row, on every path.
+fn dots(kind: Simple, avx2: bool, row: &[u8], a: &Q8Rows, i0: usize, nb: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2 && out.len() > 1 {
+        use avx2::dots;
+        // The row count as a constant, so the loops over the rows unroll.
+        macro_rules! n {
+            ($n:literal) => {{
+                // SAFETY: `avx2` is true only when the CPU was found to support AVX2 and F16C.
+                return unsafe { by_kind!(kind, dots<$n>(row, a, i0, nb, out)) };
+            }};
+        }
+        match out.len() {
+            2 => n!(2),
+            3 => n!(3),
+            _ => n!(4),
+        }
+    }
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = dot(kind, avx2, row, a, i0 + i, nb);
+    }
 }
 
 /// `x Wᵀ` in q8 arithmetic as a row-major `[rows, t]` matrix, for `W` of type `dt` stored as
@@ -462,7 +567,8 @@ pub fn matmul_t_rows(
     }
 }
 
-/// The simple types: activations quantized once, then one dot per (weight row, activation row).
+/// The simple types: activations quantized once, then one dot per (weight row, activation row),
+/// [`ACTS`] activation rows at a time.
 #[allow(clippy::too_many_arguments)]
 fn simple_rows(
     kind: Simple,
@@ -480,10 +586,13 @@ fn simple_rows(
     row_tasks(rows, t, par, |k, o| {
         let n = o.len() / t;
         let task = &bytes[k * ROWS * rb..(k * ROWS + n) * rb];
-        for (r, orow) in o.chunks_exact_mut(t).enumerate() {
-            let row = &task[r * rb..(r + 1) * rb];
-            for (i, v) in orow.iter_mut().enumerate() {
-                *v = dot(kind, avx2, row, &a, i, nb);
+        // Activation rows in groups of ACTS (outer, so a group's quants stay in L1 while the
+        // task's weight rows pass), each weight row meeting the whole group at once.
+        for i0 in (0..t).step_by(ACTS) {
+            let m = ACTS.min(t - i0);
+            for (r, orow) in o.chunks_exact_mut(t).enumerate() {
+                let row = &task[r * rb..(r + 1) * rb];
+                dots(kind, avx2, row, &a, i0, nb, &mut orow[i0..i0 + m]);
             }
         }
     })
@@ -684,7 +793,7 @@ mod tests {
             let (rows, cols) = (70, 576);
             let nb = cols / QK;
             let w = blocks(kind, rows * nb, 11);
-            let x = acts(3 * cols, 5);
+            let x = acts(6 * cols, 5);
             let a = quantize_rows(&x);
             let u = f32::EPSILON as f64 / 2.0;
             let tol_rel = (2.0 * nb as f64 + 16.0) * u;
@@ -746,12 +855,16 @@ mod tests {
                     Simple::Q5_1 => GgmlDType::Q5_1,
                     Simple::Q8_0 => GgmlDType::Q8_0,
                 };
-                let out = matmul_t_rows(dt, &w, rows, cols, &x, 3, par).unwrap();
-                for r in 0..rows {
-                    let row = &w[r * nb * kind.block_bytes()..(r + 1) * nb * kind.block_bytes()];
-                    for i in 0..3 {
-                        let want = dot(kind, has_avx2(), row, &a, i, nb);
-                        assert_eq!(out[r * 3 + i].to_bits(), want.to_bits());
+                // 3 rows: one partial group of the blocked kernel; 6: a whole group and a part.
+                for t in [1, 3, 6] {
+                    let out = matmul_t_rows(dt, &w, rows, cols, &x[..t * cols], t, par).unwrap();
+                    for r in 0..rows {
+                        let rb = nb * kind.block_bytes();
+                        let row = &w[r * rb..(r + 1) * rb];
+                        for i in 0..t {
+                            let want = dot(kind, has_avx2(), row, &a, i, nb);
+                            assert_eq!(out[r * t + i].to_bits(), want.to_bits(), "{kind:?} t={t}");
+                        }
                     }
                 }
             }
