@@ -20,7 +20,8 @@
 //! values $4l … 4l+3$, the layout of AVX2's `maddubs`/`madd`), each lane scaled by $d\hat\delta$
 //! and added to lane $l$ of accumulator $b \bmod 4$ (four independent chains of f32 additions);
 //! at the end the accumulators are combined lane by lane and the lanes summed as a tree, and the
-//! minima's terms (block $b$'s in running sum $b \bmod 16$) are summed as a tree and added. The AVX2 kernel and the portable one do the same f32
+//! minima's terms (block $b$'s in running sum $b \bmod 16$) are summed as a tree and added. The AVX2 kernel, the AVX-512 VNNI one (prefill: two blocks a register,
+//! several activation rows per decoded block) and the portable one do the same f32
 //! operations in the same order on the same exact integers, so they give the same bits (tested).
 //! llama.cpp sums in another order (and with fused multiply-adds): its products equal these up
 //! to f32 rounding, and the check that matters for the mode is that greedy generation gives
@@ -462,35 +463,213 @@ pub(super) mod avx2 {
     }
 }
 
-/// Whether the AVX2 kernel runs on this CPU: AVX2 and F16C (detected once by the standard
-/// library).
-fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c")
+/// The AVX-512 VNNI kernel: two blocks side by side in one 512-bit register (block $b$ in
+/// the low 256 bits, $b + 1$ in the high), the 4-value integer sums by `vpdpbusd`. A lane
+/// holds the same integers as in [`avx2`] (`dpbusd` sums the same four products that
+/// `maddubs` + `madd` sum, and neither saturates here: $|v_j q_j| \le 128 \cdot 127$), and the
+/// f32 operations are element-wise, so accumulators $b \bmod 4 = 0, 1$ sharing one register
+/// (as do 2, 3) give [`dot_portable`]'s bits (tested).
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::avx2::{half8, prefetch, weights};
+    use super::{GROUP, Q8Rows, QK, Simple, finish};
+    use std::arch::x86_64::*;
+
+    /// The lanes of the high half only (block $b + 1$).
+    const LOW: __mmask16 = 0x00ff;
+
+    /// Blocks `lo` and `hi` (or zeros for a missing `hi`) as one register, with the mask of
+    /// the negative weights.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    fn pair(kind: Simple, lo: &[u8], hi: Option<&[u8]>) -> (__m512i, __mmask64) {
+        let h = hi.map_or(_mm256_setzero_si256(), |b| weights(kind, b));
+        let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(weights(kind, lo)), h);
+        (w, _mm512_movepi8_mask(w))
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
+
+    /// The two blocks' 8 integer lanes each of $\sum_j v_j q_j$ against the 64 quants at `q`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    fn sums(kind: Simple, (w, neg): (__m512i, __mmask64), q: &[i8], two: bool) -> __m512i {
+        let z = _mm512_setzero_si512();
+        // SAFETY: the load reads 64 (or, for one block, 32) bytes of `q`, which has them.
+        let x = unsafe {
+            if two {
+                let q: &[i8; 2 * QK] = q[..2 * QK].try_into().expect("64 quants");
+                _mm512_loadu_si512(q.as_ptr() as *const __m512i)
+            } else {
+                let q: &[i8; QK] = q[..QK].try_into().expect("32 quants");
+                _mm512_castsi256_si512(_mm256_loadu_si256(q.as_ptr() as *const __m256i))
+            }
+        };
+        if kind.with_min() {
+            // Unsigned weights (0..31) times signed activations.
+            _mm512_dpbusd_epi32(z, w, x)
+        } else {
+            // |v| times x·sign(v) (x kept where v = 0: its product with |v| = 0 is 0 anyway).
+            let xs = _mm512_mask_sub_epi8(x, neg, z, x);
+            _mm512_dpbusd_epi32(z, _mm512_abs_epi8(w), xs)
+        }
+    }
+
+    /// [`super::avx2::dots`] with AVX-512 VNNI, for `N` activation rows (1 to
+    /// [`super::ACTS`]): the same integers and f32 operations in the same order per pair.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    pub(super) fn dots<const K: u8, const N: usize>(
+        row: &[u8],
+        a: &Q8Rows,
+        i0: usize,
+        nb: usize,
+        out: &mut [f32],
+    ) {
+        let kind = Simple::from_code(K);
+        let bb = kind.block_bytes();
+        let (mut q, mut d, mut s) = ([&a.q[..0]; N], [&a.d[..0]; N], [&a.s[..0]; N]);
+        for i in 0..N {
+            let r = i0 + i;
+            q[i] = &a.q[r * nb * QK..(r + 1) * nb * QK];
+            d[i] = &a.d[r * nb..(r + 1) * nb];
+            s[i] = &a.s[r * nb..(r + 1) * nb];
+        }
+        // acc[i][0]: accumulators 0 | 1 of pair i; acc[i][1]: accumulators 2 | 3.
+        let mut acc = [[_mm512_setzero_ps(); 2]; N];
+        // Blocks b (and b + 1 when `two`) into register half `h` = (b mod 4) / 2.
+        macro_rules! step {
+            ($h:expr, $b:expr, $lo:expr, $hi:expr) => {{
+                let (h, b, lo, hi): (usize, usize, &[u8], Option<&[u8]>) = ($h, $b, $lo, $hi);
+                let w = pair(kind, lo, hi);
+                let d0 = _mm256_cvtss_f32(half8(lo, 0));
+                let d1 = hi.map_or(0.0, |blk| _mm256_cvtss_f32(half8(blk, 0)));
+                for i in 0..N {
+                    let p = _mm512_cvtepi32_ps(sums(kind, w, &q[i][b * QK..], hi.is_some()));
+                    let dd0 = _mm256_set1_ps(d0 * d[i][b]);
+                    let dd1 = _mm256_set1_ps(if hi.is_some() { d1 * d[i][b + 1] } else { 0.0 });
+                    let dd = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+                        _mm512_castpd256_pd512(_mm256_castps_pd(dd0)),
+                        _mm256_castps_pd(dd1),
+                    ));
+                    let t = _mm512_mul_ps(dd, p);
+                    acc[i][h] = if hi.is_some() {
+                        _mm512_add_ps(acc[i][h], t)
+                    } else {
+                        _mm512_mask_add_ps(acc[i][h], LOW, acc[i][h], t)
+                    };
+                }
+            }};
+        }
+        let mut quads = row[..nb * bb].chunks_exact(4 * bb);
+        for (c, quad) in quads.by_ref().enumerate() {
+            prefetch(quad.as_ptr());
+            let blk = |j: usize| &quad[j * bb..(j + 1) * bb];
+            step!(0, 4 * c, blk(0), Some(blk(1)));
+            step!(1, 4 * c + 2, blk(2), Some(blk(3)));
+        }
+        let b0 = nb / 4 * 4;
+        let rest: Vec<&[u8]> = quads.remainder().chunks_exact(bb).collect();
+        match rest.len() {
+            1 => step!(0, b0, rest[0], None),
+            2 => step!(0, b0, rest[0], Some(rest[1])),
+            3 => {
+                step!(0, b0, rest[0], Some(rest[1]));
+                step!(1, b0 + 2, rest[2], None);
+            }
+            _ => {}
+        }
+        // The minima's sums, 16 blocks at a time: lane l of chunk k holds block 16k + l, so
+        // sum l gathers its blocks in increasing order, as in `dot_portable` (padding lanes
+        // add 0·0 = +0, which leaves every sum unchanged: a sum started at +0 is never −0).
+        let mut mins = [_mm512_setzero_ps(); N];
+        if kind.with_min() {
+            for (k, chunk) in row[..nb * bb].chunks(GROUP * bb).enumerate() {
+                let mut h = [0u16; GROUP];
+                for (hk, blk) in h.iter_mut().zip(chunk.chunks_exact(bb)) {
+                    *hk = u16::from_le_bytes([blk[2], blk[3]]);
+                }
+                // SAFETY: `h` is 32 readable bytes; the load has no alignment requirement.
+                let m =
+                    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(h.as_ptr() as *const __m256i) });
+                let n = chunk.len() / bb;
+                let lanes = ((1u32 << n) - 1) as __mmask16;
+                for i in 0..N {
+                    let sk = &s[i][GROUP * k..GROUP * k + n];
+                    // SAFETY: the masked load reads only the `n` values of `sk`.
+                    let sv = unsafe { _mm512_maskz_loadu_ps(lanes, sk.as_ptr()) };
+                    mins[i] = _mm512_add_ps(mins[i], _mm512_mul_ps(m, sv));
+                }
+            }
+        }
+        for ((o, acc), mins) in out.iter_mut().zip(acc).zip(mins) {
+            let mut ms = [0f32; GROUP];
+            // SAFETY: `ms` is 16 writable f32; the store has no alignment requirement.
+            unsafe { _mm512_storeu_ps(ms.as_mut_ptr(), mins) };
+            let mut l = [[0f32; 8]; 4];
+            let mut v = [0f32; 32];
+            // SAFETY: `v` is 32 writable f32; the stores have no alignment requirement.
+            unsafe {
+                _mm512_storeu_ps(v.as_mut_ptr(), acc[0]);
+                _mm512_storeu_ps(v.as_mut_ptr().add(16), acc[1]);
+            }
+            for (k, lk) in l.iter_mut().enumerate() {
+                lk.copy_from_slice(&v[8 * k..8 * k + 8]);
+            }
+            *o = finish(l, ms);
+        }
     }
 }
 
-/// One weight row against activation row `i`: the AVX2 kernel where the CPU has it.
+/// The kernels a product can take on this CPU, best first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Path {
+    Portable,
+    Avx2,
+    Vnni,
+}
+
+impl Path {
+    /// The best path this CPU runs: AVX-512 VNNI (with BW), else AVX2 with F16C, else the
+    /// portable one (features detected once by the standard library).
+    fn best() -> Path {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::is_x86_feature_detected as has;
+            if has!("avx2") && has!("f16c") {
+                if has!("avx512f") && has!("avx512bw") && has!("avx512vnni") {
+                    return Path::Vnni;
+                }
+                return Path::Avx2;
+            }
+        }
+        Path::Portable
+    }
+
+    /// The paths this CPU runs (for the tests that compare them).
+    #[cfg(test)]
+    fn available() -> Vec<Path> {
+        [Path::Portable, Path::Avx2, Path::Vnni]
+            .into_iter()
+            .filter(|&p| p <= Path::best())
+            .collect()
+    }
+}
+
+/// One weight row against activation row `i`, on `path`.
 #[inline]
-#[allow(clippy::too_many_arguments)]
-fn dot(kind: Simple, avx2: bool, row: &[u8], a: &Q8Rows, i: usize, nb: usize) -> f32 {
+fn dot(kind: Simple, path: Path, row: &[u8], a: &Q8Rows, i: usize, nb: usize) -> f32 {
     let (q, d, s) = (
         &a.q[i * nb * QK..(i + 1) * nb * QK],
         &a.d[i * nb..(i + 1) * nb],
         &a.s[i * nb..(i + 1) * nb],
     );
+    // One row takes the AVX2 kernel on a VNNI CPU too: measured faster for one row (generation,
+    // SmolLM2: 0.54–0.57× llama.cpp against 0.43–0.49× with the VNNI kernel for one row).
     #[cfg(target_arch = "x86_64")]
-    if avx2 {
+    if path != Path::Portable {
         use avx2::dot as fast;
-        // SAFETY: `avx2` is true only when the CPU was found to support AVX2 and F16C.
+        // SAFETY: both SIMD paths are chosen only when the CPU supports AVX2 and F16C.
         return unsafe { by_kind!(kind, fast(row, q, d, s)) };
     }
-    let _ = avx2;
+    let _ = path;
     by_kind!(kind, dot_portable(row, q, d, s))
 }
 
@@ -499,14 +678,19 @@ const ACTS: usize = 4;
 
 /// [`dot`] of one weight row against activation rows `i0 .. i0 + out.len()` (at most
 /// [`ACTS`]), into `out`; the same bits as one [`dot`] a row, on every path.
-fn dots(kind: Simple, avx2: bool, row: &[u8], a: &Q8Rows, i0: usize, nb: usize, out: &mut [f32]) {
+fn dots(kind: Simple, path: Path, row: &[u8], a: &Q8Rows, i0: usize, nb: usize, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if avx2 && out.len() > 1 {
-        use avx2::dots;
+    if path != Path::Portable && out.len() > 1 {
         // The row count as a constant, so the loops over the rows unroll.
         macro_rules! n {
             ($n:literal) => {{
-                // SAFETY: `avx2` is true only when the CPU was found to support AVX2 and F16C.
+                if path == Path::Vnni {
+                    use avx512::dots;
+                    // SAFETY: `Path::Vnni` is chosen only when the CPU was found to support it.
+                    return unsafe { by_kind!(kind, dots<$n>(row, a, i0, nb, out)) };
+                }
+                use avx2::dots;
+                // SAFETY: `Path::Avx2` is chosen only when the CPU supports AVX2 and F16C.
                 return unsafe { by_kind!(kind, dots<$n>(row, a, i0, nb, out)) };
             }};
         }
@@ -517,7 +701,7 @@ fn dots(kind: Simple, avx2: bool, row: &[u8], a: &Q8Rows, i0: usize, nb: usize, 
         }
     }
     for (i, o) in out.iter_mut().enumerate() {
-        *o = dot(kind, avx2, row, a, i0 + i, nb);
+        *o = dot(kind, path, row, a, i0 + i, nb);
     }
 }
 
@@ -542,7 +726,16 @@ pub fn matmul_t_rows(
         if !cols.is_multiple_of(QK) || bytes.len() != rows * cols / QK * kind.block_bytes() {
             return None;
         }
-        return Some(simple_rows(kind, has_avx2(), bytes, rows, cols, x, t, par));
+        return Some(simple_rows(
+            kind,
+            Path::best(),
+            bytes,
+            rows,
+            cols,
+            x,
+            t,
+            par,
+        ));
     }
     macro_rules! k {
         ($B:ty) => {{
@@ -572,7 +765,7 @@ pub fn matmul_t_rows(
 #[allow(clippy::too_many_arguments)]
 fn simple_rows(
     kind: Simple,
-    avx2: bool,
+    path: Path,
     bytes: &[u8],
     rows: usize,
     cols: usize,
@@ -592,7 +785,7 @@ fn simple_rows(
             let m = ACTS.min(t - i0);
             for (r, orow) in o.chunks_exact_mut(t).enumerate() {
                 let row = &task[r * rb..(r + 1) * rb];
-                dots(kind, avx2, row, &a, i0, nb, &mut orow[i0..i0 + m]);
+                dots(kind, path, row, &a, i0, nb, &mut orow[i0..i0 + m]);
             }
         }
     })
@@ -777,20 +970,25 @@ mod tests {
     /// $2^{-10}|s|$ more per block, added to its bound).
     #[test]
     fn integer_dots_equal_their_definition_on_every_path() {
+        println!("paths on this CPU: {:?}", Path::available());
         fn candle_dot<W: GgmlType>(w: &[u8], x: &[f32]) -> f32 {
             let w: Vec<W> = read(w);
             let mut xq = vec![W::VecDotType::zeros(); x.len() / W::VecDotType::BLCK_SIZE];
             W::VecDotType::from_float(x, &mut xq);
             W::vec_dot(x.len(), &w, &xq)
         }
-        for kind in [
+        for (kind, cols) in [
             Simple::Q4_0,
             Simple::Q4_1,
             Simple::Q5_0,
             Simple::Q5_1,
             Simple::Q8_0,
-        ] {
-            let (rows, cols) = (70, 576);
+        ]
+        .into_iter()
+        // 17, 18 and 19 blocks a row: the kernels' remainders of 1, 2 and 3 blocks.
+        .flat_map(|k| [544, 576, 608].map(|c| (k, c)))
+        {
+            let rows = 70;
             let nb = cols / QK;
             let w = blocks(kind, rows * nb, 11);
             let x = acts(6 * cols, 5);
@@ -819,18 +1017,21 @@ mod tests {
                         }
                     }
                     let tol = tol_rel * mag + 1e-30;
-                    let port = dot(kind, false, row, &a, i, nb);
+                    let port = dot(kind, Path::Portable, row, &a, i, nb);
                     assert!(
                         (port as f64 - want).abs() <= tol,
                         "{kind:?} row {r} act {i}: {port} vs {want} (tol {tol:.2e})"
                     );
-                    if has_avx2() {
-                        let fast = dot(kind, true, row, &a, i, nb);
+                    for path in Path::available() {
+                        let fast = dot(kind, path, row, &a, i, nb);
                         assert_eq!(
                             fast.to_bits(),
                             port.to_bits(),
-                            "{kind:?} row {r}: AVX2 differs"
+                            "{kind:?} row {r}: {path:?} differs"
                         );
+                    }
+                    if nb % 2 == 1 {
+                        continue; // candle's `vec_dot` takes an even number of blocks only
                     }
                     let xi = &x[i * cols..(i + 1) * cols];
                     let c = match kind {
@@ -844,6 +1045,22 @@ mod tests {
                         (c as f64 - want).abs() <= 2.0 * tol + s_err,
                         "{kind:?} row {r} act {i}: candle {c} vs {want}"
                     );
+                }
+            }
+            // Each path's blocked kernel (1 to ACTS rows at once) gives the per-row dot's bits.
+            for path in Path::available() {
+                let t = 6;
+                let out = simple_rows(kind, path, &w, rows, cols, &x[..t * cols], t, false);
+                for r in 0..rows {
+                    let rb = nb * kind.block_bytes();
+                    for i in 0..t {
+                        let want = dot(kind, Path::Portable, &w[r * rb..(r + 1) * rb], &a, i, nb);
+                        assert_eq!(
+                            out[r * t + i].to_bits(),
+                            want.to_bits(),
+                            "{kind:?} {path:?}"
+                        );
+                    }
                 }
             }
             // The whole product, in parallel or not, is the per-row dot.
@@ -862,7 +1079,7 @@ mod tests {
                         let rb = nb * kind.block_bytes();
                         let row = &w[r * rb..(r + 1) * rb];
                         for i in 0..t {
-                            let want = dot(kind, has_avx2(), row, &a, i, nb);
+                            let want = dot(kind, Path::Portable, row, &a, i, nb);
                             assert_eq!(out[r * t + i].to_bits(), want.to_bits(), "{kind:?} t={t}");
                         }
                     }
