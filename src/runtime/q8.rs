@@ -566,8 +566,12 @@ mod avx512 {
             step!(1, 4 * c + 2, blk(2), Some(blk(3)));
         }
         let b0 = nb / 4 * 4;
-        let rest: Vec<&[u8]> = quads.remainder().chunks_exact(bb).collect();
-        match rest.len() {
+        let (mut rest, mut n) = ([&row[..0]; 3], 0);
+        for blk in quads.remainder().chunks_exact(bb) {
+            rest[n] = blk;
+            n += 1;
+        }
+        match n {
             1 => step!(0, b0, rest[0], None),
             2 => step!(0, b0, rest[0], Some(rest[1])),
             3 => {
