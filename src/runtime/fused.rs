@@ -28,8 +28,8 @@
 //! $\mathrm{fma}(a, b, c) = ab + c$ rounded once: for each lane $l < 8$,
 //! $s_l = \mathrm{fma}(v_{l+24}, x_{l+24}, \mathrm{fma}(v_{l+16}, x_{l+16},
 //! \mathrm{fma}(v_{l+8}, x_{l+8}, v_l x_l)))$, added as $A_l \leftarrow \mathrm{fma}(d, s_l, A_l)$
-//! to accumulator $b mod 4$; Q4_1's minima $m_b \sum_j x_{b,j}$ go into running sum
-//! $b mod 16$; the end is the q8 product's ([`super::q8::finish`]). The AVX2 + FMA kernel and
+//! to accumulator $b \bmod 4$; Q4_1's minima $m_b \sum_j x_{b,j}$ go into running sum
+//! $b \bmod 16$; the end is the q8 product's ([`super::q8::finish`]). The AVX2 + FMA kernel and
 //! the portable one (`f32::mul_add`) do these operations in this order, so they give the same
 //! bits (tested). The K-quants' per-row loop is one `#[inline(always)]` body dispatched at run
 //! time to AVX-512F, AVX2 or the baseline ([`crate::backend::simd`]).
@@ -81,7 +81,7 @@ fn simple_dot_portable<const K: u8>(row: &[u8], x: &[f32], xsum: &[f32]) -> f32 
 #[cfg(target_arch = "x86_64")]
 mod fma {
     use super::{GROUP, QK, Simple, q8};
-    use q8::avx2::{half8, prefetch};
+    use q8::avx2::{half8, lanes, prefetch};
     use std::arch::x86_64::*;
 
     /// Accumulator `acc` plus block `blk`'s term: $d \cdot s$ with
@@ -136,12 +136,7 @@ mod fma {
                 mins[b % GROUP] += _mm256_cvtss_f32(half8(blk, 2)) * xsum[b];
             }
         }
-        let mut lanes = [[0f32; 8]; 4];
-        for (l, a) in lanes.iter_mut().zip(acc) {
-            // SAFETY: `l` is 8 writable f32; the store has no alignment requirement.
-            unsafe { _mm256_storeu_ps(l.as_mut_ptr(), a) };
-        }
-        q8::finish(lanes, mins)
+        q8::finish(lanes(acc), mins)
     }
 }
 
@@ -426,7 +421,8 @@ mod tests {
             (GgmlDType::Q4_1, Simple::Q4_1),
             (GgmlDType::Q5_0, Simple::Q5_0),
         ] {
-            for cols in [32 * 7, 32 * 16] {
+            // Remainders of 1, 2, 3 and 0 blocks after the quads.
+            for cols in [32 * 5, 32 * 6, 32 * 7, 32 * 16] {
                 let w = blocks(dt, 3, cols, 11);
                 let x: Vec<f32> = (0..cols)
                     .map(|k| ((k * 53 % 97) as f32 - 48.0) / 7.0)

@@ -146,6 +146,24 @@ pub struct Q8Rows {
     pub s: Vec<f32>,
 }
 
+/// `N` rows of a [`Q8Rows`]: their quants, scales and sums.
+type RowsOf<'a, const N: usize> = ([&'a [i8]; N], [&'a [f32]; N], [&'a [f32]; N]);
+
+impl Q8Rows {
+    /// The quants, scales and sums of rows `i0 .. i0 + N`, each `nb` blocks long.
+    #[inline(always)]
+    fn rows<const N: usize>(&self, i0: usize, nb: usize) -> RowsOf<'_, N> {
+        let (mut q, mut d, mut s) = ([&self.q[..0]; N], [&self.d[..0]; N], [&self.s[..0]; N]);
+        for i in 0..N {
+            let r = i0 + i;
+            q[i] = &self.q[r * nb * QK..(r + 1) * nb * QK];
+            d[i] = &self.d[r * nb..(r + 1) * nb];
+            s[i] = &self.s[r * nb..(r + 1) * nb];
+        }
+        (q, d, s)
+    }
+}
+
 /// Quantizes each block of 32 values of `x` (a whole number of blocks) as ggml's reference
 /// `quantize_row_q8_1` does (Q8_0's quants and scale are the same; Q8_1 adds the sum). A
 /// block holding a NaN gets a NaN scale (ggml's `fmaxf` would skip it and give finite, wrong
@@ -366,7 +384,7 @@ pub(super) mod avx2 {
     /// The 8 lanes of each accumulator, for [`finish`].
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn lanes(acc: [__m256; 4]) -> [[f32; 8]; 4] {
+    pub(in crate::runtime) fn lanes(acc: [__m256; 4]) -> [[f32; 8]; 4] {
         let mut l = [[0f32; 8]; 4];
         for (l, a) in l.iter_mut().zip(acc) {
             // SAFETY: `l` is 8 writable f32; the store has no alignment requirement.
@@ -390,13 +408,7 @@ pub(super) mod avx2 {
     ) {
         let kind = Simple::from_code(K);
         let bb = kind.block_bytes();
-        let (mut q, mut d, mut s) = ([&a.q[..0]; N], [&a.d[..0]; N], [&a.s[..0]; N]);
-        for i in 0..N {
-            let r = i0 + i;
-            q[i] = &a.q[r * nb * QK..(r + 1) * nb * QK];
-            d[i] = &a.d[r * nb..(r + 1) * nb];
-            s[i] = &a.s[r * nb..(r + 1) * nb];
-        }
+        let (q, d, s) = a.rows::<N>(i0, nb);
         let mut acc = [[_mm256_setzero_ps(); 4]; N];
         let mut mins = [[0f32; GROUP]; N];
         // Block b (the j-th of its quad) into accumulator j = b mod 4 of every pair (a macro,
@@ -525,16 +537,10 @@ mod avx512 {
     ) {
         let kind = Simple::from_code(K);
         let bb = kind.block_bytes();
-        let (mut q, mut d, mut s) = ([&a.q[..0]; N], [&a.d[..0]; N], [&a.s[..0]; N]);
-        for i in 0..N {
-            let r = i0 + i;
-            q[i] = &a.q[r * nb * QK..(r + 1) * nb * QK];
-            d[i] = &a.d[r * nb..(r + 1) * nb];
-            s[i] = &a.s[r * nb..(r + 1) * nb];
-        }
+        let (q, d, s) = a.rows::<N>(i0, nb);
         // acc[i][0]: accumulators 0 | 1 of pair i; acc[i][1]: accumulators 2 | 3.
         let mut acc = [[_mm512_setzero_ps(); 2]; N];
-        // Blocks b (and b + 1 when `two`) into register half `h` = (b mod 4) / 2.
+        // Blocks b (and b + 1 when `hi` is given) into register half `h` = (b mod 4) / 2.
         macro_rules! step {
             ($h:expr, $b:expr, $lo:expr, $hi:expr) => {{
                 let (h, b, lo, hi): (usize, usize, &[u8], Option<&[u8]>) = ($h, $b, $lo, $hi);
@@ -660,11 +666,7 @@ impl Path {
 /// One weight row against activation row `i`, on `path`.
 #[inline]
 fn dot(kind: Simple, path: Path, row: &[u8], a: &Q8Rows, i: usize, nb: usize) -> f32 {
-    let (q, d, s) = (
-        &a.q[i * nb * QK..(i + 1) * nb * QK],
-        &a.d[i * nb..(i + 1) * nb],
-        &a.s[i * nb..(i + 1) * nb],
-    );
+    let ([q], [d], [s]) = a.rows::<1>(i, nb);
     // One row takes the AVX2 kernel on a VNNI CPU too: measured faster for one row (generation,
     // SmolLM2: 0.54–0.57× llama.cpp against 0.43–0.49× with the VNNI kernel for one row).
     #[cfg(target_arch = "x86_64")]
