@@ -20,6 +20,7 @@ pub mod outcome;
 pub mod oversmoothing;
 pub mod patterns;
 pub mod plot;
+pub mod quant;
 pub mod real;
 pub mod report;
 pub mod runtime;

@@ -1,6 +1,6 @@
 //! Weights kept in their storage format (`sinklab::runtime::weights`): quantized GGUF blocks and
 //! f16/bf16 safetensors, dequantized inside the product (or, for a few rows of Q8_0/Q4_1, in
-//! the fused kernels of `sinklab::runtime::fused`, which the t = 1 and 3 product checks below
+//! the fused kernels of `sinklab::quant::fused`, which the t = 1 and 3 product checks below
 //! exercise under the same bound).
 //!
 //! Tolerances. Every f32 dot product of length k computed in any summation order lies within

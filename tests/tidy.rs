@@ -33,6 +33,9 @@
 //!    - no `*` (an emphasis delimiter wherever it stands; write `\ast`) except in a starred
 //!      command such as `\operatorname*`, and no `_` that could open emphasis (after
 //!      punctuation or a space, as in `\mathrm{SS}_{res}` or `(AX)_i`: write `\_`).
+//! 7. **No module holds the house**: no top-level module of `src/` (a folder with its files, or
+//!    one file; `lib.rs` and `main.rs` count alone) has more than a fifth of the lines of
+//!    `src/`'s `.rs` files.
 //!
 //! "Imports" are the `crate::…` paths of a file (in `use` items or inline),
 //! comments removed. The first tests below run the rules on planted inputs, so
@@ -61,7 +64,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "tasks",
         ],
     ),
-    ("kernels", &["backend"]),
+    ("kernels", &["backend", "quant"]),
     ("runtime", &["atomic", "budget", "runtime", "synth"]),
     ("output", &["plot", "section"]),
     ("experiments", &["train", "sweep", "real", "secondary"]),
@@ -1152,6 +1155,59 @@ fn every_test_file_is_a_test_target() {
     for t in &targets {
         assert!(root.join(t).is_file(), "[[test]] path {t} does not exist");
     }
+}
+
+/// The top-level modules holding more than `1/parts` of all lines, given each module's line count.
+fn oversized(lines: &BTreeMap<String, usize>, parts: usize) -> Vec<String> {
+    let total: usize = lines.values().sum();
+    lines
+        .iter()
+        .filter(|&(_, &n)| n * parts > total)
+        .map(|(m, &n)| format!("{m}: {n} of {total} lines (more than 1/{parts})"))
+        .collect()
+}
+
+/// Lines of each top-level entry of `src/` (a folder with everything below it, or a file).
+fn module_lines() -> BTreeMap<String, usize> {
+    let src = root().join("src");
+    let mut lines = BTreeMap::new();
+    for p in rs_files(&src) {
+        let rel = p.strip_prefix(&src).unwrap();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_str()
+            .unwrap();
+        let name = first.strip_suffix(".rs").unwrap_or(first).to_string();
+        *lines.entry(name).or_insert(0) += std::fs::read_to_string(&p).unwrap().lines().count();
+    }
+    lines
+}
+
+#[test]
+fn planted_oversized_modules_are_flagged() {
+    let planted: BTreeMap<String, usize> = [("a", 20), ("b", 21), ("c", 19), ("d", 20), ("e", 20)]
+        .map(|(m, n)| (m.to_string(), n))
+        .into();
+    assert_eq!(
+        oversized(&planted, 5),
+        vec!["b: 21 of 100 lines (more than 1/5)"]
+    );
+    let even: BTreeMap<String, usize> = (0..5).map(|i| (format!("m{i}"), 20)).collect();
+    assert!(oversized(&even, 5).is_empty(), "exactly a fifth is allowed");
+}
+
+#[test]
+fn no_top_level_module_holds_more_than_a_fifth() {
+    let lines = module_lines();
+    assert!(
+        lines.len() > 10 && lines.contains_key("runtime"),
+        "{lines:?}"
+    );
+    let bad = oversized(&lines, 5);
+    assert!(bad.is_empty(), "split these (rule 7):\n{}", bad.join("\n"));
 }
 
 #[test]

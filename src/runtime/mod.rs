@@ -8,7 +8,7 @@
 //! the files and [`arch`] (one module per architecture) turns them into a [`model::Pretrained`]
 //! (weights kept as the file stores them, [`weights::StoredMatrix`]: f32, f16/bf16 or ggml blocks,
 //! which a product dequantizes in row tiles or, with [`weights::Matmul::Q8`], multiplies by
-//! integer dot products ([`q8`]); `--weights f32` converts them once at load) → [`forward`] runs it,
+//! integer dot products ([`crate::quant::q8`]); `--weights f32` converts them once at load) → [`forward`] runs it,
 //! showing each layer's tensors to an observer ([`forward::LayerObserver`]) while they exist,
 //! so that [`capture`] keeps only what is asked for and the studies reduce while streaming.
 
@@ -16,14 +16,11 @@ pub mod activation_file;
 pub mod arch;
 pub mod capture;
 pub mod chat_template;
-pub mod dequant;
 pub mod fetch;
 pub mod forward;
-pub mod fused;
 pub mod gguf;
 pub mod hidden;
 pub mod model;
-pub mod q8;
 pub mod safetensors;
 pub mod tokenizer;
 pub mod weights;

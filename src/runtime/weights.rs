@@ -7,7 +7,7 @@
 //! permutations are byte operations on every storage type ([`StoredMatrix::rows`],
 //! [`StoredMatrix::permute_rows`]); anything else converts to f32 first ([`StoredMatrix::to_f32`]).
 //!
-//! Dequantization is [`super::dequant`] for Q8_0, Q4_1, Q5_0, Q4_K and Q6_K (the same bits as
+//! Dequantization is [`crate::quant::dequant`] for Q8_0, Q4_1, Q5_0, Q4_K and Q6_K (the same bits as
 //! candle's `to_float`, vectorised; tested bit for bit) and candle-core's block kernels
 //! (`GgmlType::to_float`) on the file's bytes reinterpreted as blocks for every other type.
 //!
@@ -15,12 +15,13 @@
 //! - [`Matmul::Exact`]: rows of `W` are dequantized in tiles of [`TILE`] rows into an f32
 //!   scratch and multiplied by faer, so activations stay f32 and the result equals
 //!   dequantize-then-multiply up to f32 summation order; for up to
-//!   [`super::fused::MAX_ROWS`] activation rows of a Q8_0, Q4_1, Q5_0, Q4_K, Q5_K or Q6_K `W`, the fused kernels of
-//!   [`super::fused`] compute the same f32 products without the dequantized copy;
+//!   [`crate::quant::fused::MAX_ROWS`] activation rows of a Q8_0, Q4_1, Q5_0, Q4_K, Q5_K or Q6_K `W`, the fused kernels of
+//!   [`crate::quant::fused`] compute the same f32 products without the dequantized copy;
 //! - [`Matmul::Q8`]: each activation row is quantized to the weight type's dot-product partner
 //!   (Q8_0, Q8_1 or Q8_K, as llama.cpp does) and multiplied by candle's integer `vec_dot`;
 //!   [`q8_bound`] bounds its deviation from the exact product.
 
+use crate::quant::cast;
 use candle_core::quantized::GgmlDType;
 use candle_core::quantized::k_quants::{
     BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
@@ -140,22 +141,6 @@ impl Bytes {
             len,
         }
     }
-}
-
-/// Reinterprets bytes as a slice of `B` (a ggml block or a 16-bit float).
-///
-/// Callers guarantee the invariants [`StoredMatrix`]'s constructors check: the length is a multiple
-/// of `size_of::<B>()` and the address is aligned (every [`Bytes`] starts 8-byte aligned and row
-/// offsets are multiples of the block size, itself a multiple of the block's alignment).
-pub(super) fn cast<B>(b: &[u8]) -> &[B] {
-    let (sz, al) = (std::mem::size_of::<B>(), std::mem::align_of::<B>());
-    assert!(
-        b.len().is_multiple_of(sz) && (b.as_ptr() as usize).is_multiple_of(al),
-        "weight bytes not a whole, aligned number of blocks"
-    );
-    // SAFETY: length and alignment checked above; `B` is a `#[repr(C)]` ggml block of
-    // integers and f16/f32 fields (or f16/bf16), for which every bit pattern is valid.
-    unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<B>(), b.len() / sz) }
 }
 
 /// Runs `$body` with `$B` the candle block type of a quantized `$dt` (None for float types).
@@ -451,7 +436,7 @@ impl StoredMatrix {
             }
             Storage::Quantized { dtype, bytes: b } => {
                 let raw = bytes(b, lo, hi);
-                if !super::dequant::to_f32(*dtype, raw, out) {
+                if !crate::quant::dequant::to_f32(*dtype, raw, out) {
                     per_block!(*dtype, |B| B::to_float(cast::<B>(raw), out));
                 }
             }
@@ -549,15 +534,16 @@ impl StoredMatrix {
         let par = (t + 8) * r * c >= PAR_FLOPS;
         if mode == Matmul::Q8
             && let Storage::Quantized { dtype, bytes } = &self.storage
-            && let Some(out_t) = super::q8::matmul_t_rows(*dtype, bytes.as_slice(), r, c, x, t, par)
+            && let Some(out_t) =
+                crate::quant::q8::matmul_t_rows(*dtype, bytes.as_slice(), r, c, x, t, par)
         {
             return transpose(out_t, r, t);
         }
         // Exact, a few activation rows (generation): fused dequantize-and-dot where the block
-        // type has a kernel (`super::fused`), each block read once.
+        // type has a kernel (`crate::quant::fused`), each block read once.
         if let Storage::Quantized { dtype, bytes } = &self.storage
             && let Some(out_t) =
-                super::fused::matmul_t_rows(*dtype, bytes.as_slice(), r, c, x, t, par)
+                crate::quant::fused::matmul_t_rows(*dtype, bytes.as_slice(), r, c, x, t, par)
         {
             return transpose(out_t, r, t);
         }

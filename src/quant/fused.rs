@@ -18,7 +18,7 @@
 //!   the sub-block sums of $x$ being Q4_1's block sums;
 //! - Q6_K: $w_j = (d s_k)(q_j - 32)$ over 16 sub-blocks of 16 ($s_k$ int8, $q_j$ 6-bit).
 //!
-//! The arithmetic is f32, as the exact product's ([`super::weights::Matmul::Exact`]): the
+//! The arithmetic is f32, as the exact product's ([`crate::runtime::weights::Matmul::Exact`]): the
 //! values are those of dequantize-then-multiply up to the order of the f32 roundings (the test
 //! compares with candle's `to_float` followed by an f64 dot product). Other block types return
 //! `None` and take the tiled exact product.
@@ -349,7 +349,7 @@ pub fn matmul_t_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::dequant::{block_bytes, block_values};
+    use crate::quant::dequant::{block_bytes, block_values};
     use half::f16;
 
     /// Byte offsets of the f16 scale (first) and, where the type has one, the f16 minimum.

@@ -1,5 +1,5 @@
 //! Dequantization of ggml blocks to f32, the step before the tiled exact product of many
-//! activation rows (prefill, capture: [`super::weights::StoredMatrix::matmul_t`]). With block
+//! activation rows (prefill, capture: [`crate::runtime::weights::StoredMatrix::matmul_t`]). With block
 //! scale $d$ and minimum $m$ (f16), sub-block scales $s_k$ and minima $m_k$ (6-bit, K-quants) and
 //! integer quants $q_j$:
 //! - Q8_0: $w_j = q_j d$ ($q_j$ int8, blocks of 32);

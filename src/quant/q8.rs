@@ -1,4 +1,4 @@
-//! The q8 product ([`super::weights::Matmul::Q8`]): llama.cpp's arithmetic for quantized
+//! The q8 product ([`crate::runtime::weights::Matmul::Q8`]): llama.cpp's arithmetic for quantized
 //! weights. Each activation row is quantized once per product to 8 bits per block, then every
 //! weight block meets its activation block in an integer dot product.
 //!
@@ -127,11 +127,11 @@ impl Simple {
 macro_rules! by_kind {
     ($kind:expr, $f:ident $(<$n:tt>)? ($($a:expr),*)) => {
         match $kind {
-            $crate::runtime::q8::Simple::Q4_0 => $f::<0 $(, $n)?>($($a),*),
-            $crate::runtime::q8::Simple::Q4_1 => $f::<1 $(, $n)?>($($a),*),
-            $crate::runtime::q8::Simple::Q5_0 => $f::<2 $(, $n)?>($($a),*),
-            $crate::runtime::q8::Simple::Q5_1 => $f::<3 $(, $n)?>($($a),*),
-            $crate::runtime::q8::Simple::Q8_0 => $f::<4 $(, $n)?>($($a),*),
+            $crate::quant::q8::Simple::Q4_0 => $f::<0 $(, $n)?>($($a),*),
+            $crate::quant::q8::Simple::Q4_1 => $f::<1 $(, $n)?>($($a),*),
+            $crate::quant::q8::Simple::Q5_0 => $f::<2 $(, $n)?>($($a),*),
+            $crate::quant::q8::Simple::Q5_1 => $f::<3 $(, $n)?>($($a),*),
+            $crate::quant::q8::Simple::Q8_0 => $f::<4 $(, $n)?>($($a),*),
         }
     };
 }
@@ -291,12 +291,12 @@ pub(super) mod avx2 {
     use std::arch::x86_64::*;
 
     /// Prefetch distance in bytes of the weight kernels (here and [`super::super::fused`]).
-    pub(in crate::runtime) const AHEAD: usize = 1024;
+    pub(in crate::quant) const AHEAD: usize = 1024;
 
     /// The f16 at bytes `at`, `at + 1` of `blk` in all 8 lanes (exact).
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    pub(in crate::runtime) fn half8(blk: &[u8], at: usize) -> __m256 {
+    pub(in crate::quant) fn half8(blk: &[u8], at: usize) -> __m256 {
         let h = u16::from_le_bytes([blk[at], blk[at + 1]]);
         _mm256_cvtph_ps(_mm_set1_epi16(h as i16))
     }
@@ -306,7 +306,7 @@ pub(super) mod avx2 {
     /// past the end of the weights.
     #[inline]
     #[target_feature(enable = "sse")]
-    pub(in crate::runtime) fn prefetch(p: *const u8) {
+    pub(in crate::quant) fn prefetch(p: *const u8) {
         let p = p.wrapping_add(AHEAD);
         for k in 0..3 {
             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64 * k) as *const i8);
@@ -317,7 +317,7 @@ pub(super) mod avx2 {
     /// a minimum, unsigned $n_j$ for Q4_1/Q5_1.
     #[inline]
     #[target_feature(enable = "avx2")]
-    pub(in crate::runtime) fn weights(kind: Simple, blk: &[u8]) -> __m256i {
+    pub(in crate::quant) fn weights(kind: Simple, blk: &[u8]) -> __m256i {
         let qs = &blk[kind.quants_at()..];
         if kind == Simple::Q8_0 {
             let b: &[u8; 32] = qs[..32].try_into().expect("32 quant bytes");
@@ -384,7 +384,7 @@ pub(super) mod avx2 {
     /// The 8 lanes of each accumulator, for [`finish`].
     #[inline]
     #[target_feature(enable = "avx2")]
-    pub(in crate::runtime) fn lanes(acc: [__m256; 4]) -> [[f32; 8]; 4] {
+    pub(in crate::quant) fn lanes(acc: [__m256; 4]) -> [[f32; 8]; 4] {
         let mut l = [[0f32; 8]; 4];
         for (l, a) in l.iter_mut().zip(acc) {
             // SAFETY: `l` is 8 writable f32; the store has no alignment requirement.
@@ -816,10 +816,10 @@ fn row_tasks(
 }
 
 /// `bytes` as candle blocks: borrowed in place when aligned for `B` (as every
-/// [`super::weights::StoredMatrix`]'s bytes are), else copied block by block.
+/// [`crate::runtime::weights::StoredMatrix`]'s bytes are), else copied block by block.
 fn blocks<B: Clone>(bytes: &[u8]) -> std::borrow::Cow<'_, [B]> {
     if (bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<B>()) {
-        std::borrow::Cow::Borrowed(super::weights::cast::<B>(bytes))
+        std::borrow::Cow::Borrowed(super::cast::<B>(bytes))
     } else {
         let sz = std::mem::size_of::<B>();
         std::borrow::Cow::Owned(
