@@ -38,7 +38,7 @@ fn rss_kb() -> (u64, u64) {
 /// Multiply-add flops of a forward over `t` new tokens after `past` cached ones: every layer
 /// projection ($2t$ per weight) and the attention products $QK^\top$, $AV$ as computed (full
 /// $t \times (past+t)$ maps per head, $2 \cdot 2\,t\,(past+t)\,d_h$).
-fn forward_flops(m: &sinklab::runtime::model::Pretrained, t: usize, past: usize) -> f64 {
+fn forward_flops(m: &sinklab::runtime::pretrained::Pretrained, t: usize, past: usize) -> f64 {
     let c = &m.cfg;
     let mut w = 0usize;
     for ly in &m.layers {
@@ -51,7 +51,7 @@ fn forward_flops(m: &sinklab::runtime::model::Pretrained, t: usize, past: usize)
 
 /// Bytes of weights a decoded token reads: every layer projection and the output head in their
 /// resident format (the embedding row is one row).
-fn bytes_per_token(m: &sinklab::runtime::model::Pretrained) -> usize {
+fn bytes_per_token(m: &sinklab::runtime::pretrained::Pretrained) -> usize {
     let mut b = 0usize;
     for ly in &m.layers {
         for w in [&ly.wq.w, &ly.wk.w, &ly.wv.w, &ly.wo.w, &ly.up.w, &ly.down.w] {

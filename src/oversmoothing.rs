@@ -32,13 +32,13 @@
 //! both sides). This compares the endpoints only: $\operatorname{tr}(C)$ is a convex
 //! quadratic in $1-\lambda$, so an intermediate $\lambda$ can smooth more than both.
 //!
-//! Submodules: [`model`] (mixing, block, sampling, mean cosine, Monte Carlo),
+//! Submodules: [`mixing`] (mixing, block, sampling, mean cosine, Monte Carlo),
 //! [`predict`] (formulas, sign condition, the real-model entry point
 //! [`predict::head_prediction`]), [`checks`] (registered theorem checks and their
 //! families). The report section and figure are in [`crate::claims::oversmoothing`].
 
 pub mod checks;
-pub mod model;
+pub mod mixing;
 pub mod predict;
 
 /// Errors of the oversmoothing model.

@@ -6,7 +6,7 @@
 //!
 //! A module contributes a section by adding a [`SectionFn`] to [`sections`].
 
-use crate::check::{self, CheckOutcome};
+use crate::registry::{self, CheckOutcome};
 pub use crate::section::{ReportCtx, ReportSection, SectionError, SectionFn, fmt_margin};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -17,9 +17,9 @@ pub fn sections() -> Vec<(&'static str, SectionFn)> {
     #[allow(unused_mut)]
     let mut v: Vec<(&'static str, SectionFn)> = Vec::new();
     v.push(("cost_scaling", crate::sweep::cost_scaling::report_section));
-    v.push(("real_models", crate::real::report_section::section));
+    v.push(("real_models", crate::real::section::section));
     v.push(("switches", crate::claims::switch::section));
-    v.push(("secondary", crate::secondary::report::section));
+    v.push(("secondary", crate::secondary::section::section));
     v.push(("half_space", crate::claims::half_space::section));
     v.push(("oversmoothing", crate::claims::oversmoothing::section));
     v
@@ -47,7 +47,7 @@ pub fn write_report(
     std::fs::create_dir_all(ctx.fig_dir()).map_err(named(&ctx.fig_dir()))?;
     let mut outcomes = Vec::new();
     let mut md = String::new();
-    let theorems = check::registry();
+    let theorems = registry::registry();
     writeln!(md, "# sinklab report\n")?;
     writeln!(
         md,

@@ -219,7 +219,7 @@ fn real_model_no_sink_controls_are_quoted() {
 #[test]
 fn real_model_switch_no_sink_controls_are_quoted() {
     use sinklab::real::head_space::first_token;
-    use sinklab::real::report_section::REPORT_TEXT;
+    use sinklab::real::section::REPORT_TEXT;
     use sinklab::real::sink_control::switch_compare;
     use sinklab::real::switch_real;
     let (_, theorems) = docs();
@@ -259,7 +259,7 @@ fn real_model_switch_no_sink_controls_are_quoted() {
 #[test]
 fn first_token_scan_is_quoted() {
     use sinklab::real::head_space::{first_token, with_first};
-    use sinklab::real::report_section::REPORT_TEXT;
+    use sinklab::real::section::REPORT_TEXT;
     use sinklab::real::sink_control::attn_thirds;
     for (name, tokens) in [
         ("smollm2", &["0", "1", "2", ".", "the", "\n"][..]),
@@ -299,7 +299,7 @@ fn first_token_scan_is_quoted() {
 fn real_model_hard_switch_is_quoted() {
     use sinklab::real::hard_switch_real::{Comparison, study};
     use sinklab::real::head_space::first_token;
-    use sinklab::real::report_section::REPORT_TEXT;
+    use sinklab::real::section::REPORT_TEXT;
     let (_, theorems) = docs();
     let auc = |c: &[Comparison], name: &str, st: &str| {
         let x = c

@@ -18,7 +18,7 @@ use sinklab::real::hard_switch_real::{
 };
 use sinklab::runtime::capture::{Capture, Captured};
 use sinklab::runtime::load;
-use sinklab::runtime::model::Pretrained;
+use sinklab::runtime::pretrained::Pretrained;
 use sinklab::synth::{SynthShape, write_gguf};
 
 /// The invariants of one run: pair count, shares summing to 1, a ≥ z, off pairs below the
@@ -116,7 +116,7 @@ fn structure_on_qwen_with_the_no_sink_control() {
     let tok = lm.tok.as_ref().unwrap();
     let mut toks = tok
         .encode(
-            sinklab::real::report_section::REPORT_TEXT,
+            sinklab::real::section::REPORT_TEXT,
             sinklab::runtime::tokenizer::Bos::Auto,
         )
         .unwrap();

@@ -21,7 +21,7 @@ const TEXTS: &[&str] = &[
     "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n",
 ];
 
-fn write_hf_dir(m: &sinklab::runtime::model::Pretrained, dir: &Path) {
+fn write_hf_dir(m: &sinklab::runtime::pretrained::Pretrained, dir: &Path) {
     let fx = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/smollm2_hf");
     for f in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
         std::fs::copy(fx.join(f), dir.join(f)).unwrap();
@@ -40,8 +40,8 @@ fn write_hf_dir(m: &sinklab::runtime::model::Pretrained, dir: &Path) {
         vec![c.vocab, c.d_model],
         &m.embed.to_f32(),
     );
-    let gain = |n: &Option<sinklab::runtime::model::NormLayer>| match n {
-        Some(sinklab::runtime::model::NormLayer::Rms { w, .. }) => w.clone(),
+    let gain = |n: &Option<sinklab::runtime::pretrained::NormLayer>| match n {
+        Some(sinklab::runtime::pretrained::NormLayer::Rms { w, .. }) => w.clone(),
         _ => panic!("SmolLM2 uses RMSNorm"),
     };
     put(

@@ -210,7 +210,7 @@ fn statistics_are_consistent_with_captured_tensors() {
     impl sinklab::runtime::forward::LayerObserver for Both<'_> {
         fn layer(
             &mut self,
-            m: &sinklab::runtime::model::Pretrained,
+            m: &sinklab::runtime::pretrained::Pretrained,
             t: &sinklab::runtime::forward::LayerTensors<'_>,
         ) {
             self.0.layer(m, t);
@@ -284,7 +284,7 @@ struct MapsSeen {
 impl sinklab::runtime::forward::LayerObserver for MapsSeen {
     fn layer(
         &mut self,
-        _: &sinklab::runtime::model::Pretrained,
+        _: &sinklab::runtime::pretrained::Pretrained,
         t: &sinklab::runtime::forward::LayerTensors<'_>,
     ) {
         self.empty_layer_maps += t.attn.is_empty() as usize;
@@ -296,7 +296,7 @@ impl sinklab::runtime::forward::LayerObserver for MapsSeen {
 
     fn head(
         &mut self,
-        _: &sinklab::runtime::model::Pretrained,
+        _: &sinklab::runtime::pretrained::Pretrained,
         m: &sinklab::runtime::forward::HeadMap<'_>,
     ) {
         assert_eq!(m.map.len(), m.t * m.t_keys);

@@ -38,7 +38,7 @@ struct Both<'a>(
 impl LayerObserver for Both<'_> {
     fn layer(
         &mut self,
-        m: &sinklab::runtime::model::Pretrained,
+        m: &sinklab::runtime::pretrained::Pretrained,
         t: &sinklab::runtime::forward::LayerTensors<'_>,
     ) {
         self.0.layer(m, t);

@@ -2,7 +2,7 @@
 //! lines and both figures are written. Skips with a reason when the model is not fetched
 //! (fails instead under `SINKLAB_REQUIRE_MODELS=1`).
 
-use sinklab::real::report_section;
+use sinklab::real::section;
 use sinklab::report::ReportCtx;
 use sinklab::runtime::fetch;
 
@@ -23,7 +23,7 @@ fn real_models_section_writes_tables_verdicts_and_figures() {
         quick: true,
     };
     std::fs::create_dir_all(ctx.fig_dir()).unwrap();
-    let s = report_section::section(&ctx).unwrap();
+    let s = section::section(&ctx).unwrap();
     assert!(s.markdown.contains("### smollm2"), "{}", s.markdown);
     assert!(
         s.markdown.contains("A1 verdict") && s.markdown.contains("A2 over 270 heads"),
@@ -90,7 +90,7 @@ fn full_section_prints() {
     };
     std::fs::create_dir_all(ctx.fig_dir()).unwrap();
     let t0 = std::time::Instant::now();
-    let s = report_section::section(&ctx).unwrap();
+    let s = section::section(&ctx).unwrap();
     println!(
         "{}\nSECTION TIME {:.1} s",
         s.markdown,

@@ -24,7 +24,7 @@ use rand::{RngExt, SeedableRng};
 use sinklab::real::q8_deviation;
 use sinklab::runtime::arch::llama::unpermute_rows;
 use sinklab::runtime::load;
-use sinklab::runtime::model::Pretrained;
+use sinklab::runtime::pretrained::Pretrained;
 use sinklab::runtime::weights::{Bytes, Matmul, Storage, StoredMatrix, q8_bound, scale_offsets};
 use sinklab::synth::{SynthDtype, SynthShape, write_gguf};
 use std::path::Path;
@@ -476,8 +476,8 @@ fn write_hf(m: &Pretrained, dir: &Path, dtype: safetensors::Dtype) {
             _ => v.iter().flat_map(|a| a.to_le_bytes()).collect(),
         }
     };
-    let gain = |n: &Option<sinklab::runtime::model::NormLayer>| match n {
-        Some(sinklab::runtime::model::NormLayer::Rms { w, .. }) => w.clone(),
+    let gain = |n: &Option<sinklab::runtime::pretrained::NormLayer>| match n {
+        Some(sinklab::runtime::pretrained::NormLayer::Rms { w, .. }) => w.clone(),
         _ => panic!("Llama uses RMSNorm"),
     };
     let mut t: Vec<(String, Vec<usize>, Vec<u8>, safetensors::Dtype)> = Vec::new();

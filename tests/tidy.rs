@@ -68,7 +68,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("runtime", &["atomic", "budget", "runtime", "synth"]),
     ("output", &["plot", "section"]),
     ("experiments", &["train", "sweep", "real", "secondary"]),
-    ("presentation", &["claims", "check", "view", "report"]),
+    ("presentation", &["claims", "registry", "view", "report"]),
 ];
 
 /// The modules of the named layers, in order.
@@ -881,7 +881,7 @@ fn planted_upward_imports_are_flagged() {
         "use crate::plot::render;",
         "use crate::report::ReportCtx;",
         "use crate::section::ReportCtx;",
-        "use crate::check::CheckOutcome;",
+        "use crate::registry::CheckOutcome;",
         "use crate::train::TrainConfig;",
         "use crate::backend::Backend;",
         "use crate::sweep::Spec;",

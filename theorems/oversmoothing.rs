@@ -44,7 +44,7 @@ use rand::rngs::StdRng;
 use sinklab::attention::{Mask, Norm};
 use sinklab::oversmoothing::checks::ramp_setup;
 use sinklab::oversmoothing::checks::{self, Variant};
-use sinklab::oversmoothing::model::{self, Setup};
+use sinklab::oversmoothing::mixing::{self, Setup};
 use sinklab::oversmoothing::predict;
 
 #[test]
@@ -108,7 +108,7 @@ fn monte_carlo_error_shrinks_like_inverse_sqrt_n() {
     {
         let s = fixed_setup(16, norm, 100 + k as u64);
         let mut rng = StdRng::seed_from_u64(200 + k as u64);
-        let lim = model::limit_cosine(&s, 0.5, 200_000, &mut rng).unwrap();
+        let lim = mixing::limit_cosine(&s, 0.5, 200_000, &mut rng).unwrap();
         let rms: Vec<f64> = ns
             .iter()
             .map(|&n| {
@@ -148,7 +148,7 @@ fn approximation_error_does_not_vanish_with_n_but_shrinks_with_d() {
         let s = ramp_setup(d);
         let l = predict::readout(Norm::Identity, None, d).unwrap();
         let p = predict::predict(s.w.as_ref(), &s.mu, s.sigma().as_ref(), 0.5, l.as_ref()).unwrap();
-        let lim = model::limit_cosine(&s, 0.5, 200_000, &mut rng).unwrap();
+        let lim = mixing::limit_cosine(&s, 0.5, 200_000, &mut rng).unwrap();
         let err = (p.rho0 - lim.value).abs();
         if d == 4 {
             assert!(err > 10.0 * lim.se, "d=4: err {err} vs SE {}", lim.se);
@@ -194,7 +194,7 @@ fn causal_converges_to_the_same_limit_more_slowly() {
     let s = fixed_setup(16, Norm::Identity, 300);
     let mut rng = StdRng::seed_from_u64(301);
     let lam = 1.0;
-    let lim = model::limit_cosine(&s, lam, 200_000, &mut rng).unwrap();
+    let lim = mixing::limit_cosine(&s, lam, 200_000, &mut rng).unwrap();
     let (b_bi16, _) =
         checks::finite_n_deviation(&s, lam, Mask::Bidirectional, 16, 64, lim.value, &mut rng)
             .unwrap();
@@ -246,9 +246,9 @@ proptest! {
         // mean cosines agree to rounding (n = 64 sums of unit-vector products: 1e-12).
         let mask = if causal { Mask::Causal } else { Mask::Bidirectional };
         let s = fixed_setup(6, Norm::Identity, seed);
-        let a = model::simulate(&s, 64, lam, mask, &mut StdRng::seed_from_u64(seed)).unwrap();
+        let a = mixing::simulate(&s, 64, lam, mask, &mut StdRng::seed_from_u64(seed)).unwrap();
         let r = Setup { norm: Norm::Rms { eps: 1e-3 }, ..s };
-        let b = model::simulate(&r, 64, lam, mask, &mut StdRng::seed_from_u64(seed)).unwrap();
+        let b = mixing::simulate(&r, 64, lam, mask, &mut StdRng::seed_from_u64(seed)).unwrap();
         prop_assert!((a - b).abs() < 1e-12);
     }
 
@@ -258,12 +258,12 @@ proptest! {
         let s = fixed_setup(d, Norm::Layer { eps: 1e-4 }, seed);
         let mut rng = StdRng::seed_from_u64(seed);
         let x = s.sample(32, &mut rng);
-        let y = model::block_output(x.as_ref(), s.w.as_ref(), lam, Mask::Bidirectional, s.norm).unwrap();
-        let u = model::block_output(x.as_ref(), s.w.as_ref(), lam, Mask::Bidirectional, Norm::Identity).unwrap();
+        let y = mixing::block_output(x.as_ref(), s.w.as_ref(), lam, Mask::Bidirectional, s.norm).unwrap();
+        let u = mixing::block_output(x.as_ref(), s.w.as_ref(), lam, Mask::Bidirectional, Norm::Identity).unwrap();
         let p = predict::readout(s.norm, None, d).unwrap();
         let pu = &u * p.transpose();
-        let a = model::mean_pairwise_cosine(y.as_ref()).unwrap();
-        let b = model::mean_pairwise_cosine(pu.as_ref()).unwrap();
+        let a = mixing::mean_pairwise_cosine(y.as_ref()).unwrap();
+        let b = mixing::mean_pairwise_cosine(pu.as_ref()).unwrap();
         prop_assert!((a - b).abs() < 1e-12);
     }
 
@@ -298,6 +298,9 @@ fn report_section_writes_figure_and_table() {
             .iter()
             .any(|(n, _)| *n == "oversmoothing")
     );
-    let names: Vec<_> = sinklab::check::registry().iter().map(|t| t.name).collect();
+    let names: Vec<_> = sinklab::registry::registry()
+        .iter()
+        .map(|t| t.name)
+        .collect();
     assert!(names.contains(&"oversmoothing_prediction") && names.contains(&"oversmoothing_sign"));
 }

@@ -1,10 +1,10 @@
 //! # Every registered theorem check passes
 //!
-//! `sinklab check` and `sinklab report` run the checks of `sinklab::check::registry()`.
+//! `sinklab check` and `sinklab report` run the checks of `sinklab::registry::registry()`.
 //! This target runs each of them (at a quarter of its default case count, seed 0) so that
 //! `cargo test` covers exactly what the CLI reports, and checks the registry is well formed.
 
-use sinklab::check::registry;
+use sinklab::registry::registry;
 use std::collections::HashSet;
 
 #[test]

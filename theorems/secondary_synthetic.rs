@@ -48,7 +48,7 @@ fn registered_check_holds() {
     let o = check_monotone(24, 0);
     assert!(o.ok(), "{o:?}");
     assert_eq!(o.cases, 24);
-    let t = sinklab::check::registry()
+    let t = sinklab::registry::registry()
         .into_iter()
         .find(|t| t.name == "secondary_monotone")
         .expect("registered");

@@ -6,7 +6,7 @@
 //!   which imports no file system, plotting, report or training code;
 //! - its checks next to the math (functions `fn(cases, seed) -> CheckOutcome`,
 //!   [`crate::outcome::CheckOutcome`] being a leaf type), registered in
-//!   [`crate::check::registry`];
+//!   [`crate::registry::registry`];
 //! - its report section and figure here, `claims::<claim>::section`, registered in
 //!   [`crate::report::sections`].
 //!

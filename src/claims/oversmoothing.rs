@@ -7,7 +7,7 @@
 
 use crate::attention::{Mask, Norm};
 use crate::oversmoothing::checks::{finite_n_deviation, loglog_slope, ramp_setup, random_setup};
-use crate::oversmoothing::model::{self, Setup};
+use crate::oversmoothing::mixing::{self, Setup};
 use crate::oversmoothing::predict;
 use crate::plot::{self, Panel, Series, Style};
 use crate::section::{ReportCtx, ReportSection, SectionError};
@@ -77,7 +77,7 @@ fn mean_sim(
 ) -> Result<f64, SectionError> {
     let mut acc = 0.0;
     for _ in 0..reps {
-        acc += model::simulate(s, n, lambda, mask, rng)?;
+        acc += mixing::simulate(s, n, lambda, mask, rng)?;
     }
     Ok(acc / reps as f64)
 }
@@ -149,7 +149,7 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         let (mut pred, mut bi, mut ca, mut lim) = (vec![], vec![], vec![], vec![]);
         for &lam in &lambdas {
             let p = predict::predict(s.w.as_ref(), &s.mu, sigma.as_ref(), lam, l.as_ref())?;
-            let e = model::limit_cosine(&s, lam, sz.limit_samples, &mut rng)?;
+            let e = mixing::limit_cosine(&s, lam, sz.limit_samples, &mut rng)?;
             let b = mean_sim(&s, sz.n, lam, Mask::Bidirectional, sz.reps, &mut rng)?;
             let cz = mean_sim(&s, sz.n, lam, Mask::Causal, sz.reps, &mut rng)?;
             writeln!(
@@ -190,7 +190,7 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         ));
         // Convergence at λ = 0.5.
         let lam = 0.5;
-        let e = model::limit_cosine(&s, lam, sz.limit_samples, &mut rng)?;
+        let e = mixing::limit_cosine(&s, lam, sz.limit_samples, &mut rng)?;
         for (mask, style) in [
             (Mask::Bidirectional, Style::LinePoints),
             (Mask::Causal, Style::Dashed),
@@ -249,7 +249,7 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         let s = ramp_setup(d);
         let l = predict::readout(Norm::Identity, None, d)?;
         let p = predict::predict(s.w.as_ref(), &s.mu, s.sigma().as_ref(), 0.5, l.as_ref())?;
-        let e = model::limit_cosine(&s, 0.5, sz.limit_samples, &mut rng)?;
+        let e = mixing::limit_cosine(&s, 0.5, sz.limit_samples, &mut rng)?;
         writeln!(
             md,
             "| {d} | {:.1} | {:.4} | {:.4} | {:.4} ± {:.1e} | {:+.2e} | {:+.2e} |",

@@ -1,7 +1,7 @@
 //! `sinklab check [NAME] [--cases N] [--seed S] [--json]`.
 
 use anyhow::{Result, bail};
-use sinklab::check::{CheckOutcome, registry};
+use sinklab::registry::{CheckOutcome, registry};
 use sinklab::report::fmt_margin;
 
 #[derive(clap::Args, Debug)]

@@ -6,7 +6,7 @@
 //! reproducible alone and the outcome does not depend on thread scheduling.
 
 use super::OversmoothingError as E;
-use super::model::{self, MonteCarlo, Setup};
+use super::mixing::{self, MonteCarlo, Setup};
 use super::predict::{self, Prediction};
 use crate::attention::{Mask, Norm};
 use crate::outcome::CheckOutcome;
@@ -114,7 +114,7 @@ pub fn finite_n_deviation<R: Rng + ?Sized>(
     let mut s = 0.0;
     let mut s2 = 0.0;
     for _ in 0..reps {
-        let dev = model::simulate(setup, n, lambda, mask, rng)? - limit;
+        let dev = mixing::simulate(setup, n, lambda, mask, rng)? - limit;
         s += dev;
         s2 += dev * dev;
     }
@@ -160,7 +160,7 @@ pub fn prediction_case(seed: u64, k: usize, variant: Variant) -> Result<Predicti
     let setup = random_setup(&mut rng, d, norm, 1.0);
     let lambda = rng.random_range(0.0..=1.0);
     let pred = prediction_for(&setup, lambda, variant)?;
-    let limit = model::limit_cosine(&setup, lambda, PRED_LIMIT_SAMPLES, &mut rng)?;
+    let limit = mixing::limit_cosine(&setup, lambda, PRED_LIMIT_SAMPLES, &mut rng)?;
     let mut rms = Vec::new();
     for &n in &PRED_NS {
         let (_, r) = finite_n_deviation(
@@ -288,7 +288,7 @@ pub fn sign_case(seed: u64, k: usize, variant: Variant) -> Result<Option<SignCas
     };
     let mut gaps = Vec::with_capacity(SIGN_REPS);
     for _ in 0..SIGN_REPS {
-        let (c0, c1) = model::simulate_endpoints(&setup, SIGN_N, Mask::Bidirectional, &mut rng)?;
+        let (c0, c1) = mixing::simulate_endpoints(&setup, SIGN_N, Mask::Bidirectional, &mut rng)?;
         gaps.push(c1 - c0);
     }
     let r = SIGN_REPS as f64;

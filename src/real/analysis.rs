@@ -3,7 +3,7 @@
 
 use super::stats::{LayerStats, StatsObserver};
 use crate::runtime::forward::LayerObserver;
-use crate::runtime::model::{Arch, Config, NormLayer, Pretrained};
+use crate::runtime::pretrained::{Arch, Config, NormLayer, Pretrained};
 use crate::runtime::{LoadedModel, RealError};
 use faer::Mat;
 

@@ -31,7 +31,7 @@ use crate::cost::{self, GapProgram, NormKind, Pattern, SolveOptions};
 use crate::fit::{PowerFit, fit_power_law};
 use crate::runtime::RealError;
 use crate::runtime::forward::{LayerObserver, LayerTensors};
-use crate::runtime::model::Pretrained;
+use crate::runtime::pretrained::Pretrained;
 use faer::{Mat, MatRef};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;

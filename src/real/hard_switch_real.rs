@@ -31,7 +31,7 @@
 use super::sink_control::{LEVEL, RESAMPLES, Separation, label};
 use crate::runtime::RealError;
 use crate::runtime::forward::{LayerObserver, LayerTensors};
-use crate::runtime::model::Pretrained;
+use crate::runtime::pretrained::Pretrained;
 use crate::stats::{quantile_sorted, roc_auc_ci};
 use rand::SeedableRng;
 use rand::rngs::StdRng;

@@ -39,7 +39,7 @@ use crate::geometry::hull::{HullVerdict, hull_verdict};
 use crate::runtime::RealError;
 use crate::runtime::capture::{Capture, Captured};
 use crate::runtime::forward::{LayerObserver, LayerTensors};
-use crate::runtime::model::Pretrained;
+use crate::runtime::pretrained::Pretrained;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};

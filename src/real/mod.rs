@@ -5,7 +5,7 @@
 //! switch decomposition on real heads ([`switch_real`]), A3's hard switch on real heads
 //! ([`hard_switch_real`]), A5's minimal sink and diagonal costs on real layer inputs
 //! ([`cost_real`]), the per-model report ([`analysis`]) and its report
-//! section ([`report_section`]); statistics of activation files ([`activations`]) and the
+//! section ([`section`]); statistics of activation files ([`activations`]) and the
 //! measured deviation of the `q8` product path ([`q8_deviation`]).
 
 pub mod activations;
@@ -15,7 +15,7 @@ pub mod hard_switch_real;
 pub mod head_space;
 pub mod oversmooth_real;
 pub mod q8_deviation;
-pub mod report_section;
+pub mod section;
 pub mod sink_control;
 pub mod stats;
 pub mod switch_real;

@@ -40,7 +40,7 @@ use super::stats::mean_pairwise_cos;
 use crate::runtime::RealError;
 use crate::runtime::capture::{Capture, Captured};
 use crate::runtime::forward::{Intervention, KvCache, Replace, linear};
-use crate::runtime::model::{NormLayer, Pretrained};
+use crate::runtime::pretrained::{NormLayer, Pretrained};
 use faer::Mat;
 
 /// |Δcos| at or below which a head has no measured effect. Mean cosines are averages of

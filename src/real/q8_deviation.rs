@@ -11,7 +11,7 @@
 
 use crate::runtime::RealError;
 use crate::runtime::forward::{LayerObserver, LayerTensors, linear_with};
-use crate::runtime::model::{Linear, Matmul, Pretrained};
+use crate::runtime::pretrained::{Linear, Matmul, Pretrained};
 use crate::runtime::weights::q8_bound;
 use candle_core::quantized::GgmlDType;
 

@@ -15,7 +15,7 @@
 
 use crate::patterns::{self, ValueClass};
 use crate::runtime::forward::{HeadMap, LayerObserver, LayerTensors};
-use crate::runtime::model::Pretrained;
+use crate::runtime::pretrained::Pretrained;
 use faer::Mat;
 
 /// Statistics of one head.
@@ -125,10 +125,11 @@ fn rows_f64(x: &[f32], t: usize, d: usize) -> Vec<Vec<f64>> {
 }
 
 /// Mean pairwise cosine over distinct pairs of rows
-/// ([`crate::oversmoothing::model::mean_pairwise_cosine_rows`]); NaN when undefined (fewer than
+/// ([`crate::oversmoothing::mixing::mean_pairwise_cosine_rows`]); NaN when undefined (fewer than
 /// two rows, or a zero row).
 pub fn mean_pairwise_cos(rows: &[Vec<f64>]) -> f64 {
-    crate::oversmoothing::model::mean_pairwise_cosine_rows(rows.iter().cloned()).unwrap_or(f64::NAN)
+    crate::oversmoothing::mixing::mean_pairwise_cosine_rows(rows.iter().cloned())
+        .unwrap_or(f64::NAN)
 }
 
 /// Shapes of one layer's tensors for [`layer_stats`].

@@ -17,7 +17,7 @@ use super::analysis::RealReport;
 use crate::patterns::ValueClass;
 use crate::runtime::RealError;
 use crate::runtime::capture::{Capture, Captured};
-use crate::runtime::model::Pretrained;
+use crate::runtime::pretrained::Pretrained;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;

@@ -11,7 +11,7 @@
 //! ```
 
 use super::forward::{LayerObserver, LayerTensors};
-use super::model::Pretrained;
+use super::pretrained::Pretrained;
 
 /// Which tensors to keep, per layer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

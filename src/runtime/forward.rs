@@ -10,7 +10,7 @@
 //! memory stays O(model + T·d + H·T²) for one layer at a time.
 
 use super::RealError;
-use super::model::{Act, Linear, Matmul, NormLayer, Pretrained, Rope};
+use super::pretrained::{Act, Linear, Matmul, NormLayer, Pretrained, Rope};
 use super::weights::Storage;
 use crate::backend::simd;
 use faer::{Accum, MatMut, MatRef, Par};

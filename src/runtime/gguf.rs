@@ -5,7 +5,7 @@
 //! permutation) is [`super::arch`]'s business.
 
 use super::RealError;
-use super::model::Linear;
+use super::pretrained::Linear;
 use super::weights::{Backing, Bytes, StoredMatrix};
 use candle_core::quantized::gguf_file::{Content, Value};
 use std::fs::File;

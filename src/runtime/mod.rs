@@ -5,7 +5,7 @@
 //! keeps it from importing one.
 //!
 //! Data flow: [`fetch`] puts verified files in the cache → [`gguf`] / [`safetensors`] read
-//! the files and [`arch`] (one module per architecture) turns them into a [`model::Pretrained`]
+//! the files and [`arch`] (one module per architecture) turns them into a [`pretrained::Pretrained`]
 //! (weights kept as the file stores them, [`weights::StoredMatrix`]: f32, f16/bf16 or ggml blocks,
 //! which a product dequantizes in row tiles or, with [`weights::Matmul::Q8`], multiplies by
 //! integer dot products ([`crate::quant::q8`]); `--weights f32` converts them once at load) → [`forward`] runs it,
@@ -20,7 +20,7 @@ pub mod fetch;
 pub mod forward;
 pub mod gguf;
 pub mod hidden;
-pub mod model;
+pub mod pretrained;
 pub mod safetensors;
 pub mod tokenizer;
 pub mod weights;
@@ -95,7 +95,7 @@ impl RealError {
 /// A model ready to run: weights, tokenizer (when the files carry one), and where it came from.
 pub struct LoadedModel {
     /// Weights and architecture.
-    pub model: model::Pretrained,
+    pub model: pretrained::Pretrained,
     /// Tokenizer.
     pub tok: Option<tokenizer::Tok>,
     /// The file or directory loaded.

@@ -5,7 +5,7 @@
 //! [`super::arch`].
 
 use super::RealError;
-use super::model::{Linear, NormLayer};
+use super::pretrained::{Linear, NormLayer};
 use super::weights::{Backing, Bytes, StoredMatrix};
 use candle_core::quantized::GgmlDType;
 use safetensors::{Dtype, SafeTensors};

@@ -16,8 +16,8 @@ pub use crate::runtime::hidden;
 pub mod long;
 pub mod native;
 pub mod records;
-pub mod report;
 pub mod run;
+pub mod section;
 pub mod synthetic;
 pub mod verdict;
 

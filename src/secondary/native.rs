@@ -19,7 +19,7 @@ use crate::runtime::LoadedModel;
 use crate::runtime::RealError;
 use crate::runtime::capture::{Capture, Captured};
 use crate::runtime::forward::{KvCache, LayerObserver, LayerTensors, linear};
-use crate::runtime::model::Pretrained;
+use crate::runtime::pretrained::Pretrained;
 use serde::Serialize;
 
 /// Which state stands for the last layer.

@@ -8,7 +8,7 @@ use super::{DetectorView, ViewData, encode_maps, token_curves};
 use crate::real::stats::LayerStats;
 use crate::runtime::LoadedModel;
 use crate::runtime::forward::{LayerObserver, LayerTensors};
-use crate::runtime::model::Pretrained;
+use crate::runtime::pretrained::Pretrained;
 use crate::secondary::DetectorParams;
 use crate::secondary::activations::Activations;
 use crate::secondary::native::LastLayer;

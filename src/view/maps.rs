@@ -10,7 +10,7 @@
 //! after all its queries, so it is zero.
 
 use crate::runtime::forward::{LayerObserver, LayerTensors};
-use crate::runtime::model::Pretrained;
+use crate::runtime::pretrained::Pretrained;
 
 /// The resolution of a map of `t` positions under the cap `max_res`: $\min(T, R_{max})$.
 pub fn resolution(t: usize, max_res: usize) -> usize {

@@ -69,7 +69,7 @@ pub type RealisedGrid = Vec<Vec<Option<f64>>>;
 /// The realised-sink fraction of every head (`real::head_space`, the analysis and options of
 /// `sinklab real --a1`) on one text, laid out `[layer][head]`.
 pub fn realised_grid(
-    m: &crate::runtime::model::Pretrained,
+    m: &crate::runtime::pretrained::Pretrained,
     tokens: &[u32],
 ) -> Result<Result<RealisedGrid, String>, crate::runtime::RealError> {
     use crate::real::head_space::{A1Options, analyze};

@@ -4,7 +4,7 @@
 
 use super::{HfCfg, MAX_DIM, MAX_LAYERS, activation, refuse_quantized};
 use crate::runtime::RealError;
-use crate::runtime::model::{Arch, Config, Layer, Pretrained};
+use crate::runtime::pretrained::{Arch, Config, Layer, Pretrained};
 use crate::runtime::safetensors::Checkpoint;
 use serde_json::Value;
 

@@ -16,7 +16,7 @@
 use super::{HfCfg, MAX_DIM, MAX_LAYERS};
 use crate::runtime::RealError;
 use crate::runtime::gguf::{GgufFile, value_usize};
-use crate::runtime::model::{Act, Arch, Config, Layer, Linear, NormLayer, Pretrained, Rope};
+use crate::runtime::pretrained::{Act, Arch, Config, Layer, Linear, NormLayer, Pretrained, Rope};
 use crate::runtime::safetensors::Checkpoint;
 use crate::runtime::weights::StoredMatrix;
 use serde_json::Value;

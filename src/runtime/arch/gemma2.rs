@@ -9,7 +9,7 @@ use super::{
     DecoderDims, DecoderSpec, HfCfg, activation, layer_types, one_rope_hf, refuse_quantized,
 };
 use crate::runtime::RealError;
-use crate::runtime::model::{Act, Arch, Pretrained};
+use crate::runtime::pretrained::{Act, Arch, Pretrained};
 use crate::runtime::safetensors::Checkpoint;
 
 /// `config.json` keys read (besides [`super::DECODER_KEYS`], [`super::INERT`] and

@@ -14,7 +14,7 @@ use super::{
 };
 use crate::runtime::RealError;
 use crate::runtime::gguf::GgufFile;
-use crate::runtime::model::{Act, Arch, Pretrained, Rope};
+use crate::runtime::pretrained::{Act, Arch, Pretrained, Rope};
 use crate::runtime::safetensors::Checkpoint;
 
 /// `config.json` keys read besides Gemma 2's ([`super::gemma2::KEYS`]),

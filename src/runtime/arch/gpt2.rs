@@ -3,7 +3,7 @@
 
 use super::{HfCfg, MAX_DIM, MAX_LAYERS, refuse_quantized};
 use crate::runtime::RealError;
-use crate::runtime::model::{Act, Arch, Config, Layer, Linear, Pretrained, StoredMatrix};
+use crate::runtime::pretrained::{Act, Arch, Config, Layer, Linear, Pretrained, StoredMatrix};
 use crate::runtime::safetensors::Checkpoint;
 use serde_json::Value;
 

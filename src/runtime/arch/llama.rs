@@ -13,7 +13,7 @@ use super::{
 };
 use crate::runtime::RealError;
 use crate::runtime::gguf::GgufFile;
-use crate::runtime::model::{Arch, Pretrained, Rope};
+use crate::runtime::pretrained::{Arch, Pretrained, Rope};
 use crate::runtime::safetensors::Checkpoint;
 use serde_json::Value;
 

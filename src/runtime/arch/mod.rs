@@ -24,7 +24,7 @@ pub mod rope;
 
 use super::RealError;
 use super::gguf::GgufFile;
-use super::model::{Act, Pretrained};
+use super::pretrained::{Act, Pretrained};
 use super::safetensors::Checkpoint;
 pub use decoder::{
     DECODER_KEYS, DecoderDims, DecoderSpec, GGUF_DECODER_KEYS, GgufDims, LayerPlan,

@@ -6,7 +6,7 @@
 
 use super::{DecoderSpec, HfCfg, one_rope_hf, plain_scale, swiglu_dims};
 use crate::runtime::RealError;
-use crate::runtime::model::{Arch, Pretrained};
+use crate::runtime::pretrained::{Arch, Pretrained};
 use crate::runtime::safetensors::Checkpoint;
 
 /// `config.json` keys read (besides [`super::DECODER_KEYS`], [`super::INERT`] and

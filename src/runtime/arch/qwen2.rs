@@ -12,7 +12,7 @@ use super::{
 };
 use crate::runtime::RealError;
 use crate::runtime::gguf::GgufFile;
-use crate::runtime::model::{Arch, Pretrained, Rope};
+use crate::runtime::pretrained::{Arch, Pretrained, Rope};
 use crate::runtime::safetensors::Checkpoint;
 
 /// `config.json` keys of the Qwen sliding windows ([`windows`]), shared with Qwen3.

@@ -16,7 +16,7 @@
 
 use super::HfCfg;
 use crate::runtime::RealError;
-use crate::runtime::model::{DynamicNtk, Rope};
+use crate::runtime::pretrained::{DynamicNtk, Rope};
 use serde_json::{Map, Value};
 
 /// The RoPE parameter object of a config: transformers ≥ 5 `rope_parameters` (`sub` selects a
