@@ -141,9 +141,8 @@ fn main() {
         "generate" => {
             let (p, n) = (ids(&a[2]), a[3].parse::<usize>().expect("N"));
             let t = Instant::now();
-            let out = lm
-                .model
-                .generate_greedy(&p, n, &mut ())
+            // On a pool worker, as the `sinklab` binary runs its commands (`cli::on_a_pool_worker`).
+            let out = rayon::scope(|_| lm.model.generate_greedy(&p, n, &mut ()))
                 .unwrap_or_else(|e| fail(e.to_string()));
             let dt = t.elapsed().as_secs_f64();
             // `generate_greedy` returns the prompt followed by the new tokens.
@@ -167,8 +166,7 @@ fn main() {
             let run = || {
                 let mut cap = Captured::new(what);
                 let t = Instant::now();
-                lm.model
-                    .forward(&toks, &mut cap, None)
+                rayon::scope(|_| lm.model.forward(&toks, &mut cap, None))
                     .unwrap_or_else(|e| fail(e.to_string()));
                 t.elapsed().as_secs_f64()
             };
