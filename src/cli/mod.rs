@@ -87,8 +87,8 @@ pub fn main() -> i32 {
 /// for it. Inside a worker every parallel loop below is a fork that this thread takes part in;
 /// called from the main thread instead, each loop is a job injected into the pool while the
 /// caller sleeps on a latch, and generation runs a few hundred such loops a token (one per
-/// product): measured on SmolLM2, 256 tokens, 2 threads, 1.2–1.7× slower (BENCHMARKS.md, round 6).
-/// A panic in `f` resumes on the caller.
+/// product): measured on SmolLM2, 256 tokens, 2 threads, 1.04–1.71× slower, median 1.2×
+/// (BENCHMARKS.md, round 6). A panic in `f` resumes on the caller.
 pub(crate) fn on_a_pool_worker<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     rayon::scope(|_| f())
 }
