@@ -18,6 +18,7 @@
 mod limits;
 
 use sinklab::runtime::capture::{Capture, Captured};
+use sinklab::runtime::on_a_pool_worker;
 use sinklab::runtime::tokenizer::Bos;
 use std::path::Path;
 use std::time::Instant;
@@ -141,8 +142,8 @@ fn main() {
         "generate" => {
             let (p, n) = (ids(&a[2]), a[3].parse::<usize>().expect("N"));
             let t = Instant::now();
-            // On a pool worker, as the `sinklab` binary runs its commands (`cli::on_a_pool_worker`).
-            let out = rayon::scope(|_| lm.model.generate_greedy(&p, n, &mut ()))
+            // On a pool worker, as the `sinklab` binary runs its commands.
+            let out = on_a_pool_worker(|| lm.model.generate_greedy(&p, n, &mut ()))
                 .unwrap_or_else(|e| fail(e.to_string()));
             let dt = t.elapsed().as_secs_f64();
             // `generate_greedy` returns the prompt followed by the new tokens.
@@ -166,7 +167,7 @@ fn main() {
             let run = || {
                 let mut cap = Captured::new(what);
                 let t = Instant::now();
-                rayon::scope(|_| lm.model.forward(&toks, &mut cap, None))
+                on_a_pool_worker(|| lm.model.forward(&toks, &mut cap, None))
                     .unwrap_or_else(|e| fail(e.to_string()));
                 t.elapsed().as_secs_f64()
             };

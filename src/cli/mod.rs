@@ -78,19 +78,10 @@ enum Command {
 /// Parses the arguments and runs the subcommand; returns the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    let r = on_a_pool_worker(|| run(cli.command));
+    // On a pool worker, so that every parallel product below is a fork this thread joins.
+    let r = sinklab::runtime::on_a_pool_worker(|| run(cli.command));
     // Flushes stdout; a broken pipe exits 141 silently, a full disk is one line naming the stream.
     out::finish(r)
-}
-
-/// Runs `f` on a worker of rayon's global pool (the one `RAYON_NUM_THREADS` sizes) and waits
-/// for it. Inside a worker every parallel loop below is a fork that this thread takes part in;
-/// called from the main thread instead, each loop is a job injected into the pool while the
-/// caller sleeps on a latch, and generation runs a few hundred such loops a token (one per
-/// product): measured on SmolLM2, 256 tokens, 2 threads, 1.04–1.71× slower, median 1.2×
-/// (BENCHMARKS.md, round 6). A panic in `f` resumes on the caller.
-pub(crate) fn on_a_pool_worker<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    rayon::scope(|_| f())
 }
 
 /// The subcommand's own run.
@@ -109,28 +100,5 @@ fn run(command: Command) -> anyhow::Result<i32> {
         Command::Plot(a) => plot::run(a),
         Command::Synth(a) => synth::run(a),
         Command::View(a) => view::run(a),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::on_a_pool_worker;
-
-    #[test]
-    fn the_command_runs_on_a_pool_worker_and_keeps_its_result() {
-        assert_eq!(
-            rayon::current_thread_index(),
-            None,
-            "the test thread is no worker"
-        );
-        let (index, value) = on_a_pool_worker(|| (rayon::current_thread_index(), 6 * 7));
-        assert!(index.is_some(), "the closure ran outside the pool");
-        assert_eq!(value, 42);
-    }
-
-    #[test]
-    fn a_panic_in_the_command_reaches_the_caller() {
-        let r = std::panic::catch_unwind(|| on_a_pool_worker(|| panic!("planted")));
-        assert!(r.is_err());
     }
 }

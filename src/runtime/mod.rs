@@ -42,10 +42,10 @@ use std::path::{Path, PathBuf};
 /// own process. Values depend on nothing else: this changes no result.
 ///
 /// One arena for every thread: the binary runs its commands on a rayon worker
-/// (`cli::on_a_pool_worker`), and glibc gives each thread its own arena, made of heaps of at
-/// most 64 MiB that are unmapped when empty, so the two settings above did not hold there.
-/// Measured (same `perf stat`, forward on a pool worker): 403–407 k page faults with a
-/// worker's own arena, 149–150 k with the one arena.
+/// ([`on_a_pool_worker`]), and glibc gives each thread its own arena (heaps of at most 64 MiB,
+/// unmapped when empty), where the settings above did not keep the pages. Measured (same
+/// `perf stat`, forward on a pool worker): 403–407 k page faults with a worker's own arena,
+/// 149–150 k with the one arena.
 pub fn keep_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: `mallopt` only sets allocator parameters; it is called before any other thread
@@ -55,6 +55,17 @@ pub fn keep_freed_memory() {
         libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
         libc::mallopt(libc::M_ARENA_MAX, 1);
     }
+}
+
+/// Runs `f` on a worker of rayon's global pool (the one `RAYON_NUM_THREADS` sizes) and waits
+/// for it; the `sinklab` binary runs every command so, and so do the benches that time the
+/// runtime. Inside a worker every parallel loop of the runtime is a fork that this thread takes
+/// part in; called from a thread outside the pool instead, each loop is a job injected into the
+/// pool while the caller sleeps on a latch, and generation runs a few hundred such loops a token
+/// (one per product): measured on SmolLM2, 256 tokens, 2 threads, 1.04–1.71× slower, median
+/// 1.2× (BENCHMARKS.md, round 6). A panic in `f` resumes on the caller.
+pub fn on_a_pool_worker<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    rayon::scope(|_| f())
 }
 
 /// Errors of the real-model path; every file error names the file.
@@ -206,4 +217,27 @@ pub fn content_hash(path: &Path) -> Result<String, RealError> {
         h.update([0]);
     }
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod pool_worker_tests {
+    use super::on_a_pool_worker;
+
+    #[test]
+    fn the_closure_runs_on_a_pool_worker_and_keeps_its_result() {
+        assert_eq!(
+            rayon::current_thread_index(),
+            None,
+            "the test thread is no worker"
+        );
+        let (index, value) = on_a_pool_worker(|| (rayon::current_thread_index(), 6 * 7));
+        assert!(index.is_some(), "the closure ran outside the pool");
+        assert_eq!(value, 42);
+    }
+
+    #[test]
+    fn a_panic_in_the_closure_reaches_the_caller() {
+        let r = std::panic::catch_unwind(|| on_a_pool_worker(|| panic!("planted")));
+        assert!(r.is_err());
+    }
 }
