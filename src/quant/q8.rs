@@ -164,6 +164,58 @@ impl Q8Rows {
     }
 }
 
+/// What the VNNI kernel reads beside each activation block $b$ of row $i$, eight lanes a
+/// block (lane $l$ for the values $4l … 4l+3$): `ofs` $= -o\sum_{j=4l}^{4l+3} q_j$ for the
+/// kind's [`Lanes::bias`] $o$ (empty when $o = 0$) and `dx` $= \hat\delta$ in every lane.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct Lanes {
+    ofs: Vec<i32>,
+    dx: Vec<f32>,
+}
+
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+impl Lanes {
+    /// The $o$ that makes `kind`'s weights unsigned: $v_j + o \in 0..256$ (the 4- and 5-bit
+    /// offsets, 128 for Q8_0's signed bytes, 0 for the types with a minimum).
+    fn bias(kind: Simple) -> i32 {
+        match kind {
+            Simple::Q8_0 => 128,
+            k => k.offset() as i32,
+        }
+    }
+
+    /// The lanes of every row of `a` for weights of `kind`.
+    fn of(kind: Simple, a: &Q8Rows) -> Lanes {
+        let o = Self::bias(kind);
+        let ofs = if o == 0 {
+            Vec::new()
+        } else {
+            a.q.chunks_exact(4)
+                .map(|g| -o * g.iter().map(|&v| v as i32).sum::<i32>())
+                .collect()
+        };
+        let dx = a.d.iter().flat_map(|&d| [d; 8]).collect();
+        Lanes { ofs, dx }
+    }
+
+    /// The lanes of rows `i0 .. i0 + N`, each `nb` blocks long (`ofs` empty slices when the
+    /// kind has no bias).
+    #[inline(always)]
+    fn rows<const N: usize>(&self, i0: usize, nb: usize) -> ([&[i32]; N], [&[f32]; N]) {
+        let w = 8 * nb;
+        let mut ofs = [&self.ofs[..0]; N];
+        let mut dx = [&self.dx[..0]; N];
+        for i in 0..N {
+            let r = i0 + i;
+            if !self.ofs.is_empty() {
+                ofs[i] = &self.ofs[r * w..(r + 1) * w];
+            }
+            dx[i] = &self.dx[r * w..(r + 1) * w];
+        }
+        (ofs, dx)
+    }
+}
+
 /// Quantizes each block of 32 values of `x` (a whole number of blocks) as ggml's reference
 /// `quantize_row_q8_1` does (Q8_0's quants and scale are the same; Q8_1 adds the sum). A
 /// block holding a NaN gets a NaN scale (ggml's `fmaxf` would skip it and give finite, wrong
@@ -318,6 +370,18 @@ pub(super) mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2")]
     pub(in crate::quant) fn weights(kind: Simple, blk: &[u8]) -> __m256i {
+        let w = stored(kind, blk);
+        if kind.offset() != 0 {
+            return _mm256_sub_epi8(w, _mm256_set1_epi8(kind.offset()));
+        }
+        w
+    }
+
+    /// The 32 quants of a block as stored, in value order: the unsigned $n_j$ of the 4- and
+    /// 5-bit types (before their offset is taken away), Q8_0's signed bytes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(in crate::quant) fn stored(kind: Simple, blk: &[u8]) -> __m256i {
         let qs = &blk[kind.quants_at()..];
         if kind == Simple::Q8_0 {
             let b: &[u8; 32] = qs[..32].try_into().expect("32 quant bytes");
@@ -343,9 +407,6 @@ pub(super) mod avx2 {
             let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
             let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
             w = _mm256_or_si256(w, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
-        }
-        if kind.offset() != 0 {
-            w = _mm256_sub_epi8(w, _mm256_set1_epi8(kind.offset()));
         }
         w
     }
@@ -476,87 +537,97 @@ pub(super) mod avx2 {
 }
 
 /// The AVX-512 VNNI kernel: two blocks side by side in one 512-bit register (block $b$ in
-/// the low 256 bits, $b + 1$ in the high), the 4-value integer sums by `vpdpbusd`. A lane
-/// holds the same integers as in [`avx2`] (`dpbusd` sums the same four products that
-/// `maddubs` + `madd` sum, and neither saturates here: $|v_j q_j| \le 128 \cdot 127$), and the
-/// f32 operations are element-wise, so accumulators $b \bmod 4 = 0, 1$ sharing one register
-/// (as do 2, 3) give [`dot_portable`]'s bits (tested).
+/// the low 256 bits, $b + 1$ in the high), the 4-value integer sums by `vpdpbusd` on the
+/// unsigned weights $v_j + o$ started from $-o\sum q_j$ ([`Lanes`]). A lane holds the same
+/// integer as in [`avx2`] (`dpbusd` sums the same four products that `maddubs` + `madd` sum,
+/// exactly in i32), and the f32 operations are element-wise, so accumulators $b \bmod 4 = 0, 1$
+/// sharing one register (as do 2, 3) give [`dot_portable`]'s bits (tested).
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::avx2::{half8, prefetch, weights};
-    use super::{GROUP, Q8Rows, QK, Simple, finish};
+    use super::avx2::{half8, prefetch, stored};
+    use super::{GROUP, Lanes, Q8Rows, QK, Simple, finish};
     use std::arch::x86_64::*;
 
-    /// The lanes of the high half only (block $b + 1$).
+    /// The lanes of the low half only (block $b$).
     const LOW: __mmask16 = 0x00ff;
 
-    /// Blocks `lo` and `hi` (or zeros for a missing `hi`) as one register, with the mask of
-    /// the negative weights.
+    /// Blocks `lo` and `hi` (or zeros for a missing `hi`) as one register of unsigned bytes
+    /// $v_j + o$ ([`Lanes::bias`] $o$: Q8_0's bytes with their sign bit flipped).
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
-    fn pair(kind: Simple, lo: &[u8], hi: Option<&[u8]>) -> (__m512i, __mmask64) {
-        let h = hi.map_or(_mm256_setzero_si256(), |b| weights(kind, b));
-        let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(weights(kind, lo)), h);
-        (w, _mm512_movepi8_mask(w))
-    }
-
-    /// The two blocks' 8 integer lanes each of $\sum_j v_j q_j$ against the 64 quants at `q`.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    fn sums(kind: Simple, (w, neg): (__m512i, __mmask64), q: &[i8], two: bool) -> __m512i {
-        let z = _mm512_setzero_si512();
-        // SAFETY: the load reads 64 (or, for one block, 32) bytes of `q`, which has them.
-        let x = unsafe {
-            if two {
-                let q: &[i8; 2 * QK] = q[..2 * QK].try_into().expect("64 quants");
-                _mm512_loadu_si512(q.as_ptr() as *const __m512i)
+    fn pair(kind: Simple, lo: &[u8], hi: Option<&[u8]>) -> __m512i {
+        let biased = |b: &[u8]| {
+            let w = stored(kind, b);
+            if kind == Simple::Q8_0 {
+                _mm256_xor_si256(w, _mm256_set1_epi8(i8::MIN))
             } else {
-                let q: &[i8; QK] = q[..QK].try_into().expect("32 quants");
-                _mm512_castsi256_si512(_mm256_loadu_si256(q.as_ptr() as *const __m256i))
+                w
             }
         };
-        if kind.with_min() {
-            // Unsigned weights (0..31) times signed activations.
-            _mm512_dpbusd_epi32(z, w, x)
-        } else {
-            // |v| times x·sign(v) (x kept where v = 0: its product with |v| = 0 is 0 anyway).
-            let xs = _mm512_mask_sub_epi8(x, neg, z, x);
-            _mm512_dpbusd_epi32(z, _mm512_abs_epi8(w), xs)
+        let h = hi.map_or(_mm256_setzero_si256(), biased);
+        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(biased(lo)), h)
+    }
+
+    /// The first 64 bytes of `v` as a register, or with `two` false its first 32 and zeros.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    fn load<T>(v: &[T], two: bool) -> __m512i {
+        let n = if two { 64 } else { 32 };
+        assert!(
+            std::mem::size_of_val(v) >= n,
+            "q8: a load past the end of a row"
+        );
+        // SAFETY: `v` has at least `n` readable bytes (checked); no alignment is required.
+        unsafe {
+            if two {
+                _mm512_loadu_si512(v.as_ptr() as *const __m512i)
+            } else {
+                _mm512_zextsi256_si512(_mm256_loadu_si256(v.as_ptr() as *const __m256i))
+            }
         }
     }
 
     /// [`super::avx2::dots`] with AVX-512 VNNI, for `N` activation rows (1 to
-    /// [`super::ACTS`]): the same integers and f32 operations in the same order per pair.
+    /// [`super::ACTS_VNNI`]): the same integers and f32 operations in the same order per pair.
+    /// A lane's integer is $\sum_j (v_j + o) q_j - o \sum_j q_j$, one `vpdpbusd` started from
+    /// the row's [`Lanes::ofs`], and its scale $d\hat\delta$ is the product of the weight
+    /// scale with the row's [`Lanes::dx`], lane by lane (the scalar product's bits).
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
     pub(super) fn dots<const K: u8, const N: usize>(
         row: &[u8],
         a: &Q8Rows,
+        l: &Lanes,
         i0: usize,
         nb: usize,
         out: &mut [f32],
     ) {
         let kind = Simple::from_code(K);
         let bb = kind.block_bytes();
-        let (q, d, s) = a.rows::<N>(i0, nb);
+        let (q, _, s) = a.rows::<N>(i0, nb);
+        let (ofs, dx) = l.rows::<N>(i0, nb);
+        let biased = Lanes::bias(kind) != 0;
         // acc[i][0]: accumulators 0 | 1 of pair i; acc[i][1]: accumulators 2 | 3.
         let mut acc = [[_mm512_setzero_ps(); 2]; N];
         // Blocks b (and b + 1 when `hi` is given) into register half `h` = (b mod 4) / 2.
         macro_rules! step {
             ($h:expr, $b:expr, $lo:expr, $hi:expr) => {{
                 let (h, b, lo, hi): (usize, usize, &[u8], Option<&[u8]>) = ($h, $b, $lo, $hi);
+                let two = hi.is_some();
                 let w = pair(kind, lo, hi);
                 let d0 = _mm256_cvtss_f32(half8(lo, 0));
                 let d1 = hi.map_or(0.0, |blk| _mm256_cvtss_f32(half8(blk, 0)));
+                let dw = _mm512_mask_blend_ps(!LOW, _mm512_set1_ps(d0), _mm512_set1_ps(d1));
                 for i in 0..N {
-                    let p = _mm512_cvtepi32_ps(sums(kind, w, &q[i][b * QK..], hi.is_some()));
-                    let dd0 = _mm256_set1_ps(d0 * d[i][b]);
-                    let dd1 = _mm256_set1_ps(if hi.is_some() { d1 * d[i][b + 1] } else { 0.0 });
-                    let dd = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
-                        _mm512_castpd256_pd512(_mm256_castps_pd(dd0)),
-                        _mm256_castps_pd(dd1),
-                    ));
+                    let o = if biased {
+                        load(&ofs[i][8 * b..], two)
+                    } else {
+                        _mm512_setzero_si512()
+                    };
+                    let x = load(&q[i][b * QK..], two);
+                    let p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(o, w, x));
+                    let dd = _mm512_mul_ps(dw, _mm512_castsi512_ps(load(&dx[i][8 * b..], two)));
                     let t = _mm512_mul_ps(dd, p);
-                    acc[i][h] = if hi.is_some() {
+                    acc[i][h] = if two {
                         _mm512_add_ps(acc[i][h], t)
                     } else {
                         _mm512_mask_add_ps(acc[i][h], LOW, acc[i][h], t)
@@ -682,21 +753,58 @@ fn dot(kind: Simple, path: Path, row: &[u8], a: &Q8Rows, i: usize, nb: usize) ->
 /// Activation rows that one weight row meets together in [`simple_rows`] ([`avx2::dots`]).
 const ACTS: usize = 4;
 
+/// The same for the VNNI kernel ([`avx512::dots`]: 2 of its 32 registers a row).
+const ACTS_VNNI: usize = 8;
+
+/// Whether one activation row (generation) takes the VNNI kernel on a VNNI CPU; else the
+/// AVX2 one ([`avx2::dot`]). Measured on a 2-core Xeon with AMX (2026-12-04, SmolLM2 q8
+/// generation, six alternating runs of each): 81.2–82.9 tok/s with the VNNI kernel for one
+/// row, 81.0–84.9 with the AVX2 one; BENCHMARKS.md, round 8.
+const ONE_ROW_VNNI: bool = false;
+
 /// [`dot`] of one weight row against activation rows `i0 .. i0 + out.len()` (at most
-/// [`ACTS`]), into `out`; the same bits as one [`dot`] a row, on every path.
-fn dots(kind: Simple, path: Path, row: &[u8], a: &Q8Rows, i0: usize, nb: usize, out: &mut [f32]) {
+/// [`ACTS`], or [`ACTS_VNNI`] with `lanes`, given on the VNNI path), into `out`; the same
+/// bits as one [`dot`] a row, on every path.
+#[allow(clippy::too_many_arguments)]
+fn dots(
+    kind: Simple,
+    path: Path,
+    row: &[u8],
+    a: &Q8Rows,
+    lanes: Option<&Lanes>,
+    i0: usize,
+    nb: usize,
+    out: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
-    if path != Path::Portable && out.len() > 1 {
+    if let (Path::Vnni, Some(l)) = (path, lanes)
+        && (out.len() > 1 || ONE_ROW_VNNI)
+    {
         // The row count as a constant, so the loops over the rows unroll.
         macro_rules! n {
             ($n:literal) => {{
-                if path == Path::Vnni {
-                    use avx512::dots;
-                    // SAFETY: `Path::Vnni` is chosen only when the CPU was found to support it.
-                    return unsafe { by_kind!(kind, dots<$n>(row, a, i0, nb, out)) };
-                }
+                use avx512::dots;
+                // SAFETY: `Path::Vnni` is chosen only when the CPU was found to support it.
+                return unsafe { by_kind!(kind, dots<$n>(row, a, l, i0, nb, out)) };
+            }};
+        }
+        match out.len() {
+            1 => n!(1),
+            2 => n!(2),
+            3 => n!(3),
+            4 => n!(4),
+            5 => n!(5),
+            6 => n!(6),
+            7 => n!(7),
+            _ => n!(8),
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if path != Path::Portable && out.len() > 1 {
+        macro_rules! n {
+            ($n:literal) => {{
                 use avx2::dots;
-                // SAFETY: `Path::Avx2` is chosen only when the CPU supports AVX2 and F16C.
+                // SAFETY: both SIMD paths are chosen only when the CPU supports AVX2 and F16C.
                 return unsafe { by_kind!(kind, dots<$n>(row, a, i0, nb, out)) };
             }};
         }
@@ -706,6 +814,7 @@ fn dots(kind: Simple, path: Path, row: &[u8], a: &Q8Rows, i0: usize, nb: usize, 
             _ => n!(4),
         }
     }
+    let _ = lanes;
     for (i, o) in out.iter_mut().enumerate() {
         *o = dot(kind, path, row, a, i0 + i, nb);
     }
@@ -780,18 +889,21 @@ fn simple_rows(
     par: bool,
 ) -> Vec<f32> {
     let a = quantize_rows(x);
+    let lanes = (path == Path::Vnni).then(|| Lanes::of(kind, &a));
+    let acts = if lanes.is_some() { ACTS_VNNI } else { ACTS };
     let nb = cols / QK;
     let rb = nb * kind.block_bytes();
     row_tasks(rows, t, par, |k, o| {
         let n = o.len() / t;
         let task = &bytes[k * ROWS * rb..(k * ROWS + n) * rb];
-        // Activation rows in groups of ACTS (outer, so a group's quants stay in L1 while the
+        // Activation rows in groups of `acts` (outer, so a group's quants stay in L1 while the
         // task's weight rows pass), each weight row meeting the whole group at once.
-        for i0 in (0..t).step_by(ACTS) {
-            let m = ACTS.min(t - i0);
+        for i0 in (0..t).step_by(acts) {
+            let m = acts.min(t - i0);
             for (r, orow) in o.chunks_exact_mut(t).enumerate() {
                 let row = &task[r * rb..(r + 1) * rb];
-                dots(kind, path, row, &a, i0, nb, &mut orow[i0..i0 + m]);
+                let out = &mut orow[i0..i0 + m];
+                dots(kind, path, row, &a, lanes.as_ref(), i0, nb, out);
             }
         }
     })
@@ -997,7 +1109,7 @@ mod tests {
             let rows = 70;
             let nb = cols / QK;
             let w = blocks(kind, rows * nb, 11);
-            let x = acts(6 * cols, 5);
+            let x = acts(11 * cols, 5);
             let a = quantize_rows(&x);
             let u = f32::EPSILON as f64 / 2.0;
             let tol_rel = (2.0 * nb as f64 + 16.0) * u;
@@ -1054,8 +1166,10 @@ mod tests {
                 }
             }
             // Each path's blocked kernel (1 to ACTS rows at once) gives the per-row dot's bits.
-            for path in Path::available() {
-                let t = 6;
+            for (path, t) in Path::available()
+                .into_iter()
+                .flat_map(|p| [1, 6, 11].map(|t| (p, t)))
+            {
                 let out = simple_rows(kind, path, &w, rows, cols, &x[..t * cols], t, false);
                 for r in 0..rows {
                     let rb = nb * kind.block_bytes();
@@ -1078,8 +1192,9 @@ mod tests {
                     Simple::Q5_1 => GgmlDType::Q5_1,
                     Simple::Q8_0 => GgmlDType::Q8_0,
                 };
-                // 3 rows: one partial group of the blocked kernel; 6: a whole group and a part.
-                for t in [1, 3, 6] {
+                // 3 rows: one partial group of the blocked kernels; 6 and 11: a whole group of
+                // each and a part.
+                for t in [1, 3, 6, 11] {
                     let out = matmul_t_rows(dt, &w, rows, cols, &x[..t * cols], t, par).unwrap();
                     for r in 0..rows {
                         let rb = nb * kind.block_bytes();
