@@ -165,6 +165,47 @@ pub fn linear_with(x: &[f32], t: usize, lin: &Linear, mode: Matmul) -> Vec<f32> 
     out
 }
 
+/// Activation rows up to which [`linear_side_by_side`] runs its products together (the
+/// generation steps and short prompts); a longer input's products are parallel inside.
+const SIDE_BY_SIDE_ROWS: usize = 16;
+
+/// [`linear_with`] of one input `x` with each of `lins` (`q, k, v`; `up, gate`), the same
+/// outputs bit for bit (the products share nothing). For at most [`SIDE_BY_SIDE_ROWS`] rows
+/// they run in one fork–join region (`rayon::join`, halving the list), so the threads meet
+/// once after all of them, not once after each; a thread that finishes its share of one
+/// product takes up rows of the others.
+pub fn linear_side_by_side<const N: usize>(
+    x: &[f32],
+    t: usize,
+    lins: [&Linear; N],
+    mode: Matmul,
+) -> [Vec<f32>; N] {
+    fn each(x: &[f32], t: usize, lins: &[&Linear], mode: Matmul, out: &mut [Vec<f32>]) {
+        debug_assert_eq!(lins.len(), out.len());
+        match (lins, out) {
+            ([one], [o]) => *o = linear_with(x, t, one, mode),
+            (lins, out) if lins.len() < 2 => debug_assert!(lins.is_empty() && out.is_empty()),
+            (lins, out) => {
+                let m = lins.len() / 2;
+                let (lo, hi) = out.split_at_mut(m);
+                rayon::join(
+                    || each(x, t, &lins[..m], mode, lo),
+                    || each(x, t, &lins[m..], mode, hi),
+                );
+            }
+        }
+    }
+    let mut out: [Vec<f32>; N] = std::array::from_fn(|_| Vec::new());
+    if t <= SIDE_BY_SIDE_ROWS {
+        each(x, t, &lins, mode, &mut out);
+    } else {
+        for (o, lin) in out.iter_mut().zip(lins) {
+            *o = linear_with(x, t, lin, mode);
+        }
+    }
+    out
+}
+
 /// erf in f64 (Numerical Recipes `erfc` Chebyshev fit, |error| < 1.2e-7).
 fn erf(x: f64) -> f64 {
     let z = x.abs();
@@ -417,9 +458,8 @@ impl Pretrained {
         if let Some(n) = &ly.attn_norm {
             n.apply(&mut a);
         }
-        let mut q = linear_with(&a, t, &ly.wq, self.matmul);
-        let mut k_new = linear_with(&a, t, &ly.wk, self.matmul);
-        let v_new = linear_with(&a, t, &ly.wv, self.matmul);
+        let [mut q, mut k_new, v_new] =
+            linear_side_by_side(&a, t, [&ly.wq, &ly.wk, &ly.wv], self.matmul);
         if let Some(n) = &ly.q_norm {
             head_norm(&mut q, n);
         }
@@ -611,11 +651,13 @@ impl Pretrained {
         if let Some(n) = &ly.ffn_norm {
             n.apply(&mut m_in);
         }
-        let mut hid = linear_with(&m_in, t, &ly.up, self.matmul);
-        let gv = ly
-            .gate
-            .as_ref()
-            .map(|g| linear_with(&m_in, t, g, self.matmul));
+        let (mut hid, gv) = match &ly.gate {
+            Some(g) => {
+                let [up, gate] = linear_side_by_side(&m_in, t, [&ly.up, g], self.matmul);
+                (up, Some(gate))
+            }
+            None => (linear_with(&m_in, t, &ly.up, self.matmul), None),
+        };
         activate(c.act, &mut hid, gv.as_deref());
         drop(gv);
         drop(m_in);
