@@ -506,31 +506,84 @@ pub(super) mod avx2 {
         }
     }
 
-    /// [`super::dot_portable`] with AVX2 and F16C: the same integers and f32 operations.
+    /// The f16 words at bytes 0–1 and 2–3 of the 8 blocks at `p`, `p + bb`, …, `p + 7bb`
+    /// (scale $d$ and, for the types with one, minimum $m$) as f32: one gather of the 8
+    /// 32-bit words ($d$ in the low half, $m$ in the high half), split and converted 8 at a
+    /// time (exact). For the types without a minimum the second vector is the conversion of
+    /// quant bytes, not used.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn scales8(blocks: &[u8], bb: usize) -> (__m256, __m256) {
+        assert!(blocks.len() >= 7 * bb + 4, "8 blocks of at least 4 bytes");
+        let at = bb as i32;
+        let idx = _mm256_setr_epi32(0, at, 2 * at, 3 * at, 4 * at, 5 * at, 6 * at, 7 * at);
+        // SAFETY: the 8 words read are bytes `j·bb .. j·bb + 4` for j < 8, inside `blocks`
+        // (asserted above); the gather has no alignment requirement.
+        let w = unsafe { _mm256_i32gather_epi32::<1>(blocks.as_ptr() as *const i32, idx) };
+        let lo = _mm256_and_si256(w, _mm256_set1_epi32(0xffff));
+        let hi = _mm256_srli_epi32::<16>(w);
+        // [d0..3, m0..3 | d4..7, m4..7] as 16-bit words, then [d0..7 | m0..7].
+        let packed = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(lo, hi));
+        (
+            _mm256_cvtph_ps(_mm256_castsi256_si128(packed)),
+            _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(packed)),
+        )
+    }
+
+    /// 8 f32 from `v[at..at + 8]`.
+    #[inline]
+    #[target_feature(enable = "avx")]
+    fn load8(v: &[f32], at: usize) -> __m256 {
+        let v: &[f32; 8] = v[at..at + 8].try_into().expect("8 values");
+        // SAFETY: `v` is 8 readable f32; the load has no alignment requirement.
+        unsafe { _mm256_loadu_ps(v.as_ptr()) }
+    }
+
+    /// [`super::dot_portable`] with AVX2 and F16C: the same integers and f32 operations. Eight
+    /// blocks at a time take their scales together ([`scales8`]): the 8 products
+    /// $d\hat\delta$ in one vector multiply, and the minima's terms $m s$ in one vector multiply
+    /// added to the 16 running sums kept as two vectors (blocks $8c … 8c + 7$ go to sums
+    /// $8(c \bmod 2) + j$, which is $b \bmod 16$); the last `nb mod 8` blocks one at a time.
+    /// Each lane's operations and their order are those of one block at a time, so the bits
+    /// are [`super::dot_portable`]'s (tested).
     #[target_feature(enable = "avx2,f16c")]
     pub(super) fn dot<const K: u8>(row: &[u8], q: &[i8], d: &[f32], s: &[f32]) -> f32 {
         let kind = Simple::from_code(K);
         let mut acc = [_mm256_setzero_ps(); 4];
-        let mut mins = [0f32; GROUP];
+        let mut mins8 = [_mm256_setzero_ps(); 2];
         let bb = kind.block_bytes();
-        let mut one = |acc: &mut __m256, b: usize, blk: &[u8]| {
+        let mut dd = [0f32; 8];
+        let mut octs = row.chunks_exact(8 * bb);
+        for (c, oct) in octs.by_ref().enumerate() {
+            let b0 = 8 * c;
+            prefetch(oct.as_ptr());
+            prefetch(oct[4 * bb..].as_ptr());
+            let (dw, mw) = scales8(oct, bb);
+            // SAFETY: `dd` is 8 writable f32; the store has no alignment requirement.
+            unsafe { _mm256_storeu_ps(dd.as_mut_ptr(), _mm256_mul_ps(dw, load8(d, b0))) };
+            if kind.with_min() {
+                let m = &mut mins8[c % 2];
+                *m = _mm256_add_ps(*m, _mm256_mul_ps(mw, load8(s, b0)));
+            }
+            for (j, blk) in oct.chunks_exact(bb).enumerate() {
+                let b = b0 + j;
+                acc[j % 4] = block(kind, acc[j % 4], decoded(kind, blk), &q[b * QK..], dd[j]);
+            }
+        }
+        let mut mins = [0f32; GROUP];
+        // SAFETY: `mins` is 16 writable f32; the stores have no alignment requirement.
+        unsafe {
+            _mm256_storeu_ps(mins.as_mut_ptr(), mins8[0]);
+            _mm256_storeu_ps(mins.as_mut_ptr().add(8), mins8[1]);
+        }
+        let b0 = row.len() / bb / 8 * 8;
+        for (j, blk) in octs.remainder().chunks_exact(bb).enumerate() {
+            let b = b0 + j;
             let dd = _mm256_cvtss_f32(half8(blk, 0)) * d[b];
-            *acc = block(kind, *acc, decoded(kind, blk), &q[b * QK..], dd);
+            acc[j % 4] = block(kind, acc[j % 4], decoded(kind, blk), &q[b * QK..], dd);
             if kind.with_min() {
                 mins[b % GROUP] += _mm256_cvtss_f32(half8(blk, 2)) * s[b];
             }
-        };
-        // Four blocks at a time, block b into accumulator b mod 4.
-        let mut quads = row.chunks_exact(4 * bb);
-        for (c, quad) in quads.by_ref().enumerate() {
-            prefetch(quad.as_ptr());
-            for (j, a) in acc.iter_mut().enumerate() {
-                one(a, 4 * c + j, &quad[j * bb..(j + 1) * bb]);
-            }
-        }
-        let b0 = row.len() / bb / 4 * 4;
-        for (j, blk) in quads.remainder().chunks_exact(bb).enumerate() {
-            one(&mut acc[j], b0 + j, blk);
         }
         finish(lanes(acc), mins)
     }
@@ -1103,8 +1156,9 @@ mod tests {
             Simple::Q8_0,
         ]
         .into_iter()
-        // 17, 18 and 19 blocks a row: the kernels' remainders of 1, 2 and 3 blocks.
-        .flat_map(|k| [544, 576, 608].map(|c| (k, c)))
+        // 16 to 19 and 23 blocks a row: the kernels' remainders of 0 to 3 blocks (four at a
+        // time) and of 0, 1, 2, 3 and 7 blocks (eight at a time, the one-row AVX2 kernel).
+        .flat_map(|k| [512, 544, 576, 608, 736].map(|c| (k, c)))
         {
             let rows = 70;
             let nb = cols / QK;
