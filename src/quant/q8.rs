@@ -587,6 +587,22 @@ pub(super) mod avx2 {
         }
         finish(lanes(acc), mins)
     }
+
+    /// [`dot`] of each weight row of `rows` (`rb` bytes a row) against one activation row,
+    /// into `out[r · stride]`: the loop over the rows inside the kernel, so a task dispatches
+    /// once, not once a row.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) fn dot_each<const K: u8>(
+        rows: &[u8],
+        rb: usize,
+        (q, d, s): (&[i8], &[f32], &[f32]),
+        out: &mut [f32],
+        stride: usize,
+    ) {
+        for (r, row) in rows.chunks_exact(rb).enumerate() {
+            out[r * stride] = dot::<K>(row, q, d, s);
+        }
+    }
 }
 
 /// The AVX-512 VNNI kernel: two blocks side by side in one 512-bit register (block $b$ in
@@ -803,6 +819,33 @@ fn dot(kind: Simple, path: Path, row: &[u8], a: &Q8Rows, i: usize, nb: usize) ->
     by_kind!(kind, dot_portable(row, q, d, s))
 }
 
+/// [`dot`] of each weight row of `rows` (`rb` bytes a row) against activation row `i`, into
+/// `out[r · stride]`, on `path`.
+#[allow(clippy::too_many_arguments)]
+fn dot_each(
+    kind: Simple,
+    path: Path,
+    rows: &[u8],
+    rb: usize,
+    a: &Q8Rows,
+    i: usize,
+    nb: usize,
+    out: &mut [f32],
+    stride: usize,
+) {
+    let ([q], [d], [s]) = a.rows::<1>(i, nb);
+    #[cfg(target_arch = "x86_64")]
+    if path != Path::Portable {
+        use avx2::dot_each as fast;
+        // SAFETY: both SIMD paths are chosen only when the CPU supports AVX2 and F16C.
+        return unsafe { by_kind!(kind, fast(rows, rb, (q, d, s), out, stride)) };
+    }
+    let _ = path;
+    for (r, row) in rows.chunks_exact(rb).enumerate() {
+        out[r * stride] = by_kind!(kind, dot_portable(row, q, d, s));
+    }
+}
+
 /// Activation rows that one weight row meets together in [`simple_rows`] ([`avx2::dots`]).
 const ACTS: usize = 4;
 
@@ -953,6 +996,12 @@ fn simple_rows(
         // task's weight rows pass), each weight row meeting the whole group at once.
         for i0 in (0..t).step_by(acts) {
             let m = acts.min(t - i0);
+            if m == 1 && !(ONE_ROW_VNNI && lanes.is_some()) {
+                // One activation row (generation, or the last of a group): the kernel runs
+                // over the task's rows itself.
+                dot_each(kind, path, task, rb, &a, i0, nb, &mut o[i0..], t);
+                continue;
+            }
             for (r, orow) in o.chunks_exact_mut(t).enumerate() {
                 let row = &task[r * rb..(r + 1) * rb];
                 let out = &mut orow[i0..i0 + m];
@@ -1219,10 +1268,11 @@ mod tests {
                     );
                 }
             }
-            // Each path's blocked kernel (1 to ACTS rows at once) gives the per-row dot's bits.
+            // Each path's blocked kernel (1 to ACTS rows at once) gives the per-row dot's bits;
+            // t = 5 and 9 end on a lone row after whole groups of 4 and of 8.
             for (path, t) in Path::available()
                 .into_iter()
-                .flat_map(|p| [1, 6, 11].map(|t| (p, t)))
+                .flat_map(|p| [1, 5, 6, 9, 11].map(|t| (p, t)))
             {
                 let out = simple_rows(kind, path, &w, rows, cols, &x[..t * cols], t, false);
                 for r in 0..rows {
