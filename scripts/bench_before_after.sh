@@ -22,7 +22,7 @@ OLD=$(newest "$BASE")
 [ -x "$NEW" ] && [ -x "$OLD" ] || { echo "bench_before_after: issue13 binary missing (new: $NEW, base: $OLD)" >&2; exit 2; }
 runnable() {
   local m=1000 r
-  for _ in 1 2 3 4 5; do r=$(cut -d' ' -f4 /proc/loadavg | cut -d/ -f1); [ "$r" -lt "$m" ] && m=$r; sleep 0.2; done
+  for _ in 1 2 3 4 5; do read -r _ _ _ r _ < /proc/loadavg; r=${r%/*}; [ "$r" -lt "$m" ] && m=$r; sleep 0.2; done
   echo $((m - 1))
 }
 row() {  # row LABEL SIDE BINARY ARGS...: one JSON line

@@ -8,7 +8,8 @@
 # "loaded" (with the load average seen before it), for checking that the scripts work.
 # Between rows the 1-minute average still holds the benchmark's own previous row (2 threads), so
 # each row is instead checked by sampling the number of runnable tasks (/proc/loadavg, field 4)
-# right before it starts: the least of 5 samples over 1 s above 2 means another process is busy.
+# right before it starts: the least of 5 samples over 1 s above 1 (the sampler itself) means
+# another process is busy.
 #
 # Settings (environment):
 #   VENV=/work/venv          Python with torch, transformers, gguf, llama-cpp-python
@@ -47,9 +48,10 @@ export RAYON_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THRE
 CACHE=${SINKLAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sinklab}
 
 load1() { cut -d' ' -f1 /proc/loadavg; }
-runnable() {  # least number of runnable tasks over 5 samples, 0.2 s apart (this sampler counts 1)
+runnable() {  # least number of runnable tasks over 5 samples, 0.2 s apart (this sampler counts 1:
+  # read by the shell itself, since a pipeline of its own processes was counted too, 1–4 at idle)
   local m=1000 r
-  for _ in 1 2 3 4 5; do r=$(cut -d' ' -f4 /proc/loadavg | cut -d/ -f1); [ "$r" -lt "$m" ] && m=$r; sleep 0.2; done
+  for _ in 1 2 3 4 5; do read -r _ _ _ r _ < /proc/loadavg; r=${r%/*}; [ "$r" -lt "$m" ] && m=$r; sleep 0.2; done
   echo "$m"
 }
 over() { awk -v l="$1" -v m="$MAX_LOAD" 'BEGIN { exit !(l > m) }'; }
@@ -125,7 +127,7 @@ try:
 except Exception:
     pass
 l = float(os.environ["LOAD"])
-d.update(row=os.environ["ROW"], side=os.environ["SIDE"], load_avg=l, runnable_before=int(os.environ["BUSY"]), loaded=int(os.environ["BUSY"]) > 2,
+d.update(row=os.environ["ROW"], side=os.environ["SIDE"], load_avg=l, runnable_before=int(os.environ["BUSY"]), loaded=int(os.environ["BUSY"]) > 1,
          commit=os.environ["COMMIT"], profile=os.environ["PROFILE"], cpu=os.environ["CPU"], cpu_isa=os.environ["ISA"])
 print(json.dumps(d))
 PY

@@ -23,7 +23,7 @@ M=$(ls "$CACHE"/smollm2/model/*.gguf | head -n 1)
 newest() { ls -t "$1"/"$2"-* 2>/dev/null | grep -v '\.d$' | head -n 1; }
 runnable() {  # other runnable tasks: least of 5 samples minus this sampler
   local m=1000 r
-  for _ in 1 2 3 4 5; do r=$(cut -d' ' -f4 /proc/loadavg | cut -d/ -f1); [ "$r" -lt "$m" ] && m=$r; sleep 0.2; done
+  for _ in 1 2 3 4 5; do read -r _ _ _ r _ < /proc/loadavg; r=${r%/*}; [ "$r" -lt "$m" ] && m=$r; sleep 0.2; done
   echo $((m - 1))
 }
 
