@@ -454,6 +454,16 @@ pub(super) mod avx2 {
         l
     }
 
+    /// [`super::tree`] of the 8 lanes of `v`, in registers: $v_i \mathrel{+}= v_{i+4}$, then
+    /// $v_i \mathrel{+}= v_{i+2}$, then $v_0 + v_1$ (the same additions, so the same bits).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(in crate::quant) fn tree8(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps::<1>(s, s)))
+    }
+
     /// [`dot`] of one weight row against the activation rows `i0 .. i0 + out.len()` (at most
     /// [`super::ACTS`]) of `a`, into `out`: each weight block decoded once for all of them. Each
     /// pair keeps its own accumulators and minima sums, updated in [`dot`]'s order (block
@@ -613,8 +623,8 @@ pub(super) mod avx2 {
 /// sharing one register (as do 2, 3) give [`dot_portable`]'s bits (tested).
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::avx2::{half8, prefetch, stored};
-    use super::{GROUP, Lanes, Q8Rows, QK, Simple, finish};
+    use super::avx2::{half8, prefetch, stored, tree8};
+    use super::{GROUP, Lanes, Q8Rows, QK, Simple};
     use std::arch::x86_64::*;
 
     /// The lanes of the low half only (block $b$).
@@ -749,21 +759,22 @@ mod avx512 {
                 }
             }
         }
+        // [`finish`] in registers: acc[i][0] + acc[i][1] is (A₀ + A₂ | A₁ + A₃), its halves
+        // added give the combined lanes; the minima's halves added are the first step of
+        // their tree.
         for ((o, acc), mins) in out.iter_mut().zip(acc).zip(mins) {
-            let mut ms = [0f32; GROUP];
-            // SAFETY: `ms` is 16 writable f32; the store has no alignment requirement.
-            unsafe { _mm512_storeu_ps(ms.as_mut_ptr(), mins) };
-            let mut l = [[0f32; 8]; 4];
-            let mut v = [0f32; 32];
-            // SAFETY: `v` is 32 writable f32; the stores have no alignment requirement.
-            unsafe {
-                _mm512_storeu_ps(v.as_mut_ptr(), acc[0]);
-                _mm512_storeu_ps(v.as_mut_ptr().add(16), acc[1]);
-            }
-            for (k, lk) in l.iter_mut().enumerate() {
-                lk.copy_from_slice(&v[8 * k..8 * k + 8]);
-            }
-            *o = finish(l, ms);
+            let half = |v: __m512, k: usize| {
+                let v = _mm512_castps_si512(v);
+                _mm256_castsi256_ps(if k == 0 {
+                    _mm512_castsi512_si256(v)
+                } else {
+                    _mm512_extracti64x4_epi64::<1>(v)
+                })
+            };
+            let s = _mm512_add_ps(acc[0], acc[1]);
+            let l = _mm256_add_ps(half(s, 0), half(s, 1));
+            let m = _mm256_add_ps(half(mins, 0), half(mins, 1));
+            *o = tree8(l) + tree8(m);
         }
     }
 }
