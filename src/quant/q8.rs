@@ -223,7 +223,7 @@ impl Lanes {
 ///
 /// # Panics
 /// If `x` is not a whole number of blocks of 32 (the products check widths before calling).
-pub fn quantize_rows(x: &[f32]) -> Q8Rows {
+pub fn quantize_rows(x: &[f32], par: bool) -> Q8Rows {
     assert!(x.len().is_multiple_of(QK), "q8: not whole blocks of 32");
     let nb = x.len() / QK;
     let mut out = Q8Rows {
@@ -231,29 +231,60 @@ pub fn quantize_rows(x: &[f32]) -> Q8Rows {
         d: vec![0.0; nb],
         s: vec![0.0; nb],
     };
-    for (b, (xb, qb)) in x
-        .chunks_exact(QK)
-        .zip(out.q.chunks_exact_mut(QK))
-        .enumerate()
-    {
-        let a = xb.iter().fold(0f32, |m, v| {
-            if v.is_nan() || v.abs() > m {
-                v.abs()
-            } else {
-                m
-            }
-        });
-        let d = a / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        let mut sum = 0i32;
-        for (q, &v) in qb.iter_mut().zip(xb) {
-            *q = (v * id).round() as i8;
-            sum += *q as i32;
-        }
-        out.d[b] = half::f16::from_f32(d).to_f32();
-        out.s[b] = half::f16::from_f32(sum as f32 * d).to_f32();
+    let one = |((xb, qb), (d, s)): ((&[f32], &mut [i8]), (&mut f32, &mut f32))| {
+        (*d, *s) = quantize_block(xb, qb);
+    };
+    let Q8Rows { q, d, s } = &mut out;
+    if par && x.len() >= QUANT_PAR_MIN {
+        x.par_chunks_exact(QK)
+            .zip(q.par_chunks_exact_mut(QK))
+            .zip(d.par_iter_mut().zip(s.par_iter_mut()))
+            .with_min_len(64)
+            .for_each(one);
+    } else {
+        x.chunks_exact(QK)
+            .zip(q.chunks_exact_mut(QK))
+            .zip(d.iter_mut().zip(s.iter_mut()))
+            .for_each(one);
     }
     out
+}
+
+/// Activation values from which [`quantize_rows`] splits its blocks over the threads.
+const QUANT_PAR_MIN: usize = 1 << 14;
+
+/// One block of [`quantize_rows`]: its quants into `qb`, and $(\hat\delta, s)$.
+#[inline(always)]
+fn quantize_block(xb: &[f32], qb: &mut [i8]) -> (f32, f32) {
+    let a = xb.iter().fold(0f32, |m, v| {
+        if v.is_nan() || v.abs() > m {
+            v.abs()
+        } else {
+            m
+        }
+    });
+    let d = a / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut sum = 0i32;
+    for (q, &v) in qb.iter_mut().zip(xb) {
+        *q = round_to_i8(v * id);
+        sum += *q as i32;
+    }
+    (
+        half::f16::from_f32(d).to_f32(),
+        half::f16::from_f32(sum as f32 * d).to_f32(),
+    )
+}
+
+/// `y.round() as i8` (half away from zero, saturated to the i8 range, NaN to 0) without a
+/// call to libm's `roundf`: the truncating cast of $y + \operatorname{sign}(y)\,c$ with $c$
+/// the largest f32 below $\tfrac12$ ($c = \tfrac12$ would send the f32 just below a halfway
+/// point up). Equal on every f32: `cargo test --release -- --ignored round_to_i8` checks all
+/// $2^{32}$ of them; the default test checks the halfway points and their neighbours.
+#[inline(always)]
+fn round_to_i8(y: f32) -> i8 {
+    const C: f32 = 0.499_999_97;
+    (y + C.copysign(y)) as i8
 }
 
 /// The 32 integer weights $v_j$ of one block of `kind` (unsigned for the types with a minimum).
@@ -995,7 +1026,7 @@ fn simple_rows(
     t: usize,
     par: bool,
 ) -> Vec<f32> {
-    let a = quantize_rows(x);
+    let a = quantize_rows(x, par);
     let lanes = (path == Path::Vnni).then(|| Lanes::of(kind, &a));
     let acts = if lanes.is_some() { ACTS_VNNI } else { ACTS };
     let nb = cols / QK;
@@ -1132,6 +1163,62 @@ mod tests {
             .collect()
     }
 
+    /// [`round_to_i8`] is `round() as i8` at every halfway point $n + \tfrac12$ of the i8
+    /// range and beyond, at its two neighbours, at the integers and their neighbours, and at
+    /// the specials.
+    #[test]
+    fn round_to_i8_rounds_half_away_from_zero() {
+        let check = |y: f32| assert_eq!(round_to_i8(y), y.round() as i8, "{y:e}");
+        for n in -300..=300 {
+            for base in [n as f32, n as f32 + 0.5] {
+                let b = base.to_bits();
+                for y in [
+                    base,
+                    f32::from_bits(b.wrapping_add(1)),
+                    f32::from_bits(b.wrapping_sub(1)),
+                ] {
+                    check(y);
+                }
+            }
+        }
+        for y in [
+            0.0,
+            -0.0,
+            0.499_999_97,
+            -0.499_999_97,
+            1e-40,
+            4194304.5,
+            8388607.5,
+            3e9,
+        ] {
+            check(y);
+        }
+        for y in [
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MAX,
+            f32::MIN,
+        ] {
+            check(y);
+        }
+    }
+
+    /// [`round_to_i8`] on all $2^{32}$ f32 values (about 10 s in release: run with
+    /// `cargo test --release -- --ignored round_to_i8`).
+    #[test]
+    #[ignore = "exhaustive, about 10 s in release"]
+    fn round_to_i8_equals_round_on_every_f32() {
+        let bad = (0..=u32::MAX)
+            .into_par_iter()
+            .filter(|&b| {
+                let y = f32::from_bits(b);
+                round_to_i8(y) != y.round() as i8
+            })
+            .count();
+        assert_eq!(bad, 0);
+    }
+
     /// The quants and scales are ggml's reference ones: candle's `from_float` (a port of
     /// `quantize_row_q8_0`) gives the same bytes for Q8_0; for Q8_1 the quants and scale agree
     /// and the sum is $\mathrm{f16}(\delta\sum_j q_j)$, computed here in f64 from the quants.
@@ -1141,7 +1228,8 @@ mod tests {
         let mut x = x;
         x[5] = 0.0;
         x[32..64].fill(0.0); // an all-zero block: scale 0, quants 0
-        let got = quantize_rows(&x);
+        let got = quantize_rows(&x, false);
+        assert_eq!(quantize_rows(&x, true), got, "in parallel");
         let mut c0 = vec![BlockQ8_0::zeros(); 40];
         BlockQ8_0::from_float(&x, &mut c0);
         let mut c1 = vec![BlockQ8_1::zeros(); 40];
@@ -1178,7 +1266,7 @@ mod tests {
         // A NaN in a block: its scale is NaN (the products become NaN), the others unchanged.
         let mut xn = x.clone();
         xn[70] = f32::NAN;
-        let gn = quantize_rows(&xn);
+        let gn = quantize_rows(&xn, false);
         assert!(gn.d[2].is_nan() && gn.s[2].is_nan());
         assert_eq!(gn.d[3].to_bits(), got.d[3].to_bits());
         let w = blocks(Simple::Q8_0, xn.len() / QK, 9);
@@ -1224,7 +1312,7 @@ mod tests {
             let nb = cols / QK;
             let w = blocks(kind, rows * nb, 11);
             let x = acts(11 * cols, 5);
-            let a = quantize_rows(&x);
+            let a = quantize_rows(&x, false);
             let u = f32::EPSILON as f64 / 2.0;
             let tol_rel = (2.0 * nb as f64 + 16.0) * u;
             for r in 0..rows {
