@@ -603,11 +603,23 @@ fn transpose(m: Vec<f32>, r: usize, t: usize) -> Vec<f32> {
     if t == 1 {
         return m;
     }
+    // Bands of `BAND` output rows (columns of `m`), in parallel for a large matrix: a band reads
+    // `BAND` consecutive values of each row of `m` and writes `BAND` output rows.
+    const BAND: usize = 16;
     let mut out = vec![0f32; r * t];
-    for (i, row) in m.chunks_exact(t).enumerate() {
-        for (j, v) in row.iter().enumerate() {
-            out[j * r + i] = *v;
+    let band = |(k, o): (usize, &mut [f32])| {
+        let j0 = k * BAND;
+        let n = o.len() / r;
+        for (i, row) in m.chunks_exact(t).enumerate() {
+            for (jj, v) in row[j0..j0 + n].iter().enumerate() {
+                o[jj * r + i] = *v;
+            }
         }
+    };
+    if r * t >= PAR_FLOPS / 16 {
+        out.par_chunks_mut(BAND * r).enumerate().for_each(band);
+    } else {
+        out.chunks_mut(BAND * r).enumerate().for_each(band);
     }
     out
 }
@@ -649,4 +661,24 @@ pub fn q8_bound(dt: GgmlDType, w: &[f32], x: &[f32]) -> f64 {
             t
         })
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::transpose;
+
+    /// Element (i, j) of the `[r, t]` input is element (j, i) of the output, for shapes with a
+    /// partial band and for one large enough to take the parallel path.
+    #[test]
+    fn transpose_moves_every_element() {
+        for (r, t) in [(37, 5), (3, 1), (600, 513)] {
+            let m: Vec<f32> = (0..r * t).map(|k| k as f32).collect();
+            let out = transpose(m, r, t);
+            for i in 0..r {
+                for j in 0..t {
+                    assert_eq!(out[j * r + i], (i * t + j) as f32, "r {r} t {t} ({i}, {j})");
+                }
+            }
+        }
+    }
 }
