@@ -231,9 +231,8 @@ pub fn quantize_rows(x: &[f32], par: bool) -> Q8Rows {
         d: vec![0.0; nb],
         s: vec![0.0; nb],
     };
-    let one = |((xb, qb), (d, s)): ((&[f32], &mut [i8]), (&mut f32, &mut f32))| {
-        (*d, *s) = quantize_block(xb, qb);
-    };
+    type Block<'a> = ((&'a [f32], &'a mut [i8]), (&'a mut f32, &'a mut f32));
+    let one = |((xb, qb), (d, s)): Block<'_>| (*d, *s) = quantize_block(xb, qb);
     let Q8Rows { q, d, s } = &mut out;
     if par && x.len() >= QUANT_PAR_MIN {
         x.par_chunks_exact(QK)
@@ -277,7 +276,7 @@ fn quantize_block(xb: &[f32], qb: &mut [i8]) -> (f32, f32) {
 }
 
 /// `y.round() as i8` (half away from zero, saturated to the i8 range, NaN to 0) without a
-/// call to libm's `roundf`: the truncating cast of $y + \operatorname{sign}(y)\,c$ with $c$
+/// call to libm's `roundf`: the truncating cast of $y + \operatorname{sign}(y) \thinspace c$ with $c$
 /// the largest f32 below $\tfrac12$ ($c = \tfrac12$ would send the f32 just below a halfway
 /// point up). Equal on every f32: `cargo test --release -- --ignored round_to_i8` checks all
 /// $2^{32}$ of them; the default test checks the halfway points and their neighbours.
