@@ -896,7 +896,8 @@ const ACTS_VNNI: usize = 8;
 /// Whether one activation row (generation) takes the VNNI kernel on a VNNI CPU; else the
 /// AVX2 one ([`avx2::dot`]). Measured on a 2-core Xeon with AMX (2026-12-04, SmolLM2 q8
 /// generation, six alternating runs of each): 81.2–82.9 tok/s with the VNNI kernel for one
-/// row, 81.0–84.9 with the AVX2 one; BENCHMARKS.md, round 8.
+/// row, 81.0–84.9 with the AVX2 one (commit 7099c1c's message; that session's raw rows were
+/// not kept). Not re-measured on Zen 4 since the one-row AVX2 kernel changed (03bbf24).
 const ONE_ROW_VNNI: bool = false;
 
 /// [`dot`] of one weight row against activation rows `i0 .. i0 + out.len()` (at most
