@@ -135,5 +135,8 @@ for r in order:
         tgt = ("peak ≤ 8 GB: " + ("met" if s["proc_max_rss_kb"] <= 8 * 1024 * 1024 else "not met")) if ok else ""
         print(f"| `sinklab real` synthetic {what} (Q4_K_M mix) | {sc} | | | {tgt}{mark(s)} |")
     elif kind == "big_forward":
+        b = rows[r].get("llama.cpp")
         sc = err(s) or f"{s['best_s']:.1f} s per forward (T = {s['tokens']}, no capture), load {s['load_s']:.1f} s, peak {mb(s['peak_rss_kb'])}"
-        print(f"| forward synthetic {what} | {sc} | | | {mark(s)} |")
+        bc = (err(b) or f"llama.cpp eval from an empty cache {b['best_s']:.1f} s") if b else ""
+        ratio = f"{b['best_s'] / s['best_s']:.2f}× (llama.cpp / sinklab)" if b and not (err(s) or err(b)) else ""
+        print(f"| forward synthetic {what} | {sc} | {bc} | {ratio} | {mark(s, b) if b else mark(s)} |")

@@ -191,7 +191,7 @@ for m in $FWD_MODELS; do
 done
 
 # 5. Synthetic paper-scale shapes (random weights): `sinklab real` at BIG_T (peak RSS, wall) and
-#    seconds per plain forward.
+#    seconds per plain forward, beside llama.cpp's prefill of the same file.
 if [ "$BIG" = 1 ]; then
   mkdir -p "$BIG_DIR"
   for s in $BIG_SHAPES; do
@@ -202,6 +202,8 @@ if [ "$BIG" = 1 ]; then
     ids=$("$PY" -c "import random; random.seed(1); print(','.join(['1'] + [str(random.randrange(3, 100000)) for _ in range($BIG_T - 1)]))")
     measure "big_real/$s" sinklab prlimit --as=$((BIG_AS_GB << 30)) sh -c '"$0" real --model "$1" --tokens "$2" --bos no --json >/dev/null && echo "{\"tool\": \"sinklab\", \"mode\": \"real --json\", \"file_bytes\": $(stat -c %s "$1")}"' "$SINKLAB" "$f" "$ids"
     measure "big_forward/$s" sinklab prlimit --as=$((BIG_AS_GB << 30)) "$BENCH_BIN" forward "$f" "$ids" 1 none
+    # llama.cpp's prefill of the same file and ids, beside it.
+    llama "big_forward/$s" prefill "$f" "$ids" 1
   done
 fi
 
