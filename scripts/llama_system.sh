@@ -8,7 +8,7 @@
 # Prints the LLAMA_CMD to give scripts/bench_issue13.sh. Idempotent; needs root (debootstrap,
 # chroot, bind mounts), about 3 min and 600 MB the first time.
 #
-# Usage: [ROOT=/tmp/sidroot] scripts/llama_system.sh
+# Usage: [ROOT=/tmp/sidroot] [BIG_DIR=/tmp/sinklab-big] scripts/llama_system.sh
 #   then: LLAMA_CMD="$(scripts/llama_system.sh)" scripts/bench_issue13.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +32,10 @@ chroot "$ROOT" gcc -O2 -Wall -o /usr/local/bin/llama_greedy /tmp/llama_greedy.c 
 # The models at the same path inside the root, so the driver's paths work there unchanged.
 mkdir -p "$CACHE" "$ROOT$CACHE"
 mountpoint -q "$ROOT$CACHE" || mount --bind "$CACHE" "$ROOT$CACHE"
+# The driver's synthetic shapes (BIG_DIR of scripts/bench_issue13.sh), likewise.
+BIG_DIR=${BIG_DIR:-/tmp/sinklab-big}
+mkdir -p "$BIG_DIR" "$ROOT$BIG_DIR"
+mountpoint -q "$ROOT$BIG_DIR" || mount --bind "$BIG_DIR" "$ROOT$BIG_DIR"
 V=$(chroot "$ROOT" dpkg-query -W -f '${Version}' libllama0)
 echo "llama_system: llama.cpp (Debian libllama0 $V) ready" >&2
 echo "chroot $ROOT env LLAMA_GREEDY_VERSION=debian-libllama0-$V /usr/local/bin/llama_greedy"
