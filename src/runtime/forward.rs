@@ -182,15 +182,14 @@ pub fn linear_side_by_side<const N: usize>(
 ) -> [Vec<f32>; N] {
     fn each(x: &[f32], t: usize, lins: &[&Linear], mode: Matmul, out: &mut [Vec<f32>]) {
         debug_assert_eq!(lins.len(), out.len());
-        match (lins, out) {
-            ([one], [o]) => *o = linear_with(x, t, one, mode),
-            (lins, out) if lins.len() < 2 => debug_assert!(lins.is_empty() && out.is_empty()),
-            (lins, out) => {
-                let m = lins.len() / 2;
-                let (lo, hi) = out.split_at_mut(m);
+        match lins.len() {
+            0 => {}
+            1 => out[0] = linear_with(x, t, lins[0], mode),
+            n => {
+                let (lo, hi) = out.split_at_mut(n / 2);
                 rayon::join(
-                    || each(x, t, &lins[..m], mode, lo),
-                    || each(x, t, &lins[m..], mode, hi),
+                    || each(x, t, &lins[..n / 2], mode, lo),
+                    || each(x, t, &lins[n / 2..], mode, hi),
                 );
             }
         }

@@ -600,12 +600,13 @@ fn tile_rows(rows: usize, cols: usize, t: usize) -> usize {
 
 /// `[r, t]` row-major → `[t, r]` row-major (free when `t = 1`).
 fn transpose(m: Vec<f32>, r: usize, t: usize) -> Vec<f32> {
-    if t == 1 {
+    if t == 1 || r == 0 {
         return m;
     }
-    // Bands of `BAND` output rows (columns of `m`), in parallel for a large matrix: a band reads
-    // `BAND` consecutive values of each row of `m` and writes `BAND` output rows.
+    // Bands of `BAND` output rows (columns of `m`), in parallel from `PAR_VALUES` values: a
+    // band reads `BAND` consecutive values of each row of `m` and writes `BAND` output rows.
     const BAND: usize = 16;
+    const PAR_VALUES: usize = 1 << 18;
     let mut out = vec![0f32; r * t];
     let band = |(k, o): (usize, &mut [f32])| {
         let j0 = k * BAND;
@@ -616,7 +617,7 @@ fn transpose(m: Vec<f32>, r: usize, t: usize) -> Vec<f32> {
             }
         }
     };
-    if r * t >= PAR_FLOPS / 16 {
+    if r * t >= PAR_VALUES {
         out.par_chunks_mut(BAND * r).enumerate().for_each(band);
     } else {
         out.chunks_mut(BAND * r).enumerate().for_each(band);
@@ -671,7 +672,7 @@ mod tests {
     /// partial band and for one large enough to take the parallel path.
     #[test]
     fn transpose_moves_every_element() {
-        for (r, t) in [(37, 5), (3, 1), (600, 513)] {
+        for (r, t) in [(37, 5), (3, 1), (600, 513), (0, 7)] {
             let m: Vec<f32> = (0..r * t).map(|k| k as f32).collect();
             let out = transpose(m, r, t);
             for i in 0..r {
