@@ -20,8 +20,9 @@
 //! values $4l … 4l+3$, the layout of AVX2's `maddubs`/`madd`), each lane scaled by $d\hat\delta$
 //! and added to lane $l$ of accumulator $b \bmod 4$ (four independent chains of f32 additions);
 //! at the end the accumulators are combined lane by lane and the lanes summed as a tree, and the
-//! minima's terms (block $b$'s in running sum $b \bmod 16$) are summed as a tree and added. The AVX2 kernel, the AVX-512 VNNI one (prefill: two blocks a register,
-//! several activation rows per decoded block) and the portable one do the same f32
+//! minima's terms (block $b$'s in running sum $b \bmod 16$) are summed as a tree and added. The AVX2 kernel, the AVX-512 VNNI ones (prefill: two blocks a register,
+//! several activation rows per decoded block; generation: one block a 256-bit register, the
+//! fifth bits as a masked add) and the portable one do the same f32
 //! operations in the same order on the same exact integers, so they give the same bits (tested).
 //! llama.cpp sums in another order (and with fused multiply-adds): its products equal these up
 //! to f32 rounding, and the check that matters for the mode is that greedy generation gives
@@ -367,6 +368,60 @@ fn dot_portable<const K: u8>(row: &[u8], q: &[i8], d: &[f32], s: &[f32]) -> f32 
     finish(acc, mins)
 }
 
+/// The body of the one-row kernels ([`avx2::dot`], [`avx512::dot`]) for `kind`'s `row`
+/// against an activation row's scales `d` and sums `s`, given `|blk, b| ints`: the 8 integer
+/// lanes of block `b` (its bytes `blk`) as an `__m256i`. Eight blocks at a time take their
+/// scales together ([`avx2::scales8`]); block $b$'s lanes, scaled by $d\hat\delta$, go to
+/// accumulator $b \bmod 4$, its minimum's term to running sum $b \bmod 16$; the last
+/// `nb mod 8` blocks one at a time. A macro, so the caller's integer kernel inlines into the
+/// loop under the caller's target features.
+#[cfg(target_arch = "x86_64")]
+macro_rules! one_row {
+    ($kind:expr, $row:expr, $d:expr, $s:expr, |$blk:ident, $b:ident| $ints:expr) => {{
+        use std::arch::x86_64::*;
+        use $crate::quant::q8::avx2::{half8, lanes, load8, prefetch, scaled, scales8};
+        use $crate::quant::q8::{GROUP, finish};
+        let (kind, row, d, s): (Simple, &[u8], &[f32], &[f32]) = ($kind, $row, $d, $s);
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut mins8 = [_mm256_setzero_ps(); 2];
+        let bb = kind.block_bytes();
+        let mut dd = [0f32; 8];
+        let mut octs = row.chunks_exact(8 * bb);
+        for (c, oct) in octs.by_ref().enumerate() {
+            let b0 = 8 * c;
+            prefetch(oct.as_ptr());
+            prefetch(oct[4 * bb..].as_ptr());
+            let (dw, mw) = scales8(oct, bb);
+            // SAFETY: `dd` is 8 writable f32; the store has no alignment requirement.
+            unsafe { _mm256_storeu_ps(dd.as_mut_ptr(), _mm256_mul_ps(dw, load8(d, b0))) };
+            if kind.with_min() {
+                let m = &mut mins8[c % 2];
+                *m = _mm256_add_ps(*m, _mm256_mul_ps(mw, load8(s, b0)));
+            }
+            for (j, $blk) in oct.chunks_exact(bb).enumerate() {
+                let $b = b0 + j;
+                acc[j % 4] = scaled(acc[j % 4], $ints, dd[j]);
+            }
+        }
+        let mut mins = [0f32; GROUP];
+        // SAFETY: `mins` is 16 writable f32; the stores have no alignment requirement.
+        unsafe {
+            _mm256_storeu_ps(mins.as_mut_ptr(), mins8[0]);
+            _mm256_storeu_ps(mins.as_mut_ptr().add(8), mins8[1]);
+        }
+        let b0 = row.len() / bb / 8 * 8;
+        for (j, $blk) in octs.remainder().chunks_exact(bb).enumerate() {
+            let $b = b0 + j;
+            let dd = _mm256_cvtss_f32(half8($blk, 0)) * d[$b];
+            acc[j % 4] = scaled(acc[j % 4], $ints, dd);
+            if kind.with_min() {
+                mins[$b % GROUP] += _mm256_cvtss_f32(half8($blk, 2)) * s[$b];
+            }
+        }
+        finish(lanes(acc), mins)
+    }};
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
     use super::{GROUP, QK, Simple, finish};
@@ -418,13 +473,7 @@ pub(super) mod avx2 {
             // SAFETY: `b` is 32 readable bytes; the load has no alignment requirement.
             return unsafe { _mm256_loadu_si256(b.as_ptr() as *const __m256i) };
         }
-        let b: &[u8; 16] = qs[..16].try_into().expect("16 nibble bytes");
-        // SAFETY: `b` is 16 readable bytes; the load has no alignment requirement.
-        let p = unsafe { _mm_loadu_si128(b.as_ptr() as *const __m128i) };
-        let m4 = _mm_set1_epi8(0x0f);
-        let lo = _mm_and_si128(p, m4);
-        let hi = _mm_and_si128(_mm_srli_epi16::<4>(p), m4);
-        let mut w = _mm256_set_m128i(hi, lo);
+        let mut w = nibbles(qs);
         if let Some(at) = kind.qh_at() {
             let qh = u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
             // Byte j of the register ← byte j/8 of qh, then bit j mod 8 of it → 0x10.
@@ -441,12 +490,34 @@ pub(super) mod avx2 {
         w
     }
 
+    /// The 16 bytes of packed nibbles at the start of `qs` as 32 bytes in value order: the low
+    /// nibbles in bytes 0–15, the high ones in bytes 16–31.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(in crate::quant) fn nibbles(qs: &[u8]) -> __m256i {
+        let b: &[u8; 16] = qs[..16].try_into().expect("16 nibble bytes");
+        // SAFETY: `b` is 16 readable bytes; the load has no alignment requirement.
+        let p = unsafe { _mm_loadu_si128(b.as_ptr() as *const __m128i) };
+        let m4 = _mm_set1_epi8(0x0f);
+        let lo = _mm_and_si128(p, m4);
+        let hi = _mm_and_si128(_mm_srli_epi16::<4>(p), m4);
+        _mm256_set_m128i(hi, lo)
+    }
+
     /// One block's term added to the accumulator `acc`: the 8 integer lanes of
     /// $\sum_j v_j q_j$, converted and scaled by `dd`, for the block's weights `w` ([`weights`])
     /// and their magnitudes `wa` $= |w|$ (used by the types without a minimum).
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn block(kind: Simple, acc: __m256, (w, wa): (__m256i, __m256i), qb: &[i8], dd: f32) -> __m256 {
+    fn block(kind: Simple, acc: __m256, w: (__m256i, __m256i), qb: &[i8], dd: f32) -> __m256 {
+        scaled(acc, ints(kind, w, qb), dd)
+    }
+
+    /// The 8 integer lanes of $\sum_j v_j q_j$ (lane $l$: values $4l … 4l+3$) of one block,
+    /// for its weights `w` ([`weights`]) and their magnitudes `wa` $= |w|$.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn ints(kind: Simple, (w, wa): (__m256i, __m256i), qb: &[i8]) -> __m256i {
         let qb: &[i8; QK] = qb[..QK].try_into().expect("32 quants");
         // SAFETY: `qb` is 32 readable bytes; the load has no alignment requirement.
         let x = unsafe { _mm256_loadu_si256(qb.as_ptr() as *const __m256i) };
@@ -457,10 +528,16 @@ pub(super) mod avx2 {
             // |v| times x·sign(v): the same products with an unsigned first operand.
             _mm256_maddubs_epi16(wa, _mm256_sign_epi8(x, w))
         };
-        let p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+        _mm256_madd_epi16(p16, _mm256_set1_epi16(1))
+    }
+
+    /// `acc` $+$ `dd` $\cdot$ `p` lane by lane, for a block's integer lanes `p`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(in crate::quant) fn scaled(acc: __m256, p: __m256i, dd: f32) -> __m256 {
         _mm256_add_ps(
             acc,
-            _mm256_mul_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p32)),
+            _mm256_mul_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(p)),
         )
     }
 
@@ -553,7 +630,7 @@ pub(super) mod avx2 {
     /// quant bytes, not used.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    fn scales8(blocks: &[u8], bb: usize) -> (__m256, __m256) {
+    pub(in crate::quant) fn scales8(blocks: &[u8], bb: usize) -> (__m256, __m256) {
         assert!(blocks.len() >= 7 * bb + 4, "8 blocks of at least 4 bytes");
         let at = bb as i32;
         let idx = _mm256_setr_epi32(0, at, 2 * at, 3 * at, 4 * at, 5 * at, 6 * at, 7 * at);
@@ -573,7 +650,7 @@ pub(super) mod avx2 {
     /// 8 f32 from `v[at..at + 8]`.
     #[inline]
     #[target_feature(enable = "avx")]
-    fn load8(v: &[f32], at: usize) -> __m256 {
+    pub(in crate::quant) fn load8(v: &[f32], at: usize) -> __m256 {
         let v: &[f32; 8] = v[at..at + 8].try_into().expect("8 values");
         // SAFETY: `v` is 8 readable f32; the load has no alignment requirement.
         unsafe { _mm256_loadu_ps(v.as_ptr()) }
@@ -589,43 +666,11 @@ pub(super) mod avx2 {
     #[target_feature(enable = "avx2,f16c")]
     pub(super) fn dot<const K: u8>(row: &[u8], q: &[i8], d: &[f32], s: &[f32]) -> f32 {
         let kind = Simple::from_code(K);
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let mut mins8 = [_mm256_setzero_ps(); 2];
-        let bb = kind.block_bytes();
-        let mut dd = [0f32; 8];
-        let mut octs = row.chunks_exact(8 * bb);
-        for (c, oct) in octs.by_ref().enumerate() {
-            let b0 = 8 * c;
-            prefetch(oct.as_ptr());
-            prefetch(oct[4 * bb..].as_ptr());
-            let (dw, mw) = scales8(oct, bb);
-            // SAFETY: `dd` is 8 writable f32; the store has no alignment requirement.
-            unsafe { _mm256_storeu_ps(dd.as_mut_ptr(), _mm256_mul_ps(dw, load8(d, b0))) };
-            if kind.with_min() {
-                let m = &mut mins8[c % 2];
-                *m = _mm256_add_ps(*m, _mm256_mul_ps(mw, load8(s, b0)));
-            }
-            for (j, blk) in oct.chunks_exact(bb).enumerate() {
-                let b = b0 + j;
-                acc[j % 4] = block(kind, acc[j % 4], decoded(kind, blk), &q[b * QK..], dd[j]);
-            }
-        }
-        let mut mins = [0f32; GROUP];
-        // SAFETY: `mins` is 16 writable f32; the stores have no alignment requirement.
-        unsafe {
-            _mm256_storeu_ps(mins.as_mut_ptr(), mins8[0]);
-            _mm256_storeu_ps(mins.as_mut_ptr().add(8), mins8[1]);
-        }
-        let b0 = row.len() / bb / 8 * 8;
-        for (j, blk) in octs.remainder().chunks_exact(bb).enumerate() {
-            let b = b0 + j;
-            let dd = _mm256_cvtss_f32(half8(blk, 0)) * d[b];
-            acc[j % 4] = block(kind, acc[j % 4], decoded(kind, blk), &q[b * QK..], dd);
-            if kind.with_min() {
-                mins[b % GROUP] += _mm256_cvtss_f32(half8(blk, 2)) * s[b];
-            }
-        }
-        finish(lanes(acc), mins)
+        one_row!(kind, row, d, s, |blk, b| ints(
+            kind,
+            decoded(kind, blk),
+            &q[b * QK..]
+        ))
     }
 
     /// [`dot`] of each weight row of `rows` (`rb` bytes a row) against one activation row,
@@ -653,7 +698,7 @@ pub(super) mod avx2 {
 /// sharing one register (as do 2, 3) give [`dot_portable`]'s bits (tested).
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::avx2::{half8, prefetch, stored, tree8};
+    use super::avx2::{half8, nibbles, prefetch, stored, tree8};
     use super::{GROUP, Lanes, Q8Rows, QK, Simple};
     use std::arch::x86_64::*;
 
@@ -693,6 +738,73 @@ mod avx512 {
             } else {
                 _mm512_zextsi256_si512(_mm256_loadu_si256(v.as_ptr() as *const __m256i))
             }
+        }
+    }
+
+    /// [`stored`] with AVX-512BW: the fifth bits of Q5_0/Q5_1 added as one masked byte add
+    /// (bit $j$ of `qh` selects byte $j$), then the bias [`Lanes::bias`] made unsigned as in
+    /// [`pair`] (Q8_0's sign bit flipped): the same register as [`pair`]'s half.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+    fn biased(kind: Simple, blk: &[u8]) -> __m256i {
+        if kind == Simple::Q8_0 {
+            return _mm256_xor_si256(stored(kind, blk), _mm256_set1_epi8(i8::MIN));
+        }
+        let Some(at) = kind.qh_at() else {
+            return stored(kind, blk);
+        };
+        let qh = u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
+        let w = nibbles(&blk[kind.quants_at()..]);
+        _mm256_mask_add_epi8(w, qh, w, _mm256_set1_epi8(0x10))
+    }
+
+    /// The 8 integer lanes of block `b` of one activation row (quants `q`, [`Lanes::ofs`]
+    /// `ofs`, empty without a bias) against the weight block `blk`: one 256-bit `vpdpbusd` of
+    /// the unsigned weights ([`biased`]) started from the offsets, the integers of
+    /// [`super::avx2`]'s `maddubs` + `madd` (exact in i32).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
+    fn ints(kind: Simple, blk: &[u8], q: &[i8], ofs: &[i32], b: usize) -> __m256i {
+        let qb: &[i8; QK] = q[b * QK..(b + 1) * QK].try_into().expect("32 quants");
+        // SAFETY: `qb` is 32 readable bytes; the load has no alignment requirement.
+        let x = unsafe { _mm256_loadu_si256(qb.as_ptr() as *const __m256i) };
+        let o = if ofs.is_empty() {
+            _mm256_setzero_si256()
+        } else {
+            let o: &[i32; 8] = ofs[8 * b..8 * b + 8].try_into().expect("8 offsets");
+            // SAFETY: `o` is 32 readable bytes; the load has no alignment requirement.
+            unsafe { _mm256_loadu_si256(o.as_ptr() as *const __m256i) }
+        };
+        _mm256_dpbusd_epi32(o, biased(kind, blk), x)
+    }
+
+    /// [`super::avx2::dot`] for one activation row with 256-bit VNNI (AVX-512 VL): each
+    /// block's lanes from [`ints`], the scales, the f32 operations and their order
+    /// [`super::avx2::dot`]'s, so the bits are [`super::dot_portable`]'s (tested). `ofs` is the
+    /// row's [`Lanes::ofs`].
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+    pub(super) fn dot<const K: u8>(
+        row: &[u8],
+        (q, d, s): (&[i8], &[f32], &[f32]),
+        ofs: &[i32],
+    ) -> f32 {
+        let kind = Simple::from_code(K);
+        one_row!(kind, row, d, s, |blk, b| ints(kind, blk, q, ofs, b))
+    }
+
+    /// [`dot`] of each weight row of `rows` (`rb` bytes a row) against one activation row,
+    /// into `out[r · stride]`, as [`super::avx2::dot_each`].
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+    pub(super) fn dot_each<const K: u8>(
+        rows: &[u8],
+        rb: usize,
+        qds: (&[i8], &[f32], &[f32]),
+        ofs: &[i32],
+        out: &mut [f32],
+        stride: usize,
+    ) {
+        for (r, row) in rows.chunks_exact(rb).enumerate() {
+            out[r * stride] = dot::<K>(row, qds, ofs);
         }
     }
 
@@ -844,19 +956,33 @@ impl Path {
     }
 }
 
-/// One weight row against activation row `i`, on `path`.
+/// One weight row against activation row `i`, on `path` (the VNNI kernel needs the rows'
+/// `lanes`; without them the AVX2 one runs).
 #[inline]
-fn dot(kind: Simple, path: Path, row: &[u8], a: &Q8Rows, i: usize, nb: usize) -> f32 {
+fn dot(
+    kind: Simple,
+    path: Path,
+    row: &[u8],
+    a: &Q8Rows,
+    lanes: Option<&Lanes>,
+    i: usize,
+    nb: usize,
+) -> f32 {
     let ([q], [d], [s]) = a.rows::<1>(i, nb);
-    // One row takes the AVX2 kernel on a VNNI CPU too: measured faster for one row (generation,
-    // SmolLM2: 0.54–0.57× llama.cpp against 0.43–0.49× with the VNNI kernel for one row).
+    #[cfg(target_arch = "x86_64")]
+    if let (Path::Vnni, Some(l)) = (path, lanes) {
+        let ([ofs], _) = l.rows::<1>(i, nb);
+        use avx512::dot as fast;
+        // SAFETY: `Path::Vnni` is chosen only when the CPU was found to support it.
+        return unsafe { by_kind!(kind, fast(row, (q, d, s), ofs)) };
+    }
     #[cfg(target_arch = "x86_64")]
     if path != Path::Portable {
         use avx2::dot as fast;
         // SAFETY: both SIMD paths are chosen only when the CPU supports AVX2 and F16C.
         return unsafe { by_kind!(kind, fast(row, q, d, s)) };
     }
-    let _ = path;
+    let _ = (path, lanes);
     by_kind!(kind, dot_portable(row, q, d, s))
 }
 
@@ -869,6 +995,7 @@ fn dot_each(
     rows: &[u8],
     rb: usize,
     a: &Q8Rows,
+    lanes: Option<&Lanes>,
     i: usize,
     nb: usize,
     out: &mut [f32],
@@ -876,12 +1003,19 @@ fn dot_each(
 ) {
     let ([q], [d], [s]) = a.rows::<1>(i, nb);
     #[cfg(target_arch = "x86_64")]
+    if let (Path::Vnni, Some(l)) = (path, lanes) {
+        let ([ofs], _) = l.rows::<1>(i, nb);
+        use avx512::dot_each as fast;
+        // SAFETY: `Path::Vnni` is chosen only when the CPU was found to support it.
+        return unsafe { by_kind!(kind, fast(rows, rb, (q, d, s), ofs, out, stride)) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if path != Path::Portable {
         use avx2::dot_each as fast;
         // SAFETY: both SIMD paths are chosen only when the CPU supports AVX2 and F16C.
         return unsafe { by_kind!(kind, fast(rows, rb, (q, d, s), out, stride)) };
     }
-    let _ = path;
+    let _ = (path, lanes);
     for (r, row) in rows.chunks_exact(rb).enumerate() {
         out[r * stride] = by_kind!(kind, dot_portable(row, q, d, s));
     }
@@ -892,13 +1026,6 @@ const ACTS: usize = 4;
 
 /// The same for the VNNI kernel ([`avx512::dots`]: 2 of its 32 registers a row).
 const ACTS_VNNI: usize = 8;
-
-/// Whether one activation row (generation) takes the VNNI kernel on a VNNI CPU; else the
-/// AVX2 one ([`avx2::dot`]). Measured on a 2-core Xeon with AMX (2026-12-04, SmolLM2 q8
-/// generation, six alternating runs of each): 81.2–82.9 tok/s with the VNNI kernel for one
-/// row, 81.0–84.9 with the AVX2 one (commit 7099c1c's message; that session's raw rows were
-/// not kept). Not re-measured on Zen 4 since the one-row AVX2 kernel changed (03bbf24).
-const ONE_ROW_VNNI: bool = false;
 
 /// [`dot`] of one weight row against activation rows `i0 .. i0 + out.len()` (at most
 /// [`ACTS`], or [`ACTS_VNNI`] with `lanes`, given on the VNNI path), into `out`; the same
@@ -916,7 +1043,7 @@ fn dots(
 ) {
     #[cfg(target_arch = "x86_64")]
     if let (Path::Vnni, Some(l)) = (path, lanes)
-        && (out.len() > 1 || ONE_ROW_VNNI)
+        && out.len() > 1
     {
         // The row count as a constant, so the loops over the rows unroll.
         macro_rules! n {
@@ -952,9 +1079,8 @@ fn dots(
             _ => n!(4),
         }
     }
-    let _ = lanes;
     for (i, o) in out.iter_mut().enumerate() {
-        *o = dot(kind, path, row, a, i0 + i, nb);
+        *o = dot(kind, path, row, a, lanes, i0 + i, nb);
     }
 }
 
@@ -1038,10 +1164,11 @@ fn simple_rows(
         // task's weight rows pass), each weight row meeting the whole group at once.
         for i0 in (0..t).step_by(acts) {
             let m = acts.min(t - i0);
-            if m == 1 && !(ONE_ROW_VNNI && lanes.is_some()) {
+            if m == 1 {
                 // One activation row (generation, or the last of a group): the kernel runs
                 // over the task's rows itself.
-                dot_each(kind, path, task, rb, &a, i0, nb, &mut o[i0..], t);
+                let l = lanes.as_ref();
+                dot_each(kind, path, task, rb, &a, l, i0, nb, &mut o[i0..], t);
                 continue;
             }
             for (r, orow) in o.chunks_exact_mut(t).enumerate() {
@@ -1337,13 +1464,15 @@ mod tests {
                         }
                     }
                     let tol = tol_rel * mag + 1e-30;
-                    let port = dot(kind, Path::Portable, row, &a, i, nb);
+                    let port = dot(kind, Path::Portable, row, &a, None, i, nb);
                     assert!(
                         (port as f64 - want).abs() <= tol,
                         "{kind:?} row {r} act {i}: {port} vs {want} (tol {tol:.2e})"
                     );
                     for path in Path::available() {
-                        let fast = dot(kind, path, row, &a, i, nb);
+                        // The VNNI path with its lanes takes its own one-row kernel.
+                        let l = (path == Path::Vnni).then(|| Lanes::of(kind, &a));
+                        let fast = dot(kind, path, row, &a, l.as_ref(), i, nb);
                         assert_eq!(
                             fast.to_bits(),
                             port.to_bits(),
@@ -1377,7 +1506,15 @@ mod tests {
                 for r in 0..rows {
                     let rb = nb * kind.block_bytes();
                     for i in 0..t {
-                        let want = dot(kind, Path::Portable, &w[r * rb..(r + 1) * rb], &a, i, nb);
+                        let want = dot(
+                            kind,
+                            Path::Portable,
+                            &w[r * rb..(r + 1) * rb],
+                            &a,
+                            None,
+                            i,
+                            nb,
+                        );
                         assert_eq!(
                             out[r * t + i].to_bits(),
                             want.to_bits(),
@@ -1403,7 +1540,7 @@ mod tests {
                         let rb = nb * kind.block_bytes();
                         let row = &w[r * rb..(r + 1) * rb];
                         for i in 0..t {
-                            let want = dot(kind, Path::Portable, row, &a, i, nb);
+                            let want = dot(kind, Path::Portable, row, &a, None, i, nb);
                             assert_eq!(out[r * t + i].to_bits(), want.to_bits(), "{kind:?} t={t}");
                         }
                     }
