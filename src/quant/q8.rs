@@ -930,14 +930,14 @@ enum Path {
 }
 
 impl Path {
-    /// The best path this CPU runs: AVX-512 VNNI (with BW), else AVX2 with F16C, else the
+    /// The best path this CPU runs: AVX-512 VNNI (with BW and VL), else AVX2 with F16C, else the
     /// portable one (features detected once by the standard library).
     fn best() -> Path {
         #[cfg(target_arch = "x86_64")]
         {
             use std::is_x86_feature_detected as has;
             if has!("avx2") && has!("f16c") {
-                if has!("avx512f") && has!("avx512bw") && has!("avx512vnni") {
+                if has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512vnni") {
                     return Path::Vnni;
                 }
                 return Path::Avx2;
