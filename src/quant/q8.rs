@@ -706,20 +706,12 @@ mod avx512 {
     const LOW: __mmask16 = 0x00ff;
 
     /// Blocks `lo` and `hi` (or zeros for a missing `hi`) as one register of unsigned bytes
-    /// $v_j + o$ ([`Lanes::bias`] $o$: Q8_0's bytes with their sign bit flipped).
+    /// $v_j + o$, each half [`biased`].
     #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
     fn pair(kind: Simple, lo: &[u8], hi: Option<&[u8]>) -> __m512i {
-        let biased = |b: &[u8]| {
-            let w = stored(kind, b);
-            if kind == Simple::Q8_0 {
-                _mm256_xor_si256(w, _mm256_set1_epi8(i8::MIN))
-            } else {
-                w
-            }
-        };
-        let h = hi.map_or(_mm256_setzero_si256(), biased);
-        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(biased(lo)), h)
+        let h = hi.map_or(_mm256_setzero_si256(), |b| biased(kind, b));
+        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(biased(kind, lo)), h)
     }
 
     /// The first 64 bytes of `v` as a register, or with `two` false its first 32 and zeros.
@@ -741,9 +733,9 @@ mod avx512 {
         }
     }
 
-    /// [`stored`] with AVX-512BW: the fifth bits of Q5_0/Q5_1 added as one masked byte add
-    /// (bit $j$ of `qh` selects byte $j$), then the bias [`Lanes::bias`] made unsigned as in
-    /// [`pair`] (Q8_0's sign bit flipped): the same register as [`pair`]'s half.
+    /// One block as 32 unsigned bytes $v_j + o$ ([`Lanes::bias`] $o$): [`stored`], with
+    /// Q8_0's sign bit flipped, and with Q5_0/Q5_1's fifth bits added as one masked byte add
+    /// (bit $j$ of `qh` selects byte $j$; AVX-512BW).
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
     fn biased(kind: Simple, blk: &[u8]) -> __m256i {
@@ -813,7 +805,7 @@ mod avx512 {
     /// A lane's integer is $\sum_j (v_j + o) q_j - o \sum_j q_j$, one `vpdpbusd` started from
     /// the row's [`Lanes::ofs`], and its scale $d\hat\delta$ is the product of the weight
     /// scale with the row's [`Lanes::dx`], lane by lane (the scalar product's bits).
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,f16c")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
     pub(super) fn dots<const K: u8, const N: usize>(
         row: &[u8],
         a: &Q8Rows,
