@@ -6,6 +6,29 @@
 pub use faer::Mat;
 use faer::MatRef;
 
+/// Clears the upper halves of the vector registers (`vzeroupper`) on an x86-64 CPU with AVX;
+/// nothing elsewhere. No value changes.
+///
+/// faer's AVX-512 GEMM kernels return with that state dirty. On the Intel cores measured
+/// (a Xeon with AMX), scalar SSE code on the same thread then pays a state transition at each
+/// call into libm's VEX-encoded routines (`ln`, `exp`, `tanh`, `sincos`): the row-entropy loop
+/// of `sinklab real` took 60 ms a head at $T = 907$ after a product and 1.9 ms after this call.
+/// It follows each faer product of the CPU paths and starts the scalar loops that call libm.
+#[inline]
+pub fn clean_upper_state() {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: the CPU has AVX (checked on the line above).
+        unsafe { zero_upper() }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn zero_upper() {
+    std::arch::x86_64::_mm256_zeroupper()
+}
+
 /// Frobenius norm $\lVert W\rVert_F = (\sum_{ij} W_{ij}^2)^{1/2}$.
 pub fn fro_norm(w: MatRef<'_, f64>) -> f64 {
     w.norm_l2()

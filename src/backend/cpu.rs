@@ -195,6 +195,7 @@ fn gemm_seq<T: Real>(
         return;
     }
     faer::linalg::matmul::matmul(c, accum, a, b, T::from_f64(alpha), Par::Seq);
+    crate::linalg::clean_upper_state();
 }
 
 impl<T: Real> Backend for Cpu<T> {

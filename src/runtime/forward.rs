@@ -519,6 +519,7 @@ impl Pretrained {
                 scale,
                 Par::Seq,
             );
+            crate::linalg::clean_upper_state();
             if kh < tk {
                 for r in (1..n).rev() {
                     sb.copy_within(r * kh..(r + 1) * kh, r * tk);
@@ -559,6 +560,7 @@ impl Pretrained {
                 1.0f32,
                 Par::Seq,
             );
+            crate::linalg::clean_upper_state();
         };
         // Head `hh` into its map `s` `[T_n, T_k]` and output `o` `[T_n, d_head]`, its row
         // blocks in parallel when `par`.

@@ -527,6 +527,7 @@ impl StoredMatrix {
                 1.0f32,
                 if par { Par::rayon(0) } else { Par::Seq },
             );
+            crate::linalg::clean_upper_state();
             return out;
         }
         // Dequantizing (or quantizing) costs about as much per weight as 8 multiply-adds: a
@@ -570,6 +571,7 @@ impl StoredMatrix {
                 1.0f32,
                 Par::Seq,
             );
+            crate::linalg::clean_upper_state();
         };
         let scratch = || vec![0f32; n_tile.min(r) * c];
         if par {

@@ -35,6 +35,7 @@ pub fn matmul_into<F: Real>(
         Accum::Replace
     };
     faer_matmul(dst.as_mut(), acc, a, b, F::from_f64(1.0), par);
+    crate::linalg::clean_upper_state();
 }
 
 /// `op(a) · op(b)` as a new matrix (see [`matmul_into`] for `par`).
@@ -67,4 +68,5 @@ pub fn matmul_local<F: Real>(
         Accum::Replace
     };
     faer_matmul(dst, acc, a, b, F::from_f64(1.0), Par::Seq);
+    crate::linalg::clean_upper_state();
 }
