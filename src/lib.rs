@@ -12,6 +12,7 @@ pub mod backend;
 pub mod budget;
 pub mod claims;
 pub mod cost;
+pub mod explicit_switch;
 pub mod fit;
 pub mod geometry;
 pub mod linalg;

@@ -63,6 +63,22 @@ pub fn registry() -> Vec<Theorem> {
         },
     ];
     v.push(Theorem {
+        name: "sink_logit_switch",
+        claim: "A3",
+        statement: "a learned sink logit s ≥ LSE(z_i) + ln((1−ε)/ε) switches query i off (‖o_i‖ ≤ ε max‖v‖) with no condition on the embeddings; s = ln(T(1−ε)/ε) with W_QK = 0 does it for every row of length ≤ T, and no smaller s",
+        figure: "",
+        default_cases: 400,
+        run: |c, s| crate::explicit_switch::check_sink_logit_switch(c, s, crate::switch::Assumption::Kept),
+    });
+    v.push(Theorem {
+        name: "gate_switch",
+        claim: "A3",
+        statement: "an output gate σ(w·x+b) is on for on-queries and off for off-queries iff the two query sets are strictly affinely separable (verified gate or convex weights); on orthonormal queries the least ‖w‖ is 2L√(n_on n_off/N)",
+        figure: "",
+        default_cases: 400,
+        run: |c, s| crate::explicit_switch::check_gate_switch(c, s, crate::switch::Assumption::Kept),
+    });
+    v.push(Theorem {
         name: "secondary_monotone",
         claim: "B3",
         statement: "synthetic model: a planted MLP writing ±r·u on a cone makes sinks whose lifetime (and, aligned, received attention) is non-decreasing in r",

@@ -59,6 +59,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "patterns",
             "geometry",
             "switch",
+            "explicit_switch",
             "oversmoothing",
             "cost",
             "tasks",
