@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Baseline for issue 6: greedy generation of N new tokens with transformers' generate on the
+"""Baseline of the greedy-generation bench: greedy generation of N new tokens with transformers' generate on the
 same SmolLM2 GGUF file sinklab runs, CPU, 2 threads, KV cache on, no early stop at EOS.
 
 Side by side with sinklab (same prompt, same N):

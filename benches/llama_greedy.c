@@ -1,6 +1,6 @@
-/* The llama.cpp side of the issue-13/26 engine rows, through llama.cpp's public C API (llama.h),
+/* The llama.cpp side of the engine rows, through llama.cpp's public C API (llama.h),
  * for a llama.cpp installed as a system library (e.g. Debian's libllama-dev; see
- * scripts/llama_system.sh). Prints one JSON line with the keys of benches/issue13_baselines.py.
+ * scripts/llama_system.sh). Prints one JSON line with the keys of benches/engine_baselines.py.
  *
  *   llama_greedy load     GGUF                 [THREADS]
  *   llama_greedy generate GGUF IDS N           [THREADS]

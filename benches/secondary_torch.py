@@ -1,4 +1,4 @@
-"""Baseline for benches/secondary.rs: the same detector (THEORY.md §8) written with
+"""Baseline for benches/secondary.rs: the same detector (docs/theory.md §8) written with
 torch tensor ops on the CPU, on the same shape (30 layers x 4096 tokens x d = 576, f32,
 BOS along e_0 with a high-norm window on layers 3..26 and 40 planted sinks).
 

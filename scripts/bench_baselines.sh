@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Installs the baselines of the issue-13 benchmarks, idempotently:
+# Installs the baselines of the engine benchmarks, idempotently:
 #   - cmake and g++ from Debian (to build llama.cpp from source),
 #   - llama-cpp-python from PyPI into the venv $VENV (built from source, niced),
 #   - transformers / accelerate (its GGUF loading) / torch / gguf / numpy are expected in $VENV already (checked, not installed).
 #
 # ISA: llama.cpp is built for the ISA of this machine (GGML_NATIVE=ON) unless BASELINE_ISA=avx2,
 # which forces AVX2+FMA+F16C and turns every AVX-512 path off (use it when sinklab is built without
-# AVX-512, or to compare on the ISA the issue was written for). The chosen ISA is written to
+# AVX-512, or to compare on the AVX2 ISA). The chosen ISA is written to
 # $VENV/llama_cpp_isa.txt and printed by the bench scripts next to every llama.cpp row.
 #
 # Usage: VENV=/work/venv [BASELINE_ISA=native|avx2] [LLAMA_CPP_VERSION=0.3.16] scripts/bench_baselines.sh

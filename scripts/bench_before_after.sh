@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Before/after rows of the engine in one run: the `issue13` bench binary of an earlier commit
+# Before/after rows of the engine in one run: the `engine` bench binary of an earlier commit
 # (BASE, a release `deps/` directory) and of this checkout, alternating, on the packaged models:
-#   - greedy generation, 128 new tokens after a 16-id prompt, file weights (`issue13 generate`);
+#   - greedy generation, 128 new tokens after a 16-id prompt, file weights (`engine generate`);
 #   - the T = 512 forward with full capture on SmolLM2, file and f32 weights, best of 3
-#     (`issue13 forward … 3 all`).
+#     (`engine forward … 3 all`).
 # Each row is preceded by the count of other runnable tasks (least of 5 samples, this sampler
 # excluded); a row that saw more than 1 is marked `loaded` and is not a result.
 #
@@ -15,11 +15,11 @@ BASE=${BASE:?set BASE to the release deps/ directory of the earlier build}
 ROUNDS=${ROUNDS:-2}
 export RAYON_NUM_THREADS=${THREADS:-2}
 CACHE=${SINKLAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sinklab}
-cargo build --release --quiet --bench issue13
-newest() { ls -t "$1"/issue13-* 2>/dev/null | grep -v '\.d$' | head -n 1; }
+cargo build --release --quiet --bench engine
+newest() { ls -t "$1"/engine-* 2>/dev/null | grep -v '\.d$' | head -n 1; }
 NEW=$(newest "${CARGO_TARGET_DIR:-target}/release/deps")
 OLD=$(newest "$BASE")
-[ -x "$NEW" ] && [ -x "$OLD" ] || { echo "bench_before_after: issue13 binary missing (new: $NEW, base: $OLD)" >&2; exit 2; }
+[ -x "$NEW" ] && [ -x "$OLD" ] || { echo "bench_before_after: engine binary missing (new: $NEW, base: $OLD)" >&2; exit 2; }
 runnable() {
   local m=1000 r
   for _ in 1 2 3 4 5; do read -r _ _ _ r _ < /proc/loadavg; r=${r%/*}; [ "$r" -lt "$m" ] && m=$r; sleep 0.2; done

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The engine and training rows of BENCHMARKS.md (issues 24 and 26) in one run, side by side:
-#   1. scripts/bench_issue13.sh on SmolLM2 (machine limits, generation, T = 512 full-capture
+# The engine and training rows of BENCHMARKS.md in one run, side by side:
+#   1. scripts/bench_engine.sh on SmolLM2 (machine limits, generation, T = 512 full-capture
 #      forward, T = 2048 statistics) against transformers (and llama.cpp when installed);
 #   2. `cargo bench --bench train_step` three times (sinklab and PyTorch, each ratio refused
 #      when another process was runnable before a side ran).
 # With BASE_BENCH_DIR pointing at the release `deps/` of an earlier commit's build
 # (`git worktree add /tmp/base <rev> && CARGO_TARGET_DIR=/tmp/base-target cargo build --release
-# --bench issue13 --bench train_step`), the same forward and training rows of that build are
+# --bench engine --bench train_step`), the same forward and training rows of that build are
 # interleaved with this one's (before / after in one run).
 #
 # Settings: VENV (default /work/venv), OUT (default out/bench_speed), THREADS (2).
@@ -27,11 +27,11 @@ runnable() {  # other runnable tasks: least of 5 samples minus this sampler
   echo $((m - 1))
 }
 
-echo "== 1. engine rows (scripts/bench_issue13.sh)" >&2
+echo "== 1. engine rows (scripts/bench_engine.sh)" >&2
 VENV=$VENV OUT="$OUT/engine" LOAD_MODELS=smollm2 GEN_MODELS=smollm2 FWD_MODELS=smollm2 BIG=0 \
-  THREADS=$THREADS scripts/bench_issue13.sh
+  THREADS=$THREADS scripts/bench_engine.sh
 
-cargo build --release --quiet --bench issue13 --bench train_step
+cargo build --release --quiet --bench engine --bench train_step
 NEW=${CARGO_TARGET_DIR:-target}/release/deps
 echo "== 2. training step, 3 runs (cargo bench --bench train_step)" >&2
 for i in 1 2 3; do
@@ -45,10 +45,10 @@ done | tee "$OUT/train_step.txt"
 
 if [ -n "${BASE_BENCH_DIR:-}" ]; then
   echo "== 3. forward T = 512, full capture, before / after, both weight modes" >&2
-  IDS=$("$(newest "$NEW" issue13)" ids "$M" "The theory of attention sinks says that heads park their attention on the first token when they have nothing to do." 512)
+  IDS=$("$(newest "$NEW" engine)" ids "$M" "The theory of attention sinks says that heads park their attention on the first token when they have nothing to do." 512)
   for w in file f32; do
     for side in before after; do
-      bin=$(newest "$NEW" issue13); [ "$side" = before ] && bin=$(newest "$BASE_BENCH_DIR" issue13)
+      bin=$(newest "$NEW" engine); [ "$side" = before ] && bin=$(newest "$BASE_BENCH_DIR" engine)
       r=$(runnable)
       j=$(SINKLAB_WEIGHTS=$w "$bin" forward "$M" "$IDS" 3 all)
       echo "{\"side\": \"$side\", \"weights\": \"$w\", \"runnable_others\": $r, \"run\": $j}"

@@ -5,11 +5,11 @@
 # skylakex / icelake / sapphirerapids = AVX-512, ...) in a Debian sid root made by debootstrap,
 # and benches/llama_greedy.c compiled there against llama.h.
 #
-# Prints the LLAMA_CMD to give scripts/bench_issue13.sh. Idempotent; needs root (debootstrap,
+# Prints the LLAMA_CMD to give scripts/bench_engine.sh. Idempotent; needs root (debootstrap,
 # chroot, bind mounts), about 3 min and 600 MB the first time.
 #
 # Usage: [ROOT=/tmp/sidroot] [BIG_DIR=/tmp/sinklab-big] scripts/llama_system.sh
-#   then: LLAMA_CMD="$(scripts/llama_system.sh)" scripts/bench_issue13.sh
+#   then: LLAMA_CMD="$(scripts/llama_system.sh)" scripts/bench_engine.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=${ROOT:-/tmp/sidroot}
@@ -32,7 +32,7 @@ chroot "$ROOT" gcc -O2 -Wall -o /usr/local/bin/llama_greedy /tmp/llama_greedy.c 
 # The models at the same path inside the root, so the driver's paths work there unchanged.
 mkdir -p "$CACHE" "$ROOT$CACHE"
 mountpoint -q "$ROOT$CACHE" || mount --bind "$CACHE" "$ROOT$CACHE"
-# The driver's synthetic shapes (BIG_DIR of scripts/bench_issue13.sh), likewise.
+# The driver's synthetic shapes (BIG_DIR of scripts/bench_engine.sh), likewise.
 BIG_DIR=${BIG_DIR:-/tmp/sinklab-big}
 mkdir -p "$BIG_DIR" "$ROOT$BIG_DIR"
 mountpoint -q "$ROOT$BIG_DIR" || mount --bind "$BIG_DIR" "$ROOT$BIG_DIR"

@@ -1,4 +1,4 @@
-//! The synthetic attention block of THEORY.md §1, in f64.
+//! The synthetic attention block of docs/theory.md §1, in f64.
 //!
 //! One head with bilinear logits $z_{ij} = x_i^\top W_{QK} x_j$ (no bias, no
 //! $1/\sqrt d$: scale lives in $W_{QK}$), $A = \mathrm{softmax}\_{\text{row}}(z)$

@@ -3,7 +3,7 @@
 //! Theory of attention sinks (sink vs. diagonal patterns, hard/soft switches,
 //! oversmoothing, cost of each pattern; secondary sinks) turned into checked
 //! statements, sweeps, figures and real-model measurements.
-//! See `THEORY.md` in the shared specification, `theorems/README.md` for the
+//! See `docs/theory.md` for the statements, `theorems/README.md` for the
 //! claim → check map, and `ARCHITECTURE.md` for the code map.
 
 pub mod atomic;

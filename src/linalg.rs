@@ -248,7 +248,7 @@ mod tests {
 
     #[test]
     fn softmax_concentration_fixture() {
-        // THEORY §1: target ahead of m = 63 others by Δ = 10 gets 1/(1 + 63 e^{-10}).
+        // docs/theory.md §1: target ahead of m = 63 others by Δ = 10 gets 1/(1 + 63 e^{-10}).
         let mut z = vec![0.0; 64];
         z[0] = 10.0;
         softmax_in_place(&mut z);

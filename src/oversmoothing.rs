@@ -1,4 +1,4 @@
-//! Oversmoothing by one attention step (THEORY.md §7, claim A2; the
+//! Oversmoothing by one attention step (docs/theory.md §7, claim A2; the
 //! formalization is ours).
 //!
 //! Tokens $x_0,\dots,x_{n-1} \overset{\text{iid}}{\sim} \mathcal N(\mu, \Sigma)$ pass through

@@ -1,4 +1,4 @@
-//! Attention patterns (THEORY.md §2) and the metrics of earlier work (§9).
+//! Attention patterns (docs/theory.md §2) and the metrics of earlier work (§9).
 //!
 //! One implementation per metric, shared by the synthetic and the real-model
 //! paths. Attention matrices are $T\times T$ row-stochastic `MatRef<f64>`s
@@ -113,7 +113,7 @@ pub fn value_norm_ratio(value_norms: &[f64], s: usize) -> Option<f64> {
     (others > 0.0).then(|| value_norms[s] / others)
 }
 
-/// Classifies a value-norm ratio (thresholds 0.2 and 0.5 of THEORY §9).
+/// Classifies a value-norm ratio (thresholds 0.2 and 0.5 of docs/theory.md §9).
 pub fn value_class(ratio: f64) -> ValueClass {
     if ratio <= 0.2 {
         ValueClass::NopLike

@@ -1,4 +1,4 @@
-//! The theorem-check registry: every statement of THEORY.md that the crate
+//! The theorem-check registry: every statement of docs/theory.md that the crate
 //! checks at run time (`sinklab check`, `sinklab report`) registers here.
 //!
 //! A check draws `cases` seeded random instances, tests the statement on each,

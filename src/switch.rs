@@ -1,4 +1,4 @@
-//! Hard and soft switches (THEORY.md §4–§5, claims A3, A4, A6).
+//! Hard and soft switches (docs/theory.md §4–§5, claims A3, A4, A6).
 //!
 //! **Hard switch ⇒ sink (§4).** If every key value lies in a cone around a
 //! unit $u$ — $u\cdot v_j \ge \gamma\lVert v_j\rVert$ with $\gamma>0$ — then for every query
@@ -241,7 +241,7 @@ pub fn check_hard_switch_converse(cases: usize, seed: u64, assumption: Assumptio
     let mut rng = StdRng::seed_from_u64(seed ^ 0x4a5d_0002);
     for case in 0..cases {
         let (d, t, eps) = draw_case(&mut rng, 48, -0.5);
-        // Sink s and tokens with cos(s, x) < 0 (THEORY §3 corollary) so W = −c s sᵀ is a sink witness.
+        // Sink s and tokens with cos(s, x) < 0 (docs/theory.md §3 corollary) so W = −c s sᵀ is a sink witness.
         let s = unit(gaussian_vec(&mut rng, d));
         let mut x = Mat::zeros(t, d);
         for c in 0..d {

@@ -1,4 +1,4 @@
-//! Synthetic tasks of THEORY.md §10: bigram-copy and generic copy-paste.
+//! Synthetic tasks of docs/theory.md §10: bigram-copy and generic copy-paste.
 //!
 //! Token ids: `0` is BOS; vocabulary tokens are `1..=n`; the trigger tokens
 //! are `1..=k`. A [`Sequence`] holds the tokens and, for every query position

@@ -1,4 +1,4 @@
-//! Planted-sink tests of the paper-B detector (THEORY.md §8).
+//! Planted-sink tests of the paper-B detector (docs/theory.md §8).
 //!
 //! A synthetic hidden-state tensor is built with a BOS of known direction $u$
 //! whose norm is high exactly on a window $[w_s, w_e)$ (so the window rule must

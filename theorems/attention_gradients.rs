@@ -1,6 +1,6 @@
 //! # The hand-written backward pass of the attention block is the gradient
 //!
-//! Statement. For the block of THEORY.md §1 — any of {full, factored} $W_{QK}$ and
+//! Statement. For the block of docs/theory.md §1 — any of {full, factored} $W_{QK}$ and
 //! $W_{VO}$, {causal, bidirectional} mask, {identity, RMSNorm, LayerNorm},
 //! {pre, post}-norm, with or without residual — and the scalar loss
 //! $L = \sum_{ij} R_{ij} Y_{ij}$ for a fixed random $R$, the gradients returned by

@@ -1,4 +1,4 @@
-//! # Cost of a sink versus a diagonal pattern (THEORY.md §6, claim A5)
+//! # Cost of a sink versus a diagonal pattern (docs/theory.md §6, claim A5)
 //!
 //! **Statement (ours).** Let $x_0,\dots,x_{T-1}$ be embeddings ($x_0$ the sink) and
 //! $\Delta > 0$. For a pattern with targets $t(i) = 0$ (sink) or $t(i) = i$ (diagonal),

@@ -1,4 +1,4 @@
-//! # Half-space theorem (THEORY.md §3, claim A1 of arXiv:2605.08453; formalization ours)
+//! # Half-space theorem (docs/theory.md §3, claim A1 of arXiv:2605.08453; formalization ours)
 //!
 //! **Setting.** Queries $Q\subset\mathbb R^d$ (finite, non-empty), a sink key $s$,
 //! non-sink keys $K$ ($m = |K|\ge1$), one head with bilinear logits

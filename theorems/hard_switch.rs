@@ -1,4 +1,4 @@
-//! # Hard switch ⇒ sink (THEORY.md §4, claim A3; our formalization)
+//! # Hard switch ⇒ sink (docs/theory.md §4, claim A3; our formalization)
 //!
 //! Statement. Let the key values $v_j = W_{VO}x_j$ satisfy the *cone condition*:
 //! some unit $u$ and $\gamma > 0$ with $u\cdot v_j \ge \gamma\|v_j\|$ for all $j$.

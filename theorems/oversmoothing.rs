@@ -1,4 +1,4 @@
-//! # Oversmoothing by one mixing step (claim A2; formalization ours, THEORY.md §7)
+//! # Oversmoothing by one mixing step (claim A2; formalization ours, docs/theory.md §7)
 //!
 //! **Model.** $x_0,\dots,x_{n-1} \overset{\text{iid}}\sim \mathcal N(\mu,\Sigma)$ in $\mathbb R^d$,
 //! $A_\lambda = (1-\lambda)I + \lambda U$ ($U$ uniform over visible keys, bidirectional
@@ -28,7 +28,7 @@
 //! decreases in $\operatorname{tr}C'$, which is $\operatorname{tr}(L\Sigma L^\top)$ at $\lambda=1$ and
 //! $\operatorname{tr}(L(I+W)\Sigma(I+W)^\top L^\top)$ at $\lambda = 0$. So if $m'\neq 0$, dense is
 //! predicted to smooth more than identity iff $\operatorname{tr}(L(I+W)\Sigma(I+W)^\top L^\top) >
-//! \operatorname{tr}(L\Sigma L^\top)$ — for identity/RMSNorm exactly THEORY's
+//! \operatorname{tr}(L\Sigma L^\top)$ — for identity/RMSNorm exactly the theory's (docs/theory.md §7)
 //! $\operatorname{tr}((I+W)\Sigma(I+W)^\top) > \operatorname{tr}\Sigma$, for LayerNorm the $P$-projected one.
 //! For the *true* $c_\infty$ (or finite $n$) it is claimed only when the predicted gap is
 //! not tiny ($\ge 0.02$), since both ends carry an approximation error of order $\rho_0/r$.

@@ -1,6 +1,6 @@
 //! # B3 in a controlled setting: MLP-output norm sets sink attention and lifetime
 //!
-//! **Statement** (claim B3 of paper B, THEORY.md §8, synthetic analogue; the
+//! **Statement** (claim B3 of paper B, docs/theory.md §8, synthetic analogue; the
 //! model is [`sinklab::secondary::synthetic`]). Take a residual model of $L$
 //! layers, width $d$, BOS state $h^l_0 = n_l u$ whose norm is high exactly on a
 //! window $[l_{up}, l_{down})$, token embeddings $x_t \perp u$, writes

@@ -1,4 +1,4 @@
-//! # Diagonal = soft switch, and its representability (THEORY.md §5, claims A4, A6; ours)
+//! # Diagonal = soft switch, and its representability (docs/theory.md §5, claims A4, A6; ours)
 //!
 //! Statement 1 (ε-diagonal bound). If $A_{ii} = 1-\varepsilon_i$ then
 //! $o_i = W_{VO}x_i + r_i$ with $\|r_i\| \le 2\varepsilon_i\max_j\|v_j\|$

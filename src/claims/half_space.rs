@@ -1,4 +1,4 @@
-//! Claim A1 (half-space theorem, THEORY.md §3): report section `half_space`
+//! Claim A1 (half-space theorem, docs/theory.md §3): report section `half_space`
 //! and figure `half_space`. The math is in [`crate::geometry`], the checks in
 //! [`crate::geometry::check`].
 

@@ -2,7 +2,7 @@
 //! cosine against $\lambda$ (identity, RMSNorm, LayerNorm; bidirectional and
 //! causal), the finite-$n$ convergence to the $n\to\infty$ limit, and the
 //! approximation error of the ratio-of-expectations formula against $d$.
-//! Figure: `out/figures/oversmoothing.{svg,png}`. Claim A2 (THEORY.md §7); the math
+//! Figure: `out/figures/oversmoothing.{svg,png}`. Claim A2 (docs/theory.md §7); the math
 //! is in [`crate::oversmoothing`], the checks in [`crate::oversmoothing::checks`].
 
 use crate::attention::{Mask, Norm};

@@ -1,4 +1,4 @@
-//! Claim A3 (hard switch ⇒ sink, THEORY.md §4): report section `switches` and
+//! Claim A3 (hard switch ⇒ sink, docs/theory.md §4): report section `switches` and
 //! figure `hard_switch`. The math and the checks are in [`crate::switch`].
 
 use crate::plot::{Panel, Series, Style, render};

@@ -1,5 +1,5 @@
 //! Exact nuclear-norm minima of the §6 programs on orthonormal embeddings, each proved by a
-//! dual certificate (THEORY.md §6, claim A5).
+//! dual certificate (docs/theory.md §6, claim A5).
 //!
 //! With orthonormal embeddings ($d \ge T$) the variable is the logits matrix $M$ itself and
 //! row $i \ge 1$ must prefer its target $t(i)$ over every key $j \le i$ by $\Delta$; the entries
@@ -16,7 +16,7 @@
 //! $\mathcal A^\ast\lambda = T^{-1/2}[\mathbf 1 \mid -I]$ on rows $1..T-1$, whose Gram matrix
 //! $(\mathbf 1\mathbf 1^\top + I)/T$ has largest eigenvalue 1, and $\Delta\mathbf 1^\top\lambda =
 //! \Delta (T-1)/\sqrt T$. Hence $C^\ast\_{\rm sink} = \Delta(T-1)/\sqrt T$, below the rank-one
-//! witness $\Delta\sqrt{T-1}$ of THEORY §6 (which leaves the free upper entries at 0), and
+//! witness $\Delta\sqrt{T-1}$ of docs/theory.md §6 (which leaves the free upper entries at 0), and
 //! asymptotically $\Delta\sqrt T$: exponent ½.
 //!
 //! **Diagonal** ($t(i) = i$). Primal: row $i$ of $M^\star$ is the Frobenius-optimal row
@@ -351,7 +351,7 @@ mod tests {
             let lp: Vec<f64> = lam.iter().map(|l| l + 1e-3 * rng.random::<f64>()).collect();
             let c = check(&p, &m, &lp);
             assert!(!c.optimal && c.dual < c.primal, "{pattern}: {c:?}");
-            // The rank-one witness of THEORY §6 (sink) is feasible but not optimal.
+            // The rank-one witness of docs/theory.md §6 (sink) is feasible but not optimal.
             if pattern == Pattern::Sink {
                 let w = Mat::from_fn(t, t, |i, j| if i >= 1 && j == 0 { delta } else { 0.0 });
                 let c = check(&p, &w, &lam);
@@ -405,7 +405,7 @@ mod tests {
         let d = local_slope(Pattern::Diagonal, NormKind::Nuclear, 4000);
         assert!(d > 1.0 && d - 1.0 < (4000f64).ln() / 4000.0, "{d}");
         assert!((local_slope(Pattern::Sink, NormKind::Fro, 4000) - 0.5).abs() < 1e-3);
-        // The sink's exact value is below THEORY's witness Δ√(T−1).
+        // The sink's exact value is below the witness Δ√(T−1) of docs/theory.md §6.
         assert!(nuclear_orthonormal(Pattern::Sink, 10, 1.0) < 3.0);
         let v = verdict(&[8, 16, 32, 64], &[(Pattern::Sink, NormKind::Nuclear, 0.9)]);
         assert!(v.contains("DISAGREES"), "{v}");

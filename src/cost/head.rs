@@ -1,4 +1,4 @@
-//! Whole-head cost on copy-paste: $W_{QK}$ and $W_{VO}$ together (THEORY.md §6, §10).
+//! Whole-head cost on copy-paste: $W_{QK}$ and $W_{VO}$ together (docs/theory.md §6, §10).
 //!
 //! A context of $T$ positions, each its own token with embedding $x_i$ ($x_0$ the BOS,
 //! the sink). A copy-paste source map $\pi$ makes some queries *on*: query $i$ must
@@ -22,7 +22,7 @@
 //! $\lVert W_{QK}\rVert + \lVert W_{VO}\rVert$ at the two optima (the programs share no variable).
 //!
 //! **Closed forms** (orthonormal embeddings, Frobenius): a row with $m$ competitors costs
-//! $\Delta^2 m/(m+1)$ (THEORY §6), so $C_{QK}^F = \Delta\sqrt{T - H_T}$ whatever the targets, and
+//! $\Delta^2 m/(m+1)$ (docs/theory.md §6), so $C_{QK}^F = \Delta\sqrt{T - H_T}$ whatever the targets, and
 //! $C_{VO}^F = \Delta\sqrt{n_{\rm src}(T-1)/T}$ for $n_{\rm src}$ distinct sources, for sink and
 //! diagonal alike ($P x_s = x_s$ when the rows are orthonormal).
 //! **Witness** (nuclear upper bound): one entry $\Delta$ per constrained row at its target column,

@@ -1,4 +1,4 @@
-//! Minimal cost of a sink or a diagonal pattern (THEORY.md §6, claim A5).
+//! Minimal cost of a sink or a diagonal pattern (docs/theory.md §6, claim A5).
 //!
 //! For embeddings $x_0..x_{T-1}$ ($x_0 = s$ the sink) and a target $t(i)$ per
 //! query row $i \in \lbrace 1..T-1\rbrace$ ($t(i) = 0$: sink, $t(i) = i$: diagonal), the
@@ -250,7 +250,7 @@ mod tests {
 
     #[test]
     fn delta_fixture() {
-        // THEORY §1 fixture: Δ_0.01(63) = 8.738255.
+        // docs/theory.md §1 fixture: Δ_0.01(63) = 8.738255.
         assert!((delta_eps(63, 0.01).unwrap() - 8.738255).abs() < 1e-6);
     }
 

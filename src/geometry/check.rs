@@ -1,4 +1,4 @@
-//! Registered theorem checks for THEORY.md §3 (`half_space`, `half_space_corollary`);
+//! Registered theorem checks for docs/theory.md §3 (`half_space`, `half_space_corollary`);
 //! the report section and its 2-D figure are in [`crate::claims::half_space`].
 
 use super::half_space::{Verdict, corollary_witness, half_space_verdict_rows, verify_sink_witness};

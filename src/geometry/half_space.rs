@@ -1,4 +1,4 @@
-//! The half-space theorem (THEORY.md §3, claim A1; the formalization is ours).
+//! The half-space theorem (docs/theory.md §3, claim A1; the formalization is ours).
 //!
 //! Queries $Q$, sink key $s$, non-sink keys $K$ ($m = |K|$), bilinear logits
 //! $z(x, k) = x^\top W k$. There is a $W$ with $x^\top W(s-k) > 0$ for all
@@ -22,7 +22,7 @@ use super::hull::{ConvexWeights, HullVerdict, WeightsCheck, gamma_n, hull_verdic
 use crate::patterns::concentration_gap;
 use faer::{Mat, MatRef};
 
-/// A rank-one sink witness $W = c\thinspace ab^\top$ (THEORY.md §3, sufficiency).
+/// A rank-one sink witness $W = c\thinspace ab^\top$ (docs/theory.md §3, sufficiency).
 #[derive(Clone, Debug)]
 pub struct SinkWitness {
     /// The witness $W = c\thinspace ab^\top$ ($d\times d$; logits $x^\top W k$).
@@ -284,7 +284,7 @@ pub fn half_space_verdict(
 }
 
 /// Decides whether a bilinear head can make `sink` an ε-sink for every query
-/// (THEORY.md §3) and returns the certificate, already verified:
+/// (docs/theory.md §3) and returns the certificate, already verified:
 /// a witness $W = c\thinspace ab^\top$ whose attention puts mass $\ge 1-\varepsilon$ on the
 /// sink for every query, or convex weights for each failed condition.
 ///
@@ -377,7 +377,7 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// The corollary (THEORY.md §3): if $\cos(s,x) < 0$ for every query and
+/// The corollary (docs/theory.md §3): if $\cos(s,x) < 0$ for every query and
 /// $\cos(s,k)\le 0$ for every non-sink key, then $W = -c\thinspace ss^\top$ is a witness,
 /// with $a = -s$, $b = s$, $\gamma_a = \min_x(-s\cdot x) > 0$,
 /// $\gamma_b = \min_k(\lVert s\rVert^2 - s\cdot k) \ge \lVert s\rVert^2 > 0$ and
@@ -458,7 +458,7 @@ pub fn homogenize(rows: &[&[f64]]) -> Vec<Vec<f64>> {
         .collect()
 }
 
-/// The biased case (THEORY.md §3): logits $(W_Qx+b_Q)^\top(W_Kk+b_K)$ are the
+/// The biased case (docs/theory.md §3): logits $(W_Qx+b_Q)^\top(W_Kk+b_K)$ are the
 /// bilinear form $\tilde x^\top\tilde W\tilde k$ of the homogenized vectors
 /// $\tilde x = (x,1)$. The homogenized queries lie in the open half-space
 /// $\lbrace\tilde x_{d+1} > 0\rbrace$, so (a) holds for free, and $\tilde s\notin\mathrm{conv}(\tilde K)$
@@ -483,7 +483,7 @@ mod tests {
 
     #[test]
     fn delta_fixture() {
-        // THEORY §1: Δ_0.01(63) = 8.738255.
+        // docs/theory.md §1: Δ_0.01(63) = 8.738255.
         assert!((concentration_gap(63, 0.01) - 8.738_255).abs() < 5e-7);
     }
 

@@ -1,4 +1,4 @@
-//! Half-space geometry of sinks (THEORY.md §3, claim A1), with certificates.
+//! Half-space geometry of sinks (docs/theory.md §3, claim A1), with certificates.
 //!
 //! * [`hull`] — distance from a point to a convex hull (Wolfe's minimum-norm
 //!   point): a separating direction or convex weights, each with a `verify`.

@@ -1,4 +1,4 @@
-//! The mixing block of THEORY.md §7 and its Monte Carlo.
+//! The mixing block of docs/theory.md §7 and its Monte Carlo.
 //!
 //! $A_\lambda = (1-\lambda)I + \lambda U$ with $U_{ij} = 1/|\mathcal V_i|$ on the visible
 //! keys $\mathcal V_i$ (all $n$ keys bidirectional, $j \le i$ causal);

@@ -26,7 +26,7 @@
 //! operations in the same order on the same exact integers, so they give the same bits (tested).
 //! llama.cpp sums in another order (and with fused multiply-adds): its products equal these up
 //! to f32 rounding, and the check that matters for the mode is that greedy generation gives
-//! llama.cpp's token ids (`scripts/bench_issue13.sh`).
+//! llama.cpp's token ids (`scripts/bench_engine.sh`).
 
 use candle_core::quantized::GgmlDType;
 use candle_core::quantized::k_quants::{

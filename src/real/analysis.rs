@@ -7,7 +7,7 @@ use crate::runtime::pretrained::{Arch, Config, NormLayer, Pretrained};
 use crate::runtime::{LoadedModel, RealError};
 use faer::Mat;
 
-/// Cost of one head (THEORY §1 norms), on the bilinear forms acting on the unit-RMS residual
+/// Cost of one head (docs/theory.md §1 norms), on the bilinear forms acting on the unit-RMS residual
 /// stream: `W_QK = s · diag(g) W_Q^{h⊤} W_K^{g(h)} diag(g)` (g = pre-attention norm gain,
 /// s = logit scale) and `W_VO = W_O^{[:,h]} W_V^{g(h)} diag(g)`. Singular values come from the
 /// thin factors (QR of each d × d_head factor, then an SVD of the d_head × d_head core), which is
@@ -45,12 +45,12 @@ pub struct RealReport {
     pub layers: Vec<LayerStats>,
     /// Per head.
     pub head_costs: Vec<HeadNorms>,
-    /// A1 per layer (THEORY §3): the corollary's sufficient condition on the real embeddings.
+    /// A1 per layer (docs/theory.md §3): the corollary's sufficient condition on the real embeddings.
     pub a1: Vec<super::head_space::A1Corollary>,
     /// A1 verdicts per layer through `geometry` (without biases, and homogenised where the model
     /// has q/k biases), when asked for (`sinklab real --a1`: a convex solve per layer).
     pub a1_verdicts: Option<Vec<super::head_space::A1Verdict>>,
-    /// A2 per head (THEORY §7), when asked for (`sinklab real --a2`).
+    /// A2 per head (docs/theory.md §7), when asked for (`sinklab real --a2`).
     pub a2: Option<(
         Vec<super::oversmooth_real::HeadA2>,
         super::oversmooth_real::A2Summary,

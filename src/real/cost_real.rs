@@ -1,4 +1,4 @@
-//! A5 on real inputs (THEORY §6): the minimal cost of a sink and of a diagonal on a real
+//! A5 on real inputs (docs/theory.md §6): the minimal cost of a sink and of a diagonal on a real
 //! decoder's normalised layer inputs, over prefixes of a fixed text.
 //!
 //! For a layer $l$ and a prefix of $T$ tokens, the embeddings are the rows

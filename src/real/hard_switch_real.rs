@@ -1,4 +1,4 @@
-//! A3 on real heads (THEORY §4, hard switch ⇒ sink): where a head whose output is ≈ 0 puts its
+//! A3 on real heads (docs/theory.md §4, hard switch ⇒ sink): where a head whose output is ≈ 0 puts its
 //! attention mass.
 //!
 //! Per head h (KV group g) of one forward pass over T tokens, with $A_{ij}$ the attention
@@ -15,7 +15,7 @@
 //! beside it the theorem's own quantities: the mass on ≈ 0-value keys including position 0 when
 //! its value is low, $m^0_i = \sum_{j:\ \lVert v_j\rVert \le \text{SMALL}\cdot V} A_{ij}$, and the
 //! attended value norm $a_i = \sum_j A_{ij}\lVert v_j\rVert / V \ge z_i$ (triangle inequality).
-//! Under THEORY §4's cone condition $u \cdot v_j \ge \gamma\lVert v_j\rVert$, $a_i \le z_i/\gamma$:
+//! Under docs/theory.md §4's cone condition $u \cdot v_j \ge \gamma\lVert v_j\rVert$, $a_i \le z_i/\gamma$:
 //! an off pair with a large $a_i$ is a zero reached by cancellation between values (the
 //! theorem's counterexample $v_1 = -v_2$), not by routing to ≈ 0 values. The attention entropy
 //! $H_i = -\sum_j A_{ij}\ln A_{ij}$ (nats) is reported with $H_i / \ln n_i$, $n_i$ the keys the
@@ -332,7 +332,7 @@ fn run_from(tokens: &[u32], pairs: Vec<PairMass>, heads: Vec<HeadValues>, seed: 
 /// A named statistic of one pair.
 pub type PairStatistic = (&'static str, fn(&PairMass) -> f64);
 
-/// The pair statistics compared, larger meaning "routed to ≈ 0 values" in THEORY §4's reading:
+/// The pair statistics compared, larger meaning "routed to ≈ 0 values" in docs/theory.md §4's reading:
 /// (JSON name, value).
 pub const STATISTICS: [PairStatistic; 3] = [
     ("sink", |p| p.sink),
@@ -536,7 +536,7 @@ pub fn markdown(s: &HardSwitch, names: (&str, Option<&str>)) -> String {
     md
 }
 
-/// The verdict sentence: THEORY §4 predicts off pairs put their mass on ≈ 0-value keys, i.e. a
+/// The verdict sentence: docs/theory.md §4 predicts off pairs put their mass on ≈ 0-value keys, i.e. a
 /// high m⁰ and a small a; the sentence says whether the sink run's off pairs do so more than
 /// random pairs (AUC interval of `zero_value` above ½) and what the dominant share is.
 pub fn verdict(s: &HardSwitch) -> String {
@@ -638,7 +638,7 @@ mod tests {
         assert_eq!((p.top_key, q.top_key), (0, 2));
     }
 
-    /// THEORY §4's counterexample (no cone): v_1 = −v_2, uniform attention on them gives
+    /// docs/theory.md §4's counterexample (no cone): v_1 = −v_2, uniform attention on them gives
     /// o = 0 with every unit of mass on keys of ordinary value: "spread", a = ‖v‖ / V, and the
     /// entropy is maximal over those keys.
     #[test]

@@ -1,4 +1,4 @@
-//! A1 on real models with null controls (THEORY §3), pooled over several texts.
+//! A1 on real models with null controls (docs/theory.md §3), pooled over several texts.
 //!
 //! **In each head's logit space.** The forward pass exposes, per layer, the queries and keys
 //! after the bias, the per-head QK-norm and the RoPE rotation, so with
@@ -30,7 +30,7 @@
 //! layer's normalised input. On one text (`sinklab real`, [`inputs`], [`input_verdict`],
 //! [`corollary`]): queries $\lbrace a_i : i \ge 1\rbrace$, non-sink keys $\lbrace a_j : j \ge 1\rbrace$,
 //! sink $s = a_0$; "with biases" homogenises ($\tilde a = (a, 1)$), which makes (a) hold for free
-//! (THEORY §3), and models with q/k biases are judged with it. The corollary's sufficient
+//! (docs/theory.md §3), and models with q/k biases are judged with it. The corollary's sufficient
 //! condition, $\cos(s, a_i) < 0$ for every query and $\le 0$ for every key, makes
 //! $W = -c\thinspace s s^\top$ a witness. (RoPE makes the real logits position-dependent there;
 //! the theorem is about one position-free $W$ and is applied to the embeddings as such.)
@@ -1002,7 +1002,7 @@ pub fn corollary(x: &A1Inputs) -> A1Corollary {
     }
 }
 
-/// A1 verdict of one layer through `geometry` (THEORY §3), with its certificate re-verified.
+/// A1 verdict of one layer through `geometry` (docs/theory.md §3), with its certificate re-verified.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct A1Verdict {
     /// Layer.

@@ -1,4 +1,4 @@
-//! A2 on real models (THEORY §7): per head, the §7 condition against the measured change of
+//! A2 on real models (docs/theory.md §7): per head, the §7 condition against the measured change of
 //! mean token cosine when the head's attention is replaced by the identity or by uniform
 //! attention (intervention), in two forms.
 //!

@@ -1,5 +1,5 @@
 //! Report section `real_models`: paper A's statistics on the registry-installable models that
-//! are in the cache (THEORY §3, §7, §9): per-layer BOS cosine and attention to the first token,
+//! are in the cache (docs/theory.md §3, §7, §9): per-layer BOS cosine and attention to the first token,
 //! a layer × head heat-map of Gu's α_0, the A1 and A2 verdicts, head costs of sink heads against
 //! the rest. Models not fetched are listed with the command that fetches them.
 

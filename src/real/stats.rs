@@ -1,4 +1,4 @@
-//! Per-layer statistics of paper A (THEORY.md §3, §9), reduced while the forward pass streams:
+//! Per-layer statistics of paper A (docs/theory.md §3, §9), reduced while the forward pass streams:
 //! each layer's attention maps and hidden states are summarised when the layer is done and then
 //! dropped.
 //!

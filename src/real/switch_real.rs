@@ -1,11 +1,11 @@
-//! A4/A6 on real heads (THEORY §4–§5): is a head's output a token-wise map of its own value
+//! A4/A6 on real heads (docs/theory.md §4–§5): is a head's output a token-wise map of its own value
 //! (diagonal / soft switch), ≈ 0 (sink / hard switch), or a mixture of other tokens?
 //!
 //! Per head, with $o_i$ the head output before $W_O$, $v_i$ the value of token i (its KV group)
 //! and $V = \text{mean}\_j\lVert v_j\rVert$, over queries $i \ge 1$:
 //! - size $z = \text{mean}\_i\lVert o_i\rVert/V$ (≈ 0: the head writes nothing, a sink with a NOP value);
 //! - diagonal residual $e_d = \text{mean}\_i\lVert o_i - v_i\rVert/V$ (≈ 0: $o_i = v_i$, i.e. the block
-//!   applies the token-wise map $W_{VO} x_i$, THEORY §5);
+//!   applies the token-wise map $W_{VO} x_i$, docs/theory.md §5);
 //! - null control $e_0 = \text{mean}\_i\lVert o_i - v_{\pi(i)}\rVert/V$ with $\pi$ a seeded random
 //!   derangement of the positions: what the diagonal residual is for a token that is not the
 //!   query's own.

@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 /// defaults every one of them above the dynamic mmap threshold is a fresh mapping whose pages
 /// the kernel faults in and zeroes again, and freed heap tops are trimmed and faulted back.
 /// Here buffers up to 32 MiB come from the heap and up to 1 GiB of freed heap is kept, so a
-/// page is faulted in once. Measured (`perf stat -e page-faults` of `issue13 forward` on
+/// page is faulted in once. Measured (`perf stat -e page-faults` of `engine forward` on
 /// SmolLM2, T = 512, full capture, 2 repetitions): 475 k page faults with the defaults, 149 k
 /// with these settings; peak RSS unchanged (687–690 MB); best of 3 forwards 1.03–1.07 s →
 /// 0.81–0.87 s on a quiet machine. The cost: a long process keeps what it freed, so the default
@@ -63,7 +63,8 @@ pub fn keep_freed_memory() {
 /// part in; called from a thread outside the pool instead, each loop is a job injected into the
 /// pool while the caller sleeps on a latch, and generation runs a few hundred such loops a token
 /// (one per product): measured on SmolLM2, 256 tokens, 2 threads, 1.04–1.71× slower, median
-/// 1.2× (BENCHMARKS.md, round 6). A panic in `f` resumes on the caller.
+/// 1.2× (an A/B of the two ways; BENCHMARKS.md's history in git). A panic in `f` resumes on the
+/// caller.
 pub fn on_a_pool_worker<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     rayon::scope(|_| f())
 }

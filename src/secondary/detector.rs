@@ -1,6 +1,6 @@
 //! The secondary-sink detector of paper B (Wong et al. 2025, *On the Existence
 //! and Behaviour of Secondary Attention Sinks*, arXiv:2512.22213), as its
-//! public code does it (THEORY.md §8):
+//! public code does it (docs/theory.md §8):
 //!
 //! 1. **BOS.** $b$ is the single candidate, or among several candidates the one
 //!    with the largest mean norm $\frac1L\sum_l \lVert h^l_p\rVert$ (first on ties).

@@ -1,4 +1,4 @@
-//! Causal dose–response for claims B2/B3 (THEORY.md §8) on a real model, by intervention:
+//! Causal dose–response for claims B2/B3 (docs/theory.md §8) on a real model, by intervention:
 //! at a middle block $l_c$, one ordinary token's MLP output gets
 //! $\delta = r \thinspace \lVert h^{l_c}\_{b} \rVert \thinspace u$ added
 //! ([`super::native::Addition`]), with $u = h^{l_c}\_b / \lVert h^{l_c}\_b \rVert$ the unit BOS

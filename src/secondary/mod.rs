@@ -1,4 +1,4 @@
-//! Secondary attention sinks (paper B, THEORY.md §8): the detector with its
+//! Secondary attention sinks (paper B, docs/theory.md §8): the detector with its
 //! labels, lifetimes and levels ([`detector`]) on plain hidden-state tensors
 //! ([`hidden`]), per-sink records and the B1–B6 measurements from captured
 //! activations ([`records`], [`activations`]), and the synthetic analogue of

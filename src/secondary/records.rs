@@ -1,4 +1,4 @@
-//! Per-sink records and the claim measurements B1–B6 (THEORY.md §8) from
+//! Per-sink records and the claim measurements B1–B6 (docs/theory.md §8) from
 //! captured activations.
 //!
 //! The sink score of key $t$ at layer $l$ is Gu et al.'s importance

@@ -1,4 +1,4 @@
-//! The synthetic analogue of claim B3 (THEORY.md §8): a multi-layer residual
+//! The synthetic analogue of claim B3 (docs/theory.md §8): a multi-layer residual
 //! model (f64) whose MLP at one layer maps a cone of inputs onto $\pm r\thinspace u$,
 //! with $u$ the sink (BOS) direction. We measure, as functions of $r$, the
 //! attention the created sinks receive and their lifetime under the §8 detector.

@@ -1,4 +1,4 @@
-//! Reading a run: one sentence per claim B1–B6 (THEORY.md §8) from a
+//! Reading a run: one sentence per claim B1–B6 (docs/theory.md §8) from a
 //! configuration's `claims` object in `claims.json` — reproduced, not reproduced,
 //! or untestable here, with the numbers. The rules are stated in each sentence;
 //! a saturated run (see [`super::detector::Validity`]) is untestable throughout.

@@ -4,7 +4,7 @@
 //! $h^0_t = E\[x_t\] + P_t$; per layer
 //! $h \leftarrow h + \mathrm{Attn}(h)$, then optionally $h \leftarrow h + W_2^\top\mathrm{relu}(W_1^\top h + b_1)$;
 //! logits $= h\thinspace U$. Attention: logits $z_{ij} = h_i^\top W_{QK} h_j$ (no $1/\sqrt d$, as in
-//! THEORY.md §1), causal softmax, output $o_i = \sum_j A_{ij} W_{VO} h_j$, with
+//! docs/theory.md §1), causal softmax, output $o_i = \sum_j A_{ij} W_{VO} h_j$, with
 //! $W_{QK} = W_Q W_K^\top$, $W_{VO} = W_O W_V^\top$ in factored form.
 //! Every batch-wide product goes through [`super::kernels::matmul`]; the small
 //! per-sequence attention products go through [`super::kernels::matmul_local`].

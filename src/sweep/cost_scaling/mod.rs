@@ -1,4 +1,4 @@
-//! The cost-scaling experiment (THEORY.md §6, claim A5): exact minimal costs and
+//! The cost-scaling experiment (docs/theory.md §6, claim A5): exact minimal costs and
 //! trained-model costs over context lengths $T$, run by the sweep engine
 //! ([`crate::sweep`]), with exponent fits, figures, a verdict and a report section.
 //!

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Markdown rows of the issue-13 table from scripts/bench_issue13.sh's rows.jsonl ($ROWS).
+"""Markdown rows of the engine table from scripts/bench_engine.sh's rows.jsonl ($ROWS).
 
 Every cell is computed from the JSON lines of one run; a row measured with the load average
-above the driver's limit is marked LOADED (not a result). Targets are issue 26's. Each speed
+above the driver's limit is marked LOADED (not a result). Targets are the engine's speed targets. Each speed
 row also gives the fraction of the machine's limit it reaches (the `limits/machine` row: f32
 GEMM GFLOP/s for the forward, copy bandwidth for generation, which streams the weights once
 per token).

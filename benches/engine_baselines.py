@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Baselines of the issue-13 benchmarks, one measurement per process (driver:
-scripts/bench_issue13.sh). Prints one JSON line, with the same keys as benches/issue13.rs.
+"""Baselines of the engine benchmarks, one measurement per process (driver:
+scripts/bench_engine.sh). Prints one JSON line, with the same keys as benches/engine.rs.
 
-  issue13_baselines.py llama-load     GGUF
-  issue13_baselines.py llama-generate GGUF IDS N
-  issue13_baselines.py llama-prefill  GGUF IDS REPS
-  issue13_baselines.py torch-load     GGUF
-  issue13_baselines.py torch-generate GGUF IDS N
-  issue13_baselines.py torch-forward  GGUF IDS REPS
+  engine_baselines.py llama-load     GGUF
+  engine_baselines.py llama-generate GGUF IDS N
+  engine_baselines.py llama-prefill  GGUF IDS REPS
+  engine_baselines.py torch-load     GGUF
+  engine_baselines.py torch-generate GGUF IDS N
+  engine_baselines.py torch-forward  GGUF IDS REPS
 
 IDS: comma-separated token ids (the same ids sinklab gets). Threads: --threads (default 2) for
 llama.cpp (n_threads, n_threads_batch) and torch (set_num_threads). "generate" is greedy with the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 13, items 2–3: every row side by side in ONE run, same files, same thread count, release
+# The engine benchmarks: every row side by side in ONE run, same files, same thread count, release
 # build. Prints one JSON line per measurement (also appended to $OUT/rows.jsonl) and, at the end,
-# the Markdown rows of BENCHMARKS.md's issue-13 table ($OUT/table.md).
+# the Markdown rows of BENCHMARKS.md's engine table ($OUT/table.md).
 #
 # Refuses to run when the 1-minute load average exceeds $MAX_LOAD (0.5): absolute times on a
 # busy 2-core machine are meaningless. BENCH_ALLOW_LOAD=1 runs anyway and labels every row
@@ -26,7 +26,7 @@
 #   LOAD_MODELS="smollm2 qwen2.5-coder-0.5b gemma3-270m"  GEN_MODELS="smollm2"  FWD_MODELS="smollm2"
 #                            (an empty list skips those rows)
 #   N_GEN=256 T_FWD=512 REPS=3 T_LONG=2048
-#   OUT=out/bench_issue13
+#   OUT=out/bench_engine
 #   PROFILE=release          cargo profile (PROFILE=dev only to smoke-test the scripts: rows say so)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,7 +43,7 @@ BIG_SHAPES=${BIG_SHAPES:-"llama3.1-8b qwen2-7b"}
 LOAD_MODELS=${LOAD_MODELS-"smollm2 qwen2.5-coder-0.5b gemma3-270m"}
 GEN_MODELS=${GEN_MODELS-smollm2}
 FWD_MODELS=${FWD_MODELS-smollm2}
-OUT=${OUT:-out/bench_issue13}
+OUT=${OUT:-out/bench_engine}
 export RAYON_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 CACHE=${SINKLAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sinklab}
 
@@ -57,10 +57,10 @@ runnable() {  # least number of runnable tasks over 5 samples, 0.2 s apart (this
 over() { awk -v l="$1" -v m="$MAX_LOAD" 'BEGIN { exit !(l > m) }'; }
 l=$(load1)
 if over "$l" && [ "${BENCH_ALLOW_LOAD:-0}" != 1 ]; then
-  echo "bench_issue13: load average $l > $MAX_LOAD: refusing (machine not idle; BENCH_ALLOW_LOAD=1 labels the rows instead)" >&2
+  echo "bench_engine: load average $l > $MAX_LOAD: refusing (machine not idle; BENCH_ALLOW_LOAD=1 labels the rows instead)" >&2
   exit 3
 fi
-[ -x "$PY" ] || { echo "bench_issue13: no python at $PY (VENV)" >&2; exit 2; }
+[ -x "$PY" ] || { echo "bench_engine: no python at $PY (VENV)" >&2; exit 2; }
 # llama.cpp rows need llama-cpp-python (VENV=$VENV scripts/bench_baselines.sh builds it; on
 # machines where its native build crashes, BASELINE_ISA=avx2), or LLAMA_CMD: a command that runs
 # benches/llama_greedy.c against a system llama.cpp (LLAMA_CMD="$(scripts/llama_system.sh)" makes
@@ -69,9 +69,9 @@ fi
 LLAMA_CMD=${LLAMA_CMD:-}
 LLAMA=1
 if [ -n "$LLAMA_CMD" ]; then
-  $LLAMA_CMD load "$(ls "$CACHE"/smollm2/model/*.gguf 2>/dev/null | head -1)" "$THREADS" >/dev/null 2>&1 || { echo "bench_issue13: LLAMA_CMD ($LLAMA_CMD) does not run" >&2; exit 2; }
+  $LLAMA_CMD load "$(ls "$CACHE"/smollm2/model/*.gguf 2>/dev/null | head -1)" "$THREADS" >/dev/null 2>&1 || { echo "bench_engine: LLAMA_CMD ($LLAMA_CMD) does not run" >&2; exit 2; }
 else
-  "$PY" -c "import llama_cpp" 2>/dev/null || { LLAMA=0; echo "bench_issue13: llama-cpp-python missing in $VENV and no LLAMA_CMD: llama.cpp rows skipped (VENV=$VENV scripts/bench_baselines.sh, or LLAMA_CMD=\"\$(scripts/llama_system.sh)\")" >&2; }
+  "$PY" -c "import llama_cpp" 2>/dev/null || { LLAMA=0; echo "bench_engine: llama-cpp-python missing in $VENV and no LLAMA_CMD: llama.cpp rows skipped (VENV=$VENV scripts/bench_baselines.sh, or LLAMA_CMD=\"\$(scripts/llama_system.sh)\")" >&2; }
 fi
 llama() {  # llama ROW MODE ARGS...: measure llama.cpp's MODE (load, generate, prefill), or a row saying why not
   local row=$1 mode=$2; shift 2
@@ -83,20 +83,20 @@ llama() {  # llama ROW MODE ARGS...: measure llama.cpp's MODE (load, generate, p
     measure "$row" llama.cpp $BASE "llama-$mode" "$@"
   fi
 }
-[ -x /usr/bin/time ] || { echo "bench_issue13: /usr/bin/time missing (apt-get install time)" >&2; exit 2; }
+[ -x /usr/bin/time ] || { echo "bench_engine: /usr/bin/time missing (apt-get install time)" >&2; exit 2; }
 
 PROFILE=${PROFILE:-release}
-echo "bench_issue13: $PROFILE build" >&2
+echo "bench_engine: $PROFILE build" >&2
 nice -n 5 cargo build --profile "$PROFILE" --quiet --bin sinklab
-BENCH_BIN=$(nice -n 5 cargo bench --profile "$PROFILE" --bench issue13 --no-run --message-format=json 2>/dev/null \
+BENCH_BIN=$(nice -n 5 cargo bench --profile "$PROFILE" --bench engine --no-run --message-format=json 2>/dev/null \
   | "$PY" -c 'import sys, json
 for l in sys.stdin:
     m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "issue13" and m.get("executable"):
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "engine" and m.get("executable"):
         print(m["executable"])')
 PDIR=$PROFILE; [ "$PROFILE" = dev ] && PDIR=debug
 SINKLAB=${CARGO_TARGET_DIR:-target}/$PDIR/sinklab
-[ -x "$BENCH_BIN" ] && [ -x "$SINKLAB" ] || { echo "bench_issue13: release build failed" >&2; exit 2; }
+[ -x "$BENCH_BIN" ] && [ -x "$SINKLAB" ] || { echo "bench_engine: release build failed" >&2; exit 2; }
 
 mkdir -p "$OUT"; ROWS="$OUT/rows.jsonl"; : > "$ROWS"
 COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -132,17 +132,17 @@ d.update(row=os.environ["ROW"], side=os.environ["SIDE"], load_avg=l, runnable_be
 print(json.dumps(d))
 PY
   if grep -q '"error"' <(tail -n 1 "$ROWS"); then
-    echo "bench_issue13: $row/$side failed; stderr tail:" >&2; tail -n 5 "$OUT/last_stderr.txt" >&2
+    echo "bench_engine: $row/$side failed; stderr tail:" >&2; tail -n 5 "$OUT/last_stderr.txt" >&2
   fi
   rm -f "$tf"
 }
 
 gguf_of() {  # the GGUF file of a packaged model
   local f; f=$(ls "$CACHE/$1/model/"*.gguf 2>/dev/null | head -n 1)
-  [ -n "$f" ] || { echo "bench_issue13: $1 not fetched (sinklab fetch $1)" >&2; return 1; }
+  [ -n "$f" ] || { echo "bench_engine: $1 not fetched (sinklab fetch $1)" >&2; return 1; }
   echo "$f"
 }
-BASE="$PY benches/issue13_baselines.py --threads $THREADS"
+BASE="$PY benches/engine_baselines.py --threads $THREADS"
 TEXT="The theory of attention sinks says that heads park their attention on the first token when they have nothing to do."
 
 # 0. The machine's limits every row is compared with: f32 GEMM (faer, THREADS threads) and copy
@@ -208,4 +208,4 @@ if [ "$BIG" = 1 ]; then
 fi
 
 # The Markdown rows.
-ROWS="$ROWS" CACHE="$CACHE" "$PY" benches/issue13_table.py | tee "$OUT/table.md"
+ROWS="$ROWS" CACHE="$CACHE" "$PY" benches/engine_table.py | tee "$OUT/table.md"

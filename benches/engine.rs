@@ -1,12 +1,12 @@
-//! The sinklab side of the issue-13 benchmarks, one measurement per process so that the peak
-//! resident set is that measurement's (driver: `scripts/bench_issue13.sh`). Prints one JSON line.
+//! The sinklab side of the engine benchmarks, one measurement per process so that the peak
+//! resident set is that measurement's (driver: `scripts/bench_engine.sh`). Prints one JSON line.
 //!
 //! ```text
-//! issue13 ids      MODEL TEXT N            # N ids of TEXT (repeated) with BOS, comma-separated
-//! issue13 load     MODEL                   # wall of runtime::load, peak RSS
-//! issue13 generate MODEL IDS N             # greedy, KV cache: wall of prefill + N new tokens
-//! issue13 forward  MODEL IDS REPS all|none # forward with full capture (or none): best of REPS
-//! issue13 limits                           # the machine: f32 GEMM GFLOP/s, copy GB/s
+//! engine  ids      MODEL TEXT N            # N ids of TEXT (repeated) with BOS, comma-separated
+//! engine  load     MODEL                   # wall of runtime::load, peak RSS
+//! engine  generate MODEL IDS N             # greedy, KV cache: wall of prefill + N new tokens
+//! engine  forward  MODEL IDS REPS all|none # forward with full capture (or none): best of REPS
+//! engine  limits                           # the machine: f32 GEMM GFLOP/s, copy GB/s
 //! ```
 //! MODEL is a file or directory; IDS a comma-separated list. Threads: rayon's pool
 //! (`RAYON_NUM_THREADS`, the driver sets 2). `cargo bench` appends `--bench`: ignored.
@@ -98,7 +98,7 @@ fn main() {
         return;
     }
     let Some(model) = a.get(1) else {
-        fail("usage: issue13 ids|load|generate|forward MODEL ... | limits".into())
+        fail("usage: engine ids|load|generate|forward MODEL ... | limits".into())
     };
     let t0 = Instant::now();
     let mut lm = sinklab::runtime::load(Path::new(model)).unwrap_or_else(|e| fail(e.to_string()));
