@@ -1,7 +1,8 @@
 //! Forward pass with full capture of SmolLM2-135M on 512 tokens: sinklab (f32, faer) side by side
 //! with Hugging Face transformers (eager attention, output_attentions and output_hidden_states),
-//! in one run. Run: `cargo bench --bench real_forward` (needs `sinklab fetch smollm2` and the
-//! venv; SINKLAB_PYTHON_BENCH overrides the interpreter, default /work/venv/bin/python).
+//! in one run. Run: `cargo bench --bench real_forward`, or `cargo test --bench real_forward` for
+//! the dev profile (dependencies at opt-level 3, the crate at 1). Needs `sinklab fetch smollm2`
+//! and the venv; SINKLAB_PYTHON_BENCH overrides the interpreter, default /work/venv/bin/python.
 //! Reports the best of 5 timed runs each (after one warm-up) and the ratio.
 
 use sinklab::runtime::capture::{Capture, Captured};

@@ -1,7 +1,8 @@
 //! Fuzz target on the file loaders: arbitrary bytes as a GGUF file, as a safetensors model
 //! directory (with a fixed BERT config), and as an activations file. Any outcome but a panic
 //! is fine. Run: `cargo +nightly fuzz run loaders -- -max_total_time=600`
-//! (seeds: `cargo run --example fuzz_seeds` writes a tiny valid GGUF into fuzz/corpus/loaders).
+//! (seeds: tiny valid GGUF files from `sinklab::synth::write_gguf`, as `fuzz/mutate_loaders.rs`
+//! makes them).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use std::io::Write;

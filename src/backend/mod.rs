@@ -30,6 +30,7 @@
 //! [`BackendKind`] (`cpu | gpu | auto`) and [`select`].
 
 pub mod cpu;
+#[cfg(feature = "gpu")]
 pub mod gpu;
 pub mod real;
 pub mod simd;
@@ -38,6 +39,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use cpu::{Cpu, CpuTensor};
+#[cfg(feature = "gpu")]
 pub use gpu::{GpuOptions, GpuStats, GpuTensor, MatmulKernel, Wgpu};
 pub use real::Real;
 pub use simd::exp_f32;
@@ -90,6 +92,9 @@ pub enum BackendError {
     /// the driver, reported instead of aborting).
     #[error("GPU error during {what}: {msg}")]
     Gpu { what: String, msg: String },
+    /// `gpu` asked of a build without the `gpu` feature (no wgpu compiled in).
+    #[error("backend gpu: this build of sinklab has no GPU backend (enable its `gpu` feature)")]
+    NotBuilt,
 }
 
 /// Result alias of this module.
@@ -523,6 +528,7 @@ impl fmt::Display for BackendKind {
 
 /// The outcome of [`select`]: the backend to run on and a one-line note
 /// saying what was found and why this one was taken.
+#[cfg(feature = "gpu")]
 pub enum Selected {
     /// Run on the CPU (faer).
     Cpu { note: String },
@@ -533,6 +539,7 @@ pub enum Selected {
     },
 }
 
+#[cfg(feature = "gpu")]
 impl Selected {
     /// The line to print to the user.
     pub fn note(&self) -> &str {
@@ -561,6 +568,7 @@ impl Selected {
 ///   software); any failure is an error.
 /// - `auto`: the best *hardware* adapter; falls back to the CPU, with the
 ///   reason in the note, when there is none or its device cannot be opened.
+#[cfg(feature = "gpu")]
 pub fn select(kind: BackendKind, opts: &GpuOptions) -> Result<Selected> {
     match kind {
         BackendKind::Cpu => Ok(Selected::Cpu {

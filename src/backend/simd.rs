@@ -78,6 +78,7 @@ macro_rules! dispatch {
     }};
 }
 
+#[cfg(feature = "runtime")] // the quantized kernels of `quant` dispatch with it
 pub(crate) use dispatch;
 
 /// Independent partial results kept by the reductions (one per vector lane at AVX-512 width).

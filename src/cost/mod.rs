@@ -84,7 +84,8 @@ pub enum CostError {
 }
 
 /// Attention pattern on the off-queries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum Pattern {
     /// Every query attends to position 0.
@@ -94,7 +95,8 @@ pub enum Pattern {
 }
 
 /// Cost definition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum NormKind {
     /// Frobenius norm $\lVert W\rVert_F$.
@@ -104,7 +106,8 @@ pub enum NormKind {
 }
 
 /// Embedding family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum EmbeddingKind {
     /// Orthonormal rows (needs $d \ge T$), a seeded random rotation.
@@ -117,9 +120,8 @@ pub enum EmbeddingKind {
 }
 
 /// What the program prices.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
     /// $W_{QK}$ alone, every query $i \ge 1$ an off-query (§6).

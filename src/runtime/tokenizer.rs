@@ -21,7 +21,8 @@ use tokenizers::pre_tokenizers::split::Split;
 use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 
 /// Whether to put a BOS token first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum Bos {
     /// The model's own default (GGUF `add_bos_token`, BERT's `[CLS] … [SEP]` template).
     Auto,

@@ -23,7 +23,8 @@ pub const LONG_PROMPTS: usize = 4;
 pub const REPORT_PROMPTS: &str = include_str!("../../sims/secondary_prompts.txt");
 
 /// Which prompts a long run generates after.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum PromptSet {
     /// `sims/secondary_prompts.txt`: step-by-step reasoning requests (the original set).

@@ -1,6 +1,7 @@
 //! Running (or resuming) the points of a shard: rayon over the points not yet done, largest
 //! first, one append of complete lines per finished point; the first write error stops it.
 
+use super::progress::Progress;
 use super::results::{done_ids, move_stale, read_records, truncate_partial_tail};
 use super::{Shard, SweepError, SweepPoint, SweepRecord, io};
 use rayon::prelude::*;
@@ -97,17 +98,7 @@ where
     // Largest first: the long points start early and the tail of the run stays busy.
     todo.sort_by(|a, b| b.weight().total_cmp(&a.weight()));
     let file = Mutex::new(open(&path).map_err(io(&path))?);
-    let bar = if opts.show_progress {
-        indicatif::ProgressBar::new(todo.len() as u64)
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} points ({eta}) {msg}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
+    let bar = Progress::new(opts.show_progress, todo.len());
     let ctx = prepare(&todo)?;
     let error: Mutex<Option<SweepError>> = Mutex::new(None);
     let stop = AtomicBool::new(false);

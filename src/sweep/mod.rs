@@ -29,6 +29,7 @@ pub mod cost_scaling;
 mod engine;
 pub mod jobs;
 pub mod lock;
+mod progress;
 mod results;
 mod shard;
 
@@ -69,6 +70,7 @@ pub enum SweepError {
     #[error(transparent)]
     Budget(#[from] crate::budget::BudgetError),
     /// Plot error.
+    #[cfg(feature = "plot")]
     #[error(transparent)]
     Plot(#[from] crate::plot::PlotError),
     /// The requested dense backend is unavailable (`backend = "gpu"` without an adapter).

@@ -101,6 +101,7 @@ pub fn usable(r: &Record) -> bool {
     r.converged != Some(false) && r.rel_gap.is_none_or(|g| g <= MAX_FIT_GAP)
 }
 
+#[cfg(feature = "plot")] // the figures' per-T means
 pub(super) fn mean_by_t(rs: &[&Record]) -> Vec<(f64, f64)> {
     let mut m: BTreeMap<usize, (f64, f64)> = BTreeMap::new();
     for r in rs.iter().filter(|r| usable(r)) {

@@ -5,18 +5,22 @@
 //! - [`spec`]: the TOML spec and its points;
 //! - [`point`]: one point, its records and how they are computed;
 //! - [`fits`]: power-law fits per (source, embedding, norm, pattern) group;
-//! - [`figures`]: `fit.json` and the figures;
-//! - [`section`]: the verdict on A5 and the report section `cost_scaling`.
+//! - [`figures`]: `fit.json` and the figures (feature `plot`);
+//! - [`section`]: the verdict on A5 and the report section `cost_scaling` (feature `plot`).
 
+#[cfg(feature = "plot")]
 pub mod figures;
 pub mod fits;
 pub mod point;
+#[cfg(feature = "plot")]
 pub mod section;
 pub mod spec;
 
+#[cfg(feature = "plot")]
 pub use figures::analyze;
 pub use fits::{GroupFit, MAX_FIT_GAP, fit_all, usable};
 pub use point::{Point, PointContext, Record, TRAINED_NORMS, compute};
+#[cfg(feature = "plot")]
 pub use section::{DEFAULT_SPEC, QUICK_SPEC, report_section, verdict_markdown};
 pub use spec::{ExactSpec, SweepSpec, TrainedSpec};
 
@@ -136,19 +140,10 @@ pub fn run_on(
             show_progress,
         },
         |todo| {
-            let mut ctx = PointContext::cpu(threads);
             if !todo.iter().any(|p| matches!(p, Point::Trained(_))) {
-                return Ok(ctx);
+                return Ok(PointContext::cpu(threads));
             }
-            let sel = crate::backend::select(spec.backend, &crate::backend::GpuOptions::default())?;
-            if show_progress {
-                let _ = std::io::Write::write_fmt(
-                    &mut std::io::stderr(),
-                    format_args!("{}\n", sel.note()),
-                );
-            }
-            ctx.gpu = sel.gpu();
-            Ok(ctx)
+            Ok(PointContext::on(spec.backend, threads, show_progress)?)
         },
         |ctx, p| point::compute(p, ctx),
     )

@@ -1,12 +1,13 @@
 //! One point of the cost-scaling sweep (an exact program or a training run), its records
 //! and how they are computed.
 
-use crate::backend::Cpu;
+use crate::backend::{BackendError, BackendKind, Cpu};
 use crate::cost::{self, CostQuery, NormKind, Scope, SolveOptions};
 use crate::sweep::{SweepPoint, SweepRecord};
 use crate::train::embeddings::TrainedEmbeddings;
 use crate::train::{self, TrainConfig};
 use serde::{Deserialize, Serialize};
+use std::io::Write as _;
 
 /// One sweep point.
 #[derive(Clone, Debug)]
@@ -203,6 +204,7 @@ pub struct Record {
 #[derive(Debug)]
 pub struct PointContext {
     /// The device of the trained points (`None`: the CPU).
+    #[cfg(feature = "gpu")]
     pub gpu: Option<std::sync::Arc<crate::backend::Wgpu>>,
     /// Threads the CPU backend of a trained point splits its large products over
     /// ([`Cpu::with_threads`]).
@@ -215,10 +217,57 @@ impl PointContext {
     /// Trained points on the CPU with `threads`, an empty embedding cache.
     pub fn cpu(threads: usize) -> Self {
         Self {
+            #[cfg(feature = "gpu")]
             gpu: None,
             threads,
             trained: TrainedEmbeddings::new(threads),
         }
+    }
+
+    /// Trained points on the backend `kind` resolves to ([`crate::backend::select`]), with
+    /// `threads` on the CPU; the selection's note goes to stderr when `show_progress`.
+    #[cfg(feature = "gpu")]
+    pub fn on(
+        kind: BackendKind,
+        threads: usize,
+        show_progress: bool,
+    ) -> Result<Self, BackendError> {
+        let sel = crate::backend::select(kind, &crate::backend::GpuOptions::default())?;
+        if show_progress {
+            let _ = writeln!(std::io::stderr(), "{}", sel.note());
+        }
+        Ok(Self {
+            gpu: sel.gpu(),
+            ..Self::cpu(threads)
+        })
+    }
+
+    /// Without the `gpu` feature: the CPU for `cpu` and `auto`, a refusal
+    /// ([`BackendError::NotBuilt`]) for `gpu`.
+    #[cfg(not(feature = "gpu"))]
+    pub fn on(
+        kind: BackendKind,
+        threads: usize,
+        show_progress: bool,
+    ) -> Result<Self, BackendError> {
+        let note = match kind {
+            BackendKind::Gpu => return Err(BackendError::NotBuilt),
+            BackendKind::Cpu => "backend: cpu (faer)",
+            BackendKind::Auto => "backend: auto → cpu (faer): built without the `gpu` feature",
+        };
+        if show_progress {
+            let _ = writeln!(std::io::stderr(), "{note}");
+        }
+        Ok(Self::cpu(threads))
+    }
+
+    /// Trains `c` on this context's device: its GPU when there is one, else the CPU.
+    fn train(&self, c: &TrainConfig) -> Result<train::TrainReport, train::TrainError> {
+        #[cfg(feature = "gpu")]
+        if let Some(g) = &self.gpu {
+            return train::train_on(&**g, c, |_, _| {});
+        }
+        train::train_on(&Cpu::<f32>::with_threads(self.threads), c, |_, _| {})
     }
 }
 
@@ -251,10 +300,7 @@ pub fn compute(p: &Point, ctx: &PointContext) -> Vec<Record> {
             }]
         }
         Point::Trained(c) => {
-            let rep = match &ctx.gpu {
-                Some(g) => train::train_on(&**g, c, |_, _| {}),
-                None => train::train_on(&Cpu::<f32>::with_threads(ctx.threads), c, |_, _| {}),
-            };
+            let rep = ctx.train(c);
             let pattern = if c.mask_bos_key { "diagonal" } else { "sink" };
             TRAINED_NORMS
                 .iter()

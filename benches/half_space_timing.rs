@@ -1,7 +1,8 @@
 //! Wall time of one `half_space_verdict` call at the real-model size
 //! (d = 64, 512 queries, 512 non-sink keys; certificate verification included).
-//! `cargo run --release --example half_space_timing` (or without `--release`
-//! for the dev profile). Prints the median of 5 calls per configuration.
+//! `cargo bench --bench half_space_timing`, or `cargo test --bench half_space_timing` for the
+//! dev profile. Prints the median of 5 calls per configuration (`benches/half_space.rs` is the
+//! criterion bench of the same calls).
 
 use sinklab::geometry::half_space_verdict_rows;
 use sinklab::geometry::sample::{SetKind, draw_config};

@@ -4,7 +4,9 @@
 //! fields with extreme values, truncation, insertion. Every input goes through `runtime::load` and
 //! `activations::analyze_file` inside `catch_unwind`; a panic is reported with its input saved.
 //!
-//! `cargo run --release --example fuzz_loaders -- SECONDS [SEED]`
+//! `cargo bench --bench fuzz_loaders -- SECONDS [SEED]` (default 60 s, seed 0; registered as a
+//! bench of the main crate, `harness = false`, so it builds in release with the crate's own
+//! dependencies; flags such as the `--bench` that cargo passes are ignored).
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -12,9 +14,12 @@ use sinklab::synth::{SynthShape, write_gguf};
 use std::time::{Duration, Instant};
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let secs: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(60);
-    let seed: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let secs: u64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(60);
+    let seed: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let dir = tempfile::tempdir().unwrap();
     let mut seeds = Vec::new();
     for gemma in [false, true] {
