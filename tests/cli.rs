@@ -241,3 +241,101 @@ fn cost_on_trained_embeddings_is_certified_and_reproducible() {
     }
     assert_eq!(v, cost_json(&args));
 }
+
+/// `sinklab ARGS` printed help, as a terminal of `COLUMNS` columns would get it.
+fn help_text(args: &[&str], columns: &str) -> String {
+    let out = sinklab()
+        .args(args)
+        .env("COLUMNS", columns)
+        .output()
+        .unwrap();
+    cli::ok(&out)
+}
+
+/// The subcommands `sinklab --help` lists (clap's own `help` command aside).
+fn subcommands() -> Vec<String> {
+    let top = help_text(&["--help"], "100");
+    let list: Vec<String> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next().map(String::from))
+        .filter(|c| c != "help")
+        .collect();
+    assert!(
+        list.len() >= 13 && list.iter().any(|c| c == "real"),
+        "{list:?}"
+    );
+    list
+}
+
+#[test]
+fn help_fits_a_terminal_and_prints_no_markup() {
+    let mut commands: Vec<Vec<String>> = vec![vec![]];
+    commands.extend(subcommands().into_iter().map(|c| vec![c]));
+    for cmd in &commands {
+        for flag in ["-h", "--help"] {
+            let mut args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+            args.push(flag);
+            // A wide terminal still gets at most 100 columns.
+            let text = help_text(&args, "300");
+            let what = args.join(" ");
+            for line in text.lines() {
+                assert!(
+                    line.chars().count() <= 100,
+                    "sinklab {what}: a line of {} columns: {line:?}",
+                    line.chars().count()
+                );
+            }
+            // No LaTeX, no rustdoc links, no specification outside the repository.
+            for bad in ["$", "\\frac", "](", "[`", "THEORY", "shared specification"] {
+                assert!(
+                    !text.contains(bad),
+                    "sinklab {what} prints {bad:?}:\n{text}"
+                );
+            }
+            if flag == "-h" {
+                // One line per command, argument and option: no continuation lines (those
+                // are indented to the help column; an entry is indented by 2, or by 6 for
+                // an option without a short form).
+                let body = text.lines().skip_while(|l| {
+                    !["Commands:", "Arguments:", "Options:"]
+                        .iter()
+                        .any(|h| l.starts_with(h))
+                });
+                for line in body.filter(|l| l.starts_with(' ')) {
+                    let t = line.trim_start();
+                    let indent = line.len() - t.len();
+                    assert!(
+                        indent == 2 || (indent == 6 && t.starts_with("--")),
+                        "sinklab {what}: an entry's help runs onto a second line: {line:?}"
+                    );
+                }
+            } else if !cmd.is_empty() {
+                assert!(
+                    text.contains("EXAMPLES:\n") && text.contains("\n    sinklab "),
+                    "sinklab {what} has no examples:\n{text}"
+                );
+                let short = help_text(&[cmd[0].as_str(), "-h"], "300");
+                assert!(
+                    text.len() > short.len(),
+                    "sinklab {what} adds nothing to -h"
+                );
+            }
+        }
+    }
+    let real = help_text(&["real", "-h"], "300");
+    assert!(
+        real.len() <= 4000,
+        "sinklab real -h is {} bytes",
+        real.len()
+    );
+}
+
+#[test]
+fn help_wraps_to_a_narrow_terminal() {
+    for line in help_text(&["real", "--help"], "60").lines() {
+        assert!(line.chars().count() <= 60, "{line:?}");
+    }
+}

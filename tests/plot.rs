@@ -135,6 +135,7 @@ fn scaling_panel(n: usize, slope: f64, log: bool) -> Panel {
         log_x: log,
         log_y: log,
         series,
+        ..Default::default()
     }
 }
 
@@ -219,6 +220,7 @@ fn heatmap_colour_bar_stays_inside_the_canvas() {
         x_label: "lifetime".into(),
         y_label: "layer".into(),
         values,
+        ..Default::default()
     };
     for w in [2.0, 3.4, 7.0] {
         let sc = plot::layout(
@@ -268,6 +270,7 @@ fn random_panel() -> impl Strategy<Value = Panel> {
                     Series::new(format!("{name} {i}"), pts, style, c)
                 })
                 .collect(),
+            ..Default::default()
         })
 }
 
@@ -295,6 +298,7 @@ fn sinklab_plot_redraws_the_same_bytes() {
         x_label: "head".into(),
         y_label: "layer".into(),
         values: vec![vec![0.1, f64::NAN], vec![0.5, 0.9]],
+        ..Default::default()
     };
     plot::render_heatmap(&dir.path().join("heat"), &h).unwrap();
     let out = dir.path().join("again");
@@ -386,6 +390,7 @@ fn bad_data_files_are_refused_with_a_reason() {
             x_label: String::new(),
             y_label: String::new(),
             values: vec![vec![1.0, 2.0]],
+            ..Default::default()
         },
     )
     .unwrap();
@@ -444,4 +449,263 @@ fn two_data_files_with_one_stem_into_one_directory_are_refused() {
     assert!(!out.join("fig.svg").exists(), "drew before refusing");
     let st = bin().arg("plot").arg(&a).arg(&b).output().unwrap();
     assert!(st.status.success(), "{}", cli::stderr(&st));
+}
+
+/// A cost sweep small enough for a test: three seeds per Gaussian point, so every plotted
+/// point is a geometric mean of three.
+const SWEEP: &str = r#"
+name = "tiny"
+bootstrap = 200
+[[exact]]
+patterns = ["sink", "diagonal"]
+norms = ["fro"]
+embeddings = ["gaussian"]
+t = [4, 6, 8, 12, 16]
+d_factor = 2
+seeds = [0, 1, 2]
+delta = 5.0
+"#;
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn num(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("{v} is not a number"))
+}
+
+/// The geometric means of `samples` ({x, y, seed} objects) per x, and the seeds at each x.
+fn geometric_means(samples: &serde_json::Value) -> Vec<(f64, f64, Vec<u64>)> {
+    let mut by_x: Vec<(f64, f64, Vec<u64>)> = Vec::new();
+    for s in samples.as_array().unwrap() {
+        let (x, y) = (num(&s["x"]), num(&s["y"]));
+        let seed = s["seed"].as_u64().unwrap();
+        match by_x.iter_mut().find(|e| e.0 == x) {
+            Some(e) => {
+                e.1 += y.ln();
+                e.2.push(seed);
+            }
+            None => by_x.push((x, y.ln(), vec![seed])),
+        }
+    }
+    by_x.into_iter()
+        .map(|(x, s, seeds)| (x, (s / seeds.len() as f64).exp(), seeds))
+        .collect()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    // The same logarithms summed in another order: a few ulps of the result.
+    (a / b - 1.0).abs() <= 1e-12
+}
+
+#[test]
+fn sweep_figure_data_holds_the_seeds_units_palette_and_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("tiny.toml");
+    std::fs::write(&spec, SWEEP).unwrap();
+    let out = dir.path().join("out");
+    let st = bin()
+        .args([
+            "sweep",
+            spec.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .args(["--threads", "2"])
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{}", cli::stderr(&st));
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(out.join("results.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let fits = json(&out.join("fit.json"));
+    let fig = json(&out.join("figures/cost_scaling.json"));
+    assert_eq!(fig["format"], plot::data::FORMAT);
+    let panels = fig["figure"]["panels"].as_array().unwrap();
+    assert_eq!(panels.len(), 1, "one norm");
+    let p = &panels[0];
+    assert_eq!(
+        (p["x_label"].as_str(), p["x_unit"].as_str()),
+        (Some("T"), Some("tokens"))
+    );
+    assert_eq!(p["y_unit"], "1");
+    let (mut n_agg, mut n_fit) = (0, 0);
+    for s in p["series"].as_array().unwrap() {
+        // The palette: the colour and marker each index is drawn with.
+        let c = s["color"].as_u64().unwrap() as usize;
+        assert_eq!(s["rgb"], plot::style::color(c).hex(), "{s}");
+        assert_eq!(
+            s["marker"],
+            plot::data::marker_name(plot::style::marker(c)),
+            "{s}"
+        );
+        let name = s["name"].as_str().unwrap();
+        if !s["aggregate"].is_null() {
+            // Every drawn point is the geometric mean of its seeds' values, which are the
+            // records' own values.
+            n_agg += 1;
+            assert_eq!(s["aggregate"]["kind"], "geometric_mean");
+            let pattern = name.split(' ').next().unwrap();
+            let means = geometric_means(&s["aggregate"]["samples"]);
+            let pts = s["points"].as_array().unwrap();
+            assert_eq!(means.len(), pts.len(), "{name}");
+            for (q, (x, gm, seeds)) in pts.iter().zip(&means) {
+                assert_eq!(num(&q[0]), *x);
+                assert!(
+                    close(num(&q[1]), *gm),
+                    "{name} at T = {x}: {} vs {gm}",
+                    q[1]
+                );
+                assert_eq!(seeds, &vec![0, 1, 2], "{name} at T = {x}");
+            }
+            for smp in s["aggregate"]["samples"].as_array().unwrap() {
+                let r = records
+                    .iter()
+                    .find(|r| {
+                        r["pattern"] == pattern
+                            && num(&r["t"]) == num(&smp["x"])
+                            && r["seed"] == smp["seed"]
+                    })
+                    .expect("a record behind every sample");
+                assert_eq!(num(&r["value"]), num(&smp["y"]));
+            }
+        }
+        if !s["fit"].is_null() {
+            // The fitted exponent and its interval, as numbers: fit.json's, drawn as the
+            // dashed line e^a T^b and stated (rounded) in the legend.
+            n_fit += 1;
+            let f = &s["fit"];
+            assert_eq!(f["law"], "power");
+            let pattern = name.split(' ').next().unwrap();
+            let g = fits
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|g| g["pattern"] == pattern)
+                .expect("a fit per pattern");
+            for k in ["exponent", "intercept", "ci_low", "ci_high", "level", "n"] {
+                assert_eq!(f[k], g["fit"][k], "{name}: {k}");
+            }
+            let (a, b) = (num(&f["intercept"]), num(&f["exponent"]));
+            for q in s["points"].as_array().unwrap() {
+                let (x, y) = (num(&q[0]), num(&q[1]));
+                assert!(
+                    ((a + b * x.ln()).exp() / y - 1.0).abs() < 1e-9,
+                    "{name} at {x}"
+                );
+            }
+            let stated = format!(
+                "T^{{{b:.2}}} [{:.2}, {:.2}]",
+                num(&f["ci_low"]),
+                num(&f["ci_high"])
+            );
+            assert!(name.ends_with(&stated), "{name} does not state {stated}");
+            assert!(num(&f["ci_low"]) <= b && b <= num(&f["ci_high"]), "{f}");
+        }
+    }
+    assert_eq!(
+        (n_agg, n_fit),
+        (2, 2),
+        "sink and diagonal: points and fitted line"
+    );
+    // The ratio figure: each point is the ratio of the two geometric means.
+    let ratio = json(&out.join("figures/cost_ratio.json"));
+    let s = &ratio["figure"]["panels"][0]["series"][0];
+    assert_eq!(s["aggregate"]["kind"], "ratio_of_geometric_means");
+    let num_means = geometric_means(&s["aggregate"]["numerator"]);
+    let den_means = geometric_means(&s["aggregate"]["denominator"]);
+    let pts = s["points"].as_array().unwrap();
+    assert_eq!((num_means.len(), den_means.len()), (pts.len(), pts.len()));
+    for ((q, n), d) in pts.iter().zip(&num_means).zip(&den_means) {
+        assert_eq!((num(&q[0]), num(&q[0])), (n.0, d.0));
+        assert!(close(num(&q[1]), n.1 / d.1), "ratio at T = {}", n.0);
+    }
+    // And the new fields do not change the drawing: the redraw is the same SVG.
+    let again = dir.path().join("again");
+    for name in ["cost_scaling", "cost_ratio"] {
+        let data = out.join(format!("figures/{name}.json"));
+        let st = bin()
+            .arg("plot")
+            .arg(&data)
+            .arg("--out")
+            .arg(&again)
+            .output()
+            .unwrap();
+        assert!(st.status.success(), "{}", cli::stderr(&st));
+        let a = std::fs::read(out.join(format!("figures/{name}.svg"))).unwrap();
+        let b = std::fs::read(again.join(format!("{name}.svg"))).unwrap();
+        assert!(a == b, "{name}.svg: redraw differs");
+    }
+}
+
+/// A format-1 file (before units, palette, aggregates and fits) is still drawn, the same;
+/// a format-2 file whose derived fields are missing or disagree with what is drawn is refused.
+#[test]
+fn format_one_is_read_and_derived_fields_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let stem = dir.path().join("s");
+    let mut p = scaling_panel(2, 1.0, true);
+    p.x_unit = "tokens".into();
+    plot::render(&stem, "Cost against T", &[p]).unwrap();
+    let v2 = json(&stem.with_extension("json"));
+    // Format 1: the same figure without the fields format 2 added.
+    let mut v1 = v2.clone();
+    v1["format"] = "sinklab-figure/1".into();
+    for p in v1["figure"]["panels"].as_array_mut().unwrap() {
+        let p = p.as_object_mut().unwrap();
+        p.remove("x_unit");
+        p.remove("y_unit");
+        for s in p["series"].as_array_mut().unwrap() {
+            let s = s.as_object_mut().unwrap();
+            for k in ["rgb", "marker", "aggregate", "fit"] {
+                s.remove(k);
+            }
+        }
+    }
+    let old = dir.path().join("old");
+    std::fs::create_dir(&old).unwrap();
+    std::fs::write(old.join("s.json"), v1.to_string()).unwrap();
+    let st = bin().arg("plot").arg(old.join("s.json")).output().unwrap();
+    assert!(st.status.success(), "{}", cli::stderr(&st));
+    assert!(
+        std::fs::read(old.join("s.svg")).unwrap()
+            == std::fs::read(stem.with_extension("svg")).unwrap(),
+        "format 1 draws the same figure"
+    );
+    let bad = |edit: &dyn Fn(&mut serde_json::Value), phrases: &[&str]| {
+        let mut v = v2.clone();
+        edit(&mut v["figure"]["panels"][0]["series"][1]);
+        let f = dir.path().join("bad.json");
+        std::fs::write(&f, v.to_string()).unwrap();
+        let e = plot_err(&f, &[]);
+        for ph in phrases {
+            assert!(e.contains(ph), "{ph:?} not in {e}");
+        }
+    };
+    bad(
+        &|s| {
+            s.as_object_mut().unwrap().remove("rgb");
+        },
+        &["panels[0].series[1].rgb", "missing"],
+    );
+    bad(&|s| s["rgb"] = "#123456".into(), &["rgb", "\"color\""]);
+    bad(&|s| s["marker"] = "star".into(), &["marker", "\"color\""]);
+    // A heat-map states its colour map and the value range it spans.
+    let h = Heatmap {
+        title: "heads: α".into(),
+        values: vec![vec![0.25, f64::NAN], vec![0.5, 0.75]],
+        ..Default::default()
+    };
+    plot::render_heatmap(&dir.path().join("h"), &h).unwrap();
+    let v = json(&dir.path().join("h.json"));
+    assert_eq!(v["figure"]["colormap"], "viridis");
+    assert_eq!(v["figure"]["value_label"], "α");
+    assert_eq!(v["figure"]["value_range"], serde_json::json!([0.25, 0.75]));
+    let mut w = v.clone();
+    w["figure"]["value_range"] = serde_json::json!([0.0, 1.0]);
+    std::fs::write(dir.path().join("h2.json"), w.to_string()).unwrap();
+    let e = plot_err(&dir.path().join("h2.json"), &[]);
+    assert!(e.contains("value_range"), "{e}");
 }

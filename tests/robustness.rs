@@ -849,6 +849,7 @@ fn a_failing_redraw_leaves_the_old_figures_whole_and_no_temporary() {
             Style::LinePoints,
             0,
         )],
+        ..Default::default()
     };
     sinklab::plot::render(&stem, "Cost against T", &[panel]).unwrap();
     let (svg, png) = (stem.with_extension("svg"), stem.with_extension("png"));

@@ -25,6 +25,8 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         y_label: "Σ_j A_ij ‖v_j‖".into(),
         log_x: true,
         log_y: true,
+        x_unit: "1".into(),
+        y_unit: "1".into(),
         series: vec![
             Series::new("cone condition dropped", pts(&dropped), Style::Points, 1),
             Series::new("cone condition holds", pts(&kept), Style::Points, 0),

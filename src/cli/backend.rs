@@ -11,8 +11,15 @@ use sinklab::backend::{AdamWHyper, Backend, BackendKind, Cpu, GpuOptions, Select
 use sinklab::train::attn::{AttnFit, AttnFitConfig};
 
 #[derive(clap::Args, Debug)]
+#[command(after_long_help = "EXAMPLES:
+  The adapters found, and 100 training steps on the backend auto selects:
+    sinklab backend
+  The same run forced onto the CPU, longer sequences:
+    sinklab backend --backend cpu --t 128 --steps 50")]
 pub struct Args {
-    /// cpu, gpu (any adapter, llvmpipe included) or auto (a hardware GPU, else the CPU).
+    /// Backend: cpu, gpu or auto
+    ///
+    /// cpu; gpu (any adapter, llvmpipe included); auto (a hardware GPU, else the CPU).
     #[arg(long, default_value = "auto")]
     backend: BackendKind,
     /// Optimiser steps.

@@ -5,11 +5,18 @@ use sinklab::registry::{CheckOutcome, registry};
 use sinklab::report::fmt_margin;
 
 #[derive(clap::Args, Debug)]
+#[command(after_long_help = "EXAMPLES:
+  Every theorem with its default number of cases:
+    sinklab check
+  The registered theorems:
+    sinklab check --list
+  One theorem, 1000 seeded cases, as JSON:
+    sinklab check hard_switch --cases 1000 --seed 3 --json")]
 pub struct Args {
-    /// Theorem to check (default: all). `sinklab check --list` lists them.
+    /// Theorem to check (default: all; --list names them).
     name: Option<String>,
-    /// Number of random cases per theorem (default: each theorem's own).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    /// Random cases per theorem (default: each theorem's own).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     cases: Option<u64>,
     /// Master seed.
     #[arg(long, default_value_t = 0)]

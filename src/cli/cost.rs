@@ -1,6 +1,6 @@
 //! `sinklab cost --pattern sink|diagonal --norm fro|nuclear --embedding orthonormal|gaussian|trained
 //! --t T [--d D] [--delta X | --eps E] [--seed S] [--scope qk|head [--on-rate R]] [--json]`:
-//! one minimal cost (THEORY §6), of W_QK alone or of the whole head on copy-paste.
+//! one minimal cost (docs/theory.md §6), of W_QK alone or of the whole head on copy-paste.
 
 use anyhow::{Context, Result, bail};
 use sinklab::cost::{
@@ -10,38 +10,73 @@ use sinklab::cost::{
 use sinklab::train::embeddings::{TrainedEmbeddings, solve_head_query, solve_query};
 
 #[derive(clap::Args, Debug)]
-#[command(allow_negative_numbers = true)]
+#[command(
+    allow_negative_numbers = true,
+    after_long_help = "EXAMPLES:
+  The Frobenius cost of the sink pattern at T = 64, orthonormal embeddings:
+    sinklab cost --pattern sink --norm fro --t 64
+  The nuclear cost of the diagonal pattern on Gaussian embeddings of width 128, as JSON:
+    sinklab cost --pattern diagonal --norm nuclear --embedding gaussian --t 64 --d 128 --json
+  The whole head on copy-paste, leak 0.05:
+    sinklab cost --pattern sink --norm fro --t 32 --scope head --eps 0.05"
+)]
 pub struct Args {
-    /// Pattern of the off-queries.
-    #[arg(long, value_enum)]
+    /// Pattern of the off-queries: sink or diagonal
+    ///
+    /// sink: every off-query attends to position 0. diagonal: every off-query attends to
+    /// itself.
+    #[arg(
+        long,
+        value_enum,
+        hide_possible_values = true,
+        value_name = "sink|diagonal"
+    )]
     pattern: Pattern,
-    /// Cost definition.
-    #[arg(long, value_enum)]
+    /// Cost definition: fro or nuclear
+    ///
+    /// fro: the Frobenius norm of W. nuclear: the nuclear norm of W (the sum of its
+    /// singular values), which equals the minimal weight decay (‖W_Q‖² + ‖W_K‖²)/2 of a
+    /// factored W = W_Q W_Kᵀ.
+    #[arg(
+        long,
+        value_enum,
+        hide_possible_values = true,
+        value_name = "fro|nuclear"
+    )]
     norm: NormKind,
-    /// Embedding family.
-    #[arg(long, value_enum, default_value_t = EmbeddingKind::Orthonormal)]
+    /// Embeddings: orthonormal|gaussian|trained
+    ///
+    /// orthonormal: orthonormal rows, a seeded random rotation (needs d ≥ T). gaussian:
+    /// i.i.d. normal entries of variance 1/d. trained: the attention input (token plus
+    /// position embedding) of a one-layer model trained on bigram-copy at this T and d.
+    #[arg(long, value_enum, hide_possible_values = true, default_value_t = EmbeddingKind::Orthonormal)]
     embedding: EmbeddingKind,
-    /// Context length T (positions 0..T-1, position 0 is the sink).
-    #[arg(long)]
+    /// Context length T (positions 0..T-1; 0 is the sink).
+    #[arg(long, value_name = "T")]
     t: usize,
     /// Embedding dimension (default: T).
-    #[arg(long)]
+    #[arg(long, value_name = "D")]
     d: Option<usize>,
     /// Required logit gap Δ.
-    #[arg(long, conflicts_with = "eps")]
+    #[arg(long, conflicts_with = "eps", value_name = "X")]
     delta: Option<f64>,
-    /// Leak ε: Δ = ln((T−1)(1−ε)/ε), so every row puts mass ≥ 1−ε on its target (default 0.01).
-    #[arg(long)]
+    /// Leak ε: the gap that leaves mass ≥ 1−ε on the target
+    ///
+    /// Δ = ln((T−1)(1−ε)/ε), so every row puts mass at least 1−ε on its target. Default
+    /// 0.01 when neither --delta nor --eps is given.
+    #[arg(long, value_name = "E")]
     eps: Option<f64>,
     /// Seed of the embeddings.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// What is priced: W_QK alone (every query an off-query) or the whole head
-    /// (W_QK + W_VO) on copy-paste.
-    #[arg(long, value_enum, default_value_t = Scope::Qk)]
+    /// What is priced: qk (W_QK alone) or head (whole head)
+    ///
+    /// qk: W_QK alone, every query i ≥ 1 an off-query (docs/theory.md §6). head: the whole
+    /// head on copy-paste, ‖W_QK‖ + ‖W_VO‖.
+    #[arg(long, value_enum, hide_possible_values = true, value_name = "qk|head", default_value_t = Scope::Qk)]
     scope: Scope,
-    /// Fraction of on-queries of the copy-paste context (whole head only).
-    #[arg(long, default_value_t = head::DEFAULT_ON_RATE)]
+    /// On-query fraction of copy-paste (--scope head).
+    #[arg(long, value_name = "R", default_value_t = head::DEFAULT_ON_RATE)]
     on_rate: f64,
     /// Relative duality gap at which the solver stops.
     #[arg(long, default_value_t = 1e-3)]
@@ -53,10 +88,10 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Memory limit (e.g. 64G; default 80% of the machine's memory).
-    #[arg(long)]
+    #[arg(long, value_name = "SIZE")]
     max_mem: Option<String>,
     /// Time limit of the lower-bound estimate (e.g. 12h; default 1h).
-    #[arg(long)]
+    #[arg(long, value_name = "TIME")]
     max_time: Option<String>,
 }
 

@@ -4,15 +4,27 @@ use anyhow::Result;
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
+#[command(after_long_help = "EXAMPLES:
+  Download and verify SmolLM2:
+    sinklab fetch smollm2
+  Every registry model, re-hashing what is already cached:
+    sinklab fetch all --verify
+  Into another cache directory:
+    sinklab fetch gemma3-270m --cache /data/models")]
 pub struct Args {
-    /// Models to fetch: smollm2, gemma3-270m, minilm, qwen2.5-coder-0.5b (or `all`).
-    #[arg(required = true)]
+    /// Models: smollm2, gemma3-270m, minilm, qwen2.5-coder-0.5b, or all.
+    #[arg(required = true, value_name = "MODEL")]
     models: Vec<String>,
-    /// Cache directory (default: $SINKLAB_CACHE, $XDG_CACHE_HOME/sinklab or ~/.cache/sinklab).
-    #[arg(long)]
+    /// Cache directory
+    ///
+    /// Default: the SINKLAB_CACHE environment variable, else XDG_CACHE_HOME/sinklab, else
+    /// ~/.cache/sinklab.
+    #[arg(long, value_name = "DIR")]
     cache: Option<PathBuf>,
-    /// Re-hash every cached file (SHA-256) instead of trusting the size and modification time
-    /// stamped at its last check: finds bit rot and copies that restore both (`cp -p`, `rsync -t`).
+    /// Re-hash every cached file (SHA-256)
+    ///
+    /// Instead of trusting the size and modification time stamped at its last check: finds
+    /// bit rot, and copies that restore both (cp -p, rsync -t).
     #[arg(long)]
     verify: bool,
 }

@@ -39,7 +39,23 @@ pub(crate) fn named_once(
 
 /// sinklab: attention sinks, checked.
 #[derive(Parser, Debug)]
-#[command(name = "sinklab", version, about, long_about = None)]
+#[command(
+    name = "sinklab",
+    version,
+    about,
+    long_about = "Attention sinks, checked: the theorems of docs/theory.md as seeded numerical \
+checks, the experiments behind them (cost sweeps, training runs, secondary-sink detection) and \
+the same statistics measured on real models, with figures and a self-contained viewer.\n\n\
+Every subcommand has its own help: `sinklab <command> -h` lists the options, \
+`sinklab <command> --help` explains them with examples.",
+    max_term_width = 100,
+    after_long_help = "EXAMPLES:
+  sinklab check                           run every theorem check
+  sinklab report --quick                  checks and small sims into out/report.md
+  sinklab fetch smollm2                   download and verify a model
+  sinklab real --model smollm2 --text \"The cat sat on the mat.\"
+  sinklab sweep sims/cost_scaling.toml    the cost-scaling sweep, fits and figures"
+)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -48,30 +64,83 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the theorem checks (all, or one by name).
+    ///
+    /// Each theorem of docs/theory.md is checked on seeded random instances: a table (or a
+    /// JSON array) of cases, passes, failures and the worst margin per theorem. The exit code
+    /// is 1 when any case fails.
     Check(check::Args),
     /// List GPU adapters, resolve --backend, and train one attention head on it.
+    ///
+    /// A smoke test of the dense backend: the adapters wgpu finds, the one --backend selects,
+    /// and a short training run of one attention head on it.
     Backend(backend::Args),
-    /// Minimal cost of a sink or diagonal pattern (THEORY §6).
+    /// Minimal cost of a sink or diagonal pattern (docs/theory.md §6).
+    ///
+    /// Solves the convex program of docs/theory.md §6: the smallest norm of W_QK (or of the
+    /// whole head) for which every off-query's logit on its pattern's target exceeds its
+    /// other logits by the gap Δ, with a certified lower bound beside the value.
     Cost(cost::Args),
     /// Run or resume a sweep spec (sims/<name>.toml): results.jsonl, fit.json, figures.
+    ///
+    /// Every point of the spec is computed once (a rerun resumes where the last stopped) into
+    /// OUT/results.jsonl; then the exponents are fitted (OUT/fit.json) and the figures drawn
+    /// (OUT/figures/, each with the data file that `sinklab plot` redraws).
     Sweep(sweep::Args),
     /// Join sweep shards, then fit and plot.
+    ///
+    /// Reads the results of shards run with `sinklab sweep --shard i/N --no-analysis` and
+    /// writes one sweep directory: results.jsonl (sorted by point id), fit.json and figures/.
     Merge(sweep::MergeArgs),
     /// Train one model on bigram-copy and report the pattern learned and its cost.
+    ///
+    /// A small transformer (1 to 3 layers) is trained on the bigram-copy task; the report
+    /// gives the loss curve, the accuracies, the attention pattern its off-queries learned
+    /// (sink or diagonal) and the costs of its weights.
     Train(train::Args),
     /// Run every check and default sim; write out/report.md and figures.
+    ///
+    /// The claims of the project in one run: the theorem checks and the default sims
+    /// (smaller ones with --quick; with --full also paper B's long studies first), written
+    /// as a Markdown report with its figures.
     Report(report::Args),
-    /// Detect secondary attention sinks (paper B): native forward pass of a real model, or captured activations.
+    /// Detect secondary attention sinks (paper B) in a real model or captured activations.
+    ///
+    /// The secondary-sink detector on a model's native forward pass (prompts, optionally
+    /// with greedy generation) or on an activations file: tokens whose hidden state aligns
+    /// with the BOS token's over several layers. With --out also the B1-B6 measurements, the
+    /// patching experiment and figures; --long runs paper B's long-generation setting and
+    /// --dose-response the causal intervention.
     Secondary(secondary::Args),
-    /// Download and verify a registry-installable model (smollm2, gemma3-270m, minilm, qwen2.5-coder-0.5b).
+    /// Download and verify a model (smollm2, gemma3-270m, minilm, qwen2.5-coder-0.5b).
+    ///
+    /// Files are downloaded into the cache and checked against their SHA-256 hashes; a
+    /// model already cached is checked by size and modification time (or re-hashed with
+    /// --verify).
     Fetch(fetch::Args),
     /// Run a real model (or an activations file) and measure paper A's statistics.
+    ///
+    /// Loads a GGUF file or a Hugging Face directory, runs the input through its native
+    /// forward pass and reports paper A's statistics per layer (attention to the first
+    /// token and the related measurements of docs/theory.md). --a1, --a2, --a3 and --a5 add
+    /// the heavier analyses; --json prints everything as one JSON object.
     Real(real::Args),
-    /// Write a synthetic GGUF with a paper model's shapes (llama3.1-8b, qwen2-7b), seeded, streaming.
+    /// Write a synthetic GGUF with a paper model's shapes (llama3.1-8b, qwen2-7b).
+    ///
+    /// The weights are seeded random numbers (same seed, same bytes), written streaming, so
+    /// that the loader and kernels can be exercised at a real model's size without
+    /// downloading it.
     Synth(synth::Args),
-    /// Write one self-contained HTML page of a run: sink grid, attention maps, detector labels, curves.
+    /// One self-contained HTML page of a run: sink grid, maps, detector labels, curves.
+    ///
+    /// The page embeds its data and needs no network: a grid of every head's attention to
+    /// the first token, the attention maps, the secondary-sink detector's labels and the
+    /// per-token norm and cosine curves.
     View(view::Args),
-    /// Redraw a figure from its data file (`figures/<name>.json`) in another style.
+    /// Redraw a figure from its data file (figures/<name>.json) in another style.
+    ///
+    /// Every figure is written with a data file beside it holding exactly what is drawn
+    /// (schema in docs/figures.md); this redraws the SVG and PNG from that file alone, with
+    /// another width, font size or axis scale, without recomputing anything.
     Plot(plot::Args),
 }
 

@@ -6,15 +6,22 @@ use sinklab::plot::{self, Options};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
+#[command(after_long_help = "EXAMPLES:
+  Redraw a figure two columns wide with a larger font, beside its data file:
+    sinklab plot out/figures/cost_scaling.json --width 7 --font-size 9
+  Every figure of a sweep with linear axes, into another directory:
+    sinklab plot sweeps/cost_scaling/figures/*.json --linear --out /tmp/linear
+
+The data file format (every field) and a matplotlib recipe: docs/figures.md.")]
 pub struct Args {
-    /// Data files written beside figures (`figures/<name>.json`).
-    #[arg(required = true)]
+    /// Data files written beside figures (figures/<name>.json).
+    #[arg(required = true, value_name = "FIG.json")]
     data: Vec<PathBuf>,
     /// Printed width in inches (default 3.4 for one panel, 7 for more).
-    #[arg(long)]
+    #[arg(long, value_name = "IN")]
     width: Option<f64>,
     /// Font size in points of every label (default 8).
-    #[arg(long)]
+    #[arg(long, value_name = "PT")]
     font_size: Option<f64>,
     /// Draw every axis linear.
     #[arg(long, conflicts_with = "log")]
@@ -22,8 +29,10 @@ pub struct Args {
     /// Draw every axis logarithmic (points ≤ 0 are not drawn).
     #[arg(long)]
     log: bool,
-    /// Output directory (default: beside each data file, replacing its SVG and PNG).
-    #[arg(long)]
+    /// Output directory (default: beside each data file)
+    ///
+    /// Without it the SVG and PNG beside each data file are replaced.
+    #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
 }
 

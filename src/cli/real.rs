@@ -14,8 +14,15 @@ use std::path::PathBuf;
 /// `--activations`, `--file` and `--tokens`, which these name).
 #[derive(clap::Args, Debug)]
 pub struct ModelText {
-    /// Model: a fetched name (smollm2, gemma3-270m, minilm, qwen2.5-coder-0.5b) or a path (GGUF file, HF directory).
-    #[arg(long, required_unless_present = "activations")]
+    /// Model: a fetched name or a GGUF file / HF directory
+    ///
+    /// A name installed by `sinklab fetch` (smollm2, gemma3-270m, minilm, qwen2.5-coder-0.5b)
+    /// or a path: a GGUF file or a Hugging Face model directory.
+    #[arg(
+        long,
+        required_unless_present = "activations",
+        value_name = "NAME|PATH"
+    )]
     pub model: Option<String>,
     /// Input text.
     #[arg(long, conflicts_with_all = ["file", "tokens"])]
@@ -23,123 +30,178 @@ pub struct ModelText {
 }
 
 #[derive(clap::Args, Debug)]
+#[command(after_long_help = "EXAMPLES:
+  One text through SmolLM2, the per-layer table:
+    sinklab real --model smollm2 --text \"The cat sat on the mat.\"
+  Every line of a file pooled in the head-space analysis, as JSON:
+    sinklab real --model smollm2 --file texts.txt --a1 --json
+  Many inputs through one loaded model (resumable), one JSON line each:
+    sinklab real --model smollm2 --file inputs.jsonl --results out/inputs.results.jsonl
+  Where the attention of heads whose output is near zero goes, with a no-sink control:
+    sinklab real --model qwen2.5-coder-0.5b --text \"def f(x):\" --a3 --a3-nosink \"<|endoftext|>\"
+  The minimal sink and diagonal costs on the model's own layer inputs:
+    sinklab real --model smollm2 --a5 --a5-t-max-fro 256 --json
+  Statistics of an activations file written by scripts/dump_activations.py:
+    sinklab real --activations acts.safetensors")]
 pub struct Args {
     #[command(flatten)]
     input: ModelText,
-    /// Input text file; a `.jsonl` file is many inputs, one per line (a JSON string, an array
-    /// of token ids, or {"text"|"tokens", "id"}), run through one loaded model with a progress
-    /// bar into --results, one JSON line per input (resumable).
-    #[arg(long, conflicts_with = "tokens")]
+    /// Input text file (.jsonl: many inputs, one per line)
+    ///
+    /// A plain-text file is one input (with --a1, one text per non-blank line). A `.jsonl`
+    /// file is many inputs, one per line (a JSON string, an array of token ids, or
+    /// {"text"|"tokens", "id"}), run through one loaded model with a progress bar into
+    /// --results, one JSON line per input (resumable).
+    #[arg(long, conflicts_with = "tokens", value_name = "FILE")]
     file: Option<PathBuf>,
-    /// Results of a `.jsonl` --file (default: <file stem>.results.jsonl beside it).
-    #[arg(long, requires = "file")]
+    /// Results of a .jsonl --file
+    ///
+    /// Default: <file stem>.results.jsonl beside the input file.
+    #[arg(long, requires = "file", value_name = "FILE")]
     results: Option<PathBuf>,
     /// Token ids, comma or space separated.
-    #[arg(long)]
+    #[arg(long, value_name = "IDS")]
     tokens: Option<String>,
-    /// BOS policy: the model's default, always, never.
-    #[arg(long, value_enum, default_value_t = Bos::Auto)]
+    /// BOS policy: the model's default, always, never
+    ///
+    /// auto: the model's own default (GGUF add_bos_token, BERT's [CLS] … [SEP] template);
+    /// yes: always put BOS first (if not already first); no: never.
+    #[arg(long, value_enum, hide_possible_values = true, value_name = "auto|yes|no", default_value_t = Bos::Auto)]
     bos: Bos,
-    /// Wrap the text in the model's own chat template as one user turn, generation prompt on
-    /// (as transformers' `apply_chat_template`); a model without a template is refused.
+    /// Wrap the text in the model's chat template
+    ///
+    /// One user turn, generation prompt on (as transformers' apply_chat_template); a model
+    /// without a template is refused.
     #[arg(long, conflicts_with_all = ["tokens", "bos", "activations", "results"])]
     chat: bool,
-    /// Activations file (schema in `sinklab::real::activations`) instead of a model.
-    #[arg(long, conflicts_with_all = ["model", "text", "file", "tokens", "bos", "a1", "a2", "a3"])]
+    /// Activations file instead of a model
+    ///
+    /// A safetensors file of captured activations (hidden.{l} [T, d], optional attn.{l},
+    /// mlp_out.{l}, keys.{l}, values.{l}, tokens), e.g. from scripts/dump_activations.py.
+    #[arg(long, conflicts_with_all = ["model", "text", "file", "tokens", "bos", "a1", "a2", "a3"], value_name = "FILE")]
     activations: Option<PathBuf>,
-    /// Also run A1: the half-space verdict per layer on the input's layer inputs (as before),
-    /// and the pooled head-space analysis (`sinklab::real::head_space`) in each head's logit
-    /// space. Pooling: with --text or --tokens one text; with a plain-text --file every
-    /// non-blank line is one text and all are pooled (the per-layer report above it is then
-    /// of the first line); a `.jsonl` --file stays batch mode (one report per line, layer
-    /// inputs only). Heads are testable pooled only when every text has the same first token
-    /// (otherwise `heads_error` says why, as in the report). JSON: `a1_pooled` =
-    /// {error} when the input is refused (a text under 3 tokens, one past a sliding window),
-    /// else {first_token: {id, text} (null when the texts start differently), n_texts, n_tokens,
-    /// d_head, seconds, heads_error, counts: {n, rep, qa, sb, disc, unin, null, top, real,
-    /// real_null, ver}, verdict, heads: [{layer,
-    /// head, n_points, d_head, attn_first (mean attention to position 0), realised (fraction of
+    /// Also run A1: half-space verdicts, pooled head-space analysis
+    ///
+    /// The half-space verdict per layer on the input's layer inputs, and the pooled
+    /// head-space analysis in each head's logit space. Pooling: with --text or --tokens one
+    /// text; with a plain-text --file every non-blank line is one text and all are pooled
+    /// (the per-layer report above it is then of the first line); a .jsonl --file stays
+    /// batch mode (one report per line, layer inputs only). Heads are testable pooled only
+    /// when every text has the same first token (otherwise heads_error says why, as in the
+    /// report).
+    ///
+    /// JSON: a1_pooled = {error} when the input is refused (a text under 3 tokens, one past
+    /// a sliding window), else {first_token: {id, text} (null when the texts start
+    /// differently), n_texts, n_tokens, d_head, seconds, heads_error, counts: {n, rep, qa,
+    /// sb, disc, unin, null, top, real, real_null, ver}, verdict, heads: [{layer, head,
+    /// n_points, d_head, attn_first (mean attention to position 0), realised (fraction of
     /// causal pairs won by the first token), null_realised (the same for an ordinary key),
-    /// realises_sink (realised ≥ 0.99), queries_in_half_space ((a)), gamma_a, sep: {sink_separable
-    /// ((b)), gamma_b, verified, null_n, null_pass (ordinary keys passing (b)),
-    /// gamma_b_percentile (margin rank), null_gamma_b_median}, verified (certificates),
-    /// representable, b_verdict (discriminates | uninformative | fails)}]}.
+    /// realises_sink (realised ≥ 0.99), queries_in_half_space ((a)), gamma_a, sep:
+    /// {sink_separable ((b)), gamma_b, verified, null_n, null_pass (ordinary keys passing
+    /// (b)), gamma_b_percentile (margin rank), null_gamma_b_median}, verified
+    /// (certificates), representable, b_verdict (discriminates | uninformative | fails)}]}.
     #[arg(long)]
     a1: bool,
-    /// Token at position 0 of every pooled text (needs --a1): a token id, or a text that is
-    /// exactly one token (e.g. "<|im_start|>"). Each text is tokenized without BOS and this
-    /// token prepended, so it replaces --bos (giving both is refused).
-    #[arg(long, requires = "a1", conflicts_with_all = ["bos", "chat"])]
+    /// Token at position 0 of every pooled --a1 text
+    ///
+    /// A token id, or a text that is exactly one token (e.g. "<|im_start|>"). Each text is
+    /// tokenized without BOS and this token prepended, so it replaces --bos (giving both is
+    /// refused).
+    #[arg(long, requires = "a1", conflicts_with_all = ["bos", "chat"], value_name = "TOKEN")]
     first_token: Option<String>,
-    /// Also run A3 on real heads (`sinklab::real::hard_switch_real`, THEORY §4): for the
-    /// (head, query) pairs whose output is ≈ 0 (‖o_i‖ ≤ 0.2 × the head's mean value norm: "off"),
-    /// where the attention mass goes, against 1000 random pairs (seed 0) of the same input.
-    /// JSON: `a3_hard_switch` = {threshold, sink: RUN, nosink: RUN or null, comparisons: [{name
-    /// (off_vs_random | off_vs_random_nosink | off_sink_vs_off_nosink), separations: [{statistic
-    /// (sink | zero_value | neg_attended_value), auc: {value, lo, hi, ...}, label (separates |
-    /// uninformative | reversed), median_sink, median_nosink (medians of the first and second
-    /// group)}]}], seconds, verdict}; RUN = {first_token, n_tokens, n_pairs, heads: [{layer, head, v0_rel
-    /// (‖v_0‖ / mean value norm), n_low_keys}], off and random: SUMMARY, off_sink_value_low (off
-    /// pairs whose head's ‖v_0‖ is low), off_pairs: [{layer, head, query, size (‖o_i‖ / mean),
-    /// sink (mass on position 0), low_value (on keys j ≥ 1 with ‖v_j‖ ≤ 0.2 × mean), spread (the
-    /// rest; the three sum to 1), zero_value (mass on every low-value key, position 0 included
-    /// when its value is low), attended_value (Σ_j A_ij‖v_j‖ / mean), entropy (nats),
-    /// entropy_norm (/ ln keys seen), top_key (the most attended key)}]}; SUMMARY = {n, the
-    /// means of those fields, attended_value_median, dominant: [pairs whose largest share is
-    /// sink, low-value, spread], top_key_mode: [key, pairs]}.
-    /// The first text only (with a plain --file and --a1, its first line).
+    /// Also run A3: where the attention of "off" heads goes
+    ///
+    /// A3 on real heads (docs/theory.md §4): for the (head, query) pairs whose output is
+    /// near 0 (‖o_i‖ ≤ 0.2 × the head's mean value norm: "off"), where the attention mass
+    /// goes, against 1000 random pairs (seed 0) of the same input. The first text only
+    /// (with a plain --file and --a1, its first line).
+    ///
+    /// JSON: a3_hard_switch = {threshold, sink: RUN, nosink: RUN or null, comparisons:
+    /// [{name (off_vs_random | off_vs_random_nosink | off_sink_vs_off_nosink), separations:
+    /// [{statistic (sink | zero_value | neg_attended_value), auc: {value, lo, hi, ...},
+    /// label (separates | uninformative | reversed), median_sink, median_nosink (medians of
+    /// the first and second group)}]}], seconds, verdict}; RUN = {first_token, n_tokens,
+    /// n_pairs, heads: [{layer, head, v0_rel (‖v_0‖ / mean value norm), n_low_keys}], off
+    /// and random: SUMMARY, off_sink_value_low (off pairs whose head's ‖v_0‖ is low),
+    /// off_pairs: [{layer, head, query, size (‖o_i‖ / mean), sink (mass on position 0),
+    /// low_value (on keys j ≥ 1 with ‖v_j‖ ≤ 0.2 × mean), spread (the rest; the three sum to
+    /// 1), zero_value (mass on every low-value key, position 0 included when its value is
+    /// low), attended_value (Σ_j A_ij ‖v_j‖ / mean), entropy (nats), entropy_norm (/ ln keys
+    /// seen), top_key (the most attended key)}]}; SUMMARY = {n, the means of those fields,
+    /// attended_value_median, dominant: [pairs whose largest share is sink, low-value,
+    /// spread], top_key_mode: [key, pairs]}.
     #[arg(long)]
     a3: bool,
-    /// The no-sink control of --a3: the same input with this token (an id, or a text that is
-    /// one token, e.g. "<|endoftext|>" on Qwen) at position 0: the input's BOS, when it starts
-    /// with the model's BOS, is replaced, otherwise the token is prepended and the last token
-    /// dropped (same length).
-    #[arg(long, requires = "a3")]
+    /// No-sink control of --a3: this token at position 0
+    ///
+    /// The same input with this token (an id, or a text that is one token, e.g.
+    /// "<|endoftext|>" on Qwen) at position 0: the input's BOS, when it starts with the
+    /// model's BOS, is replaced, otherwise the token is prepended and the last token dropped
+    /// (same length).
+    #[arg(long, requires = "a3", value_name = "TOKEN")]
     a3_nosink: Option<String>,
-    /// Also run the A2 interventions (per head: attention := identity / uniform; THEORY §7).
+    /// Also run the A2 interventions (attention := identity / uniform)
+    ///
+    /// Per head, the attention map is replaced by the identity or by the uniform map
+    /// (docs/theory.md §7) and the effect on the output measured.
     #[arg(long)]
     a2: bool,
-    /// A5 on real inputs (THEORY §6, `sinklab::real::cost_real`): the minimal sink and
-    /// diagonal costs min ‖W‖ (Frobenius, nuclear; Δ = 10) on the normalised inputs N₁(x) of
-    /// an early, a middle and a late layer (1, L/2, L−1, or --a5-layers) over doubling prefixes
-    /// T of the fixed texts (BOS first), with certified brackets, log–log exponents with 95 %
-    /// bootstrap CIs and the diagonal/sink ratio verdict. Progress on stderr. JSON
-    /// (`--json`): {model, content_hash, options: {t_min, t_max_fro, t_max_nuclear, delta, tol,
-    /// max_iter, max_fit_gap, n_boot, seed}, n_tokens, d, layers, seconds, points: [{layer, t,
-    /// pattern, norm, feasible, upper, lower (certified bracket), rel_gap,
-    /// certificate_verified (infeasible only), undetermined (no witness nor certificate within the feasibility budget; ends the series), iterations, rank (of the T rows), seconds}],
-    /// fits: [{layer, norm, t_sink, t_diagonal (T entering each fit), sink, diagonal, ratio
-    /// (diag/sink): {exponent, intercept, ci_low, ci_high, level, n, n_x, resid_sd} or null,
-    /// synthetic: [sink, diagonal] (exact orthonormal slopes over the same grid), verdict}]}.
+    /// A5: minimal sink and diagonal costs on the model's inputs
+    ///
+    /// A5 on real inputs (docs/theory.md §6): the minimal sink and diagonal costs min ‖W‖
+    /// (Frobenius, nuclear; Δ = 10) on the normalised inputs N₁(x) of an early, a middle and
+    /// a late layer (1, L/2, L−1, or --a5-layers) over doubling prefixes T of the fixed
+    /// texts (BOS first), with certified brackets, log–log exponents with 95 % bootstrap CIs
+    /// and the diagonal/sink ratio verdict. Progress on stderr.
+    ///
+    /// JSON (--json): {model, content_hash, options: {t_min, t_max_fro, t_max_nuclear,
+    /// delta, tol, max_iter, max_fit_gap, n_boot, seed}, n_tokens, d, layers, seconds,
+    /// points: [{layer, t, pattern, norm, feasible, upper, lower (certified bracket),
+    /// rel_gap, certificate_verified (infeasible only), undetermined (no witness nor
+    /// certificate within the feasibility budget; ends the series), iterations, rank (of
+    /// the T rows), seconds}], fits: [{layer, norm, t_sink, t_diagonal (T entering each
+    /// fit), sink, diagonal, ratio (diag/sink): {exponent, intercept, ci_low, ci_high,
+    /// level, n, n_x, resid_sd} or null, synthetic: [sink, diagonal] (exact orthonormal
+    /// slopes over the same grid), verdict}]}.
     #[arg(long, conflicts_with_all = ["text", "file", "tokens", "a1", "a2", "chat", "activations"])]
     a5: bool,
     /// Layers of --a5, comma separated (default: 1, L/2, L−1).
-    #[arg(long, requires = "a5")]
+    #[arg(long, requires = "a5", value_name = "LAYERS")]
     a5_layers: Option<String>,
-    /// Largest prefix T of --a5 for the Frobenius norm (doubling grid from 8).
-    #[arg(long, requires = "a5", default_value_t = 512)]
+    /// Largest prefix T of --a5, Frobenius norm
+    ///
+    /// The prefixes form a doubling grid from 8 up to this T.
+    #[arg(long, requires = "a5", default_value_t = 512, value_name = "T")]
     a5_t_max_fro: usize,
-    /// Largest prefix T of --a5 for the nuclear norm.
-    #[arg(long, requires = "a5", default_value_t = 128)]
+    /// Largest prefix T of --a5, nuclear norm.
+    #[arg(long, requires = "a5", default_value_t = 128, value_name = "T")]
     a5_t_max_nuclear: usize,
-    /// Iteration budget of each --a5 program (a point left wider than 5 % is reported, not fitted).
-    #[arg(long, requires = "a5", default_value_t = 20_000)]
+    /// Iteration budget of each --a5 program
+    ///
+    /// A point whose certified bracket is left wider than 5 % is reported, not fitted.
+    #[arg(long, requires = "a5", default_value_t = 20_000, value_name = "N")]
     a5_max_iter: usize,
     /// Print the full JSON report.
     #[arg(long)]
     json: bool,
-    /// Products with quantized weights: exact (f32 activations, weights dequantized in tiles)
-    /// or q8 (activations quantized per block, integer dot products as llama.cpp does; its
-    /// deviation from exact on this input is measured and printed).
-    #[arg(long, value_enum, default_value_t = MatmulArg::Exact, conflicts_with = "activations")]
+    /// Products with quantized weights
+    ///
+    /// exact: f32 activations, weights dequantized in tiles. q8: activations quantized per
+    /// block and integer dot products, as llama.cpp does; its deviation from exact on this
+    /// input is measured and printed.
+    #[arg(long, value_enum, hide_possible_values = true, value_name = "exact|q8", default_value_t = MatmulArg::Exact, conflicts_with = "activations")]
     matmul: MatmulArg,
-    /// Resident weights: as stored in the file (quantized / 16-bit, memory-mapped; memory ≈ file
-    /// size) or converted to f32 once at load (4 bytes per weight; faster products when memory
-    /// allows). Same results either way up to f32 summation order.
-    #[arg(long, value_enum, default_value_t = WeightsArg::File, conflicts_with = "activations")]
+    /// Resident weights: as stored in the file, or f32
+    ///
+    /// file: as stored (quantized or 16-bit, memory-mapped; memory ≈ file size). f32:
+    /// converted once at load (4 bytes per weight; faster products when memory allows).
+    /// Same results either way up to f32 summation order.
+    #[arg(long, value_enum, hide_possible_values = true, value_name = "file|f32", default_value_t = WeightsArg::File, conflicts_with = "activations")]
     weights: WeightsArg,
-    /// Memory limit for `--weights f32` (e.g. 12G; default: SINKLAB_MAX_MEM or the built-in).
-    #[arg(long, requires = "weights")]
+    /// Memory limit for --weights f32 (e.g. 12G)
+    ///
+    /// Default: the SINKLAB_MAX_MEM environment variable, or the built-in limit.
+    #[arg(long, requires = "weights", value_name = "SIZE")]
     max_mem: Option<String>,
 }
 

@@ -10,9 +10,16 @@ use sinklab::report::{ReportCtx, write_report};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
+#[command(after_long_help = "EXAMPLES:
+  Smaller checks and sims, in seconds, into out/:
+    sinklab report --quick
+  The full report into another directory with another seed:
+    sinklab report --out /tmp/report --seed 1
+  The long studies first (resumable; tens of minutes per model), then the report:
+    sinklab report --full")]
 pub struct Args {
     /// Output directory.
-    #[arg(long, default_value = "out")]
+    #[arg(long, default_value = "out", value_name = "DIR")]
     out: PathBuf,
     /// Master seed.
     #[arg(long, default_value_t = 0)]
@@ -20,10 +27,12 @@ pub struct Args {
     /// Smaller checks and sims (minutes → seconds).
     #[arg(long)]
     quick: bool,
-    /// Also run (or resume) the long studies first: paper B's long traces in the paper's
-    /// setting (chat template, competition-style problems) on
-    /// `secondary::long::LONG_MODELS` (SmolLM2 measured at ≈ 29 min on 2 loaded cores;
-    /// about 4× that for Qwen2.5-Coder-0.5B). Resumable: rerun after an interruption.
+    /// Also run (or resume) the long studies first
+    ///
+    /// Paper B's long traces in the paper's setting (chat template, competition-style
+    /// problems) on the models of `sinklab secondary --long` (SmolLM2 measured at about
+    /// 29 min on 2 loaded cores; about 4× that for Qwen2.5-Coder-0.5B). Resumable: rerun
+    /// after an interruption.
     #[arg(long, conflicts_with = "quick")]
     full: bool,
 }

@@ -20,121 +20,174 @@ use sinklab::secondary::{DetectorParams, LabelRule, WindowMode};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
+#[command(after_long_help = "EXAMPLES:
+  The detector on one prompt, a table of the sinks found:
+    sinklab secondary --model smollm2 --prompt \"Explain step by step why the sky is blue.\"
+  Every prompt of a file with 64 generated tokens each; records, B1-B6 and figures in out/sec:
+    sinklab secondary --model smollm2 --prompts sims/secondary_prompts.txt --generate 64 --out out/sec
+  Paper B's long-generation setting (resumable), chat template and math prompts:
+    sinklab secondary --long --chat --prompt-set math
+  The causal dose-response on two prompts, as JSON:
+    sinklab secondary --model smollm2 --dose-response --json
+  Captured activations instead of a model:
+    sinklab secondary --activations acts.safetensors --json")]
 pub struct Args {
-    /// Model: a fetched name (smollm2, gemma3-270m) or a path (GGUF file, HF directory).
-    #[arg(long, conflicts_with = "activations")]
+    /// Model: a fetched name or a GGUF file / HF directory
+    ///
+    /// A name installed by `sinklab fetch` (smollm2, gemma3-270m) or a path: a GGUF file or a
+    /// Hugging Face model directory.
+    #[arg(long, conflicts_with = "activations", value_name = "NAME|PATH")]
     model: Option<String>,
     /// Prompt text.
-    #[arg(long, conflicts_with_all = ["file", "prompts"])]
+    #[arg(long, conflicts_with_all = ["file", "prompts"], value_name = "TEXT")]
     prompt: Option<String>,
     /// Text file, analysed as one sequence.
     #[arg(long, conflicts_with = "prompts")]
     file: Option<PathBuf>,
-    /// File of prompts, one per line (e.g. sims/secondary_prompts.txt): one sequence each.
-    #[arg(long)]
+    /// File of prompts, one per line (one sequence each)
+    ///
+    /// E.g. sims/secondary_prompts.txt.
+    #[arg(long, value_name = "FILE")]
     prompts: Option<PathBuf>,
-    /// Greedy-generate N tokens after each prompt (KV cache) before the analysis.
-    #[arg(long, default_value_t = 0)]
+    /// Greedy-generate N tokens after each prompt first
+    ///
+    /// Generation uses the KV cache; the analysis then runs on prompt and generated tokens.
+    #[arg(long, default_value_t = 0, value_name = "N")]
     generate: usize,
-    /// Activation file (safetensors: `hidden.{l}` [T,d], optional `attn.{l}`,
-    /// `mlp_out.{l}`, `keys.{l}`, `values.{l}`, `tokens`).
-    #[arg(long, conflicts_with_all = ["prompt", "file", "prompts", "generate"])]
+    /// Activation file instead of a model
+    ///
+    /// safetensors: hidden.{l} [T, d], optional attn.{l}, mlp_out.{l}, keys.{l},
+    /// values.{l}, tokens.
+    #[arg(long, conflicts_with_all = ["prompt", "file", "prompts", "generate"], value_name = "FILE")]
     activations: Option<PathBuf>,
-    /// Cosine threshold: position t is flagged at layer l iff |cos(h_t, h_bos)| > tau.
+    /// Cosine threshold of the detector
+    ///
+    /// Position t is flagged at layer l iff |cos(h_t, h_bos)| > tau.
     #[arg(long, default_value_t = sinklab::secondary::detector::PAPER_TAU)]
     tau: f64,
-    /// Candidate BOS positions (comma-separated); the one of largest mean norm is used.
-    /// Default: the authors' 0,1, or 0,1,2 under --chat (their chat-template setting).
-    #[arg(long, value_delimiter = ',')]
+    /// Candidate BOS positions (comma-separated)
+    ///
+    /// The one of largest mean norm is used. Default: the authors' 0,1, or 0,1,2 under
+    /// --chat (their chat-template setting).
+    #[arg(long, value_delimiter = ',', value_name = "POS")]
     bos_candidates: Option<Vec<usize>>,
-    /// Wrap each prompt in the model's own chat template (one user turn, generation prompt on,
-    /// as transformers' `apply_chat_template`; a model without one is refused) and default the
-    /// BOS candidates to 0,1,2. With --long the runs go to `<model>+chat`.
+    /// Wrap each prompt in the model's chat template
+    ///
+    /// One user turn, generation prompt on (as transformers' apply_chat_template; a model
+    /// without one is refused), and the BOS candidates default to 0,1,2. With --long the
+    /// runs go to <model>+chat.
     #[arg(long, conflicts_with_all = ["activations", "bos", "file"])]
     chat: bool,
-    /// Prompt set of --long and --dose-response: `steps` (sims/secondary_prompts.txt) or `math`
-    /// (sims/secondary_math_prompts.txt: competition-style problems ending in "…final answer
-    /// within \boxed{}"; --long runs go to `<model>+math`).
-    #[arg(long, value_enum, default_value_t = sinklab::secondary::long::PromptSet::Steps)]
+    /// Prompt set of --long and --dose-response
+    ///
+    /// steps: sims/secondary_prompts.txt, step-by-step reasoning requests. math:
+    /// sims/secondary_math_prompts.txt, competition-style problems that ask for the final
+    /// answer in a box (paper B's format); --long runs go to <model>+math.
+    #[arg(long, value_enum, hide_possible_values = true, default_value_t = sinklab::secondary::long::PromptSet::Steps, value_name = "steps|math")]
     prompt_set: sinklab::secondary::long::PromptSet,
-    /// Causal dose–response (B2/B3 by intervention) on --model: at --dose-layer, add
-    /// r·‖h_BOS‖·u to an ordinary token's MLP output (u: the unit BOS direction there; a
-    /// seeded random unit direction as the control) for r on --dose-grid, and run the
-    /// faithful detector. Prompts: --prompt/--prompts, else the first --dose-prompts of
-    /// --prompt-set. `--json`: one JSON object (fields `layers`, `layer`, `grid`, `seed`,
-    /// `bos_norm`, `curves[]` {`sequence`, `position`, `direction`, `points[]` {`r`, `sink`,
-    /// `label`, `lifetime`, `attention`, `key_norm`, `value_norm`}, `threshold`,
-    /// `lifetime_monotone`, `attention_monotone`}, `summary[]` per direction {`direction`,
-    /// `curves`, `with_sink`, `median_threshold`, `lifetime_monotone`, `attention_monotone`,
-    /// `per_r` [r, sink fraction, lifetime, attention, key norm, value norm]}); `--out DIR`
-    /// also writes DIR/dose_response.json.
+    /// Causal dose-response (B2/B3 by intervention)
+    ///
+    /// On --model, at --dose-layer, add r·‖h_BOS‖·u to an ordinary token's MLP output (u:
+    /// the unit BOS direction there; a seeded random unit direction as the control) for r on
+    /// --dose-grid, and run the faithful detector. Prompts: --prompt/--prompts, else the
+    /// first --dose-prompts of --prompt-set.
+    ///
+    /// --json: one JSON object (fields layers, layer, grid, seed, bos_norm, curves[]
+    /// {sequence, position, direction, points[] {r, sink, label, lifetime, attention,
+    /// key_norm, value_norm}, threshold, lifetime_monotone, attention_monotone}, summary[]
+    /// per direction {direction, curves, with_sink, median_threshold, lifetime_monotone,
+    /// attention_monotone, per_r [r, sink fraction, lifetime, attention, key norm, value
+    /// norm]}); --out DIR also writes DIR/dose_response.json.
     #[arg(long, conflicts_with_all = ["activations", "long", "generate", "file"])]
     dose_response: bool,
-    /// Block of the dose–response addition (default: L/2).
-    #[arg(long, requires = "dose_response")]
+    /// Block of the dose-response addition (default: L/2).
+    #[arg(long, requires = "dose_response", value_name = "L")]
     dose_layer: Option<usize>,
-    /// Grid of r (comma-separated, starting at 0, increasing).
-    #[arg(long, value_delimiter = ',', requires = "dose_response")]
+    /// Grid of r (comma-separated, from 0, increasing).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        requires = "dose_response",
+        value_name = "R"
+    )]
     dose_grid: Option<Vec<f64>>,
     /// Ordinary tokens patched per prompt.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_name = "N")]
     dose_tokens: usize,
     /// Prompts of --prompt-set used by --dose-response.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_name = "N")]
     dose_prompts: usize,
-    /// Anisotropy-corrected variant: cosines after removing the mean token state.
+    /// Anisotropy-corrected: cosines after removing the mean state
+    ///
+    /// The cosines are taken after removing the mean token state (the anisotropy-corrected
+    /// variant of the detector).
     #[arg(long)]
     centered: bool,
-    /// Use the raw residual for the last layer instead of the final-norm output (the authors').
+    /// Raw residual for the last layer, not the final-norm output
+    ///
+    /// The authors' choice: the last layer's state is the residual stream before the final
+    /// norm.
     #[arg(long)]
     raw_last_layer: bool,
-    /// Also analyse the standard variants (all-layers, centered) beside the given configuration.
+    /// Also analyse the standard variants (all-layers, centered).
     #[arg(long)]
     with_variants: bool,
-    /// Paper B's setting: long greedy generations on --models into out/secondary_long/<model>
-    /// (resumable: generated ids are kept), faithful detector and its variants.
+    /// Paper B's setting: long greedy generations on --models
+    ///
+    /// Into out/secondary_long/<model> (resumable: generated ids are kept), faithful
+    /// detector and its variants.
     #[arg(long, conflicts_with_all = ["model", "activations", "prompt", "file", "prompts", "generate"])]
     long: bool,
-    /// Resident weights of --model: as stored in the file, or converted to f32 at load (faster
-    /// generation when memory allows; `sinklab real --help` says more).
-    #[arg(long, value_enum, default_value_t = super::real::WeightsArg::File, conflicts_with_all = ["long", "activations"])]
+    /// Resident weights of --model: as stored, or f32
+    ///
+    /// As stored in the file, or converted to f32 at load (faster generation when memory
+    /// allows; `sinklab real --help` says more).
+    #[arg(long, value_enum, hide_possible_values = true, value_name = "file|f32", default_value_t = super::real::WeightsArg::File, conflicts_with_all = ["long", "activations"])]
     weights: super::real::WeightsArg,
-    /// Memory limit for `--weights f32` and `--boot` (default: SINKLAB_MAX_MEM or the built-in).
-    #[arg(long)]
+    /// Memory limit for --weights f32 and --boot (e.g. 12G)
+    ///
+    /// Default: the SINKLAB_MAX_MEM environment variable, or the built-in limit.
+    #[arg(long, value_name = "SIZE")]
     max_mem: Option<String>,
-    /// Models of --long (comma-separated).
+    /// Models of --long
+    ///
+    /// Comma-separated names or paths.
     #[arg(long, value_delimiter = ',', default_values_t = sinklab::secondary::long::LONG_MODELS.map(String::from))]
     models: Vec<String>,
-    /// Prompts of --long (the first N of sims/secondary_prompts.txt).
-    #[arg(long, default_value_t = sinklab::secondary::long::LONG_PROMPTS)]
+    /// Prompts of --long (the first N of the prompt set).
+    #[arg(long, default_value_t = sinklab::secondary::long::LONG_PROMPTS, value_name = "N")]
     long_prompts: usize,
     /// New tokens per prompt in --long.
-    #[arg(long, default_value_t = sinklab::secondary::long::LONG_GENERATE)]
+    #[arg(long, default_value_t = sinklab::secondary::long::LONG_GENERATE, value_name = "N")]
     long_generate: usize,
-    /// BOS policy of the prompts: the model's default, always, never (a run with a
-    /// non-default policy goes to `<model>+bos-yes|no`).
-    #[arg(long, value_enum, default_value_t = sinklab::runtime::tokenizer::Bos::Auto)]
+    /// BOS policy of the prompts
+    ///
+    /// auto: the model's own default; yes: always put BOS first; no: never. A run with a
+    /// non-default policy goes to <model>+bos-yes|no.
+    #[arg(long, value_enum, hide_possible_values = true, value_name = "auto|yes|no", default_value_t = sinklab::runtime::tokenizer::Bos::Auto)]
     bos: sinklab::runtime::tokenizer::Bos,
     /// Scan every layer instead of the window from the BOS-norm jumps.
     #[arg(long)]
     no_window: bool,
-    /// `bos_sink` iff lifetime >= L - BOS_MARGIN.
+    /// Label bos_sink iff lifetime >= L - BOS_MARGIN.
     #[arg(long, default_value_t = sinklab::secondary::detector::PAPER_BOS_MARGIN)]
     bos_margin: usize,
-    /// `secondary` needs lifetime > NOISE_MAX.
+    /// Label secondary only if lifetime > NOISE_MAX.
     #[arg(long, default_value_t = sinklab::secondary::detector::PAPER_NOISE_MAX)]
     noise_max: usize,
-    /// Print one JSON record per detected sink (JSON lines) instead of a table.
+    /// One JSON record per detected sink (JSON lines), not a table.
     #[arg(long)]
     json: bool,
-    /// Write records, B1–B6, patching and figures into this directory (model runs).
-    #[arg(long)]
+    /// Write records, B1-B6, patching and figures here (model runs).
+    #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// Sinks patched per sequence in the patching experiment (0: skip it).
-    #[arg(long, default_value_t = 4)]
+    /// Sinks patched per sequence (0: no patching)
+    ///
+    /// The patching experiment patches this many sinks per sequence; 0 skips it.
+    #[arg(long, default_value_t = 4, value_name = "N")]
     patch: usize,
     /// Bootstrap resamples for the Spearman intervals.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, value_name = "N")]
     boot: usize,
     /// Seed of the bootstrap.
     #[arg(long, default_value_t = 0)]

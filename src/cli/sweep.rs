@@ -8,57 +8,86 @@ use sinklab::sweep::cost_scaling::{self as sweep, SweepSpec};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
+#[command(after_long_help = "EXAMPLES:
+  Run (or resume) the default cost-scaling sweep into sweeps/cost_scaling:
+    sinklab sweep sims/cost_scaling.toml
+  Shard 3 of 8 without the analysis (e.g. one task of a job array), then join them:
+    sinklab sweep sims/cost_scaling.toml --out sweeps/cs --shard 3/8 --no-analysis
+    sinklab merge --out sweeps/cs sweeps/cs/shard0 sweeps/cs/shard1 ...
+  Slurm job files for 8 shards and the merge (OUT/jobs/submit.sh submits them):
+    sinklab sweep sims/cost_scaling.toml --out sweeps/cs --emit slurm --shards 8
+
+The spec's keys are documented in the comments of sims/cost_scaling.toml.")]
 pub struct Args {
     /// Sweep spec (TOML).
+    #[arg(value_name = "SPEC")]
     spec: PathBuf,
     /// Output directory (default: sweeps/<spec stem>).
-    #[arg(long)]
+    #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// Run only shard i of N (0-based), e.g. `--shard $SLURM_ARRAY_TASK_ID/8`.
-    #[arg(long)]
+    /// Run only shard i of N (0-based), e.g. 3/8
+    ///
+    /// In a job array, i is the task's index (Slurm: SLURM_ARRAY_TASK_ID); --emit writes
+    /// such jobs.
+    #[arg(long, value_name = "i/N")]
     shard: Option<Shard>,
     /// Worker threads (default: all cores).
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     threads: Option<usize>,
-    /// Skip fit.json and figures (e.g. in shards; run `sinklab merge` afterwards).
+    /// Skip fit.json and figures (in shards; merge afterwards).
     #[arg(long)]
     no_analysis: bool,
     /// Seed of the bootstrap.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Dense backend of the trained points: cpu, gpu or auto (overrides the spec's `backend`).
-    #[arg(long)]
+    /// Backend of the trained points: cpu, gpu or auto
+    ///
+    /// Overrides the spec's backend key.
+    #[arg(long, value_name = "BACKEND")]
     backend: Option<sinklab::backend::BackendKind>,
-    /// Memory limit of the run (e.g. 64G; default 80% of the machine's memory).
-    #[arg(long)]
+    /// Memory limit of the run (e.g. 64G; default 80% of memory).
+    #[arg(long, value_name = "SIZE")]
     max_mem: Option<String>,
-    /// Time limit of a single point's lower-bound estimate and of all points' together over
-    /// the threads (e.g. 12h; default 1h).
-    #[arg(long)]
+    /// Time limit of the lower-bound estimates (e.g. 12h; default 1h)
+    ///
+    /// Of a single point's estimate, and of all points' together over the threads.
+    #[arg(long, value_name = "TIME")]
     max_time: Option<String>,
-    /// Write job files instead of computing: `manifest` (OUT/jobs/shards.txt, one command a
-    /// shard, for GNU parallel or any job array, + merge.sh) or `slurm` (OUT/jobs/sweep.sbatch
-    /// array job, merge.sbatch, submit.sh).
-    #[arg(long, requires = "shards", conflicts_with = "shard")]
+    /// Write job files instead of computing: manifest or slurm
+    ///
+    /// manifest: OUT/jobs/shards.txt (one command a shard, for GNU parallel or any job
+    /// array) and merge.sh. slurm: OUT/jobs/sweep.sbatch (an array job), merge.sbatch and
+    /// submit.sh.
+    #[arg(
+        long,
+        requires = "shards",
+        conflicts_with = "shard",
+        value_name = "KIND"
+    )]
     emit: Option<sinklab::sweep::jobs::JobKind>,
     /// Number of shards of --emit.
-    #[arg(long, requires = "emit")]
+    #[arg(long, requires = "emit", value_name = "N")]
     shards: Option<usize>,
 }
 
 #[derive(clap::Args, Debug)]
+#[command(after_long_help = "EXAMPLES:
+  Join the shards of a sharded run, then fit and plot:
+    sinklab merge --out sweeps/cs sweeps/cs/shard0 sweeps/cs/shard1 sweeps/cs/shard2
+  Join results files, with more bootstrap resamples:
+    sinklab merge --out sweeps/all a/results.jsonl b/results.jsonl --bootstrap 10000")]
 pub struct MergeArgs {
     /// Shard directories (or results.jsonl files) to join.
-    #[arg(required = true)]
+    #[arg(required = true, value_name = "SHARD")]
     inputs: Vec<PathBuf>,
     /// Output directory: results.jsonl, fit.json, figures/.
-    #[arg(long)]
+    #[arg(long, value_name = "DIR")]
     out: PathBuf,
     /// Bootstrap resamples.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, value_name = "N")]
     bootstrap: usize,
-    /// Memory limit (e.g. 64G; default 80% of the machine's memory).
-    #[arg(long)]
+    /// Memory limit (e.g. 64G; default 80% of memory).
+    #[arg(long, value_name = "SIZE")]
     max_mem: Option<String>,
     /// Seed of the bootstrap.
     #[arg(long, default_value_t = 0)]

@@ -7,25 +7,33 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(clap::Args, Debug)]
+#[command(after_long_help = "EXAMPLES:
+  The planned size of a Llama-3.1-8B-shaped file, nothing written:
+    sinklab synth --shape llama3.1-8b --out /tmp/llama.gguf --dry-run
+  A small file for tests, 8-bit blocks, seed 7:
+    sinklab synth --shape tiny-qwen2 --dtype q8_0 --seed 7 --out /tmp/tiny.gguf")]
 pub struct Args {
-    /// Shape: llama3.1-8b, qwen2-7b (or tiny-llama3, tiny-qwen2 for tests).
-    #[arg(long)]
+    /// Shape: llama3.1-8b, qwen2-7b (tiny-llama3, tiny-qwen2 for tests).
+    #[arg(long, value_name = "SHAPE")]
     shape: String,
-    /// Storage of the matrices: q4k, q4km (llama.cpp's Q4_K_M mix), q8_0, f16, f32.
-    #[arg(long, default_value = "q4k")]
+    /// Matrix storage: q4k, q4km, q8_0, f16, f32
+    ///
+    /// q4km is llama.cpp's Q4_K_M mix of block formats.
+    #[arg(long, default_value = "q4k", value_name = "DTYPE")]
     dtype: String,
     /// Seed of the weights (same seed, same bytes).
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Output file.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     out: PathBuf,
     /// Print the planned size and exit.
     #[arg(long)]
     dry_run: bool,
-    /// Threads that generate and quantize chunks (default: rayon's pool). The bytes do not
-    /// depend on it.
-    #[arg(long)]
+    /// Threads that generate and quantize chunks
+    ///
+    /// Default: the worker pool's threads. The bytes written do not depend on it.
+    #[arg(long, value_name = "N")]
     threads: Option<usize>,
 }
 

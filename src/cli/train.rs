@@ -6,23 +6,30 @@ use sinklab::backend::{Cpu, Selected};
 use sinklab::train::{AttnForm, TaskSpec, TrainConfig, train_on};
 
 #[derive(clap::Args, Debug)]
+#[command(after_long_help = "EXAMPLES:
+  One layer, T = 32, d = 32, 400 steps:
+    sinklab train
+  No sink available (the BOS key masked): which pattern is learned instead, as JSON:
+    sinklab train --no-bos-key --json
+  Two layers with an MLP, stopping at 95 % on-query accuracy:
+    sinklab train --layers 2 --mlp 64 --steps 2000 --target-acc 0.95")]
 pub struct Args {
     /// Sequence length (BOS included).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_name = "T")]
     t: usize,
     /// Width.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_name = "D")]
     d: usize,
     /// Head dimension (factored form); 0 = direct W_QK, W_VO.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_name = "R")]
     r: usize,
     /// Layers (1–3).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_name = "N")]
     layers: usize,
     /// MLP hidden width (0 = none).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_name = "W")]
     mlp: usize,
-    /// Mask the BOS key for every query i >= 1 (no sink available at position 0).
+    /// Mask the BOS key for every query i ≥ 1 (no sink at position 0).
     #[arg(long)]
     no_bos_key: bool,
     /// Drop BOS from the sequences altogether.
@@ -40,9 +47,10 @@ pub struct Args {
     /// Steps.
     #[arg(long, default_value_t = 400)]
     steps: usize,
-    /// Stop as soon as the on-query accuracy on a held-out probe set reaches this value
-    /// (checked every 50 steps); --steps is then the budget.
-    #[arg(long)]
+    /// Stop at this on-query accuracy (--steps is then the budget)
+    ///
+    /// The accuracy on a held-out probe set, checked every 50 steps.
+    #[arg(long, value_name = "ACC")]
     target_acc: Option<f64>,
     /// Batch.
     #[arg(long, default_value_t = 16)]
@@ -59,14 +67,16 @@ pub struct Args {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
-    /// Dense backend the training steps run on: cpu, gpu (any adapter) or auto (a hardware GPU, else cpu).
-    #[arg(long, default_value = "cpu")]
+    /// Backend of the training steps: cpu, gpu or auto
+    ///
+    /// cpu; gpu (any adapter); auto (a hardware GPU, else cpu).
+    #[arg(long, default_value = "cpu", value_name = "BACKEND")]
     backend: sinklab::backend::BackendKind,
-    /// Memory limit (e.g. 64G; default 80% of the machine's memory).
-    #[arg(long)]
+    /// Memory limit (e.g. 64G; default 80% of memory).
+    #[arg(long, value_name = "SIZE")]
     max_mem: Option<String>,
     /// Time limit of the lower-bound estimate (e.g. 12h; default 1h).
-    #[arg(long)]
+    #[arg(long, value_name = "TIME")]
     max_time: Option<String>,
 }
 

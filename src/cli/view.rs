@@ -9,45 +9,59 @@ use sinklab::view::assemble::{ViewError, from_activations, from_model};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
-#[command(
-    after_help = "The page's data is one JSON blob, <script type=\"application/json\" id=\"sinklab-data\">, \
+#[command(after_long_help = "EXAMPLES:
+  One text through SmolLM2, two heads embedded exactly:
+    sinklab view --model smollm2 --text \"The cat sat on the mat.\" --heads 3.1,7.0 --out v.html
+  With each head's realised-sink fraction as the grid's second statistic:
+    sinklab view --model smollm2 --file text.txt --a1 --out v.html
+  From captured activations with attention maps:
+    sinklab view --activations acts.safetensors --out v.html
+
+The page's data is one JSON blob, <script type=\"application/json\" id=\"sinklab-data\">, \
 fields: schema, source, n_layer, n_head, t, causal, res, bos_first, tokens, token_text, \
-layers (exactly the `layers` of `sinklab real --json`: per head alpha_first = Gu's α₀, …), \
+layers (exactly the layers of sinklab real --json: per head alpha_first = Gu's α₀, …), \
 maps_q8 (base64 of each head's 8-bit max-pooled cells, index l·H + h, lower triangle row-major \
 when causal), exact ([{layer, head, f32}]: base64 little-endian f32 cells), detector \
 ({variant, error, bos, window, sinks: [{position, label, creation_layer, lifetime, layers}], \
 bos_entry, frac_flagged, saturated}), token_curves ({bos, norm_f32, cos_f32}: [L, T] f32), \
 realised (with --a1: {\"Ok\": [L][H] realised-sink fraction or null} or {\"Err\": why}). \
-Open page.html#selftest to run the page's own checks (result in <pre id=\"selftest-result\">)."
-)]
+Open page.html#selftest to run the page's own checks (result in <pre id=\"selftest-result\">).")]
 pub struct Args {
     #[command(flatten)]
     input: super::real::ModelText,
     /// Input text file.
-    #[arg(long, conflicts_with = "tokens")]
+    #[arg(long, conflicts_with = "tokens", value_name = "FILE")]
     file: Option<PathBuf>,
     /// Token ids, comma or space separated.
-    #[arg(long)]
+    #[arg(long, value_name = "IDS")]
     tokens: Option<String>,
-    /// BOS policy: the model's default, always, never.
-    #[arg(long, value_enum, default_value_t = Bos::Auto)]
+    /// BOS policy: the model's default, always, never
+    ///
+    /// auto: the model's own default (GGUF add_bos_token, BERT's [CLS] … [SEP] template);
+    /// yes: always put BOS first (if not already first); no: never.
+    #[arg(long, value_enum, hide_possible_values = true, value_name = "auto|yes|no", default_value_t = Bos::Auto)]
     bos: Bos,
-    /// Activations file with `attn.{l}` maps (schema in `sinklab::real::activations`) instead of a model.
-    #[arg(long, conflicts_with_all = ["model", "text", "file", "tokens", "bos"])]
+    /// Activations file with attn.{l} maps instead of a model
+    ///
+    /// safetensors: hidden.{l} [T, d] and attn.{l}, as for `sinklab real --activations`.
+    #[arg(long, conflicts_with_all = ["model", "text", "file", "tokens", "bos"], value_name = "FILE")]
     activations: Option<PathBuf>,
-    /// Heads embedded exactly (f32, T × T), e.g. `3.1,7.0` (layer.head, from 0); all others
-    /// max-pooled to --max-res and quantised to 8 bits.
-    #[arg(long)]
+    /// Heads embedded exactly, e.g. 3.1,7.0 (layer.head, from 0)
+    ///
+    /// These heads' maps are stored as f32, T × T; all others are max-pooled to --max-res
+    /// and quantised to 8 bits.
+    #[arg(long, value_name = "L.H,...")]
     heads: Option<String>,
-    /// Resolution cap of the pooled maps: R = min(T, max-res) cells a side.
-    #[arg(long, default_value_t = sinklab::view::DEFAULT_MAX_RES)]
+    /// Cap of the pooled maps: min(T, R) cells a side.
+    #[arg(long, value_name = "R", default_value_t = sinklab::view::DEFAULT_MAX_RES)]
     max_res: usize,
-    /// Also compute each head's realised-sink fraction (the pooled head-space analysis of
-    /// `sinklab real --a1`, on this one text) and offer it as the grid's second statistic.
+    /// Also each head's realised-sink fraction, the grid's second statistic
+    ///
+    /// The pooled head-space analysis of `sinklab real --a1`, on this one text.
     #[arg(long, conflicts_with = "activations")]
     a1: bool,
     /// The page to write.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     out: PathBuf,
 }
 

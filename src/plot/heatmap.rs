@@ -44,10 +44,9 @@ pub fn layout(h: &Heatmap, opts: &Options) -> Result<Scene, String> {
     }
     let lo = finite.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let (b0, b1) = if hi > lo {
-        (lo, hi)
-    } else {
-        (lo - 0.5, lo + 0.5)
+    // The colour map's span, stated in the data file as `value_range`.
+    let Some((b0, b1)) = super::data::value_range(&h.values) else {
+        return Err("heat-map: no finite cell".into());
     };
     let mut scene = Scene {
         width: z.width,

@@ -61,10 +61,16 @@ pub struct Series {
     pub band: Vec<(f64, f64, f64)>,
     /// Palette index (series with the same index share a colour and a marker shape).
     pub color: usize,
+    /// The observations behind `points` when each point aggregates several (not drawn).
+    #[serde(default)]
+    pub aggregate: Option<Aggregate>,
+    /// The fitted law this series draws, with its numbers (not drawn as text).
+    #[serde(default)]
+    pub fit: Option<Fit>,
 }
 
 impl Series {
-    /// A series with no band.
+    /// A series with no band, aggregate or fit.
     pub fn new(
         name: impl Into<String>,
         points: Vec<(f64, f64)>,
@@ -77,8 +83,82 @@ impl Series {
             style,
             band: Vec::new(),
             color,
+            aggregate: None,
+            fit: None,
         }
     }
+}
+
+/// One observation behind an aggregated point: the value `y` at `x` of one seed.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sample {
+    /// Abscissa (the point's x).
+    #[serde(with = "data::num")]
+    pub x: f64,
+    /// The observed value.
+    #[serde(with = "data::num")]
+    pub y: f64,
+    /// Seed of the replicate.
+    pub seed: u64,
+}
+
+/// How a series' points were formed from the observations behind them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Aggregate {
+    /// Point $(x, y)$: $y = \exp(\mathrm{mean}\thinspace\ln y_s)$ over the samples at $x$.
+    GeometricMean {
+        /// Every sample entering a point, ordered by (x, seed).
+        samples: Vec<Sample>,
+    },
+    /// Point $(x, y)$: $y$ = geometric mean of `numerator` at $x$ over that of `denominator`.
+    RatioOfGeometricMeans {
+        /// Samples of the numerator, ordered by (x, seed).
+        numerator: Vec<Sample>,
+        /// Samples of the denominator, ordered by (x, seed).
+        denominator: Vec<Sample>,
+    },
+}
+
+/// A fitted law and its numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "law", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Fit {
+    /// $y = e^a x^b$ (least squares on log–log axes) with a bootstrap interval of $b$.
+    Power {
+        /// Exponent $b$.
+        #[serde(with = "data::num")]
+        exponent: f64,
+        /// Intercept $a$ (natural log).
+        #[serde(with = "data::num")]
+        intercept: f64,
+        /// Lower end of the interval of $b$.
+        #[serde(with = "data::num")]
+        ci_low: f64,
+        /// Upper end of the interval of $b$.
+        #[serde(with = "data::num")]
+        ci_high: f64,
+        /// Confidence level of the interval (e.g. 0.95).
+        #[serde(with = "data::num")]
+        level: f64,
+        /// Observations fitted.
+        n: usize,
+    },
+    /// $y = a + b x$ (ordinary least squares).
+    Linear {
+        /// Slope $b$.
+        #[serde(with = "data::num")]
+        slope: f64,
+        /// Intercept $a$.
+        #[serde(with = "data::num")]
+        intercept: f64,
+        /// Coefficient of determination.
+        #[serde(with = "data::num")]
+        r2: f64,
+        /// Observations fitted.
+        n: usize,
+    },
 }
 
 /// Palette index of reference lines (black).
@@ -133,13 +213,19 @@ pub struct Panel {
     pub log_x: bool,
     /// Log-scaled y axis.
     pub log_y: bool,
+    /// Unit of the x quantity (`"1"`: a pure number; empty: not stated; not drawn).
+    #[serde(default)]
+    pub x_unit: String,
+    /// Unit of the y quantity (as `x_unit`).
+    #[serde(default)]
+    pub y_unit: String,
     /// Series drawn on the panel.
     pub series: Vec<Series>,
 }
 
 /// A heat-map: `values[row][col]`, rows drawn top to bottom. The colour bar is
 /// labelled with the part of the title after its last `": "`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Heatmap {
     /// Title.
@@ -148,6 +234,9 @@ pub struct Heatmap {
     pub x_label: String,
     /// Label of the vertical axis (rows).
     pub y_label: String,
+    /// Unit of the cell values (`"1"`: a pure number; empty: not stated; not drawn).
+    #[serde(default)]
+    pub value_unit: String,
     /// Cell values (NaN cells are drawn grey, stored as `null`).
     #[serde(with = "data::grid")]
     pub values: Vec<Vec<f64>>,
@@ -307,6 +396,7 @@ mod tests {
             log_x: true,
             log_y: true,
             series: vec![s],
+            ..Default::default()
         };
         let files = render(&dir.path().join("fig"), "test", &[p.clone(), p]).unwrap();
         assert_eq!(files.len(), 2);
@@ -319,6 +409,7 @@ mod tests {
             x_label: "head".into(),
             y_label: "layer".into(),
             values: vec![vec![0.0, 1.0], vec![f64::NAN, 0.5]],
+            ..Default::default()
         };
         let files = render_heatmap(&dir.path().join("heat"), &h).unwrap();
         assert_eq!(files.len(), 2);

@@ -399,6 +399,7 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             title: format!("{name}: Gu α_0 per layer × head"),
             x_label: "head".into(),
             y_label: "layer".into(),
+            value_unit: "1".into(),
             values: rep
                 .layers
                 .iter()

@@ -4,7 +4,7 @@
 //! next to the secondary count per layer.
 
 use super::records::{ClaimMeasures, SinkRecord};
-use crate::plot::{Heatmap, Panel, PlotError, Series, Style, render, render_heatmap};
+use crate::plot::{Fit, Heatmap, Panel, PlotError, Series, Style, render, render_heatmap};
 use crate::stats::{Estimate, line_fit};
 use std::path::{Path, PathBuf};
 
@@ -38,6 +38,7 @@ pub fn levels_heatmap(
             title: format!("{title}: log10 count"),
             x_label: "lifetime (layers)".into(),
             y_label: "creation layer".into(),
+            value_unit: "1".into(),
             values,
         },
     )
@@ -55,7 +56,7 @@ fn scatter_panel(title: String, x_label: &str, y_label: &str, pts: Vec<(f64, f64
     if let Ok(f) = line_fit(&xs, &ys) {
         let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        series.push(Series::new(
+        let mut line = Series::new(
             format!(
                 "OLS: {:.3} + {:.3}·x, R² = {:.2}",
                 f.intercept, f.slope, f.r2
@@ -66,7 +67,14 @@ fn scatter_panel(title: String, x_label: &str, y_label: &str, pts: Vec<(f64, f64
             ],
             Style::Line,
             1,
-        ));
+        );
+        line.fit = Some(Fit::Linear {
+            slope: f.slope,
+            intercept: f.intercept,
+            r2: f.r2,
+            n: xs.len(),
+        });
+        series.push(line);
     }
     Panel {
         title,
@@ -75,6 +83,7 @@ fn scatter_panel(title: String, x_label: &str, y_label: &str, pts: Vec<(f64, f64
         log_x: false,
         log_y: false,
         series,
+        ..Default::default()
     }
 }
 

@@ -1,8 +1,9 @@
 //! `fit.json` and the figures of the cost-scaling sweep.
 
-use super::fits::{GroupFit, fit_all, groups, mean_by_t};
+use super::fits::{GroupFit, fit_all, groups, mean_by_t, usable};
+use super::point::Record;
 use super::read_results;
-use crate::plot::{self, Panel, Series, Style};
+use crate::plot::{self, Aggregate, Fit, Panel, Sample, Series, Style};
 use crate::sweep::{SweepError, io};
 use std::path::{Path, PathBuf};
 
@@ -80,6 +81,14 @@ pub fn analyze(
                     f.fit.exponent, f.fit.ci_low, f.fit.ci_high
                 );
                 let mut s = Series::new(label.clone(), line, Style::Dashed, color);
+                s.fit = Some(Fit::Power {
+                    exponent: f.fit.exponent,
+                    intercept: f.fit.intercept,
+                    ci_low: f.fit.ci_low,
+                    ci_high: f.fit.ci_high,
+                    level: f.fit.level,
+                    n: f.fit.n,
+                });
                 s.band = pts
                     .iter()
                     .map(|p| {
@@ -109,7 +118,11 @@ pub fn analyze(
                     plot::REFERENCE_COLOR,
                 ));
             }
-            series.push(Series::new(label, pts, Style::Points, color));
+            let mut s = Series::new(label, pts, Style::Points, color);
+            s.aggregate = Some(Aggregate::GeometricMean {
+                samples: samples(rs, None),
+            });
+            series.push(s);
             color += 1;
         }
         series.extend(closed);
@@ -124,6 +137,8 @@ pub fn analyze(
                 y_label: "minimal / trained cost".into(),
                 log_x: true,
                 log_y: true,
+                x_unit: "tokens".into(),
+                y_unit: "1".into(),
                 series,
             });
         }
@@ -157,7 +172,8 @@ pub fn analyze(
             .filter_map(|&(t, v)| s.iter().find(|q| q.0 == t).map(|q| (t, v / q.1)))
             .collect();
         if !pts.is_empty() {
-            rseries.push(Series::new(
+            let xs: Vec<f64> = pts.iter().map(|p| p.0).collect();
+            let mut s = Series::new(
                 if several(source) {
                     format!("{norm} ({source}, {emb}; {setting})")
                 } else {
@@ -166,7 +182,12 @@ pub fn analyze(
                 pts,
                 Style::LinePoints,
                 color,
-            ));
+            );
+            s.aggregate = Some(Aggregate::RatioOfGeometricMeans {
+                numerator: samples(rs, Some(&xs)),
+                denominator: samples(sink, Some(&xs)),
+            });
+            rseries.push(s);
             color += 1;
         }
     }
@@ -177,11 +198,34 @@ pub fn analyze(
             y_label: "ratio".into(),
             log_x: true,
             log_y: true,
+            x_unit: "tokens".into(),
+            y_unit: "1".into(),
             series: rseries,
         };
         figs.extend(plot::render(&fig_dir.join("cost_ratio"), "", &[panel])?);
     }
     Ok((fits, figs))
+}
+
+/// The per-seed values behind the geometric means of [`mean_by_t`]: every usable record
+/// with a positive finite value (at the abscissas `only`, when given), ordered by (T, seed).
+fn samples(rs: &[&Record], only: Option<&[f64]>) -> Vec<Sample> {
+    let mut v: Vec<Sample> = rs
+        .iter()
+        .filter(|r| usable(r))
+        .filter(|r| only.is_none_or(|xs| xs.contains(&(r.t as f64))))
+        .filter_map(|r| {
+            r.value
+                .filter(|v| *v > 0.0 && v.is_finite())
+                .map(|y| Sample {
+                    x: r.t as f64,
+                    y,
+                    seed: r.seed,
+                })
+        })
+        .collect();
+    v.sort_by(|a, b| a.x.total_cmp(&b.x).then(a.seed.cmp(&b.seed)));
+    v
 }
 
 /// An exact closed form of the §6 minimum on orthonormal embeddings for (`norm`, `pattern`)
