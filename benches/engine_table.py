@@ -72,7 +72,7 @@ def row(kind, what, s, note, rr):
             same = "; first 16 ids equal llama.cpp's" if s.get("first_ids") == b.get("first_ids") else "; first ids differ from llama.cpp's"
         tgt = ""
         if not (err(s) or err(b)):
-            # Issue 26: ≥ 1× llama.cpp in q8 mode (its arithmetic), ≥ 0.5× in exact mode.
+            # The speed targets: ≥ 1× llama.cpp in q8 mode (its arithmetic), ≥ 0.5× in exact mode.
             want, mode = (1.0, "q8 mode") if note.startswith("--matmul q8") else (0.5, "exact mode")
             tgt = f"≥ {want:g}× llama.cpp ({mode}): " + ("met" if s["tokens_per_s"] >= want * b["tokens_per_s"] else "not met")
         print(f"| greedy generation {what}, KV cache ({note}) | {cell(s, '')} | {cell(b, 'llama.cpp ')}; {cell(t, 'transformers ')} | {', '.join(rat)}{same} | {tgt}{mark(s, b, t)} |")
