@@ -46,7 +46,7 @@ fn real_models_section_writes_tables_verdicts_and_figures() {
     // A3 on real heads (`hard_switch_real`): off and random pairs (no no-sink run in quick).
     assert!(
         s.markdown
-            .contains("**A3 (hard switch ⇒ sink, THEORY §4).**")
+            .contains("**A3 (hard switch ⇒ sink, docs/theory.md §4).**")
             && s.markdown.contains("| off, `")
             && s.markdown.contains("*A3 verdict:*"),
         "{}",

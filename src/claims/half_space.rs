@@ -171,7 +171,7 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
     writeln!(
         md,
         "A bilinear head can make the sink an ε-sink for every query iff (a) 0 ∉ conv(Q) and \
-         (b) s ∉ conv(K) (THEORY.md §3). The figure shows a 2-D representable configuration \
+         (b) s ∉ conv(K) (docs/theory.md §3). The figure shows a 2-D representable configuration \
          (seeded) with the max-margin directions found by the minimum-norm-point solver, and an \
          obstruction: a convex combination of queries equal to 0.\n"
     )?;

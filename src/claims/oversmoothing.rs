@@ -272,7 +272,7 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
     let stem = ctx.fig_dir().join("oversmoothing");
     let figures = plot::render(
         &stem,
-        "Oversmoothing: mean token cosine after one mixing step (THEORY §7)",
+        "Oversmoothing: mean token cosine after one mixing step (docs/theory.md §7)",
         &[bi_panel, ca_panel, conv_panel],
     )?;
     Ok(ReportSection {

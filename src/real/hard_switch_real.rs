@@ -457,7 +457,7 @@ pub fn markdown(s: &HardSwitch, names: (&str, Option<&str>)) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "**A3 (hard switch ⇒ sink, THEORY §4).** (Head, query) pairs whose output is ≈ 0 (‖o_i‖ ≤ {SMALL} × the head's mean value norm: off) against {RANDOM_PAIRS} seeded random pairs of the same run (T = {}); where the attention mass goes (position 0 / keys j ≥ 1 with a value norm ≤ {SMALL} × the mean / the rest), the mass on all ≈ 0-value keys m⁰, the attended value norm a = Σ_j A_ij‖v_j‖ / mean (≥ z; large a with z ≈ 0 is a zero by cancellation), and the entropy normalised by ln(keys seen):\n",
+        "**A3 (hard switch ⇒ sink, docs/theory.md §4).** (Head, query) pairs whose output is ≈ 0 (‖o_i‖ ≤ {SMALL} × the head's mean value norm: off) against {RANDOM_PAIRS} seeded random pairs of the same run (T = {}); where the attention mass goes (position 0 / keys j ≥ 1 with a value norm ≤ {SMALL} × the mean / the rest), the mass on all ≈ 0-value keys m⁰, the attended value norm a = Σ_j A_ij‖v_j‖ / mean (≥ z; large a with z ≈ 0 is a zero by cancellation), and the entropy normalised by ln(keys seen):\n",
         s.sink.n_tokens
     );
     let _ = writeln!(
@@ -554,7 +554,7 @@ pub fn verdict(s: &HardSwitch) -> String {
     let dom = ["the sink", "low-value keys", "ordinary (spread) keys"];
     let k = (0..3).max_by_key(|&k| off.dominant[k]).unwrap_or(0);
     format!(
-        "{} off pairs; their mass on ≈ 0-value keys m⁰ = {:.3} against {:.3} on random pairs ({}); the largest share is on {} for {}/{} of them. THEORY §4 predicts m⁰ → 1 as the output → 0 under its cone condition on the values: {}.",
+        "{} off pairs; their mass on ≈ 0-value keys m⁰ = {:.3} against {:.3} on random pairs ({}); the largest share is on {} for {}/{} of them. docs/theory.md §4 predicts m⁰ → 1 as the output → 0 under its cone condition on the values: {}.",
         off.n,
         off.zero_value,
         s.sink.random.zero_value,
@@ -594,7 +594,7 @@ pub fn nosink_sentence(n: &Run, first: &str) -> String {
         o.top_key_mode.1,
         o.n,
         if o.low_value >= 0.5 && o.top_key_mode.0 != 0 {
-            ": the hard switch routes to a ≈ 0-value key that is not position 0 (the mass moves with the ≈ 0 value, as THEORY §4 predicts; the condition has no sink at position 0, not no ≈ 0-value key)"
+            ": the hard switch routes to a ≈ 0-value key that is not position 0 (the mass moves with the ≈ 0 value, as docs/theory.md §4 predicts; the condition has no sink at position 0, not no ≈ 0-value key)"
         } else {
             ""
         }

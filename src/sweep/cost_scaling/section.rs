@@ -134,7 +134,7 @@ pub fn report_section(
     let (fits, figures) = analyze(&dir, &ctx.fig_dir(), spec.bootstrap, ctx.seed)?;
     let records = read_results(&dir.join("results.jsonl"))?;
     let mut md = format!(
-        "Minimal cost of a sink versus a diagonal pattern (THEORY §6, claim A5), exact programs with a \
+        "Minimal cost of a sink versus a diagonal pattern (docs/theory.md §6, claim A5), exact programs with a \
          certified duality gap and trained one-layer models (bigram-copy, AdamW with weight decay). \
          Spec `{name}` ({} points, {} computed now); results in `{}`.\n\n",
         summary.total,
