@@ -127,20 +127,6 @@ pub fn marker_name(m: Marker) -> &'static str {
     }
 }
 
-/// The range of the finite cells of `values` that the colour map spans (a constant map
-/// spans its value ± 0.5), or `None` when no cell is finite.
-pub fn value_range(values: &[Vec<f64>]) -> Option<(f64, f64)> {
-    let finite = values.iter().flatten().copied().filter(|v| v.is_finite());
-    let (lo, hi) = finite.fold(None, |acc: Option<(f64, f64)>, v| {
-        Some(acc.map_or((v, v), |(a, b)| (a.min(v), b.max(v))))
-    })?;
-    Some(if hi > lo {
-        (lo, hi)
-    } else {
-        (lo - 0.5, lo + 0.5)
-    })
-}
-
 impl From<&Figure> for Stored {
     fn from(fig: &Figure) -> Self {
         match fig {
@@ -181,7 +167,7 @@ impl From<&Figure> for Stored {
                 value_unit: h.value_unit.clone(),
                 colormap: Some(COLORMAP.into()),
                 value_label: Some(super::heatmap::bar_label(&h.title)),
-                value_range: value_range(&h.values),
+                value_range: super::heatmap::value_range(&h.values),
                 values: h.values.clone(),
             }),
         }
@@ -277,7 +263,7 @@ impl Stored {
                     "\"title\" (after its last \": \")",
                 )?;
                 if v2 || h.value_range.is_some() {
-                    let want = value_range(&h.values);
+                    let want = super::heatmap::value_range(&h.values);
                     if h.value_range != want {
                         return Err(format!(
                             "value_range is {:?}, but the finite cells of \"values\" span {want:?}",
