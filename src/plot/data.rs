@@ -8,6 +8,7 @@
 //! Format 2 adds the explanatory fields to format 1, which is still read (its
 //! units empty, its series without aggregate or fit).
 
+use super::heatmap::value_range;
 use super::style::{self, Marker};
 use super::{Aggregate, Fit, Heatmap, Panel, PlotError, Series, Style};
 use serde::{Deserialize, Serialize};
@@ -125,20 +126,6 @@ pub fn marker_name(m: Marker) -> &'static str {
         Marker::Hexagon => "hexagon",
         Marker::Star => "star",
     }
-}
-
-/// The range of the finite cells of `values` that the colour map spans (a constant map
-/// spans its value ± 0.5), or `None` when no cell is finite.
-pub fn value_range(values: &[Vec<f64>]) -> Option<(f64, f64)> {
-    let finite = values.iter().flatten().copied().filter(|v| v.is_finite());
-    let (lo, hi) = finite.fold(None, |acc: Option<(f64, f64)>, v| {
-        Some(acc.map_or((v, v), |(a, b)| (a.min(v), b.max(v))))
-    })?;
-    Some(if hi > lo {
-        (lo, hi)
-    } else {
-        (lo - 0.5, lo + 0.5)
-    })
 }
 
 impl From<&Figure> for Stored {

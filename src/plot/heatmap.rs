@@ -14,6 +14,20 @@ pub fn bar_label(title: &str) -> String {
         .map_or("value".to_string(), |(_, l)| l.to_string())
 }
 
+/// The range of the finite cells of `values` that the colour map spans (a constant map
+/// spans its value ± 0.5), or `None` when no cell is finite.
+pub fn value_range(values: &[Vec<f64>]) -> Option<(f64, f64)> {
+    let finite = values.iter().flatten().copied().filter(|v| v.is_finite());
+    let (lo, hi) = finite.fold(None, |acc: Option<(f64, f64)>, v| {
+        Some(acc.map_or((v, v), |(a, b)| (a.min(v), b.max(v))))
+    })?;
+    Some(if hi > lo {
+        (lo, hi)
+    } else {
+        (lo - 0.5, lo + 0.5)
+    })
+}
+
 /// Integer ticks for `n` cells: indices at steps of 1, 2, 5, 10, ….
 fn index_ticks(n: usize, target: usize) -> Vec<usize> {
     if n == 0 {
@@ -45,7 +59,7 @@ pub fn layout(h: &Heatmap, opts: &Options) -> Result<Scene, String> {
     let lo = finite.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     // The colour map's span, stated in the data file as `value_range`.
-    let Some((b0, b1)) = super::data::value_range(&h.values) else {
+    let Some((b0, b1)) = value_range(&h.values) else {
         return Err("heat-map: no finite cell".into());
     };
     let mut scene = Scene {
