@@ -709,3 +709,47 @@ fn format_one_is_read_and_derived_fields_are_checked() {
     let e = plot_err(&dir.path().join("h2.json"), &[]);
     assert!(e.contains("value_range"), "{e}");
 }
+
+/// A least-squares line is stated as numbers too: the slope and intercept it is drawn with.
+#[test]
+fn scatter_line_states_its_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let pts: Vec<(f64, f64)> = (0..12)
+        .map(|i| {
+            let x = 1.0 + i as f64;
+            (x, 0.5 + 0.25 * x + if i % 2 == 0 { 0.1 } else { -0.1 })
+        })
+        .collect();
+    let stem = dir.path().join("norms");
+    sinklab::secondary::figures::norm_scatters(
+        &stem,
+        "synthetic",
+        (pts.clone(), &None),
+        (pts.clone(), &None),
+    )
+    .unwrap();
+    let v = json(&stem.with_extension("json"));
+    let fit_line = v["figure"]["panels"][0]["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| !s["fit"].is_null())
+        .expect("the OLS line carries its fit")
+        .clone();
+    let f = &fit_line["fit"];
+    assert_eq!(
+        (f["law"].as_str(), f["n"].as_u64()),
+        (Some("linear"), Some(12))
+    );
+    let (a, b) = (num(&f["intercept"]), num(&f["slope"]));
+    // The alternating ±0.1 residuals cancel over each pair: the line is 0.5 + 0.25 x.
+    assert!((b - 0.25).abs() < 0.01 && (a - 0.5).abs() < 0.1, "{f}");
+    for q in fit_line["points"].as_array().unwrap() {
+        let (x, y) = (num(&q[0]), num(&q[1]));
+        assert!(
+            (a + b * x - y).abs() < 1e-12,
+            "drawn line off the stated fit at {x}"
+        );
+    }
+    assert!(num(&f["r2"]) > 0.9 && num(&f["r2"]) <= 1.0, "{f}");
+}

@@ -109,6 +109,8 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         title: format!("bidirectional (d = {}, n = {})", sz.d, sz.n),
         x_label: "λ (0 identity, 1 uniform)".into(),
         y_label: "mean token cosine".into(),
+        x_unit: "1".into(),
+        y_unit: "1".into(),
         ..Default::default()
     };
     let mut ca_panel = Panel {
@@ -119,6 +121,8 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
         title: "finite-n RMS deviation from sim∞ (λ = 0.5)".into(),
         x_label: "n (tokens)".into(),
         y_label: "RMS deviation".into(),
+        x_unit: "tokens".into(),
+        y_unit: "1".into(),
         log_x: true,
         log_y: true,
         ..Default::default()

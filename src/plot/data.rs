@@ -8,6 +8,7 @@
 //! Format 2 adds the explanatory fields to format 1, which is still read (its
 //! units empty, its series without aggregate or fit).
 
+use super::heatmap::value_range;
 use super::style::{self, Marker};
 use super::{Aggregate, Fit, Heatmap, Panel, PlotError, Series, Style};
 use serde::{Deserialize, Serialize};

@@ -365,6 +365,8 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             title: format!("{name}: BOS cosine and attention to the first token"),
             x_label: "layer".into(),
             y_label: "value".into(),
+            x_unit: "1".into(),
+            y_unit: "1".into(),
             series: vec![
                 Series::new(
                     if no_nonpos {

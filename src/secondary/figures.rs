@@ -150,6 +150,8 @@ pub fn primary_vs_secondary(
                 title: "primary (BOS) sink strength".into(),
                 x_label: "layer".into(),
                 y_label: "α_BOS (mean over heads)".into(),
+                x_unit: "1".into(),
+                y_unit: "1".into(),
                 series: vec![Series::new("α_BOS", prim, Style::LinePoints, 0)],
                 ..Default::default()
             },
@@ -160,6 +162,8 @@ pub fn primary_vs_secondary(
                 ),
                 x_label: "layer".into(),
                 y_label: "count".into(),
+                x_unit: "1".into(),
+                y_unit: "1".into(),
                 series: vec![Series::new("secondary", cnt, Style::LinePoints, 1)],
                 ..Default::default()
             },

@@ -47,6 +47,7 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             title: "attention received (mean ᾱ over layers ≥ l_c)".into(),
             x_label: "r = ‖MLP output‖".into(),
             y_label: "ᾱ".into(),
+            y_unit: "1".into(),
             series: vec![
                 Series::new(
                     "aligned (+u)",
@@ -67,6 +68,7 @@ pub fn section(ctx: &ReportCtx) -> Result<ReportSection, SectionError> {
             title: "lifetime under the §8 detector".into(),
             x_label: "r = ‖MLP output‖".into(),
             y_label: "lifetime (layers)".into(),
+            y_unit: "layers".into(),
             series: vec![
                 Series::new(
                     "aligned (+u)",
