@@ -168,7 +168,7 @@ impl From<&Figure> for Stored {
                 value_unit: h.value_unit.clone(),
                 colormap: Some(COLORMAP.into()),
                 value_label: Some(super::heatmap::bar_label(&h.title)),
-                value_range: super::heatmap::value_range(&h.values),
+                value_range: value_range(&h.values),
                 values: h.values.clone(),
             }),
         }
@@ -264,7 +264,7 @@ impl Stored {
                     "\"title\" (after its last \": \")",
                 )?;
                 if v2 || h.value_range.is_some() {
-                    let want = super::heatmap::value_range(&h.values);
+                    let want = value_range(&h.values);
                     if h.value_range != want {
                         return Err(format!(
                             "value_range is {:?}, but the finite cells of \"values\" span {want:?}",

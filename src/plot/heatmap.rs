@@ -7,20 +7,6 @@ use super::style::{BLACK, MISSING, Options, viridis};
 use super::text;
 use super::ticks;
 
-/// The range of the finite cells of `values` that the colour map spans (a constant map
-/// spans its value ± 0.5), or `None` when no cell is finite.
-pub fn value_range(values: &[Vec<f64>]) -> Option<(f64, f64)> {
-    let finite = values.iter().flatten().copied().filter(|v| v.is_finite());
-    let (lo, hi) = finite.fold(None, |acc: Option<(f64, f64)>, v| {
-        Some(acc.map_or((v, v), |(a, b)| (a.min(v), b.max(v))))
-    })?;
-    Some(if hi > lo {
-        (lo, hi)
-    } else {
-        (lo - 0.5, lo + 0.5)
-    })
-}
-
 /// Label of the colour bar: the part of the title after its last `": "`, else "value".
 pub fn bar_label(title: &str) -> String {
     title
