@@ -136,6 +136,7 @@ impl<S: Real> HiddenStates<S> {
 
 /// $\langle a, b\rangle$ and $\lVert a\rVert^2$ in one pass, accumulated in f64.
 #[inline]
+#[cfg_attr(not(feature = "plot"), allow(dead_code))] // its users, in `secondary`, need `plot`
 pub(crate) fn dot_and_sq<S: Real>(a: &[S], b: &[S]) -> (f64, f64) {
     // Four independent accumulators let the compiler vectorise the loop.
     let mut d = [0.0f64; 4];
