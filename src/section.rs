@@ -73,7 +73,7 @@ pub fn md_code(s: &str) -> String {
 /// characters shown as control pictures.
 pub fn md_text(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
-    for c in visible(&s).chars() {
+    for c in visible(s).chars() {
         if c.is_ascii_punctuation() {
             o.push('\\');
         }

@@ -64,6 +64,45 @@ pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
 /// fuel, and the indent repeats on every line and level).
 pub const MAX_JSON_INDENT: usize = 64;
 
+/// Widest padding a Python string method may ask for (`center`, `ljust`, `rjust`, `zfill`,
+/// `expandtabs`, a width in `str.format`): these build their text before any fuel is charged.
+pub const MAX_PAD_WIDTH: i64 = 65_536;
+
+/// Refuses a Python string method whose padding width is over [`MAX_PAD_WIDTH`].
+fn padded_width_ok(value: &Value, method: &str, args: &[Value]) -> Result<(), minijinja::Error> {
+    let over = |w: String| {
+        Err(minijinja::Error::new(
+            minijinja::ErrorKind::InvalidOperation,
+            format!("`{method}` with width {w} is over the limit of {MAX_PAD_WIDTH}"),
+        ))
+    };
+    match method {
+        "center" | "ljust" | "rjust" | "zfill" | "expandtabs" => {
+            for a in args {
+                if let Ok(w) = i64::try_from(a.clone())
+                    && w > MAX_PAD_WIDTH
+                {
+                    return over(w.to_string());
+                }
+            }
+        }
+        "format" => {
+            // A width or precision in a replacement field: the longest digit run.
+            let s = value.as_str().unwrap_or_default();
+            let digits = s
+                .split(|c: char| !c.is_ascii_digit())
+                .map(str::len)
+                .max()
+                .unwrap_or(0);
+            if digits > 5 {
+                return over(format!("of {digits} digits"));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 /// The transformers-compatible environment: whitespace control as transformers sets it,
 /// loop controls, Python string methods and `raise_exception`.
 fn environment() -> minijinja::Environment<'static> {
@@ -97,7 +136,10 @@ fn environment() -> minijinja::Environment<'static> {
             minijinja::filters::tojson(&value, indent, kwargs)
         },
     );
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_unknown_method_callback(|state, value, method, args| {
+        padded_width_ok(value, method, args)?;
+        minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+    });
     env.add_function(
         "raise_exception",
         |msg: String| -> Result<Value, minijinja::Error> {
