@@ -256,7 +256,7 @@ pub fn doubling(t_min: usize, t_max: usize) -> Vec<usize> {
 /// The A5 sentence for fitted exponents named by strings (`"sink"`/`"diagonal"`,
 /// `"fro"`/`"nuclear"`; other names, e.g. whole-head costs, are skipped): the exact exponents,
 /// and per fit the exact curve's slope over the $T$ the fit actually used (`ts`, one entry per
-/// point, repeats included: the least-squares slope of $\ln C^*(T)$ on $\ln T$ over the same
+/// point, repeats included: the least-squares slope of $\ln C^{\ast}(T)$ on $\ln T$ over the same
 /// abscissae as the measured fit), never over a rebuilt grid. A fit whose grid is not given
 /// (fewer than two distinct $T$) is reported without a comparison. Call site (cost-scaling
 /// verdict): one tuple per exact orthonormal fit, `(pattern, norm, exponent, ts)`.
