@@ -608,4 +608,35 @@ fn silently_wrong_inputs_of_round_three_are_refused() {
         &["on_rate"],
         20,
     );
+    // A shard whose last line was cut by a kill is not merged without a word.
+    let ok_spec = dir.path().join("tiny.toml");
+    std::fs::write(
+        &ok_spec,
+        "name = \"tiny\"\nbootstrap = 10\n[[exact]]\npatterns = [\"sink\"]\nnorms = [\"fro\"]\n\
+         embeddings = [\"orthonormal\"]\nt = [4, 8]\nseeds = [0]\ndelta = 5.0\n",
+    )
+    .unwrap();
+    let shard = dir.path().join("shard");
+    let o = sinklab(os(&[
+        "sweep",
+        ok_spec.to_str().unwrap(),
+        "--out",
+        shard.to_str().unwrap(),
+        "--no-analysis",
+    ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let res = shard.join("results.jsonl");
+    let mut text = std::fs::read_to_string(&res).unwrap();
+    text.push_str("{\"id\": \"cut");
+    std::fs::write(&res, text).unwrap();
+    refused_within(
+        &os(&[
+            "merge",
+            shard.to_str().unwrap(),
+            "--out",
+            dir.path().join("merged").to_str().unwrap(),
+        ]),
+        &["results.jsonl", "cut"],
+        20,
+    );
 }
