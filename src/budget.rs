@@ -517,6 +517,27 @@ mod tests {
     }
 
     #[test]
+    fn size_flags_of_issue_reports_are_estimated_over_the_limits() {
+        let b = Budget {
+            max_bytes: 2.0 * 1024f64.powi(3),
+            max_seconds: 3600.0,
+        };
+        // backend --t 65536 --batch 65536 --d 4096: petabytes; --t 65536 alone: hundreds of GB.
+        assert!(attn_fit(65536, 65536, 4096, 1).bytes > 1e15);
+        assert!(b.check("t", attn_fit(65536, 16, 16, 1), false).is_err());
+        b.check("defaults", attn_fit(32, 16, 16, 100), false)
+            .unwrap();
+        // view at T = 8192, --max-res 8192 on a 30 × 9 model: over 2 GiB before layer 1.
+        assert!(
+            b.check("view", view_page(30, 9, 8192, 8192, 0), false)
+                .is_err()
+        );
+        b.check("view", view_page(30, 9, 512, 256, 1), false)
+            .unwrap();
+        assert!(max_line_bytes(8192) == 1 << 20 && max_line_bytes(usize::MAX) == 64 << 20);
+    }
+
+    #[test]
     fn text_reads_are_bounded_and_regular_files_only() {
         let d = tempfile::tempdir().unwrap();
         let f = d.path().join("config.json");

@@ -619,6 +619,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_layer_given_twice_is_refused_not_indexed() {
+        let x = Mat::<f64>::from_fn(8, 4, |i, j| ((i * 4 + j) as f64).sin());
+        let e = run_on(
+            &[x.clone(), x],
+            &[1, 1],
+            &Options::default(),
+            &mut |_: &str| {},
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("layer 1 is given twice"), "{e}");
+        assert_eq!(duplicate(&[3, 1, 2]), None);
+        assert_eq!(duplicate(&[3, 1, 3]), Some(3));
+    }
+
+    #[test]
     fn verdict_follows_the_interval() {
         let f = |b: f64, lo: f64, hi: f64| PowerFit {
             exponent: b,
