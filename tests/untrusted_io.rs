@@ -480,6 +480,23 @@ fn size_flags_are_refused_with_an_estimate_before_work() {
         &["--threads 1000000"],
         20,
     );
+    refused_within(
+        &os(&[
+            "cost",
+            "--scope",
+            "head",
+            "--pattern",
+            "sink",
+            "--norm",
+            "nuclear",
+            "--t",
+            "2000",
+            "--delta",
+            "1",
+        ]),
+        &["would take at least", "--max-time"],
+        20,
+    );
     // Figures out of scale: many series, a huge heat-map.
     let dir = tempfile::tempdir().unwrap();
     let series: Vec<serde_json::Value> = (0..3000)
