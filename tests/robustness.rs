@@ -1231,3 +1231,81 @@ fn records_of_two_settings_are_two_fits_and_a_spec_mixing_them_is_refused() {
         &["d_factor = 2", "d = 8", "one setting per fit"],
     );
 }
+
+/// Hidden states of L = 5 layers, T = 5 positions, d = 3: the BOS along e0 with norms
+/// (1, 1, 10, 10, 1), so the detector's window is [2, 4); position 2 aligns with the BOS at
+/// layer 0 only (outside the window) and, when `inside`, position 3 at layers 0 and 2.
+fn window_case(dir: &Path, inside: bool) -> std::path::PathBuf {
+    use sinklab::runtime::activation_file::Activations;
+    use sinklab::runtime::hidden::HiddenStates;
+    let (l, t, d) = (5, 5, 3);
+    let mut v = vec![0f32; l * t * d];
+    for (li, bn) in [1.0f32, 1.0, 10.0, 10.0, 1.0].into_iter().enumerate() {
+        let at = |tt: usize, k: usize| (li * t + tt) * d + k;
+        v[at(0, 0)] = bn;
+        for tt in 1..t {
+            v[at(tt, 1)] = 1.0;
+        }
+        if li == 0 {
+            v[at(2, 1)] = 0.0;
+            v[at(2, 0)] = 1.0;
+        }
+        if inside && (li == 0 || li == 2) {
+            v[at(3, 1)] = 0.0;
+            v[at(3, 0)] = 1.0;
+        }
+    }
+    let act = Activations {
+        hidden: HiddenStates::new(l, t, d, v).unwrap(),
+        attn: None,
+        mlp_out: None,
+        keys: None,
+        values: None,
+        tokens: Some((0..t as i64).collect()),
+        metadata: Default::default(),
+    };
+    let f = dir.join(format!("window_{inside}.safetensors"));
+    act.write(&f).unwrap();
+    f
+}
+
+#[test]
+fn the_detector_says_what_its_window_excluded_and_an_empty_table_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    for (inside, json) in [(true, false), (false, false), (false, true)] {
+        let f = window_case(dir.path(), inside);
+        let mut args = vec![
+            "secondary".to_string(),
+            "--activations".into(),
+            f.display().to_string(),
+            "--bos-candidates".into(),
+            "0".into(),
+        ];
+        if json {
+            args.push("--json".into());
+        }
+        let o = sinklab(&args);
+        let (out, err) = (cli::stdout(&o), stderr(&o));
+        assert!(o.status.success(), "{err}");
+        assert!(
+            err.contains("window excluded 1 position"),
+            "inside={inside}: {err}"
+        );
+        if !inside && !json {
+            assert_eq!(out.trim(), "no position flagged", "{out}");
+        }
+        if json {
+            // JSON on stdout only: nothing flagged, so no record line and no table header.
+            assert!(
+                out.lines()
+                    .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok())
+            );
+        }
+        if inside {
+            assert!(
+                out.contains("seq") && !out.contains("no position flagged"),
+                "{out}"
+            );
+        }
+    }
+}
