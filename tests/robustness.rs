@@ -947,7 +947,49 @@ fn a_one_token_input_does_not_claim_the_a1_corollary() {
     assert!(!one.contains("holds on"), "{one}");
     assert!(one.contains("untestable on 1 token"), "{one}");
     // Two tokens: the corollary is tested again (the control).
-    assert!(run("5,7").contains("A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): holds on"));
+    let two = run("5,7");
+    assert!(
+        two.contains("A1 corollary (cos(a_0, a_i) < 0 for all i >= 1, on each layer's normalised")
+            && two.contains("holds on"),
+        "{two}"
+    );
+}
+
+#[test]
+fn a_model_file_is_never_an_output_and_a5_layers_are_given_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = tmp.path().join("tiny.gguf");
+    sinklab::synth::write_gguf(&m, &Default::default(), 1).unwrap();
+    let before = std::fs::read(&m).unwrap();
+    let ms = m.to_str().unwrap();
+    let inputs = tmp.path().join("in.jsonl");
+    std::fs::write(&inputs, "[5, 7]\n").unwrap();
+    let o = sinklab([
+        "real",
+        "--model",
+        ms,
+        "--file",
+        inputs.to_str().unwrap(),
+        "--results",
+        ms,
+    ]);
+    let e = stderr(&o);
+    assert!(
+        !o.status.success() && e.contains("--model") && e.contains("tiny.gguf"),
+        "{e}"
+    );
+    let o = sinklab(["view", "--model", ms, "--tokens", "5,7", "--out", ms]);
+    let e = stderr(&o);
+    assert!(!o.status.success() && e.contains("--model"), "{e}");
+    assert_eq!(
+        std::fs::read(&m).unwrap(),
+        before,
+        "the model file was replaced"
+    );
+    let o = sinklab(["real", "--model", ms, "--a5", "--a5-layers", "0,0"]);
+    let e = stderr(&o);
+    assert!(!o.status.success() && !e.contains("panicked"), "{e}");
+    assert!(e.contains("layer 0 is given twice"), "{e}");
 }
 
 // ---- issue 25: sweep specs ---------------------------------------------------------------

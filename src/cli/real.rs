@@ -458,12 +458,12 @@ pub fn run(a: Args) -> Result<i32> {
         let null = rep.a1.iter().map(|c| c.null_rate).sum::<f64>() / rep.a1.len().max(1) as f64;
         if rep.tokens.len() < 2 {
             outln!(
-                "A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): untestable on {} token (it needs the first token and at least one other)",
+                "A1 corollary (cos(a_0, a_i) < 0 for all i >= 1, on each layer's normalised attention input a = N1(x)): untestable on {} token (it needs the first token and at least one other)",
                 rep.tokens.len()
             );
         } else {
             outln!(
-                "A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): holds on {holds} of {} layers; null control: ordinary tokens satisfy it at a mean rate of {null:.2}",
+                "A1 corollary (cos(a_0, a_i) < 0 for all i >= 1, on each layer's normalised attention input a = N1(x), not the residual stream h after the layer that the table's cos columns read): holds on {holds} of {} layers; null control: ordinary tokens satisfy it at a mean rate of {null:.2}",
                 rep.a1.len()
             );
         }

@@ -524,11 +524,16 @@ pub fn analyze(
     progress: &mut dyn FnMut(&str),
 ) -> Result<A5Real, RealError> {
     o.validate()?;
-    let toks = text_tokens(lm, o.t_max_fro.max(o.t_max_nuclear))?;
     let ls = layers.map_or_else(|| default_layers(lm.model.cfg.n_layer), <[usize]>::to_vec);
     if ls.is_empty() {
         return Err(RealError::Input("A5: no layer given".into()));
     }
+    if let Some(l) = duplicate(&ls) {
+        return Err(RealError::Input(format!(
+            "A5: layer {l} is given twice (layers {ls:?}); give each layer once"
+        )));
+    }
+    let toks = text_tokens(lm, o.t_max_fro.max(o.t_max_nuclear))?;
     progress(&format!(
         "A5 real: forward pass over {} tokens, layers {ls:?}",
         toks.len()
