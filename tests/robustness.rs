@@ -990,6 +990,28 @@ fn a_model_file_is_never_an_output_and_a5_layers_are_given_once() {
     let e = stderr(&o);
     assert!(!o.status.success() && !e.contains("panicked"), "{e}");
     assert!(e.contains("layer 0 is given twice"), "{e}");
+    // A BOS id outside the vocabulary (GGUF key, u32 type tag, value) is refused at load.
+    let mut b = before.clone();
+    let key = b"tokenizer.ggml.bos_token_id";
+    let at = b.windows(key.len()).position(|w| w == key).unwrap() + key.len();
+    assert_eq!(&b[at..at + 4], &4u32.to_le_bytes(), "a u32 value");
+    b[at + 4..at + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+    let bad = tmp.path().join("oov.gguf");
+    std::fs::write(&bad, b).unwrap();
+    let o = sinklab([
+        "real",
+        "--model",
+        bad.to_str().unwrap(),
+        "--tokens",
+        "5,7",
+        "--bos",
+        "yes",
+    ]);
+    let e = stderr(&o);
+    assert!(
+        !o.status.success() && e.contains("outside the vocabulary"),
+        "{e}"
+    );
 }
 
 // ---- issue 25: sweep specs ---------------------------------------------------------------
