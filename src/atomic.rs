@@ -127,7 +127,7 @@ pub fn check_not_input(out: &Path, inputs: &[(&str, &Path)]) -> io::Result<()> {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
-                    "the output {} is the input {flag} {} of this run (the same file); \
+                    "the output {} is the input file {flag} {} of this run (the same file); \
                      writing it would destroy the input: name another output",
                     out.display(),
                     input.display()
