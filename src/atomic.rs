@@ -7,6 +7,12 @@
 //! one, never a cut one. On any error (including a writer callback that fails or panics
 //! midway) the temporary is removed and the old file is left exactly as it was.
 //!
+//! Only a regular file (or a name that does not exist yet) is ever replaced: a directory, a
+//! device node, a FIFO or a socket at the target is refused ([`check_target`]), so
+//! `--out /dev/null` or a FIFO never becomes a regular file. An output that is one of the run's
+//! own inputs (same canonical path, or same device and inode: a hard link) is refused by
+//! [`check_not_input`] before any work, naming both.
+//!
 //! Append-only files (results files, their lock) do not come here: they append under a lock.
 //!
 //! The functions return the bare [`std::io::Error`]; the caller names the target path once
@@ -32,6 +38,7 @@ pub fn write_with<T, E>(
     io: impl Fn(io::Error) -> E,
 ) -> Result<T, E> {
     let target = resolve(path);
+    check_target(&target).map_err(&io)?;
     let (file, tmp) = create_temp(&target).map_err(&io)?;
     let guard = Remove(Some(tmp));
     let mut w = BufWriter::with_capacity(1 << 16, file);
@@ -44,6 +51,91 @@ pub fn write_with<T, E>(
     guard.disarm();
     sync_dir(&target);
     Ok(value)
+}
+
+/// What kind of file system object `m` is, in words (for refusals).
+fn kind(m: &std::fs::Metadata) -> &'static str {
+    let t = m.file_type();
+    if t.is_dir() {
+        return "a directory";
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if t.is_file() {
+        "a regular file"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Refuses a target that exists and is not a regular file (a directory, a device node, a FIFO,
+/// a socket): replacing it by a regular file would destroy it. A missing target is fine.
+pub fn check_target(target: &Path) -> io::Result<()> {
+    match std::fs::metadata(target) {
+        Ok(m) if !m.is_file() => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "the output {} is {}, not a regular file; refusing to replace it (name a regular file)",
+                target.display(),
+                kind(&m)
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `a` and `b` name one existing file: the same canonical path, or (Unix) the same
+/// device and inode (a hard link).
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    let (Ok(ma), Ok(mb)) = (std::fs::metadata(a), std::fs::metadata(b)) else {
+        return false;
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if ma.dev() == mb.dev() && ma.ino() == mb.ino() {
+            return true;
+        }
+    }
+    let _ = (&ma, &mb);
+    matches!(
+        (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+        (Ok(x), Ok(y)) if x == y
+    )
+}
+
+/// Refuses an output `out` that is one of the run's `inputs` (each named by its flag, e.g.
+/// `("--file", path)`), or that exists and is not a regular file ([`check_target`]). Call it
+/// before any work, so a run never computes for minutes and then destroys its own input.
+pub fn check_not_input(out: &Path, inputs: &[(&str, &Path)]) -> io::Result<()> {
+    for (flag, input) in inputs {
+        if same_file(out, input) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "the output {} is the input file {flag} {} of this run (the same file); \
+                     writing it would destroy the input: name another output",
+                    out.display(),
+                    input.display()
+                ),
+            ));
+        }
+    }
+    check_target(&resolve(out))
 }
 
 /// The file a write to `path` must replace: a symbolic link's target (so the link is kept and
@@ -258,6 +350,63 @@ mod tests {
         assert!(live.exists() && other.exists());
         // The orphan is only recognised where /proc lists the running processes.
         assert_eq!(dead.exists(), !Path::new("/proc/self").exists());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_or_directory_target_is_refused_and_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("pipe");
+        let st = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let e = write(&fifo, b"x").unwrap_err();
+        assert!(e.to_string().contains("FIFO"), "{e}");
+        use std::os::unix::fs::FileTypeExt;
+        assert!(
+            std::fs::symlink_metadata(&fifo)
+                .unwrap()
+                .file_type()
+                .is_fifo()
+        );
+        let sub = d.path().join("dir");
+        std::fs::create_dir(&sub).unwrap();
+        let e = write(&sub, b"x").unwrap_err();
+        assert!(e.to_string().contains("a directory"), "{e}");
+        assert!(sub.is_dir());
+        // A link to a FIFO is refused as well (the link's target is what would be replaced).
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&fifo, &link).unwrap();
+        assert!(write(&link, b"x").is_err());
+        assert_eq!(entries(d.path()), vec!["dir", "link", "pipe"]);
+        // The character device /dev/null, where it exists, is refused before any temporary.
+        if Path::new("/dev/null").exists() {
+            let e = check_target(Path::new("/dev/null")).unwrap_err();
+            assert!(e.to_string().contains("character device"), "{e}");
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn an_output_that_is_an_input_is_refused_naming_both() {
+        let d = tempfile::tempdir().unwrap();
+        let input = d.path().join("in.txt");
+        std::fs::write(&input, b"text").unwrap();
+        let hard = d.path().join("hard.txt");
+        std::fs::hard_link(&input, &hard).unwrap();
+        let via = d.path().join(".").join("in.txt");
+        for out in [&input, &hard, &via] {
+            let e = check_not_input(out, &[("--file", &input)]).unwrap_err();
+            let m = e.to_string();
+            assert!(m.contains("--file") && m.contains("in.txt"), "{m}");
+        }
+        let other = d.path().join("out.html");
+        check_not_input(&other, &[("--file", &input)]).unwrap();
+        std::fs::write(&other, b"old").unwrap();
+        check_not_input(&other, &[("--file", &input)]).unwrap();
+        assert_eq!(std::fs::read(&input).unwrap(), b"text");
     }
 
     #[cfg(unix)]

@@ -308,6 +308,78 @@ pub fn check_threads(k: usize) -> Result<usize, BudgetError> {
     Ok(k)
 }
 
+// ---- bounded reads of untrusted text files ----------------------------------------------------
+
+/// Largest `config.json`, `tokenizer_config.json`, `model.safetensors.index.json` read (16 MiB;
+/// real ones are kilobytes).
+pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+/// Largest `tokenizer.json` read (256 MiB; large vocabularies are tens of MB).
+pub const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
+/// Largest chat template read (4 MiB; real ones are a few kB).
+pub const MAX_TEMPLATE_BYTES: u64 = 4 << 20;
+/// Largest text input file (`--file`, `--prompts`, JSONL inputs) read (1 GiB).
+pub const MAX_INPUT_BYTES: u64 = 1 << 30;
+/// Largest sweep spec read (16 MiB).
+pub const MAX_SPEC_BYTES: u64 = 16 << 20;
+/// Largest figure data file read (64 MiB; parsed, a file takes several times its size).
+pub const MAX_FIGURE_BYTES: u64 = 64 << 20;
+
+/// Reads the text file `path` of at most `cap` bytes: refused (an [`std::io::Error`] of kind
+/// `InvalidInput` saying why) when it is not a regular file after following links (a device
+/// such as `/dev/zero`, a FIFO, a directory) or holds more than `cap` bytes; read through a
+/// `cap + 1` byte limit, so a file that grows while read is refused too, never read without
+/// bound. The one way the loaders read a text file that a model, a spec or a user supplies.
+pub fn read_text(path: &std::path::Path, cap: u64) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    let m = std::fs::metadata(path)?;
+    if !m.is_file() {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "{} is not a regular file (a directory, device, FIFO or socket); refusing to read it",
+                path.display()
+            ),
+        ));
+    }
+    let over = |n: u64| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "{} holds {} bytes or more, over the limit of {} for this kind of file",
+                path.display(),
+                n,
+                fmt_bytes(cap as f64)
+            ),
+        )
+    };
+    if m.len() > cap {
+        return Err(over(m.len()));
+    }
+    let mut buf = Vec::new();
+    buf.try_reserve(m.len() as usize)
+        .map_err(|e| Error::new(ErrorKind::OutOfMemory, e.to_string()))?;
+    std::fs::File::open(path)?
+        .take(cap + 1)
+        .read_to_end(&mut buf)?;
+    if buf.len() as u64 > cap {
+        return Err(over(cap + 1));
+    }
+    String::from_utf8(buf).map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidData,
+            format!("{} is not UTF-8 text: {e}", path.display()),
+        )
+    })
+}
+
+/// Longest JSONL input line accepted for a model of `context` tokens: 128 bytes a token (a
+/// token's text, JSON-escaped, or its id and separator, stays far below that), at least
+/// 64 KiB and at most 64 MiB. Longer lines cannot fit the context and are refused before
+/// they are parsed or tokenized.
+pub fn max_line_bytes(context: usize) -> usize {
+    context.saturating_mul(128).clamp(1 << 16, 64 << 20)
+}
+
 impl fmt::Display for Need {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -385,6 +457,31 @@ pub fn training(
     Need::work(bytes, flops)
 }
 
+/// `sinklab backend`'s attention fit (`train::attn`): `batch` sequences of `t` positions of
+/// width `d`, `steps` AdamW steps. Memory: the inputs and targets on the host (f64) and ten
+/// activation buffers on the device ($b t d$ each), three $b \times t \times t$ score buffers,
+/// twelve $d \times d$ weight, gradient and moment buffers (4 bytes an element; the host copies
+/// 8). Time (a lower bound): forward and backward, $3 b (6 t d^2 + 4 t^2 d)$ a step.
+pub fn attn_fit(t: usize, batch: usize, d: usize, steps: u64) -> Need {
+    let (t, b, d, s) = (t as f64, batch as f64, d as f64, steps as f64);
+    let bytes = 60.0 * b * t * d + 12.0 * b * t * t + 64.0 * d * d;
+    Need::work(bytes, s * 3.0 * b * (6.0 * t * d * d + 4.0 * t * t * d))
+}
+
+/// `sinklab view` of `t` tokens through `layers` × `heads` with pooled maps at most
+/// `max_res` wide and `n_exact` exact maps: one layer's attention maps in f32 and their copy
+/// ($8 H T^2$), the pooled maps ($L H R^2$ bytes and their base64, ×7/3), the exact maps
+/// ($4 T^2$ each and base64, ×7/3), and the page text holding them. Time: the pooling pass
+/// over every map ($L H T^2$).
+pub fn view_page(layers: usize, heads: usize, t: usize, max_res: usize, n_exact: usize) -> Need {
+    let (l, h, t, n) = (layers as f64, heads as f64, t as f64, n_exact as f64);
+    let r = (max_res as f64).min(t);
+    let maps = 8.0 * h * t * t;
+    let pooled = l * h * r * r * 7.0 / 3.0;
+    let exact = n * 4.0 * t * t * 7.0 / 3.0;
+    Need::work(maps + 2.0 * (pooled + exact), l * h * t * t)
+}
+
 /// Bootstrap of the exponent fits: `n_boot` resamples of `n_points` points per group.
 pub fn bootstrap(n_boot: usize, n_points: usize, groups: usize) -> Need {
     let (b, p, g) = (n_boot as f64, n_points as f64, groups as f64);
@@ -417,5 +514,50 @@ mod tests {
         b.check("t 512", cost_program(512, 512, false), true)
             .unwrap();
         assert!(check_threads(100_000).is_err() && check_threads(2).is_ok());
+    }
+
+    #[test]
+    fn size_flags_of_issue_reports_are_estimated_over_the_limits() {
+        let b = Budget {
+            max_bytes: 2.0 * 1024f64.powi(3),
+            max_seconds: 3600.0,
+        };
+        // backend --t 65536 --batch 65536 --d 4096: petabytes; --t 65536 alone: hundreds of GB.
+        assert!(attn_fit(65536, 65536, 4096, 1).bytes > 1e15);
+        assert!(b.check("t", attn_fit(65536, 16, 16, 1), false).is_err());
+        b.check("defaults", attn_fit(32, 16, 16, 100), false)
+            .unwrap();
+        // view at T = 8192, --max-res 8192 on a 30 × 9 model: over 2 GiB before layer 1.
+        assert!(
+            b.check("view", view_page(30, 9, 8192, 8192, 0), false)
+                .is_err()
+        );
+        b.check("view", view_page(30, 9, 512, 256, 1), false)
+            .unwrap();
+        assert!(max_line_bytes(8192) == 1 << 20 && max_line_bytes(usize::MAX) == 64 << 20);
+    }
+
+    #[test]
+    fn text_reads_are_bounded_and_regular_files_only() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("config.json");
+        std::fs::write(&f, "{}").unwrap();
+        assert_eq!(read_text(&f, 2).unwrap(), "{}");
+        let e = read_text(&f, 1).unwrap_err().to_string();
+        assert!(e.contains("over the limit"), "{e}");
+        let e = read_text(d.path(), 1 << 20).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        #[cfg(unix)]
+        {
+            // A link to /dev/zero (endless) is refused before any byte is read.
+            let z = d.path().join("tokenizer.json");
+            std::os::unix::fs::symlink("/dev/zero", &z).unwrap();
+            let t = std::time::Instant::now();
+            let e = read_text(&z, MAX_TOKENIZER_BYTES).unwrap_err().to_string();
+            assert!(e.contains("not a regular file"), "{e}");
+            assert!(t.elapsed().as_secs() < 5);
+        }
+        std::fs::write(&f, [0xffu8, 0xfe]).unwrap();
+        assert!(read_text(&f, 10).is_err());
     }
 }

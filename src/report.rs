@@ -7,7 +7,9 @@
 //! A module contributes a section by adding a [`SectionFn`] to [`sections`].
 
 use crate::registry::{self, CheckOutcome};
-pub use crate::section::{ReportCtx, ReportSection, SectionError, SectionFn, fmt_margin};
+pub use crate::section::{
+    ReportCtx, ReportSection, SectionError, SectionFn, fmt_margin, md_code, md_text,
+};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -29,9 +31,10 @@ fn rel(out: &Path, p: &Path) -> String {
     p.strip_prefix(out).unwrap_or(p).display().to_string()
 }
 
-/// Escapes a markdown table cell (a `|` would split the cell).
+/// Escapes a markdown table cell (a `|` would split the cell; a line break would end the
+/// table).
 fn cell(s: &str) -> String {
-    s.replace('|', "\\|")
+    s.replace('|', "\\|").replace(['\n', '\r'], " ")
 }
 
 /// Runs everything and writes `ctx.out_dir/report.md`. Returns the path and
@@ -104,11 +107,20 @@ pub fn write_report(
                     .iter()
                     .filter(|p| p.extension().is_some_and(|e| e == "png"))
                 {
-                    writeln!(md, "![{0}]({0})\n", rel(&ctx.out_dir, fig))?;
+                    writeln!(
+                        md,
+                        "![{}]({})\n",
+                        md_text(&rel(&ctx.out_dir, fig)),
+                        md_dest(&rel(&ctx.out_dir, fig))
+                    )?;
                 }
             }
             Err(e) => {
-                writeln!(md, "## {name}\n\n**Section failed:** {e}\n")?;
+                writeln!(
+                    md,
+                    "## {name}\n\n**Section failed:** {}\n",
+                    md_text(&e.to_string())
+                )?;
                 section_errors.push(format!("{name}: {e}"));
             }
         }
@@ -168,9 +180,43 @@ fn write_viewers(ctx: &ReportCtx, errors: &mut Vec<String>) -> Vec<(String, Stri
     out
 }
 
+/// A relative path as a Markdown link destination: in angle brackets (spaces and parentheses
+/// allowed), with `<`, `>`, `\\` and line breaks percent-encoded.
+fn md_dest(p: &str) -> String {
+    let mut o = String::from("<");
+    for c in p.chars() {
+        match c {
+            '<' | '>' | '\\' | '\n' | '\r' | '%' => o.push_str(&format!("%{:02X}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('>');
+    o
+}
+
+/// Whether a link or image destination may stay in the page: a relative path, an anchor, an
+/// `http(s):` link or a `data:image/` URI; anything else with a scheme (`javascript:`,
+/// `vbscript:`, `data:text/html`, …) is dropped.
+fn safe_dest(d: &str) -> bool {
+    let lower = d.trim().to_ascii_lowercase();
+    match lower.find(':') {
+        // A colon after a `/`, `?` or `#` is part of a relative path, not a scheme.
+        Some(i) if !lower[..i].contains(['/', '?', '#']) => {
+            let scheme = &lower[..i];
+            scheme == "http" || scheme == "https" || lower.starts_with("data:image/")
+        }
+        _ => true,
+    }
+}
+
 /// The report as one HTML page: the Markdown rendered (tables on), every figure image
 /// replaced by its SVG inline as a data URI (the `.svg` beside a `.png`), and a first section
 /// linking the viewer pages. Formulas stay as written (`$…$` text): the page loads no script.
+///
+/// Raw HTML in the Markdown is shown as text, never passed through: every string a user
+/// controls (paths, model names, token text, config values) can reach the Markdown, so the
+/// only markup of the page is the renderer's own and this function's template; link and
+/// image destinations other than relative paths, `http(s):` and `data:image/` are dropped.
 pub fn html(md: &str, out_dir: &Path, viewers: &[(String, String)]) -> String {
     use pulldown_cmark::{Event, Options, Parser, Tag, html::push_html};
     let mut body = String::new();
@@ -194,8 +240,11 @@ pub fn html(md: &str, out_dir: &Path, viewers: &[(String, String)]) -> String {
         }) => {
             let svg = out_dir.join(dest_url.as_ref()).with_extension("svg");
             let dest = match std::fs::read(&svg) {
-                Ok(b) => format!("data:image/svg+xml;base64,{}", crate::view::base64(&b)).into(),
-                Err(_) => dest_url,
+                Ok(b) if safe_dest(&dest_url) => {
+                    format!("data:image/svg+xml;base64,{}", crate::view::base64(&b)).into()
+                }
+                _ if safe_dest(&dest_url) => dest_url,
+                _ => "#".into(),
             };
             Event::Start(Tag::Image {
                 link_type,
@@ -204,6 +253,22 @@ pub fn html(md: &str, out_dir: &Path, viewers: &[(String, String)]) -> String {
                 id,
             })
         }
+        Event::Start(Tag::Link {
+            link_type,
+            dest_url,
+            title,
+            id,
+        }) => Event::Start(Tag::Link {
+            link_type,
+            dest_url: if safe_dest(&dest_url) {
+                dest_url
+            } else {
+                "#".into()
+            },
+            title,
+            id,
+        }),
+        Event::Html(h) | Event::InlineHtml(h) => Event::Text(h),
         e => e,
     });
     push_html(&mut body, events);

@@ -50,3 +50,59 @@ pub fn fmt_margin(m: f64) -> String {
         format!("{m:.3e}")
     }
 }
+
+/// A user-controlled string (a path, a model name, token text, a config value) as a Markdown
+/// code span that nothing in it can close: the fence is one backtick longer than the longest
+/// run of backticks in `s` (CommonMark's rule), padded with a space where `s` starts or ends
+/// with a backtick, and control characters (line breaks included, which could end the
+/// paragraph) shown as their Unicode control pictures (U+2400 + code).
+pub fn md_code(s: &str) -> String {
+    let s = visible(s);
+    let longest = s.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    let pad = if s.starts_with('`') || s.ends_with('`') || s.is_empty() {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{s}{pad}{fence}")
+}
+
+/// A user-controlled string as Markdown text: every ASCII punctuation character
+/// backslash-escaped (so no emphasis, link, code span or raw HTML starts in it) and control
+/// characters shown as control pictures.
+pub fn md_text(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in visible(s).chars() {
+        if c.is_ascii_punctuation() {
+            o.push('\\');
+        }
+        o.push(c);
+    }
+    o
+}
+
+/// Control characters (C0 and DEL) replaced by their Unicode control pictures.
+fn visible(s: &str) -> String {
+    s.chars()
+        .map(|c| match c as u32 {
+            x @ 0..=0x1f => char::from_u32(0x2400 + x).unwrap_or('\u{FFFD}'),
+            0x7f => '\u{2421}',
+            _ => c,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_code_span_cannot_be_closed_from_inside() {
+        assert_eq!(md_code("a.txt"), "`a.txt`");
+        assert_eq!(md_code("x`y"), "``x`y``");
+        assert_eq!(md_code("`a``"), "``` `a`` ```");
+        assert_eq!(md_code("a\nb"), "`a\u{240A}b`");
+        assert_eq!(md_text("<img src=x>"), "\\<img src\\=x\\>");
+    }
+}

@@ -948,7 +948,71 @@ fn a_one_token_input_does_not_claim_the_a1_corollary() {
     assert!(!one.contains("holds on"), "{one}");
     assert!(one.contains("untestable on 1 token"), "{one}");
     // Two tokens: the corollary is tested again (the control).
-    assert!(run("5,7").contains("A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): holds on"));
+    let two = run("5,7");
+    assert!(
+        two.contains("A1 corollary (cos(a_0, a_i) < 0 for all i >= 1, on each layer's normalised")
+            && two.contains("holds on"),
+        "{two}"
+    );
+}
+
+#[test]
+fn a_model_file_is_never_an_output_and_a5_layers_are_given_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = tmp.path().join("tiny.gguf");
+    sinklab::synth::write_gguf(&m, &Default::default(), 1).unwrap();
+    let before = std::fs::read(&m).unwrap();
+    let ms = m.to_str().unwrap();
+    let inputs = tmp.path().join("in.jsonl");
+    std::fs::write(&inputs, "[5, 7]\n").unwrap();
+    let o = sinklab([
+        "real",
+        "--model",
+        ms,
+        "--file",
+        inputs.to_str().unwrap(),
+        "--results",
+        ms,
+    ]);
+    let e = stderr(&o);
+    assert!(
+        !o.status.success() && e.contains("--model") && e.contains("tiny.gguf"),
+        "{e}"
+    );
+    let o = sinklab(["view", "--model", ms, "--tokens", "5,7", "--out", ms]);
+    let e = stderr(&o);
+    assert!(!o.status.success() && e.contains("--model"), "{e}");
+    assert_eq!(
+        std::fs::read(&m).unwrap(),
+        before,
+        "the model file was replaced"
+    );
+    let o = sinklab(["real", "--model", ms, "--a5", "--a5-layers", "0,0"]);
+    let e = stderr(&o);
+    assert!(!o.status.success() && !e.contains("panicked"), "{e}");
+    assert!(e.contains("layer 0 is given twice"), "{e}");
+    // A BOS id outside the vocabulary (GGUF key, u32 type tag, value) is refused at load.
+    let mut b = before.clone();
+    let key = b"tokenizer.ggml.bos_token_id";
+    let at = b.windows(key.len()).position(|w| w == key).unwrap() + key.len();
+    assert_eq!(&b[at..at + 4], &4u32.to_le_bytes(), "a u32 value");
+    b[at + 4..at + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+    let bad = tmp.path().join("oov.gguf");
+    std::fs::write(&bad, b).unwrap();
+    let o = sinklab([
+        "real",
+        "--model",
+        bad.to_str().unwrap(),
+        "--tokens",
+        "5,7",
+        "--bos",
+        "yes",
+    ]);
+    let e = stderr(&o);
+    assert!(
+        !o.status.success() && e.contains("outside the vocabulary"),
+        "{e}"
+    );
 }
 
 // ---- issue 25: sweep specs ---------------------------------------------------------------
@@ -1231,4 +1295,82 @@ fn records_of_two_settings_are_two_fits_and_a_spec_mixing_them_is_refused() {
         ],
         &["d_factor = 2", "d = 8", "one setting per fit"],
     );
+}
+
+/// Hidden states of L = 5 layers, T = 5 positions, d = 3: the BOS along e0 with norms
+/// (1, 1, 10, 10, 1), so the detector's window is [2, 4); position 2 aligns with the BOS at
+/// layer 0 only (outside the window) and, when `inside`, position 3 at layers 0 and 2.
+fn window_case(dir: &Path, inside: bool) -> std::path::PathBuf {
+    use sinklab::runtime::activation_file::Activations;
+    use sinklab::runtime::hidden::HiddenStates;
+    let (l, t, d) = (5, 5, 3);
+    let mut v = vec![0f32; l * t * d];
+    for (li, bn) in [1.0f32, 1.0, 10.0, 10.0, 1.0].into_iter().enumerate() {
+        let at = |tt: usize, k: usize| (li * t + tt) * d + k;
+        v[at(0, 0)] = bn;
+        for tt in 1..t {
+            v[at(tt, 1)] = 1.0;
+        }
+        if li == 0 {
+            v[at(2, 1)] = 0.0;
+            v[at(2, 0)] = 1.0;
+        }
+        if inside && (li == 0 || li == 2) {
+            v[at(3, 1)] = 0.0;
+            v[at(3, 0)] = 1.0;
+        }
+    }
+    let act = Activations {
+        hidden: HiddenStates::new(l, t, d, v).unwrap(),
+        attn: None,
+        mlp_out: None,
+        keys: None,
+        values: None,
+        tokens: Some((0..t as i64).collect()),
+        metadata: Default::default(),
+    };
+    let f = dir.join(format!("window_{inside}.safetensors"));
+    act.write(&f).unwrap();
+    f
+}
+
+#[test]
+fn the_detector_says_what_its_window_excluded_and_an_empty_table_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    for (inside, json) in [(true, false), (false, false), (false, true)] {
+        let f = window_case(dir.path(), inside);
+        let mut args = vec![
+            "secondary".to_string(),
+            "--activations".into(),
+            f.display().to_string(),
+            "--bos-candidates".into(),
+            "0".into(),
+        ];
+        if json {
+            args.push("--json".into());
+        }
+        let o = sinklab(&args);
+        let (out, err) = (cli::stdout(&o), stderr(&o));
+        assert!(o.status.success(), "{err}");
+        assert!(
+            err.contains("window excluded 1 position"),
+            "inside={inside}: {err}"
+        );
+        if !inside && !json {
+            assert_eq!(out.trim(), "no position flagged", "{out}");
+        }
+        if json {
+            // JSON on stdout only: nothing flagged, so no record line and no table header.
+            assert!(
+                out.lines()
+                    .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok())
+            );
+        }
+        if inside {
+            assert!(
+                out.contains("seq") && !out.contains("no position flagged"),
+                "{out}"
+            );
+        }
+    }
 }

@@ -73,6 +73,17 @@ fn fit<B: Backend>(be: &B, a: &Args) -> Result<()> {
 }
 
 pub fn run(a: Args) -> Result<i32> {
+    // Sizes before any allocation (the limits of SINKLAB_MAX_MEM / SINKLAB_MAX_TIME).
+    let need = sinklab::budget::attn_fit(a.t as usize, a.batch as usize, a.d as usize, a.steps);
+    sinklab::budget::Budget::default().check(
+        &format!(
+            "backend --t {} --batch {} --d {} --steps {}",
+            a.t, a.batch, a.d, a.steps
+        ),
+        need,
+        false,
+    )?;
+    errln!("backend: estimated {need} (memory, time lower bound)");
     let found = adapters(GpuOptions::default().backends);
     if found.is_empty() {
         outln!("GPU adapters: none");

@@ -228,6 +228,32 @@ fn run_a5(a: &Args, lm: &sinklab::runtime::LoadedModel, path: &std::path::Path) 
         ..cost_real::Options::default()
     };
     o.validate()?;
+    if o.max_iter > cost_real::Options::default().max_iter {
+        // A raised iteration budget: its worst case over every program must fit, before the
+        // forward pass (nothing else bounds how long the solver may run).
+        let n_layers = layers
+            .as_ref()
+            .map_or(3, Vec::len)
+            .min(lm.model.cfg.n_layer);
+        let d = lm.model.cfg.d_model;
+        let mut worst = sinklab::budget::Need::bytes(0.0);
+        for (norm, nuclear) in [
+            (sinklab::cost::NormKind::Fro, false),
+            (sinklab::cost::NormKind::Nuclear, true),
+        ] {
+            for t in o.grid(norm) {
+                let one = sinklab::budget::cost_program_iterations(t, d, nuclear, o.max_iter);
+                for _ in 0..2 * n_layers {
+                    worst = worst.then(one);
+                }
+            }
+        }
+        sinklab::budget::Budget::default().check(
+            &format!("--a5-max-iter {} (its worst case)", o.max_iter),
+            worst,
+            false,
+        )?;
+    }
     let r = cost_real::analyze(lm, layers.as_deref(), &o, &mut |l: &str| errln!("{l}"))?;
     let name = a.input.model.as_deref().unwrap_or_default();
     if a.json {
@@ -292,10 +318,19 @@ pub fn run(a: Args) -> Result<i32> {
     }
     let name = a.input.model.as_deref().unwrap_or_default();
     let path = fetch::resolve(name)?;
-    let batch = a
-        .file
-        .as_ref()
-        .filter(|f| f.extension().is_some_and(|e| e == "jsonl"));
+    let batch = a.file.as_ref().filter(|f| {
+        f.extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("jsonl"))
+    });
+    if batch.is_none() && a.results.is_some() {
+        bail!(
+            "--results is written only for a .jsonl --file (one report per line); {} is read as \
+             one text: drop --results or give a .jsonl file",
+            a.file
+                .as_ref()
+                .map_or_else(|| "the input".to_string(), |f| f.display().to_string())
+        );
+    }
     if let Some(f) = batch {
         if a.json {
             bail!("--json prints one report; a .jsonl --file writes its reports to --results");
@@ -317,7 +352,7 @@ pub fn run(a: Args) -> Result<i32> {
             );
         }
         // Validate the whole input before loading the model.
-        super::real_batch::read_inputs(f, "")?;
+        super::real_batch::read_inputs(f, "", sinklab::budget::max_line_bytes(usize::MAX))?;
     }
     let mut lm = load(&path).map_err(|e| super::named_once("loading", &path, e))?;
     apply_weights(&mut lm, a.weights, a.max_mem.as_deref())?;
@@ -365,7 +400,7 @@ pub fn run(a: Args) -> Result<i32> {
         let raw = match (&a.input.text, &a.file) {
             (Some(t), _) => vec![t.clone()],
             (None, Some(f)) => {
-                let s = std::fs::read_to_string(f)
+                let s = sinklab::budget::read_text(f, sinklab::budget::MAX_INPUT_BYTES)
                     .with_context(|| format!("reading {}", f.display()))?;
                 if pooled {
                     s.lines()
@@ -485,12 +520,12 @@ pub fn run(a: Args) -> Result<i32> {
         let null = rep.a1.iter().map(|c| c.null_rate).sum::<f64>() / rep.a1.len().max(1) as f64;
         if rep.tokens.len() < 2 {
             outln!(
-                "A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): untestable on {} token (it needs the first token and at least one other)",
+                "A1 corollary (cos(a_0, a_i) < 0 for all i >= 1, on each layer's normalised attention input a = N1(x)): untestable on {} token (it needs the first token and at least one other)",
                 rep.tokens.len()
             );
         } else {
             outln!(
-                "A1 corollary (cos(x_0, x_i) < 0 for all i >= 1): holds on {holds} of {} layers; null control: ordinary tokens satisfy it at a mean rate of {null:.2}",
+                "A1 corollary (cos(a_0, a_i) < 0 for all i >= 1, on each layer's normalised attention input a = N1(x), not the residual stream h after the layer that the table's cos columns read): holds on {holds} of {} layers; null control: ordinary tokens satisfy it at a mean rate of {null:.2}",
                 rep.a1.len()
             );
         }

@@ -57,13 +57,22 @@ fn ids(v: &serde_json::Value, file: &Path, line: usize) -> Result<Vec<u32>> {
         .collect()
 }
 
-/// Parses every line of `file` (nothing is run before the whole file is valid).
-pub fn read_inputs(file: &Path, salt: &str) -> Result<Vec<Input>> {
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+/// Parses every line of `file` (nothing is run before the whole file is valid); a line longer
+/// than `max_line` bytes is refused before it is parsed or tokenized.
+pub fn read_inputs(file: &Path, salt: &str, max_line: usize) -> Result<Vec<Input>> {
+    let text = sinklab::budget::read_text(file, sinklab::budget::MAX_INPUT_BYTES)
+        .with_context(|| format!("reading {}", file.display()))?;
     let mut out = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
+        if raw.len() > max_line {
+            bail!(
+                "{}:{line}: the line holds {} bytes, over the limit of {max_line} bytes for this \
+                 model's context (refused before tokenizing)",
+                file.display(),
+                raw.len()
+            );
+        }
         if raw.trim().is_empty() {
             continue;
         }
@@ -137,29 +146,11 @@ fn partial_record(l: &str) -> bool {
     !t.is_empty() && (t.starts_with(RECORD_PREFIX) || RECORD_PREFIX.starts_with(&t))
 }
 
-/// Refuses `--results` naming the input file itself (same path or the same file by inode).
-pub fn refuse_same_file(file: &Path, results: &Path) -> Result<()> {
-    let (Ok(a), Ok(b)) = (std::fs::metadata(file), std::fs::metadata(results)) else {
-        return Ok(());
-    };
-    #[cfg(unix)]
-    let same = {
-        use std::os::unix::fs::MetadataExt;
-        a.dev() == b.dev() && a.ino() == b.ino()
-    };
-    #[cfg(not(unix))]
-    let same = {
-        let _ = (a, b);
-        std::fs::canonicalize(file).ok() == std::fs::canonicalize(results).ok()
-    };
-    if same {
-        bail!(
-            "--results {} is the input file --file {}: give another results file",
-            results.display(),
-            file.display()
-        );
-    }
-    Ok(())
+/// Refuses `--results` naming an input of the run (the `--file` or the model file: same path
+/// or the same file by inode) or an existing non-regular file (a device, a FIFO, a directory).
+pub fn refuse_same_file(file: &Path, model: &Path, results: &Path) -> Result<()> {
+    sinklab::atomic::check_not_input(results, &[("--file", file), ("--model", model)])
+        .map_err(|e| anyhow::anyhow!("--results: {e}"))
 }
 
 /// Keys already in `results`, after checking that the file is ours: every line is one of our
@@ -236,9 +227,13 @@ pub fn run(
         "{model_hash}|{bos:?}|a1={a1}|a2={a2}|{}",
         env!("CARGO_PKG_VERSION")
     );
-    let inputs = read_inputs(file, &salt)?;
+    let inputs = read_inputs(
+        file,
+        &salt,
+        sinklab::budget::max_line_bytes(lm.model.cfg.max_context),
+    )?;
     let results = results.unwrap_or_else(|| file.with_extension("results.jsonl"));
-    refuse_same_file(file, &results)?;
+    refuse_same_file(file, model_path, &results)?;
     // One writer per results file (the sweep's lock), held until the last line is written.
     let _lock = sinklab::sweep::lock::acquire_for_file(
         &results,

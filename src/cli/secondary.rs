@@ -222,7 +222,23 @@ fn params(a: &Args) -> Result<DetectorParams> {
     })
 }
 
+/// The line saying how many positions the detector's layer window excluded (flagged at a
+/// layer outside it only), over `analyses`; None when it excluded none.
+fn window_note(analyses: &[&sinklab::secondary::records::Analysis]) -> Option<String> {
+    let n: usize = analyses.iter().map(|a| a.detection.outside_window).sum();
+    (n > 0).then(|| {
+        format!(
+            "note: the layer window excluded {n} position(s) whose |cos| with the BOS state \
+             exceeds tau only at layers outside it; --no-window scans every layer"
+        )
+    })
+}
+
 fn print_records(records: &[SinkRecord], json: bool) -> Result<()> {
+    if records.is_empty() && !json {
+        outln!("no position flagged");
+        return Ok(());
+    }
     if json {
         for r in records {
             outln!("{}", serde_json::to_string(r)?);
@@ -282,6 +298,12 @@ pub const MAX_GENERATE: usize = 1 << 20;
 pub fn run(a: Args) -> Result<i32> {
     let p = params(&a)?;
     // Sizes before work: the bootstrap's resamples and the generation length.
+    if a.boot == 0 {
+        bail!(
+            "--boot 0: the confidence intervals need at least one bootstrap resample (they \
+             would all be null); give --boot 1 or more"
+        );
+    }
     sinklab::budget::check_bootstrap_flag(a.max_mem.as_deref(), "--boot", a.boot, 1, 3)?;
     // A generation length is refused past MAX_GENERATE, the refusal naming its flag.
     let generate_size = |flag: &str, n: usize| {
@@ -361,6 +383,9 @@ pub fn run(a: Args) -> Result<i32> {
             errln!("{l}");
         }
         print_records(&vars[0].records, a.json)?;
+        if let Some(l) = window_note(&vars[0].analyses.iter().collect::<Vec<_>>()) {
+            errln!("{l}");
+        }
         return Ok(0);
     }
     let Some(name) = &a.model else {
@@ -386,9 +411,12 @@ pub fn run(a: Args) -> Result<i32> {
             .collect(),
         (Some(t), _, _) => vec![t.clone()],
         (None, Some(f), _) => {
-            vec![std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?]
+            vec![
+                sinklab::budget::read_text(f, sinklab::budget::MAX_INPUT_BYTES)
+                    .with_context(|| format!("reading {}", f.display()))?,
+            ]
         }
-        (None, None, Some(f)) => std::fs::read_to_string(f)
+        (None, None, Some(f)) => sinklab::budget::read_text(f, sinklab::budget::MAX_INPUT_BYTES)
             .with_context(|| format!("reading {}", f.display()))?
             .lines()
             .map(str::trim)
@@ -452,12 +480,26 @@ pub fn run(a: Args) -> Result<i32> {
     for l in findings::summary_lines(&findings::claims_json(&st.variants), false) {
         errln!("{l}");
     }
+    if let Some(l) = window_note(&st.primary().analyses.iter().collect::<Vec<_>>()) {
+        errln!("{l}");
+    }
     if let Some(dir) = &a.out {
         errln!("wrote {}", dir.display());
-        errln!("{}", serde_json::to_string_pretty(&st.primary().measures)?);
+        // With --json, stdout holds JSON only: the measures are its last line.
+        if a.json {
+            outln!(
+                "{}",
+                serde_json::to_string(&serde_json::json!({ "measures": &st.primary().measures }))?
+            );
+        } else {
+            errln!("{}", serde_json::to_string_pretty(&st.primary().measures)?);
+        }
     }
     Ok(0)
 }
+
+/// Most values of `--dose-grid` (the default grid has a handful).
+const MAX_DOSE_GRID: usize = 256;
 
 fn dose(
     a: &Args,
@@ -478,6 +520,12 @@ fn dose(
         bail!("--dose-layer {l}: needs a block after it (the model has L = {nl})");
     }
     let grid = a.dose_grid.clone().unwrap_or_else(|| DOSE_GRID.to_vec());
+    sinklab::budget::size(
+        &format!("--dose-grid of {} values", grid.len()),
+        grid.len(),
+        MAX_DOSE_GRID,
+        "each value is one patched forward pass per prompt and direction",
+    )?;
     if grid.first() != Some(&0.0) || grid.windows(2).any(|w| w[1] <= w[0]) {
         bail!("--dose-grid {grid:?}: must start at 0 and increase");
     }

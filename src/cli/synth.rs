@@ -52,8 +52,8 @@ pub fn run(a: Args) -> Result<i32> {
         );
     };
     shape.dtype = dt;
-    if a.threads == Some(0) {
-        bail!("--threads must be at least 1");
+    if let Some(k) = a.threads {
+        sinklab::budget::check_threads(k)?;
     }
     let threads = a.threads.unwrap_or_else(rayon::current_num_threads);
     let size = paper_size(&shape, a.seed);

@@ -81,6 +81,12 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<i32> {
+    if a.no_bos && a.no_bos_key {
+        bail!(
+            "--no-bos-key masks the BOS key, but --no-bos drops BOS from the sequences: there is \
+             no BOS key to mask; give one of them"
+        );
+    }
     if !(a.lr > 0.0 && a.lr.is_finite()) {
         bail!(
             "--lr {}: the learning rate must be positive and finite",

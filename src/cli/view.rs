@@ -85,6 +85,36 @@ pub fn run(a: Args) -> Result<i32> {
     if a.max_res < 1 {
         return refuse("--max-res must be at least 1");
     }
+    // The page never replaces an input of the run (nor a device, FIFO or directory).
+    let mut inputs: Vec<(&str, PathBuf)> = Vec::new();
+    if let Some(f) = &a.file {
+        inputs.push(("--file", f.clone()));
+    }
+    if let Some(f) = &a.activations {
+        inputs.push(("--activations", f.clone()));
+    }
+    if let Some(m) = a.input.model.as_deref() {
+        let p = std::path::Path::new(m);
+        let model = if p.exists() {
+            Some(p.to_path_buf())
+        } else {
+            fetch::cached(m)
+        };
+        if let Some(p) = model {
+            // A model directory: every file in it is an input (config, tokenizer, weights).
+            if let Ok(rd) = std::fs::read_dir(&p) {
+                for e in rd.flatten().take(10_000) {
+                    inputs.push(("--model", e.path()));
+                }
+            }
+            inputs.push(("--model", p));
+        }
+    }
+    let named: Vec<(&str, &std::path::Path)> =
+        inputs.iter().map(|(f, p)| (*f, p.as_path())).collect();
+    if let Err(e) = sinklab::atomic::check_not_input(&a.out, &named) {
+        return refuse(&format!("--out: {e}"));
+    }
     let heads_of = |l: usize, h: usize| match &a.heads {
         Some(s) => sinklab::view::parse_heads(s, l, h),
         None => Ok(Vec::new()),
@@ -113,7 +143,7 @@ pub fn run(a: Args) -> Result<i32> {
         } else {
             let text = match (&a.input.text, &a.file) {
                 (Some(t), _) => t.clone(),
-                (None, Some(f)) => std::fs::read_to_string(f)
+                (None, Some(f)) => sinklab::budget::read_text(f, sinklab::budget::MAX_INPUT_BYTES)
                     .with_context(|| format!("reading {}", f.display()))?,
                 _ => return refuse("give one of --text, --file, --tokens"),
             };
@@ -138,6 +168,15 @@ pub fn run(a: Args) -> Result<i32> {
                 path.display(),
                 c.max_context
             ));
+        }
+        let need =
+            sinklab::budget::view_page(c.n_layer, c.n_head, tokens.len(), a.max_res, exact.len());
+        if let Err(e) = sinklab::budget::Budget::default().check(
+            &format!("view: T = {} with --max-res {}", tokens.len(), a.max_res),
+            need,
+            false,
+        ) {
+            return refuse(&e.to_string());
         }
         errln!(
             "view: {} tokens through {} ({} layers × {} heads): statistics and pooled maps",

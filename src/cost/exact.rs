@@ -254,11 +254,13 @@ pub fn doubling(t_min: usize, t_max: usize) -> Vec<usize> {
 }
 
 /// The A5 sentence for fitted exponents named by strings (`"sink"`/`"diagonal"`,
-/// `"fro"`/`"nuclear"`; other names, e.g. whole-head costs, are skipped), each over its own
-/// doubling grid `t_min..=t_max`: the exact exponents, and per fit the exact curve's grid slope
-/// it must match. Call site (cost-scaling verdict): one tuple per exact orthonormal fit,
-/// `(pattern, norm, exponent, t_min, t_max)`.
-pub fn verdict_fits(fitted: &[(&str, &str, f64, usize, usize)]) -> String {
+/// `"fro"`/`"nuclear"`; other names, e.g. whole-head costs, are skipped): the exact exponents,
+/// and per fit the exact curve's slope over the $T$ the fit actually used (`ts`, one entry per
+/// point, repeats included: the least-squares slope of $\ln C^{\ast}(T)$ on $\ln T$ over the same
+/// abscissae as the measured fit), never over a rebuilt grid. A fit whose grid is not given
+/// (fewer than two distinct $T$) is reported without a comparison. Call site (cost-scaling
+/// verdict): one tuple per exact orthonormal fit, `(pattern, norm, exponent, ts)`.
+pub fn verdict_fits(fitted: &[(&str, &str, f64, &[usize])]) -> String {
     use std::fmt::Write as _;
     let parse = |p: &str, n: &str| {
         let p = match p {
@@ -274,14 +276,26 @@ pub fn verdict_fits(fitted: &[(&str, &str, f64, usize, usize)]) -> String {
         Some((p, n))
     };
     let mut s = verdict(&[], &[]);
-    for &(p, n, e, lo, hi) in fitted {
+    for &(p, n, e, ts) in fitted {
         let Some((pat, norm)) = parse(p, n) else {
             continue;
         };
-        let g = grid_slope(pat, norm, &doubling(lo, hi));
+        let (lo, hi) = (
+            ts.iter().copied().min().unwrap_or(0),
+            ts.iter().copied().max().unwrap_or(0),
+        );
+        if lo == hi || lo < 2 {
+            let _ = write!(
+                s,
+                " Measured {pat}/{norm} T^{e:.3}: the T it was fitted over are not known, so it is not compared."
+            );
+            continue;
+        }
+        let g = grid_slope(pat, norm, ts);
         let _ = write!(
             s,
-            " Measured {pat}/{norm} T^{e:.3} over T = {lo}–{hi}; the exact curve's slope over that grid is {g:.3} (asymptote {}): {}.",
+            " Measured {pat}/{norm} T^{e:.3} over T = {lo}–{hi} ({} points); the exact curve's slope over those T is {g:.3} (asymptote {}): {}.",
+            ts.len(),
             asymptotic_exponent(pat, norm),
             if (e - g).abs() <= 0.01 {
                 "agrees"
@@ -416,9 +430,22 @@ mod tests {
             &[8, 16, 32, 64, 128, 256, 512],
         );
         let v = verdict_fits(&[
-            ("diagonal", "nuclear", g, 8, 512),
-            ("sink", "head_fro", 0.0, 8, 64),
+            ("diagonal", "nuclear", g, &[8, 16, 32, 64, 128, 256, 512]),
+            ("sink", "head_fro", 0.0, &[8, 64]),
         ]);
         assert!(v.contains("agrees") && !v.contains("DISAGREES"), "{v}");
+        // A non-doubling grid: the exact curve's own slope over it agrees; the slope of the
+        // doubling grid over the same range differs by more than the tolerance here.
+        let odd = [3usize, 4, 5, 7, 40];
+        let g_odd = grid_slope(Pattern::Diagonal, NormKind::Nuclear, &odd);
+        let g_dbl = grid_slope(Pattern::Diagonal, NormKind::Nuclear, &doubling(3, 40));
+        assert!((g_odd - g_dbl).abs() > 0.01, "{g_odd} {g_dbl}");
+        let v = verdict_fits(&[("diagonal", "nuclear", g_odd, &odd)]);
+        assert!(v.contains("agrees") && !v.contains("DISAGREES"), "{v}");
+        let v = verdict_fits(&[("diagonal", "nuclear", g_dbl, &odd)]);
+        assert!(v.contains("DISAGREES"), "{v}");
+        // Without the grid there is no comparison, never a guessed one.
+        let v = verdict_fits(&[("sink", "fro", 0.5, &[])]);
+        assert!(v.contains("not compared") && !v.contains("agrees"), "{v}");
     }
 }

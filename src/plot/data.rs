@@ -330,9 +330,11 @@ pub fn from_json(s: &str) -> Result<Figure, String> {
 
 /// Reads a data file.
 pub fn read(path: &Path) -> Result<Figure, PlotError> {
-    let s = std::fs::read_to_string(path).map_err(|e| PlotError::Data {
-        path: path.to_path_buf(),
-        msg: e.to_string(),
+    let s = crate::budget::read_text(path, crate::budget::MAX_FIGURE_BYTES).map_err(|e| {
+        PlotError::Data {
+            path: path.to_path_buf(),
+            msg: e.to_string(),
+        }
     })?;
     from_json(&s).map_err(|msg| PlotError::Data {
         path: path.to_path_buf(),

@@ -270,9 +270,52 @@ pub enum PlotError {
 /// and measured directly, so there is nothing to register.
 pub fn ensure_font() {}
 
+/// Most series of one figure (legend and colours are laid out per series).
+pub const MAX_SERIES: usize = 2_000;
+/// Most points (and band points) of one figure.
+pub const MAX_POINTS: usize = 5_000_000;
+/// Most cells of one heat-map (each an SVG `<rect>` of about 70 bytes: 2²² cells make a
+/// 300 MB SVG).
+pub const MAX_CELLS: usize = 1 << 22;
+
+/// Refuses a figure whose drawing would be out of scale (series, points or heat-map cells
+/// over [`MAX_SERIES`], [`MAX_POINTS`], [`MAX_CELLS`]), naming the count and the limit, before
+/// anything is laid out or allocated.
+pub fn check_size(fig: &Figure) -> Result<(), String> {
+    let over = |what: &str, n: usize, max: usize| {
+        Err(format!(
+            "the figure has {n} {what}, over the limit of {max} for one figure (split it)"
+        ))
+    };
+    match fig {
+        Figure::Panels { panels, .. } => {
+            let series: usize = panels.iter().map(|p| p.series.len()).sum();
+            if series > MAX_SERIES {
+                return over("series", series, MAX_SERIES);
+            }
+            let points: usize = panels
+                .iter()
+                .flat_map(|p| &p.series)
+                .map(|s| s.points.len() + s.band.len())
+                .sum();
+            if points > MAX_POINTS {
+                return over("points", points, MAX_POINTS);
+            }
+        }
+        Figure::Heatmap(h) => {
+            let cells: usize = h.values.iter().map(Vec::len).sum();
+            if cells > MAX_CELLS {
+                return over("heat-map cells", cells, MAX_CELLS);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Lays out a figure with `opts`.
 pub fn layout(fig: &Figure, opts: &Options) -> Result<scene::Scene, String> {
     opts.check()?;
+    check_size(fig)?;
     match fig {
         Figure::Panels { title, panels } => axes::layout(title, panels, opts),
         Figure::Heatmap(h) => heatmap::layout(h, opts),
@@ -286,8 +329,8 @@ pub fn draw(stem: &Path, fig: &Figure, opts: &Options) -> Result<Vec<PathBuf>, P
         msg,
     })?;
     mkdir(stem)?;
-    let svg_path = stem.with_extension("svg");
-    let png_path = stem.with_extension("png");
+    let svg_path = file_of(stem, "svg");
+    let png_path = file_of(stem, "png");
     write(&svg_path, svg::write(&sc).as_bytes())?;
     let bytes = png::write(&sc).map_err(|msg| PlotError::Draw {
         path: png_path.clone(),
@@ -295,6 +338,16 @@ pub fn draw(stem: &Path, fig: &Figure, opts: &Options) -> Result<Vec<PathBuf>, P
     })?;
     write(&png_path, &bytes)?;
     Ok(vec![svg_path, png_path])
+}
+
+/// `<stem>.<ext>`: the extension appended to the whole stem, never replacing a part of it after
+/// a dot (`real_qwen2.5-coder-0.5b` gives `real_qwen2.5-coder-0.5b.svg`, not
+/// `real_qwen2.5-coder-0.svg`), so two stems that differ after a dot never share a file.
+pub fn file_of(stem: &Path, ext: &str) -> PathBuf {
+    let mut s = stem.as_os_str().to_os_string();
+    s.push(".");
+    s.push(ext);
+    PathBuf::from(s)
 }
 
 fn mkdir(stem: &Path) -> Result<(), PlotError> {
@@ -319,7 +372,7 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), PlotError> {
 /// Returns the SVG and PNG paths (the data file is always `<stem>.json`).
 pub fn render_figure(stem: &Path, fig: &Figure) -> Result<Vec<PathBuf>, PlotError> {
     mkdir(stem)?;
-    let json_path = stem.with_extension("json");
+    let json_path = file_of(stem, "json");
     let json = data::to_json(fig);
     write(&json_path, json.as_bytes())?;
     let back = data::from_json(&json).map_err(|msg| PlotError::Data {

@@ -12,10 +12,27 @@ fn n(v: f64) -> String {
     if s == "-0" { "0".into() } else { s.to_string() }
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+/// XML character data: `&`, `<`, `>` and quotes escaped; a character XML 1.0 does not allow
+/// (C0 controls other than tab, newline and carriage return; U+FFFE, U+FFFF) shown as its
+/// Unicode control picture (U+2400 + code) or U+FFFD, so every SVG is well-formed.
+pub(crate) fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&apos;"),
+            '\t' | '\n' | '\r' => o.push(c),
+            c if (c as u32) < 0x20 => {
+                o.push(char::from_u32(0x2400 + c as u32).unwrap_or('\u{FFFD}'))
+            }
+            '\u{FFFE}' | '\u{FFFF}' => o.push('\u{FFFD}'),
+            c => o.push(c),
+        }
+    }
+    o
 }
 
 fn points(pts: &[(f64, f64)]) -> String {

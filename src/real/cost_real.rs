@@ -209,6 +209,12 @@ pub fn default_layers(n_layer: usize) -> Vec<usize> {
     v
 }
 
+/// The first layer that occurs twice in `layers`, if any.
+fn duplicate(layers: &[usize]) -> Option<usize> {
+    let mut seen = std::collections::BTreeSet::new();
+    layers.iter().copied().find(|&l| !seen.insert(l))
+}
+
 struct Capture<'a> {
     layers: &'a [usize],
     rows: Vec<Vec<f32>>,
@@ -244,6 +250,11 @@ pub fn capture(
         return Err(RealError::Input(format!(
             "A5: layer {l} out of range (the model has {} layers)",
             m.cfg.n_layer
+        )));
+    }
+    if let Some(l) = duplicate(layers) {
+        return Err(RealError::Input(format!(
+            "A5: layer {l} is given twice (layers {layers:?}); give each layer once"
         )));
     }
     if let Some((l, w)) = m
@@ -398,10 +409,23 @@ pub fn exponents(points: &[Point], layer: usize, norm: NormKind, o: &Options) ->
         diagonal: fit_of(&xy(&d), o),
         verdict: ratio_verdict(ratio_fit.as_ref()),
         ratio: ratio_fit,
+        // The exact curves' slopes over the T each fit actually used (points left out of a
+        // fit, or a series stopped at its first infeasible point, are not in its grid).
         synthetic: (
-            cost::exact::grid_slope(Pattern::Sink, norm, &grid),
-            cost::exact::grid_slope(Pattern::Diagonal, norm, &grid),
+            swept_slope(Pattern::Sink, norm, &s, &grid),
+            swept_slope(Pattern::Diagonal, norm, &d, &grid),
         ),
+    }
+}
+
+/// The exact orthonormal curve's least-squares log–log slope over the T of `series` (the
+/// points a fit used); the planned `grid` when fewer than two were used (no fit then either).
+fn swept_slope(pat: Pattern, norm: NormKind, series: &[(usize, f64)], grid: &[usize]) -> f64 {
+    let ts: Vec<usize> = series.iter().map(|p| p.0).collect();
+    if ts.len() >= 2 {
+        cost::exact::grid_slope(pat, norm, &ts)
+    } else {
+        cost::exact::grid_slope(pat, norm, grid)
     }
 }
 
@@ -415,6 +439,11 @@ pub fn run_on(
     progress: &mut dyn FnMut(&str),
 ) -> Result<A5Real, RealError> {
     o.validate()?;
+    if let Some(l) = duplicate(layers) {
+        return Err(RealError::Input(format!(
+            "A5: layer {l} is given twice (layers {layers:?}); give each layer once"
+        )));
+    }
     if xs.len() != layers.len() || xs.is_empty() {
         return Err(RealError::Input(format!(
             "A5: {} input matrices for {} layers",
@@ -495,11 +524,16 @@ pub fn analyze(
     progress: &mut dyn FnMut(&str),
 ) -> Result<A5Real, RealError> {
     o.validate()?;
-    let toks = text_tokens(lm, o.t_max_fro.max(o.t_max_nuclear))?;
     let ls = layers.map_or_else(|| default_layers(lm.model.cfg.n_layer), <[usize]>::to_vec);
     if ls.is_empty() {
         return Err(RealError::Input("A5: no layer given".into()));
     }
+    if let Some(l) = duplicate(&ls) {
+        return Err(RealError::Input(format!(
+            "A5: layer {l} is given twice (layers {ls:?}); give each layer once"
+        )));
+    }
+    let toks = text_tokens(lm, o.t_max_fro.max(o.t_max_nuclear))?;
     progress(&format!(
         "A5 real: forward pass over {} tokens, layers {ls:?}",
         toks.len()
@@ -588,6 +622,22 @@ pub fn markdown(name: &str, r: &A5Real) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_layer_given_twice_is_refused_not_indexed() {
+        let x = Mat::<f64>::from_fn(8, 4, |i, j| ((i * 4 + j) as f64).sin());
+        let e = run_on(
+            &[x.clone(), x],
+            &[1, 1],
+            &Options::default(),
+            &mut |_: &str| {},
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("layer 1 is given twice"), "{e}");
+        assert_eq!(duplicate(&[3, 1, 2]), None);
+        assert_eq!(duplicate(&[3, 1, 3]), Some(3));
+    }
 
     #[test]
     fn verdict_follows_the_interval() {

@@ -187,13 +187,19 @@ fn a5_real_table(
     md.push_str(&cost_real::markdown(name, &r));
     writeln!(
         md,
-        "{} (`{}`). Longer grids: `sinklab real --model {name} --a5 --json`.\n",
+        "{} ({}). Longer grids: `sinklab real --model {name} --a5 --json`.\n",
         if cached {
             "Read from the cache keyed by the model's content hash"
         } else {
             "Computed now and cached, keyed by the model's content hash"
         },
-        file.strip_prefix(&ctx.out_dir).unwrap_or(&file).display()
+        crate::section::md_code(
+            &file
+                .strip_prefix(&ctx.out_dir)
+                .unwrap_or(&file)
+                .display()
+                .to_string()
+        )
     )?;
     Ok(())
 }

@@ -21,7 +21,9 @@ use faer::Mat;
 /// Statistics of one head.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct HeadStats {
-    /// Gu et al.'s α_0 (key 0).
+    /// Gu et al.'s $\alpha_0 = \frac1T\sum_{i=0}^{T-1} A_{i0}$ (key 0), over **every** query
+    /// row, row 0 included (where $A_{00} = 1$ in a causal map): not the layer's
+    /// [`LayerStats::attn_to_first`], which leaves row 0 out.
     pub alpha_first: f64,
     /// Dominant column `argmax_j mean_i A_ij`.
     pub dominant: usize,
@@ -44,7 +46,9 @@ pub struct HeadStats {
 pub struct LayerStats {
     /// Layer index.
     pub layer: usize,
-    /// Mean over heads and queries i ≥ 1 of A_{i,0} (None without attention maps).
+    /// Mean over heads and queries $i \ge 1$ of $A_{i0}$ (None without attention maps): query
+    /// row 0 **excluded**, unlike the heads' [`HeadStats::alpha_first`] (Gu's $\alpha_0$, row 0
+    /// included), so the two differ by $(1 - \bar\alpha_0)/T$-order terms on one input.
     pub attn_to_first: Option<f64>,
     /// Mean of cos(h_i, h_0), i ≥ 1.
     pub bos_cos_mean: f64,
@@ -52,7 +56,9 @@ pub struct LayerStats {
     pub bos_cos_frac_nonpos: f64,
     /// 10%, 50%, 90% quantiles of cos(h_i, h_0).
     pub bos_cos_q: [f64; 3],
-    /// ‖h_0‖.
+    /// $\lVert h^l_0\rVert$ of the raw residual stream after the layer, the last layer
+    /// included (no final norm: the viewer's token curves, `view::TokenCurves`, show the
+    /// final-normed state at the last layer, so the two differ there and only there).
     pub hidden_norm_first: f64,
     /// median_{i≥1} ‖h_i‖.
     pub hidden_norm_median: f64,

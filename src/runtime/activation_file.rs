@@ -259,6 +259,12 @@ impl Activations {
         };
         let (t, d) = (*t, *d);
         nonempty_dims("hidden.0", &h0)?;
+        if t < 2 {
+            return Err(ActivationError::Format(format!(
+                "`hidden.0` holds T = {t} position: attention to the first token, the sink \
+                 detector and every per-position statistic need at least 2"
+            )));
+        }
         // The per-layer analyses hold T × T matrices: check their size before any work.
         crate::budget::Budget::default()
             .check(
@@ -399,10 +405,19 @@ impl Activations {
 
     /// Reads an activation file.
     pub fn read(path: &Path) -> Result<Self, ActivationError> {
-        let bytes = std::fs::read(path).map_err(|source| ActivationError::Io {
+        let io = |source| ActivationError::Io {
             path: path.display().to_string(),
             source,
-        })?;
+        };
+        // A device (`/dev/zero`), a FIFO or a directory is refused before any byte is read.
+        let m = std::fs::metadata(path).map_err(io)?;
+        if !m.is_file() {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file (a directory, device, FIFO or socket); refusing to read it",
+            )));
+        }
+        let bytes = std::fs::read(path).map_err(io)?;
         Self::from_bytes(&bytes)
     }
 

@@ -9,6 +9,13 @@
 //!
 //! A model without a template, or a template the engine cannot parse or render, is refused
 //! with the model file and the engine's message; nothing is guessed.
+//!
+//! A template is untrusted input (it ships inside a model file), so it is rendered under
+//! bounds: at most [`MAX_SOURCE_BYTES`] of source, the engine's fuel ([`FUEL`]: instructions
+//! and allocated bytes, so `'x' * 10**9`, `batch(10**9)`, `indent(10**6)` or nested
+//! `range(100000)` loops stop early), its recursion limit ([`RECURSION_LIMIT`]), on a thread
+//! with a [`STACK_BYTES`] stack (so deeply chained filters cannot overflow the caller's), and
+//! an output of at most [`MAX_OUTPUT_BYTES`]. Real templates use a small fraction of each.
 
 use super::RealError;
 use minijinja::value::Value;
@@ -39,6 +46,63 @@ pub fn no_template(path: &Path, where_: &str) -> RealError {
     )
 }
 
+/// Largest template source accepted (256 KiB; real templates are a few kB).
+pub const MAX_SOURCE_BYTES: usize = 256 << 10;
+/// The engine's fuel for one render (about one unit per instruction or per 64 bytes
+/// allocated: at most about 640 MB and a few seconds).
+pub const FUEL: u64 = 10_000_000;
+/// The engine's recursion limit (its default, 500, is the most it allows without stack
+/// growth; nested blocks and macros of real templates stay below 20).
+pub const RECURSION_LIMIT: usize = 200;
+/// Stack of the thread a template is parsed and rendered on (the parser and compiler recurse
+/// over nested expressions).
+pub const STACK_BYTES: usize = 256 << 20;
+/// Largest rendered text accepted, besides the user's own content (1 MiB).
+pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
+
+/// Widest `tojson(indent=…)` accepted (the engine builds the whole text before charging its
+/// fuel, and the indent repeats on every line and level).
+pub const MAX_JSON_INDENT: usize = 64;
+
+/// Widest padding a Python string method may ask for (`center`, `ljust`, `rjust`, `zfill`,
+/// `expandtabs`, a width in `str.format`): these build their text before any fuel is charged.
+pub const MAX_PAD_WIDTH: i64 = 65_536;
+
+/// Refuses a Python string method whose padding width is over [`MAX_PAD_WIDTH`].
+fn padded_width_ok(value: &Value, method: &str, args: &[Value]) -> Result<(), minijinja::Error> {
+    let over = |w: String| {
+        Err(minijinja::Error::new(
+            minijinja::ErrorKind::InvalidOperation,
+            format!("`{method}` with width {w} is over the limit of {MAX_PAD_WIDTH}"),
+        ))
+    };
+    match method {
+        "center" | "ljust" | "rjust" | "zfill" | "expandtabs" => {
+            for a in args {
+                if let Ok(w) = i64::try_from(a.clone())
+                    && w > MAX_PAD_WIDTH
+                {
+                    return over(w.to_string());
+                }
+            }
+        }
+        "format" => {
+            // A width or precision in a replacement field: the longest digit run.
+            let s = value.as_str().unwrap_or_default();
+            let digits = s
+                .split(|c: char| !c.is_ascii_digit())
+                .map(str::len)
+                .max()
+                .unwrap_or(0);
+            if digits > 5 {
+                return over(format!("of {digits} digits"));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 /// The transformers-compatible environment: whitespace control as transformers sets it,
 /// loop controls, Python string methods and `raise_exception`.
 fn environment() -> minijinja::Environment<'static> {
@@ -49,7 +113,33 @@ fn environment() -> minijinja::Environment<'static> {
         .build()
         .expect("the default delimiters are valid");
     env.set_syntax(syntax);
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_fuel(Some(FUEL));
+    env.set_recursion_limit(RECURSION_LIMIT);
+    env.add_filter(
+        "tojson",
+        |value: Value,
+         indent: Option<Value>,
+         kwargs: minijinja::value::Kwargs|
+         -> Result<Value, minijinja::Error> {
+            let given = match &indent {
+                Some(v) => Some(v.clone()),
+                None => kwargs.get::<Option<Value>>("indent")?,
+            };
+            if let Some(w) = given.and_then(|v| usize::try_from(v).ok())
+                && w > MAX_JSON_INDENT
+            {
+                return Err(minijinja::Error::new(
+                    minijinja::ErrorKind::InvalidOperation,
+                    format!("tojson(indent={w}) is over the limit of {MAX_JSON_INDENT}"),
+                ));
+            }
+            minijinja::filters::tojson(&value, indent, kwargs)
+        },
+    );
+    env.set_unknown_method_callback(|state, value, method, args| {
+        padded_width_ok(value, method, args)?;
+        minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+    });
     env.add_function(
         "raise_exception",
         |msg: String| -> Result<Value, minijinja::Error> {
@@ -63,8 +153,44 @@ fn environment() -> minijinja::Environment<'static> {
 }
 
 impl ChatTemplate {
-    /// Renders one user turn with the generation prompt on (the assistant's turn opened).
+    /// Renders one user turn with the generation prompt on (the assistant's turn opened),
+    /// under the bounds of the module documentation.
     pub fn render_user(&self, content: &str) -> Result<String, RealError> {
+        if self.source.len() > MAX_SOURCE_BYTES {
+            return Err(RealError::Input(format!(
+                "chat template of {}: {} bytes, over the limit of {MAX_SOURCE_BYTES} bytes \
+                 (refusing to parse it)",
+                self.origin,
+                self.source.len()
+            )));
+        }
+        let out = std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("chat-template".into())
+                .stack_size(STACK_BYTES)
+                .spawn_scoped(s, || self.render_bounded(content))
+                .map_err(|e| RealError::Input(format!("chat template: no render thread: {e}")))?
+                .join()
+                .map_err(|_| {
+                    RealError::Input(format!(
+                        "chat template of {}: the engine failed while rendering it",
+                        self.origin
+                    ))
+                })?
+        })?;
+        let cap = MAX_OUTPUT_BYTES.saturating_add(content.len().saturating_mul(2));
+        if out.len() > cap {
+            return Err(RealError::Input(format!(
+                "chat template of {}: the rendered text holds {} bytes, over the limit of {cap} \
+                 (1 MiB besides twice the message)",
+                self.origin,
+                out.len()
+            )));
+        }
+        Ok(out)
+    }
+
+    fn render_bounded(&self, content: &str) -> Result<String, RealError> {
         let fail = |what: &str, e: minijinja::Error| {
             RealError::Input(format!(
                 "chat template of {}: the engine cannot {what} it: {e:#}",
@@ -119,10 +245,13 @@ pub fn from_gguf_meta(
 /// `bos_token`/`eos_token` from `tokenizer_config.json` (a string or `{content: …}`).
 pub fn from_hf_dir(dir: &Path) -> Result<Option<ChatTemplate>, RealError> {
     let cfg_path: PathBuf = dir.join("tokenizer_config.json");
-    let cfg: serde_json::Value = match std::fs::read_to_string(&cfg_path) {
-        Ok(s) => serde_json::from_str(&s)
-            .map_err(|e| RealError::file(&cfg_path, format!("not JSON: {e}")))?,
-        Err(_) => serde_json::Value::Null,
+    let cfg: serde_json::Value = if cfg_path.exists() {
+        let s = crate::budget::read_text(&cfg_path, crate::budget::MAX_CONFIG_BYTES)
+            .map_err(|e| RealError::io(&cfg_path, e))?;
+        serde_json::from_str(&s)
+            .map_err(|e| RealError::file(&cfg_path, format!("not JSON: {e}")))?
+    } else {
+        serde_json::Value::Null
     };
     let special = |k: &str| match &cfg[k] {
         serde_json::Value::String(s) => s.clone(),
@@ -140,7 +269,8 @@ pub fn from_hf_dir(dir: &Path) -> Result<Option<ChatTemplate>, RealError> {
             format!("{} (`chat_template`)", cfg_path.display()),
         ),
         serde_json::Value::Null if jinja.exists() => (
-            std::fs::read_to_string(&jinja).map_err(|e| RealError::io(&jinja, e))?,
+            crate::budget::read_text(&jinja, crate::budget::MAX_TEMPLATE_BYTES)
+                .map_err(|e| RealError::io(&jinja, e))?,
             jinja.display().to_string(),
         ),
         serde_json::Value::Null => return Ok(None),

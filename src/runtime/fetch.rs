@@ -279,20 +279,33 @@ pub enum CacheState {
     },
 }
 
+/// The stamp of a cached file: its modification time in ns, mixed (Unix) with its
+/// status-change time, which no user can set: a byte flipped in place with the size and the
+/// mtime restored (`touch -d`, `set_modified`) still changes the ctime, so the stamp differs
+/// and the file is re-hashed. (A `chmod` or a new hard link renews the ctime too: one re-hash.)
 fn mtime_ns(m: &std::fs::Metadata) -> Option<u128> {
-    m.modified()
+    let mt = m
+        .modified()
         .ok()?
         .duration_since(std::time::UNIX_EPOCH)
-        .ok()
-        .map(|d| d.as_nanos())
+        .ok()?
+        .as_nanos();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let ct = (m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128) as u128;
+        Some(mt ^ ct.rotate_left(64))
+    }
+    #[cfg(not(unix))]
+    Some(mt)
 }
 
-/// Checks the cached files of `spec` under `root`. A file whose size and modification time
-/// are the ones stamped at its last verification is trusted; any other is re-hashed (SHA-256)
-/// against the pinned hash, and the stamp renewed when it matches. So a file edited in place —
-/// one flipped byte keeps the size but not the mtime — is re-hashed and reported. Bit rot, or a
-/// copy that restores size and mtime (`cp -p`, `rsync -t`), keeps the stamp: only
-/// [`check_cache_rehash`] (`sinklab fetch --verify`) finds it.
+/// Checks the cached files of `spec` under `root`. A file whose size and stamp (modification
+/// and status-change times) are the ones recorded at its last verification is trusted; any
+/// other is re-hashed (SHA-256) against the pinned hash, and the stamp renewed when it
+/// matches. So a file edited in place — even with its size and mtime restored — is re-hashed
+/// and reported. Bit rot below the file system keeps the stamp: only [`check_cache_rehash`]
+/// (`sinklab fetch --verify`) finds it.
 pub fn check_cache(root: &Path, spec: &ModelSpec) -> Result<CacheState, RealError> {
     check_cache_with(root, spec, false)
 }
@@ -659,8 +672,8 @@ mod tests {
         assert_eq!(Some(stamped), mtime_ns(&std::fs::metadata(&p).unwrap()));
     }
 
-    /// Bit rot or `cp -p`: a flipped byte with the size and mtime restored keeps the stamp, so
-    /// the stamped check trusts it; the re-hashing check (`fetch --verify`) reports it.
+    /// A flipped byte with the size and mtime restored: the status-change time in the stamp
+    /// differs, so the quick check re-hashes and reports it, as `fetch --verify` does.
     #[test]
     fn a_flipped_byte_with_restored_mtime_is_found_by_rehashing() {
         let root = tempfile::tempdir().unwrap();
@@ -673,10 +686,13 @@ mod tests {
             .unwrap()
             .set_modified(before)
             .unwrap();
-        assert_eq!(
-            check_cache(root.path(), spec).unwrap(),
-            CacheState::Verified,
-            "the stamp (size, mtime) is what the quick check trusts"
+        #[cfg(unix)]
+        assert!(
+            matches!(
+                check_cache(root.path(), spec).unwrap(),
+                CacheState::Corrupt { .. }
+            ),
+            "the quick check trusted a flipped byte with size and mtime restored"
         );
         assert!(matches!(
             check_cache_rehash(root.path(), spec).unwrap(),

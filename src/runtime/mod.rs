@@ -125,6 +125,18 @@ pub struct LoadedModel {
 /// `tokenizer.json`), choosing by content.
 pub fn load(path: &Path) -> Result<LoadedModel, RealError> {
     let mut lm = load_files(path)?;
+    // A BOS id outside the vocabulary names no embedding row: the files contradict each other.
+    if let Some(b) = lm.model.cfg.bos_id
+        && b as usize >= lm.model.cfg.vocab
+    {
+        return Err(RealError::file(
+            path,
+            format!(
+                "the BOS token id {b} is outside the vocabulary of {} tokens",
+                lm.model.cfg.vocab
+            ),
+        ));
+    }
     // One BOS for both formats: the model's own (`bos_token_id` of config.json or the GGUF
     // metadata) wins over a guess from the tokenizer's vocabulary.
     if let (Some(t), Some(b)) = (lm.tok.as_mut(), lm.model.cfg.bos_id)

@@ -221,7 +221,8 @@ impl Checkpoint {
                 "no model.safetensors and no model.safetensors.index.json in this directory",
             ));
         }
-        let text = std::fs::read_to_string(&index).map_err(|e| RealError::io(&index, e))?;
+        let text = crate::budget::read_text(&index, crate::budget::MAX_CONFIG_BYTES)
+            .map_err(|e| RealError::io(&index, e))?;
         let v: Value = serde_json::from_str(&text)
             .map_err(|e| RealError::file(&index, format!("invalid JSON: {e}")))?;
         let Some(wm) = v.get("weight_map").and_then(Value::as_object) else {

@@ -291,8 +291,11 @@ pub fn bpe_pre_tokenizer(
 
 /// Reads a `tokenizer.json` (padding and truncation switched off).
 pub fn from_json(path: &Path) -> Result<Tok, RealError> {
-    let mut tk =
-        Tokenizer::from_file(path).map_err(|e| RealError::file(path, format!("tokenizer: {e}")))?;
+    let text = crate::budget::read_text(path, crate::budget::MAX_TOKENIZER_BYTES)
+        .map_err(|e| RealError::io(path, e))?;
+    let mut tk: Tokenizer = text
+        .parse()
+        .map_err(|e| RealError::file(path, format!("tokenizer: {e}")))?;
     tk.with_padding(None);
     tk.with_truncation(None)
         .map_err(|e| RealError::file(path, format!("tokenizer: {e}")))?;

@@ -283,6 +283,11 @@ pub struct Detection {
     pub bos_entry: Option<Sink>,
     /// Whether the detector is informative here.
     pub validity: Validity,
+    /// Positions $t > b$ with $|\cos(h^l_t, h^l_b)| > \tau$ at some layer outside the window
+    /// and at none inside it: what the window excluded (0 without a window). A run that
+    /// reports them says so, since `--no-window` would flag them.
+    #[serde(default)]
+    pub outside_window: usize,
 }
 
 impl Detection {
@@ -474,6 +479,16 @@ pub fn detect<S: Real>(h: &HiddenStates<S>, p: &DetectorParams) -> Result<Detect
         layers: ls,
     });
     let validity = validity(&cosines, &sinks, &window, b, tau);
+    let outside_window = (0..nt.saturating_sub(b + 1))
+        .filter(|&k| {
+            sinks
+                .binary_search_by_key(&(b + 1 + k), |s| s.position)
+                .is_err()
+                && (0..layers)
+                    .filter(|l| !window.contains(l))
+                    .any(|l| cosines[l][k].is_some_and(|c| c.abs() > tau))
+        })
+        .count();
     Ok(Detection {
         bos: b,
         window,
@@ -482,6 +497,7 @@ pub fn detect<S: Real>(h: &HiddenStates<S>, p: &DetectorParams) -> Result<Detect
         sinks,
         bos_entry,
         validity,
+        outside_window,
     })
 }
 
@@ -627,6 +643,53 @@ pub fn level_summary(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn positions_flagged_only_outside_the_window_are_counted() {
+        // L = 5, T = 5, d = 3, BOS at 0 along e0 with norms (1, 1, 10, 10, 1): window [2, 4).
+        // Position 2 aligns with BOS at layer 0 only (outside the window), position 3 at
+        // layers 0 and 2 (inside as well: flagged, not counted), the rest never.
+        let (l, t, d) = (5, 5, 3);
+        let bos_norm = [1.0f32, 1.0, 10.0, 10.0, 1.0];
+        let mut v = vec![0f32; l * t * d];
+        for (li, &bn) in bos_norm.iter().enumerate() {
+            let at = |tt: usize, k: usize| (li * t + tt) * d + k;
+            v[at(0, 0)] = bn;
+            for tt in 1..t {
+                v[at(tt, 1)] = 1.0;
+            }
+            if li == 0 {
+                v[at(2, 1)] = 0.0;
+                v[at(2, 0)] = 1.0;
+            }
+            if li == 0 || li == 2 {
+                v[at(3, 1)] = 0.0;
+                v[at(3, 0)] = 1.0;
+            }
+        }
+        let h = HiddenStates::new(l, t, d, v).unwrap();
+        let p = DetectorParams {
+            bos_candidates: vec![0],
+            ..Default::default()
+        };
+        let det = detect(&h, &p).unwrap();
+        assert_eq!(det.window, 2..4);
+        assert_eq!(
+            det.sinks.iter().map(|s| s.position).collect::<Vec<_>>(),
+            vec![3]
+        );
+        assert_eq!(det.outside_window, 1);
+        let all = detect(
+            &h,
+            &DetectorParams {
+                window: WindowMode::AllLayers,
+                ..p
+            },
+        )
+        .unwrap();
+        assert_eq!(all.sinks.len(), 2);
+        assert_eq!(all.outside_window, 0);
+    }
 
     #[test]
     fn window_follows_the_formula() {

@@ -385,11 +385,11 @@ fn real_models(
     if !dirs.iter().any(|(k, _)| k == "long") {
         writeln!(
             md,
-            "Paper B's long traces: no run under `{}`. Make them with `sinklab report --full` (or `sinklab secondary \
+            "Paper B's long traces: no run under {}. Make them with `sinklab report --full` (or `sinklab secondary \
              --long --chat --prompt-set math`: the paper's setting; {} prompts × {} greedy tokens per model, models {:?}; \
              resumable; measured on the step-by-step set: SmolLM2 28 min 39 s on 2 cores at load 11–14, about 4× that \
              for a 0.5 B model) and re-run the report.\n",
-            super::long::long_dir(&ctx.out_dir).display(),
+            crate::section::md_code(&super::long::long_dir(&ctx.out_dir).display().to_string()),
             super::long::LONG_PROMPTS,
             super::long::LONG_GENERATE,
             super::long::LONG_MODELS
@@ -556,9 +556,9 @@ fn dose_responses(ctx: &ReportCtx, md: &mut String) -> Result<(), SectionError> 
         let Ok(text) = std::fs::read_to_string(&file) else {
             writeln!(
                 md,
-                "{}: no dose-response under `{}` ({}).\n",
+                "{}: no dose-response under {} ({}).\n",
                 r.model,
-                file.display(),
+                crate::section::md_code(&file.display().to_string()),
                 if r.full_only {
                     "`sinklab report --full` makes it"
                 } else {

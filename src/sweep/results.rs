@@ -170,6 +170,19 @@ pub fn merge<R: SweepRecord>(inputs: &[PathBuf], out: &Path) -> Result<usize, Sw
         if src == &dst {
             continue;
         }
+        // A cut last line (a killed run) would be dropped without a word: refused instead.
+        if std::fs::read(src)
+            .map_err(io(src))?
+            .last()
+            .is_some_and(|&b| b != b'\n')
+        {
+            return Err(results_err(
+                src,
+                "its last line is cut (a run killed mid-write): resume that run (it drops the \
+                 cut line and recomputes the point) or delete the line, then merge"
+                    .into(),
+            ));
+        }
         let recs = read_records::<R>(src)?;
         if recs.is_empty() {
             return Err(results_err(src, "holds no sweep records".into()));

@@ -107,7 +107,8 @@ pub struct HfCfg {
 impl HfCfg {
     /// Parses `config.json`.
     pub fn open(path: &Path) -> Result<Self, RealError> {
-        let text = std::fs::read_to_string(path).map_err(|e| RealError::io(path, e))?;
+        let text = crate::budget::read_text(path, crate::budget::MAX_CONFIG_BYTES)
+            .map_err(|e| RealError::io(path, e))?;
         let v: Value = serde_json::from_str(&text)
             .map_err(|e| RealError::file(path, format!("invalid JSON: {e}")))?;
         let Value::Object(v) = v else {

@@ -27,6 +27,10 @@ pub struct GroupFit {
     pub t_min: usize,
     /// T range.
     pub t_max: usize,
+    /// The T of every point in the fit (repeats included), what the exact curve's slope is
+    /// compared over (`cost::exact::verdict_fits`); empty in fits written before it existed.
+    #[serde(default)]
+    pub ts: Vec<usize>,
     /// Points that were infeasible, failed, did not converge (trained) or whose certified
     /// bracket is wider than [`MAX_FIT_GAP`] (exact): excluded from the fit.
     pub excluded: usize,
@@ -84,6 +88,7 @@ pub fn fit_all(records: &[Record], n_boot: usize, seed: u64) -> Vec<GroupFit> {
                 fit,
                 t_min,
                 t_max,
+                ts: pts.iter().map(|p| p.0 as usize).collect(),
                 excluded,
             });
         }

@@ -63,7 +63,7 @@ pub fn verdict_markdown(fits: &[GroupFit]) -> String {
         ));
     }
     // Exact asymptotic exponents where closed forms exist (orthonormal, W_QK alone).
-    let exact: Vec<(&str, &str, f64, usize, usize)> = fits
+    let exact: Vec<(&str, &str, f64, &[usize])> = fits
         .iter()
         .filter(|f| f.source == "exact" && f.embedding == "orthonormal")
         .map(|f| {
@@ -71,8 +71,7 @@ pub fn verdict_markdown(fits: &[GroupFit]) -> String {
                 f.pattern.as_str(),
                 f.norm.as_str(),
                 f.fit.exponent,
-                f.t_min,
-                f.t_max,
+                f.ts.as_slice(),
             )
         })
         .collect();

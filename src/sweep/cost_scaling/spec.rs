@@ -213,8 +213,10 @@ impl SweepSpec {
             if let Some(m) = e.max_iter {
                 c.range(&k("max_iter"), m as f64, 1.0, f64::MAX)?;
             }
+            // A rate outside (0, 1) is refused in every block, not only where a whole-head
+            // scope would read it.
+            c.open(&k("on_rate"), e.on_rate, 0.0, 1.0)?;
             if e.scopes.contains(&Scope::Head) {
-                c.open(&k("on_rate"), e.on_rate, 0.0, 1.0)?;
                 // Copy-paste needs a source after BOS and a later query.
                 for &t in &e.t {
                     c.range(&k("t"), t as f64, 3.0, f64::MAX)?;
@@ -321,7 +323,7 @@ impl SweepSpec {
     /// Reads a spec file.
     pub fn load(path: &Path) -> Result<Self, SweepError> {
         Self::from_toml_named(
-            &std::fs::read_to_string(path).map_err(io(path))?,
+            &crate::budget::read_text(path, crate::budget::MAX_SPEC_BYTES).map_err(io(path))?,
             &path.display().to_string(),
         )
     }
