@@ -141,6 +141,12 @@ pub struct Args {
     /// Memory limit for `--weights f32` (e.g. 12G; default: SINKLAB_MAX_MEM or the built-in).
     #[arg(long, requires = "weights")]
     max_mem: Option<String>,
+    /// Also write the run's tensors to this safetensors file (the --activations schema).
+    #[arg(long, conflicts_with_all = ["activations", "a5", "results"])]
+    dump: Option<PathBuf>,
+    /// Tensors --dump writes, comma separated: hidden, attn, qkv, mlp (hidden always).
+    #[arg(long, requires = "dump", default_value = "hidden,attn,qkv,mlp")]
+    what: String,
 }
 
 /// `sinklab real --a5`: the cost programs on the model's normalised layer inputs.
@@ -347,6 +353,9 @@ pub fn run(a: Args) -> Result<i32> {
     } else {
         None
     };
+    if let Some(f) = &a.dump {
+        dump(&lm, &tokens, f, &a.what)?;
+    }
     let mut rep = analysis::analyze(&lm, &tokens, a.a1, &mut ())?;
     if a.a2 {
         rep.a2 = Some(sinklab::real::oversmooth_real::analyze_input_form(
@@ -496,6 +505,29 @@ pub fn run(a: Args) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// `--dump F --what LIST`: the run's tensors (`sinklab::runtime::tensors`) written to `F` in
+/// the activation schema; the hidden states are always included (the schema requires them).
+fn dump(
+    lm: &sinklab::runtime::LoadedModel,
+    tokens: &[u32],
+    f: &std::path::Path,
+    what: &str,
+) -> Result<()> {
+    use sinklab::runtime::tensors::{TensorRequest, run_tensors};
+    let mut r = TensorRequest::parse(what).context("--what")?;
+    r.hidden = true;
+    let budget = sinklab::budget::Budget::default();
+    let x = run_tensors(&lm.model, tokens, r, &budget).context("--dump")?;
+    let meta = [
+        ("model".to_string(), lm.path.display().to_string()),
+        ("vocab_size".to_string(), lm.model.cfg.vocab.to_string()),
+    ]
+    .into();
+    x.write(f, meta).context("--dump")?;
+    errln!("wrote {} ({} tokens)", f.display(), tokens.len());
+    Ok(())
 }
 
 /// The text of one token id (empty without a tokenizer).
