@@ -76,7 +76,10 @@ fn python_package_builds_and_its_suite_passes() {
     let f: Vec<&str> = v.split_whitespace().collect();
     let ok = f.len() == 3
         && f[0] == "cpython"
-        && (f[1].parse::<u32>().unwrap_or(0), f[2].parse::<u32>().unwrap_or(0)) >= (3, 9);
+        && (
+            f[1].parse::<u32>().unwrap_or(0),
+            f[2].parse::<u32>().unwrap_or(0),
+        ) >= (3, 9);
     if !ok {
         return skip(&format!("`{python}` is `{}`, not CPython ≥ 3.9", v.trim()));
     }
@@ -104,7 +107,9 @@ fn python_package_builds_and_its_suite_passes() {
     if !deps.status.success() {
         let t = text(&deps);
         assert!(offline(&t), "pip install numpy pytest failed:\n{t}");
-        return skip(&format!("pip cannot install numpy, pytest (offline?):\n{t}"));
+        return skip(&format!(
+            "pip cannot install numpy, pytest (offline?):\n{t}"
+        ));
     }
     // The build itself: what a user runs. Our crate failing to build is a failure.
     // The test builds with Cargo's dev profile (the crate's own: opt-level 1, dependencies at 3),

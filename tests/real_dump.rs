@@ -81,7 +81,11 @@ fn run_tensors_are_the_forward_tensors() {
                 let logits: Vec<f64> = (0..=i)
                     .map(|j| {
                         let kj = &k[((ly * hk + g) * t + j) * dh..((ly * hk + g) * t + j + 1) * dh];
-                        s * qi.iter().zip(kj).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>()
+                        s * qi
+                            .iter()
+                            .zip(kj)
+                            .map(|(a, b)| *a as f64 * *b as f64)
+                            .sum::<f64>()
                     })
                     .collect();
                 let mx = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -210,6 +214,10 @@ fn a_dump_read_back_gives_the_native_statistics() {
         let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
         let names = st.names();
         assert!(names.iter().any(|n| *n == "hidden.0") && names.iter().any(|n| *n == "attn.0"));
-        assert!(!names.iter().any(|n| n.starts_with("keys.") || n.starts_with("mlp_out.")));
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.starts_with("keys.") || n.starts_with("mlp_out."))
+        );
     }
 }

@@ -178,7 +178,11 @@ fn load(
                 .map_err(|e| e.to_string())?;
             let bytes = 4.0 * lm.model.matrix_elements() as f64;
             budget
-                .check("weights=\"f32\"", sinklab::budget::Need::bytes(bytes), false)
+                .check(
+                    "weights=\"f32\"",
+                    sinklab::budget::Need::bytes(bytes),
+                    false,
+                )
                 .map_err(|e| e.to_string())?;
             lm.model.make_f32_resident();
         }
@@ -213,7 +217,8 @@ impl Model {
     /// The architecture's hyper-parameters, a dict.
     #[getter]
     fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let v = serde_json::to_value(&self.lm.model.cfg).map_err(|e| Error::new_err(e.to_string()))?;
+        let v =
+            serde_json::to_value(&self.lm.model.cfg).map_err(|e| Error::new_err(e.to_string()))?;
         json_to_py(py, &v)
     }
 
@@ -239,7 +244,13 @@ impl Model {
 
     /// Token ids of `text` (the CLI's defaults: the model's BOS policy unless `bos` says).
     #[pyo3(signature = (text, bos = None, chat = false))]
-    fn tokenize(&self, py: Python<'_>, text: String, bos: Option<bool>, chat: bool) -> PyResult<Vec<u32>> {
+    fn tokenize(
+        &self,
+        py: Python<'_>,
+        text: String,
+        bos: Option<bool>,
+        chat: bool,
+    ) -> PyResult<Vec<u32>> {
         if chat && bos.is_some() {
             return Err(Error::new_err(
                 "bos: the chat template decides the BOS; give bos=None with chat=True",
@@ -265,9 +276,10 @@ impl Model {
     fn decode(&self, py: Python<'_>, ids: Vec<u32>) -> PyResult<String> {
         let lm = &*self.lm;
         compute(py, || {
-            let tok = lm.tok.as_ref().ok_or_else(|| {
-                format!("{}: no tokenizer in the model files", lm.path.display())
-            })?;
+            let tok = lm
+                .tok
+                .as_ref()
+                .ok_or_else(|| format!("{}: no tokenizer in the model files", lm.path.display()))?;
             Ok(tok.decode(&ids))
         })
     }
@@ -295,8 +307,8 @@ impl Model {
         };
         let lm = &*self.lm;
         let x = compute(py, || {
-            let budget =
-                sinklab::budget::Budget::with(max_mem.as_deref(), None).map_err(|e| e.to_string())?;
+            let budget = sinklab::budget::Budget::with(max_mem.as_deref(), None)
+                .map_err(|e| e.to_string())?;
             sinklab::runtime::on_a_pool_worker(|| run_tensors(&lm.model, &tokens, r, &budget))
                 .map_err(|e| e.to_string())
         })?;
@@ -437,9 +449,7 @@ fn half_space<'py>(
     sink: PyReadonlyArrayDyn<'py, f64>,
     eps: f64,
 ) -> PyResult<Verdict> {
-    use sinklab::geometry::half_space::{
-        Obstruction, Verdict as V, half_space_verdict_rows,
-    };
+    use sinklab::geometry::half_space::{Obstruction, Verdict as V, half_space_verdict_rows};
     let q = rows_of(&queries, "queries")?;
     let k = rows_of(&keys, "keys")?;
     let s = sink
@@ -611,9 +621,17 @@ fn cost_minimal<'py>(
         let budget =
             sinklab::budget::Budget::with(max_mem.as_deref(), None).map_err(|e| e.to_string())?;
         let one = sinklab::budget::cost_program(t, d, norm == NormKind::Nuclear);
-        let est = if scope == Scope::Head { one.then(one) } else { one };
+        let est = if scope == Scope::Head {
+            one.then(one)
+        } else {
+            one
+        };
         budget
-            .check(&format!("cost.minimal on x of shape ({t}, {d})"), est, false)
+            .check(
+                &format!("cost.minimal on x of shape ({t}, {d})"),
+                est,
+                false,
+            )
             .map_err(|e| e.to_string())?;
         let m = faer::Mat::from_fn(t, d, |i, j| rows[i][j]);
         let q = CostQuery {
@@ -773,7 +791,10 @@ fn cached(name: &str) -> Option<String> {
 /// Names of the registered theorem checks.
 #[pyfunction]
 fn checks() -> Vec<&'static str> {
-    sinklab::registry::registry().iter().map(|t| t.name).collect()
+    sinklab::registry::registry()
+        .iter()
+        .map(|t| t.name)
+        .collect()
 }
 
 #[pymodule]

@@ -309,7 +309,12 @@ impl RunTensors {
         })?;
         let f32b = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let mut named: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
-        named.push(("embedding".into(), Dtype::F32, vec![t, d], f32b(&hidden[..t * d])));
+        named.push((
+            "embedding".into(),
+            Dtype::F32,
+            vec![t, d],
+            f32b(&hidden[..t * d]),
+        ));
         for ly in 0..l {
             let s = (ly + 1) * t * d;
             named.push((
@@ -387,7 +392,9 @@ mod tests {
         let r = TensorRequest::parse("hidden, attn,qkv").unwrap();
         assert!(r.hidden && r.attention && r.qkv && !r.mlp);
         assert_eq!(TensorRequest::parse("mlp").unwrap().mlp, true);
-        let e = TensorRequest::parse("hidden,logits").unwrap_err().to_string();
+        let e = TensorRequest::parse("hidden,logits")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("`logits`"), "{e}");
         assert!(TensorRequest::parse(" , ").is_err());
     }
@@ -396,13 +403,17 @@ mod tests {
     fn rows_become_heads() {
         // T = 2 rows of G = 2 heads of width 3: row i, head h, entry j = 100 i + 10 h + j.
         let x: Vec<f32> = (0..2)
-            .flat_map(|i| (0..2).flat_map(move |h| (0..3).map(move |j| (100 * i + 10 * h + j) as f32)))
+            .flat_map(|i| {
+                (0..2).flat_map(move |h| (0..3).map(move |j| (100 * i + 10 * h + j) as f32))
+            })
             .collect();
         let mut y = vec![0f32; 12];
         rows_to_heads_into(&mut y, &x, 2, 2, 3);
         assert_eq!(
             y,
-            vec![0., 1., 2., 100., 101., 102., 10., 11., 12., 110., 111., 112.]
+            vec![
+                0., 1., 2., 100., 101., 102., 10., 11., 12., 110., 111., 112.
+            ]
         );
     }
 }
