@@ -9,6 +9,7 @@ mod backend;
 mod check;
 mod cost;
 mod fetch;
+mod half_space;
 mod plot;
 mod real;
 mod real_batch;
@@ -53,6 +54,8 @@ enum Command {
     Backend(backend::Args),
     /// Minimal cost of a sink or diagonal pattern (THEORY §6).
     Cost(cost::Args),
+    /// Half-space verdict (THEORY §3) on an instance file: queries, keys, sink.
+    HalfSpace(half_space::Args),
     /// Run or resume a sweep spec (sims/<name>.toml): results.jsonl, fit.json, figures.
     Sweep(sweep::Args),
     /// Join sweep shards, then fit and plot.
@@ -92,6 +95,7 @@ fn run(command: Command) -> anyhow::Result<i32> {
         Command::Report(a) => report::run(a),
         Command::Secondary(a) => secondary::run(a),
         Command::Cost(a) => cost::run(a),
+        Command::HalfSpace(a) => half_space::run(a),
         Command::Sweep(a) => sweep::run(a),
         Command::Merge(a) => sweep::merge(a),
         Command::Train(a) => train::run(a),
