@@ -213,11 +213,95 @@ fn a_dump_read_back_gives_the_native_statistics() {
         let bytes = std::fs::read(&g).unwrap();
         let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
         let names = st.names();
-        assert!(names.iter().any(|n| *n == "hidden.0") && names.iter().any(|n| *n == "attn.0"));
+        assert!(names.contains(&"hidden.0") && names.contains(&"attn.0"));
         assert!(
             !names
                 .iter()
                 .any(|n| n.starts_with("keys.") || n.starts_with("mlp_out."))
         );
     }
+}
+
+#[test]
+fn a1_from_a_dump_equals_the_native_head_space_analysis() {
+    // The pooled head-space analysis of one text, native (`--a1`) and from the dump's queries
+    // and keys (`--activations F --a1`): the same verdicts and realisation rates; γ_a within
+    // 1e-6 relative (the native queries carry the logit scale, a positive factor the relative
+    // margin removes up to the hull solver's rounding).
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("qkv.safetensors");
+    let m = tiny("llama_default");
+    let toks = "1,5,9,13,2,7,33,60,4,11,3,8";
+    let native = sinklab(&[
+        "real",
+        "--model",
+        m.to_str().unwrap(),
+        "--tokens",
+        toks,
+        "--bos",
+        "no",
+        "--a1",
+        "--json",
+        "--dump",
+        f.to_str().unwrap(),
+        "--what",
+        "attn,qkv",
+    ]);
+    let back = sinklab(&[
+        "real",
+        "--activations",
+        f.to_str().unwrap(),
+        "--a1",
+        "--json",
+    ]);
+    let (nh, bh) = (
+        native["a1_pooled"]["heads"].as_array().unwrap(),
+        back["heads"].as_array().unwrap(),
+    );
+    assert_eq!(nh.len(), 2 * 4, "L · H heads");
+    assert_eq!(nh.len(), bh.len());
+    for (a, b) in nh.iter().zip(bh) {
+        for k in [
+            "layer",
+            "head",
+            "n_points",
+            "queries_in_half_space",
+            "verified",
+        ] {
+            assert_eq!(a[k], b[k], "{k}");
+        }
+        assert_eq!(a["sep"]["sink_separable"], b["sep"]["sink_separable"]);
+        for k in ["realised", "null_realised", "attn_first"] {
+            close(&a[k], &b[k], k);
+        }
+        let (x, y) = (
+            a["gamma_a"].as_f64().unwrap(),
+            b["gamma_a"].as_f64().unwrap(),
+        );
+        assert!(
+            (x - y).abs() <= 1e-6 * x.abs().max(1e-12),
+            "gamma_a {x} vs {y}"
+        );
+    }
+    assert_eq!(native["a1_pooled"]["verdict"], back["verdict"]);
+    // A file without queries is refused, naming what --a1 needs.
+    let g = dir.path().join("h.safetensors");
+    sinklab(&[
+        "real",
+        "--model",
+        m.to_str().unwrap(),
+        "--tokens",
+        toks,
+        "--json",
+        "--dump",
+        g.to_str().unwrap(),
+        "--what",
+        "hidden",
+    ]);
+    let out = Command::new(env!("CARGO_BIN_EXE_sinklab"))
+        .args(["real", "--activations", g.to_str().unwrap(), "--a1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("queries.{l}"));
 }

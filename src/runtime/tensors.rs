@@ -391,7 +391,7 @@ mod tests {
     fn requests_parse_and_refuse() {
         let r = TensorRequest::parse("hidden, attn,qkv").unwrap();
         assert!(r.hidden && r.attention && r.qkv && !r.mlp);
-        assert_eq!(TensorRequest::parse("mlp").unwrap().mlp, true);
+        assert!(TensorRequest::parse("mlp").unwrap().mlp);
         let e = TensorRequest::parse("hidden,logits")
             .unwrap_err()
             .to_string();
