@@ -913,9 +913,9 @@ fn zero_sizes_and_ignored_flags_are_refused_by_name() {
         &["train", "--k", "0", "--steps", "5"],
         &["--k 0", "trigger"],
     );
+    // (`--activations F --a1` runs A1 on the file's queries and keys: tests/real_dump.rs.)
     for flag in [
-        &["--a1"][..],
-        &["--a2"],
+        &["--a2"][..],
         &["--text", "hi"],
         &["--bos", "yes"],
         &["--tokens", "1,2"],

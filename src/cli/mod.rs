@@ -9,6 +9,7 @@ mod backend;
 mod check;
 mod cost;
 mod fetch;
+mod half_space;
 mod plot;
 mod real;
 mod real_batch;
@@ -80,6 +81,8 @@ enum Command {
     /// whole head) for which every off-query's logit on its pattern's target exceeds its
     /// other logits by the gap Δ, with a certified lower bound beside the value.
     Cost(cost::Args),
+    /// Half-space verdict (THEORY §3) on an instance file: queries, keys, sink.
+    HalfSpace(half_space::Args),
     /// Run or resume a sweep spec (sims/<name>.toml): results.jsonl, fit.json, figures.
     ///
     /// Every point of the spec is computed once (a rerun resumes where the last stopped) into
@@ -161,6 +164,7 @@ fn run(command: Command) -> anyhow::Result<i32> {
         Command::Report(a) => report::run(a),
         Command::Secondary(a) => secondary::run(a),
         Command::Cost(a) => cost::run(a),
+        Command::HalfSpace(a) => half_space::run(a),
         Command::Sweep(a) => sweep::run(a),
         Command::Merge(a) => sweep::merge(a),
         Command::Train(a) => train::run(a),

@@ -77,8 +77,8 @@ pub struct Args {
     /// Activations file instead of a model
     ///
     /// A safetensors file of captured activations (hidden.{l} [T, d], optional attn.{l},
-    /// mlp_out.{l}, keys.{l}, values.{l}, tokens), e.g. from scripts/dump_activations.py.
-    #[arg(long, conflicts_with_all = ["model", "text", "file", "tokens", "bos", "a1", "a2", "a3"], value_name = "FILE")]
+    /// mlp_out.{l}, queries.{l}, keys.{l}, values.{l}, tokens), e.g. from scripts/dump_activations.py.
+    #[arg(long, conflicts_with_all = ["model", "text", "file", "tokens", "bos", "a2", "a3"], value_name = "FILE")]
     activations: Option<PathBuf>,
     /// Also run A1: half-space verdicts, pooled head-space analysis
     ///
@@ -203,6 +203,12 @@ pub struct Args {
     /// Default: the SINKLAB_MAX_MEM environment variable, or the built-in limit.
     #[arg(long, requires = "weights", value_name = "SIZE")]
     max_mem: Option<String>,
+    /// Also write the run's tensors to this safetensors file (the --activations schema).
+    #[arg(long, conflicts_with_all = ["activations", "a5", "results"])]
+    dump: Option<PathBuf>,
+    /// Tensors --dump writes, comma separated: hidden, attn, qkv, mlp (hidden always).
+    #[arg(long, requires = "dump", default_value = "hidden,attn,qkv,mlp")]
+    what: String,
 }
 
 /// `sinklab real --a5`: the cost programs on the model's normalised layer inputs.
@@ -307,6 +313,11 @@ pub enum MatmulArg {
 }
 
 pub fn run(a: Args) -> Result<i32> {
+    if let Some(f) = &a.activations
+        && a.a1
+    {
+        return activations_a1(f, a.json);
+    }
     if let Some(f) = &a.activations {
         let rep = sinklab::real::activations::analyze_file(f)?;
         if a.json {
@@ -444,6 +455,9 @@ pub fn run(a: Args) -> Result<i32> {
     } else {
         None
     };
+    if let Some(f) = &a.dump {
+        dump(&lm, &tokens, f, &a.what)?;
+    }
     let mut rep = analysis::analyze(&lm, &tokens, a.a1, &mut ())?;
     if a.a2 {
         rep.a2 = Some(sinklab::real::oversmooth_real::analyze_input_form(
@@ -591,6 +605,177 @@ pub fn run(a: Args) -> Result<i32> {
                 hard_switch_real::markdown(s, (&first, nos.as_deref()))
             );
         }
+    }
+    Ok(0)
+}
+
+/// `--dump F --what LIST`: the run's tensors (`sinklab::runtime::tensors`) written to `F` in
+/// the activation schema; the hidden states are always included (the schema requires them).
+fn dump(
+    lm: &sinklab::runtime::LoadedModel,
+    tokens: &[u32],
+    f: &std::path::Path,
+    what: &str,
+) -> Result<()> {
+    use sinklab::runtime::tensors::{TensorRequest, run_tensors};
+    let mut r = TensorRequest::parse(what).context("--what")?;
+    r.hidden = true;
+    let budget = sinklab::budget::Budget::default();
+    let x = run_tensors(&lm.model, tokens, r, &budget).context("--dump")?;
+    let meta = [
+        ("model".to_string(), lm.path.display().to_string()),
+        ("vocab_size".to_string(), lm.model.cfg.vocab.to_string()),
+    ]
+    .into();
+    x.write(f, meta).context("--dump")?;
+    errln!("wrote {} ({} tokens)", f.display(), tokens.len());
+    Ok(())
+}
+
+/// `--activations F --a1`: A1 in each head's logit space (the pooled analysis of
+/// [`head_space::heads_of_layer`] on one text) from the file's `queries.{l}` `[H, T, d_h]` and
+/// `keys.{l}` `[H_kv, T, d_h]` (what `--dump` writes with qkv), the sink at position 0. The
+/// queries' logit scale is not in the file; a positive scale changes no verdict or margin here
+/// (condition (a) and the realisation are invariant, γ_a is relative to the median norm).
+fn activations_a1(f: &std::path::Path, json: bool) -> Result<i32> {
+    use sinklab::runtime::safetensors::StFile;
+    let st = StFile::open(f)?;
+    let mut p = head_space::Pool {
+        scale: 1.0,
+        causal: true,
+        ..head_space::Pool::default()
+    };
+    let mut l = 0;
+    while st.has(&format!("queries.{l}")) {
+        let (q, qs) = st.tensor(&format!("queries.{l}"))?;
+        let kname = format!("keys.{l}");
+        if !st.has(&kname) {
+            bail!("{}: `queries.{l}` without `{kname}`", f.display());
+        }
+        let (k, ks) = st.tensor(&kname)?;
+        let (&[h, t, dh], &[hk, tk, dk]) = (qs.as_slice(), ks.as_slice()) else {
+            bail!(
+                "{}: layer {l}: queries {qs:?}, keys {ks:?}: expected [H, T, d_head]",
+                f.display()
+            );
+        };
+        let ok = t == tk
+            && dh == dk
+            && hk > 0
+            && h % hk == 0
+            && t >= 3
+            && (l == 0 || (h, hk, dh, t) == (p.h, p.hk, p.dh, p.lens[0]));
+        if !ok {
+            bail!(
+                "{}: layer {l}: queries {qs:?} and keys {ks:?} do not form [H, T, d_head], [H_kv, T, d_head] with H a multiple of H_kv, T >= 3, as in layer 0",
+                f.display()
+            );
+        }
+        if let Some(i) = q.iter().chain(&k).position(|v| !v.is_finite()) {
+            bail!(
+                "{}: layer {l}: a non-finite query or key (element {i})",
+                f.display()
+            );
+        }
+        // [G, T, d_h] head-major → [T, G·d_h] rows, the forward's layout.
+        let rows = |x: &[f32], g: usize| -> Vec<f32> {
+            let mut o = vec![0f32; x.len()];
+            for hh in 0..g {
+                for i in 0..t {
+                    o[(i * g + hh) * dh..(i * g + hh + 1) * dh]
+                        .copy_from_slice(&x[(hh * t + i) * dh..(hh * t + i + 1) * dh]);
+                }
+            }
+            o
+        };
+        if l == 0 {
+            (p.h, p.hk, p.dh) = (h, hk, dh);
+            p.lens = vec![t];
+        }
+        p.q.push(rows(&q, h));
+        p.k.push(rows(&k, hk));
+        // Mean attention to position 0 from the file's maps, when it has them.
+        let sums = if st.has(&format!("attn.{l}")) {
+            let (a, s) = st.tensor(&format!("attn.{l}"))?;
+            if s != [h, t, t] {
+                bail!(
+                    "{}: `attn.{l}` has shape {s:?}, expected [{h}, {t}, {t}]",
+                    f.display()
+                );
+            }
+            (0..h)
+                .map(|hh| (1..t).map(|i| a[(hh * t + i) * t] as f64).sum())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        p.attn_first_sum.push(sums);
+        l += 1;
+    }
+    if l == 0 {
+        bail!(
+            "{}: --a1 needs `queries.{{l}}` and `keys.{{l}}` (write them with --dump --what qkv)",
+            f.display()
+        );
+    }
+    let t0 = std::time::Instant::now();
+    let mut heads = Vec::new();
+    for layer in 0..l {
+        heads.extend(
+            head_space::heads_of_layer(&p, layer, head_space::A1Options::default())
+                .map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?,
+        );
+    }
+    let r = head_space::ModelA1 {
+        n_texts: 1,
+        n_tokens: p.lens[0],
+        layers: Vec::new(),
+        heads,
+        heads_error: None,
+        d_head: p.dh,
+        seconds: t0.elapsed().as_secs_f64(),
+    };
+    if json {
+        let mut v = serde_json::to_value(&r)?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert("file".into(), f.display().to_string().into());
+            o.insert(
+                "counts".into(),
+                serde_json::to_value(head_space::head_counts(&r))?,
+            );
+            o.insert("verdict".into(), head_space::verdict(&r).into());
+        }
+        outln!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        outln!(
+            "{}: A1 in each head's logit space, {} layers, T = {}",
+            f.display(),
+            l,
+            r.n_tokens
+        );
+        outln!(
+            "{:>5} {:>4} {:>13} {:>9} {:>9} {:>8} {:>10}",
+            "layer",
+            "head",
+            "representable",
+            "(a)",
+            "(b)",
+            "realised",
+            "attn→first"
+        );
+        for h in &r.heads {
+            outln!(
+                "{:>5} {:>4} {:>13} {:>9} {:>9} {:>8.3} {:>10.4}",
+                h.layer,
+                h.head,
+                h.representable(),
+                h.queries_in_half_space,
+                h.sep.sink_separable,
+                h.realised,
+                h.attn_first
+            );
+        }
+        outln!("{}", head_space::verdict(&r));
     }
     Ok(0)
 }

@@ -22,6 +22,7 @@ pub mod gguf;
 pub mod hidden;
 pub mod pretrained;
 pub mod safetensors;
+pub mod tensors;
 pub mod tokenizer;
 pub mod weights;
 
