@@ -397,6 +397,7 @@ impl SweepSpec {
                             seed,
                             eval_batch: 32,
                             target_acc_on: tr.target_acc_on,
+                            switches: crate::train::Switches::OFF,
                         }));
                     }
                 }
