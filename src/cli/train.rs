@@ -52,7 +52,7 @@ pub struct Args {
     /// Mask the BOS key for every query i ≥ 1 (no sink at position 0).
     #[arg(long)]
     no_bos_key: bool,
-    /// Switch offered to the heads: bos, masked, sink-logit, gate, sink-logit+gate
+    /// Switch mechanism offered to the heads (default: the BOS key)
     ///
     /// bos: the BOS key visible (default); masked: as --no-bos-key; sink-logit: a learned
     /// sink logit per head; gate: a sigmoid output gate per head; sink-logit+gate: both.
@@ -60,7 +60,7 @@ pub struct Args {
     /// diagonal or mixed).
     #[arg(long, value_enum, default_value = "bos", value_name = "S")]
     switch: SwitchArg,
-    /// Gate form with --switch gate: head (one scalar) or elementwise (one per coordinate).
+    /// Gate of --switch gate: head (one scalar) or elementwise (one per coordinate)
     #[arg(long, default_value = "head", value_name = "FORM", value_parser = parse_gate_form)]
     gate_form: GateForm,
     /// Drop BOS from the sequences altogether.
@@ -214,11 +214,6 @@ pub fn run(a: Args) -> Result<i32> {
             &cfg,
             progress,
         )?,
-        Selected::Gpu { .. } if !switches.is_off() => bail!(
-            "--switch {:?} on --backend gpu: the wgpu backend has no kernels for the sink logit \
-             or the gate yet; use --backend cpu",
-            a.switch
-        ),
         Selected::Gpu { gpu, .. } => train_on(&**gpu, &cfg, progress)?,
     };
     bar.finish_and_clear();
@@ -276,15 +271,17 @@ pub fn run(a: Args) -> Result<i32> {
             c.vo_fro,
             c.vo_nuclear
         );
-        if c.sink_logit_abs.is_some() || c.gate_fro.is_some() {
-            outln!(
-                "         {}{}",
-                c.sink_logit_abs
-                    .map_or(String::new(), |s| format!("|s| {s:.3}  ")),
-                c.gate_fro.map_or(String::new(), |(w, b)| format!(
-                    "‖W_g‖_F {w:.3}, ‖b_g‖ {b:.3}"
-                ))
-            );
+        let switch_costs: Vec<String> = c
+            .sink_logit_abs
+            .map(|s| format!("|s| {s:.3}"))
+            .into_iter()
+            .chain(
+                c.gate_fro
+                    .map(|(w, b)| format!("‖W_g‖_F {w:.3}, ‖b_g‖ {b:.3}")),
+            )
+            .collect();
+        if !switch_costs.is_empty() {
+            outln!("         {}", switch_costs.join(", "));
         }
         if let Some(u) = rep.switch_used.get(l) {
             outln!(

@@ -24,6 +24,9 @@
 //! scatter-add. Weight gradients $\sum_b X_b^\top G_b$ are one product over
 //! the batch reshaped to `(B·T) × ·`; the bias is added and summed with
 //! products against a ones column.
+//! The explicit switches of [`Model`] ([`super::model::Switches`]) run their
+//! softmax and element-wise parts on host copies (module `switch`; exact on any
+//! backend, one round trip each on a GPU) and their products on the backend.
 //!
 //! Per step the host sends the token ids and the targets (the ids shifted by
 //! one), `2·B·T` numbers, and reads back one number, the loss, only when asked

@@ -6,6 +6,10 @@
 //! logits $= h\thinspace U$. Attention: logits $z_{ij} = h_i^\top W_{QK} h_j$ (no $1/\sqrt d$, as in
 //! docs/theory.md §1), causal softmax, output $o_i = \sum_j A_{ij} W_{VO} h_j$, with
 //! $W_{QK} = W_Q W_K^\top$, $W_{VO} = W_O W_V^\top$ in factored form.
+//! Optional explicit switches ([`Switches`], docs/theory.md §11, off by default): a learned
+//! sink logit $s$ joining each softmax row with no value, and an output gate
+//! $o_i \leftarrow \sigma(h_i^\top W_g + b_g)\odot o_i$ (one scalar per head, or one per
+//! coordinate) before $W_O$.
 //! Every batch-wide product goes through [`super::kernels::matmul`]; the small
 //! per-sequence attention products go through [`super::kernels::matmul_local`].
 //! The batch is split into chunks of whole sequences that run forward and
