@@ -502,3 +502,63 @@ fn each_switch_trains_and_is_classified() {
         }
     }
 }
+
+/// The control of a mechanism present but untrained: with `freeze_switches` the switch
+/// parameters keep their initial values exactly (s = 0, b_g = 0, W_g as drawn) while
+/// the rest trains; without a switch the option is refused.
+#[test]
+fn frozen_switches_keep_their_initial_values() {
+    use sinklab::train::{GateForm, Switches, TaskSpec, TrainConfig, train_model};
+    let cfg = TrainConfig {
+        task: TaskSpec::BigramCopy {
+            n: 8,
+            k: 2,
+            alpha: 0.3,
+        },
+        t: 10,
+        d: 12,
+        attn: AttnForm::Factored { r: 12 },
+        batch: 8,
+        steps: 60,
+        eval_batch: 8,
+        switches: Switches {
+            sink_logit: true,
+            gate: GateForm::Head,
+        },
+        freeze_switches: true,
+        ..TrainConfig::default()
+    };
+    let (r, m) = train_model(&cfg, |_, _| {}).unwrap();
+    let (_, m1) = train_model(
+        &TrainConfig {
+            steps: 1,
+            ..cfg.clone()
+        },
+        |_, _| {},
+    )
+    .unwrap();
+    let (_, live) = train_model(
+        &TrainConfig {
+            freeze_switches: false,
+            ..cfg.clone()
+        },
+        |_, _| {},
+    )
+    .unwrap();
+    assert!(r.loss_curve.last().unwrap().1 < r.loss_curve[0].1);
+    assert_eq!(m.sink_logit(0), Some(0.0));
+    assert_ne!(
+        live.sink_logit(0),
+        Some(0.0),
+        "an unfrozen sink logit trains"
+    );
+    let ((w, b), (w1, _)) = (m.gate_params(0).unwrap(), m1.gate_params(0).unwrap());
+    assert!(b.col_iter().all(|c| c.iter().all(|&x| x == 0.0)));
+    assert_eq!(w, w1, "W_g moved although frozen");
+    assert_ne!(live.gate_params(0).unwrap().0, w1, "an unfrozen W_g trains");
+    let bad = TrainConfig {
+        switches: Switches::OFF,
+        ..cfg
+    };
+    assert!(train_model(&bad, |_, _| {}).is_err());
+}

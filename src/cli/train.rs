@@ -63,6 +63,9 @@ pub struct Args {
     /// Gate of --switch gate: head (one scalar) or elementwise (one per coordinate)
     #[arg(long, default_value = "head", value_name = "FORM", value_parser = parse_gate_form)]
     gate_form: GateForm,
+    /// Control: keep the switch parameters at their initial values (needs --switch)
+    #[arg(long)]
+    freeze_switch: bool,
     /// Drop BOS from the sequences altogether.
     #[arg(long)]
     no_bos: bool,
@@ -159,6 +162,14 @@ pub fn run(a: Args) -> Result<i32> {
         sinklab::budget::training(a.t, a.d, r, a.layers, a.mlp, a.n, a.batch, a.steps),
         true,
     )?;
+    if a.freeze_switch && matches!(a.switch, SwitchArg::Bos | SwitchArg::Masked) {
+        bail!("--freeze-switch needs --switch sink-logit, gate or sink-logit+gate");
+    }
+    if a.gate_form != GateForm::Head
+        && !matches!(a.switch, SwitchArg::Gate | SwitchArg::SinkLogitGate)
+    {
+        bail!("--gate-form elementwise needs --switch gate or sink-logit+gate");
+    }
     let gate = a.gate_form;
     let switches = match a.switch {
         SwitchArg::Bos | SwitchArg::Masked => Switches::OFF,
@@ -200,6 +211,7 @@ pub fn run(a: Args) -> Result<i32> {
         eval_batch: 64,
         target_acc_on: a.target_acc,
         switches,
+        freeze_switches: a.freeze_switch,
     };
     let bar = indicatif::ProgressBar::new(a.steps as u64);
     let sel = sinklab::backend::select(a.backend, &sinklab::backend::GpuOptions::default())?;

@@ -311,6 +311,16 @@ impl<B: Backend> DeviceModel<B> {
         })
     }
 
+    /// Freezes parameter `k` (an index into [`Model::params`]) at its current value:
+    /// learning rate and weight decay 0 from now on, so AdamW leaves it exactly unchanged
+    /// (the control of a mechanism present but untrained).
+    pub fn freeze(&mut self, k: usize) {
+        if let Some(h) = self.hyper.get_mut(k) {
+            h.lr = 0.0;
+            h.weight_decay = 0.0;
+        }
+    }
+
     /// Optimiser steps taken.
     pub fn steps(&self) -> u64 {
         self.steps

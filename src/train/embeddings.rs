@@ -56,6 +56,7 @@ pub fn config(t: usize, d: usize, seed: u64) -> TrainConfig {
         eval_batch: 32,
         target_acc_on: None,
         switches: crate::train::Switches::OFF,
+        freeze_switches: false,
     }
 }
 

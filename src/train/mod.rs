@@ -121,6 +121,9 @@ pub struct TrainConfig {
     /// Explicit switches of every head (sink logit, output gate; docs/theory.md §11).
     #[serde(default, skip_serializing_if = "Switches::is_off")]
     pub switches: Switches,
+    /// Control: keep the switch parameters ($s$, $W_g$, $b_g$) at their initial values.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub freeze_switches: bool,
 }
 
 /// Steps between two probes of the convergence criterion.
@@ -151,6 +154,7 @@ impl Default for TrainConfig {
             eval_batch: 64,
             target_acc_on: None,
             switches: Switches::OFF,
+            freeze_switches: false,
         }
     }
 }
@@ -502,6 +506,16 @@ pub fn train_model_on<B: Backend>(
         ..AdamWHyper::default()
     };
     let mut dev = device::DeviceModel::new(be, &model, &opt, cfg.batch, cfg.t, &w)?;
+    if cfg.freeze_switches {
+        if cfg.switches.is_off() {
+            return Err(TrainError::Invalid(
+                "freeze_switches without a switch: nothing to freeze".into(),
+            ));
+        }
+        for k in model.switch_params() {
+            dev.freeze(k);
+        }
+    }
     for step in 0..cfg.steps {
         if let (Some(target), Some((ptoks, pseqs))) = (cfg.target_acc_on, &probe)
             && step > 0

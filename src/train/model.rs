@@ -530,6 +530,18 @@ impl<F: Real> Model<F> {
         self.layers[l].sink.map(|k| self.params[k][(0, 0)].to_f64())
     }
 
+    /// Indices into [`Model::params`] of every switch parameter ($s$, $W_g$, $b_g$).
+    pub fn switch_params(&self) -> Vec<usize> {
+        self.layers
+            .iter()
+            .flat_map(|li| {
+                li.sink
+                    .into_iter()
+                    .chain(li.gate.into_iter().flat_map(|(w, b)| [w, b]))
+            })
+            .collect()
+    }
+
     /// The gate's $(W_g, b_g)$ of layer `l` (`None` without a gate).
     pub fn gate_params(&self, l: usize) -> Option<(&Mat<F>, &Mat<F>)> {
         self.layers[l]

@@ -398,6 +398,7 @@ impl SweepSpec {
                             eval_batch: 32,
                             target_acc_on: tr.target_acc_on,
                             switches: crate::train::Switches::OFF,
+                            freeze_switches: false,
                         }));
                     }
                 }
