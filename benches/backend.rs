@@ -180,6 +180,7 @@ fn train_module_step(c: &mut Criterion) {
             mlp_hidden: 0,
             mask_bos_key: false,
             init_scale: 1.0,
+            switches: sinklab::train::Switches::OFF,
         };
         let mut rng = StdRng::seed_from_u64(2);
         let model: Model<f32> = Model::new(cfg, &mut rng).expect("model");

@@ -40,6 +40,7 @@ fn main() {
         mlp_hidden: 256,
         mask_bos_key: false,
         init_scale: 1.0,
+        switches: sinklab::train::Switches::OFF,
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(0);
     let model: Model<f32> = Model::new(cfg, &mut rng).expect("model");

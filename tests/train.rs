@@ -76,6 +76,7 @@ fn cfg(layers: usize, attn: AttnForm, mlp: usize, mask: bool) -> ModelConfig {
         mlp_hidden: mlp,
         mask_bos_key: mask,
         init_scale: 1.0,
+        switches: sinklab::train::Switches::OFF,
     }
 }
 
@@ -284,4 +285,280 @@ fn training_does_not_depend_on_the_thread_count() {
             .unwrap();
         assert_eq!(pool.install(run), outside, "{threads} threads");
     }
+}
+
+/// The switch variants of the model: (sink logit, gate form).
+fn switch_settings() -> Vec<sinklab::train::Switches> {
+    use sinklab::train::{GateForm, Switches};
+    let mut v = Vec::new();
+    for sink_logit in [false, true] {
+        for gate in [GateForm::Off, GateForm::Head, GateForm::Elementwise] {
+            let s = Switches { sink_logit, gate };
+            if !s.is_off() {
+                v.push(s);
+            }
+        }
+    }
+    v
+}
+
+/// The explicit switches (docs/theory.md §11) in the training model: the host model's
+/// gradients against finite differences (the same check as every other parameter).
+#[test]
+fn switch_gradients_match_finite_differences() {
+    for (k, switches) in switch_settings().into_iter().enumerate() {
+        for (attn, mask) in [
+            (AttnForm::Direct, false),
+            (AttnForm::Factored { r: 3 }, true),
+        ] {
+            let c = ModelConfig {
+                switches,
+                ..cfg(2, attn, 4, mask)
+            };
+            check(c, 40 + k as u64);
+        }
+    }
+}
+
+/// Device gradients and loss of every switch variant on `be` against the host model in
+/// f64 (parameters rounded to the backend's precision first, so only the computation's
+/// rounding differs); `rel` bounds |device − host| relative to a tensor's largest entry.
+fn device_switch_grads<Bk: sinklab::backend::Backend>(be: &Bk, rel: f64) {
+    use sinklab::backend::Real;
+    use sinklab::train::device::DeviceModel;
+    let (b, t) = (3, 6);
+    for (k, switches) in switch_settings().into_iter().enumerate() {
+        for (attn, mask, mlp) in [
+            (AttnForm::Direct, true, 0),
+            (AttnForm::Factored { r: 4 }, false, 5),
+        ] {
+            let c = ModelConfig {
+                switches,
+                ..cfg(2, attn, mlp, mask)
+            };
+            let mut rng = StdRng::seed_from_u64(70 + k as u64);
+            let mut m: Model<f64> = Model::new(c, &mut rng).unwrap();
+            // Switch parameters away from their initial zeros; every entry exact in Bk::Elem.
+            for (p, name) in m.params.iter_mut().zip(&m.names) {
+                let away = name.ends_with(".sink") || name.ends_with(".bg");
+                *p = Mat::from_fn(p.nrows(), p.ncols(), |i, j| {
+                    let x = if away {
+                        rng.random_range(-1.5..1.5)
+                    } else {
+                        p[(i, j)]
+                    };
+                    <Bk::Elem as Real>::from_f64(x).to_f64()
+                });
+            }
+            let toks: Vec<u32> = (0..b * t)
+                .map(|r| {
+                    if r % t == 0 {
+                        0
+                    } else {
+                        rng.random_range(1..7)
+                    }
+                })
+                .collect();
+            let w: Vec<f64> = (0..b * t)
+                .map(|r| {
+                    if r % t + 1 < t {
+                        1.0 + (r % 3) as f64
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            let opt = AdamW::new(&m.params, 1e-2, 1e-2);
+            let mut dev = DeviceModel::new(be, &m, &opt.hyper, b, t, &w).unwrap();
+            dev.forward_backward(be, &toks).unwrap();
+            let got = dev.grads(be).unwrap();
+            let cache = m.forward(&toks, b, t).unwrap();
+            let want = m.backward(&cache, &w);
+            let (dl, hl) = (dev.loss(be).unwrap(), m.loss(&cache, &w));
+            assert!(
+                (dl - hl).abs() <= rel * hl.abs(),
+                "loss {dl} vs {hl} [{c:?}]"
+            );
+            for (n, (g, r)) in got.iter().zip(&want).enumerate() {
+                let max = (0..r.ncols())
+                    .flat_map(|j| (0..r.nrows()).map(move |i| (i, j)))
+                    .fold(0.0f64, |a, (i, j)| a.max(r[(i, j)].abs()));
+                assert!(max > 0.0, "{}: zero gradient [{c:?}]", m.names[n]);
+                for j in 0..r.ncols() {
+                    for i in 0..r.nrows() {
+                        let err = (g[(i, j)] - r[(i, j)]).abs();
+                        assert!(
+                            err <= rel * max,
+                            "{} ({i},{j}): device {} vs host {} [{c:?}]",
+                            m.names[n],
+                            g[(i, j)],
+                            r[(i, j)]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The device model (`train::device`) on `Cpu<f64>` computes the same loss and gradients
+/// as the host model with every switch: both in f64, they differ only by the order of the
+/// sums (at most ~100 terms each at this size, so by a few hundred ulps of the largest
+/// entry); 1e-10 relative to a tensor's largest gradient entry is far above that and far
+/// below the O(1) relative error of a missing or wrong term.
+#[test]
+fn device_switch_gradients_match_the_host_model() {
+    device_switch_grads(&sinklab::backend::Cpu::<f64>::new(), 1e-10);
+}
+
+/// The same on `Cpu<f32>` and on wgpu-f32 (Vulkan; SKIP without an adapter): the switch
+/// parts run as host round trips, so they need no kernel of their own. Tolerance: the
+/// bound of `tests/train_device.rs`, 2·eps·(c·L + 3)·n relative to the largest entry, with
+/// n = B·T + V + d + T + h = 42 terms per sum and c = 6 products per layer (its 4 plus the
+/// gate's and the sink's): 2·1.19e-7·15·42 ≈ 1.5e-4.
+#[test]
+fn device_switch_gradients_match_the_host_model_in_f32() {
+    use sinklab::backend::{BackendError, GpuOptions, Wgpu};
+    let rel = 2.0 * f32::EPSILON as f64 * 15.0 * 42.0;
+    device_switch_grads(&sinklab::backend::Cpu::<f32>::new(), rel);
+    match Wgpu::new(&GpuOptions::vulkan()) {
+        Ok(g) => device_switch_grads(&g, rel),
+        Err(BackendError::NoAdapter(why)) => {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "SKIP: wgpu switch gradients: {why}");
+        }
+        Err(e) => panic!("a Vulkan adapter exists but the device failed: {e}"),
+    }
+}
+
+/// A short seeded run with each switch trains (the loss decreases), trains the switch's
+/// own parameters (the sink logit leaves its initial 0; the gate leaves σ(·) ≈ ½ somewhere),
+/// and reports which switch the off-queries use.
+#[test]
+fn each_switch_trains_and_is_classified() {
+    use sinklab::train::{GateForm, Switches, TaskSpec, TrainConfig, train_model};
+    let base = TrainConfig {
+        task: TaskSpec::BigramCopy {
+            n: 8,
+            k: 2,
+            alpha: 0.3,
+        },
+        t: 12,
+        d: 16,
+        attn: AttnForm::Factored { r: 16 },
+        batch: 16,
+        steps: 150,
+        lr: 1e-2,
+        eval_batch: 16,
+        ..TrainConfig::default()
+    };
+    let on = |sink_logit, gate| Switches { sink_logit, gate };
+    let variants = [
+        ("bos", Switches::OFF, false),
+        ("masked", Switches::OFF, true),
+        ("sink-logit", on(true, GateForm::Off), false),
+        ("gate", on(false, GateForm::Head), false),
+        ("elementwise gate", on(false, GateForm::Elementwise), false),
+        ("sink-logit+gate", on(true, GateForm::Head), false),
+    ];
+    let names = ["bos_sink", "sink_logit", "gate", "diagonal", "mixed"];
+    for (what, switches, mask) in variants {
+        let cfg = TrainConfig {
+            switches,
+            mask_bos_key: mask,
+            ..base.clone()
+        };
+        let (r, model) = train_model(&cfg, |_, _| {}).unwrap();
+        let (first, last) = (r.loss_curve[0].1, r.loss_curve.last().unwrap().1);
+        assert!(last < first, "{what}: loss {first} -> {last}");
+        assert_eq!(r.switch_used.len(), 1, "{what}");
+        let u = &r.switch_used[0];
+        assert!(names.contains(&u.switch.as_str()), "{what}: {u:?}");
+        let fr = u.gate + u.sink_logit + u.bos_sink + u.diagonal;
+        assert!((0.0..=1.0 + 1e-12).contains(&fr), "{what}: {u:?}");
+        assert_eq!(u.mean_sink_mass.is_some(), switches.sink_logit, "{what}");
+        assert_eq!(
+            u.mean_gate.is_some(),
+            switches.gate != GateForm::Off,
+            "{what}"
+        );
+        if switches.sink_logit {
+            let s = model.sink_logit(0).unwrap();
+            assert!(s != 0.0 && u.sink_logit_value == Some(s), "{what}: s = {s}");
+        } else {
+            assert_eq!(u.sink_logit, 0.0, "{what}");
+        }
+        if switches.gate == GateForm::Off {
+            assert_eq!(u.gate, 0.0, "{what}");
+        } else {
+            let g = u.mean_gate.unwrap();
+            assert!(
+                (0.0..=1.0).contains(&g) && (g - 0.5).abs() > 1e-3,
+                "{what}: gate {g}"
+            );
+        }
+        if mask {
+            assert_eq!(u.bos_sink, 0.0, "{what}: {u:?}");
+        }
+    }
+}
+
+/// The control of a mechanism present but untrained: with `freeze_switches` the switch
+/// parameters keep their initial values exactly (s = 0, b_g = 0, W_g as drawn) while
+/// the rest trains; without a switch the option is refused.
+#[test]
+fn frozen_switches_keep_their_initial_values() {
+    use sinklab::train::{GateForm, Switches, TaskSpec, TrainConfig, train_model};
+    let cfg = TrainConfig {
+        task: TaskSpec::BigramCopy {
+            n: 8,
+            k: 2,
+            alpha: 0.3,
+        },
+        t: 10,
+        d: 12,
+        attn: AttnForm::Factored { r: 12 },
+        batch: 8,
+        steps: 60,
+        eval_batch: 8,
+        switches: Switches {
+            sink_logit: true,
+            gate: GateForm::Head,
+        },
+        freeze_switches: true,
+        ..TrainConfig::default()
+    };
+    let (r, m) = train_model(&cfg, |_, _| {}).unwrap();
+    let (_, m1) = train_model(
+        &TrainConfig {
+            steps: 1,
+            ..cfg.clone()
+        },
+        |_, _| {},
+    )
+    .unwrap();
+    let (_, live) = train_model(
+        &TrainConfig {
+            freeze_switches: false,
+            ..cfg.clone()
+        },
+        |_, _| {},
+    )
+    .unwrap();
+    assert!(r.loss_curve.last().unwrap().1 < r.loss_curve[0].1);
+    assert_eq!(m.sink_logit(0), Some(0.0));
+    assert_ne!(
+        live.sink_logit(0),
+        Some(0.0),
+        "an unfrozen sink logit trains"
+    );
+    let ((w, b), (w1, _)) = (m.gate_params(0).unwrap(), m1.gate_params(0).unwrap());
+    assert!(b.col_iter().all(|c| c.iter().all(|&x| x == 0.0)));
+    assert_eq!(w, w1, "W_g moved although frozen");
+    assert_ne!(live.gate_params(0).unwrap().0, w1, "an unfrozen W_g trains");
+    let bad = TrainConfig {
+        switches: Switches::OFF,
+        ..cfg
+    };
+    assert!(train_model(&bad, |_, _| {}).is_err());
 }

@@ -43,6 +43,7 @@ fn cfg(layers: usize, attn: AttnForm, mlp: usize, mask: bool) -> ModelConfig {
         mlp_hidden: mlp,
         mask_bos_key: mask,
         init_scale: 1.0,
+        switches: sinklab::train::Switches::OFF,
     }
 }
 
@@ -385,6 +386,7 @@ fn train_on_is_the_device_loop<Bk: Backend>(be: &Bk) {
         mlp_hidden: cfg.mlp_hidden,
         mask_bos_key: cfg.mask_bos_key,
         init_scale: 1.0,
+        switches: sinklab::train::Switches::OFF,
     };
     let model: Model<f32> = Model::new(mcfg, &mut rng).unwrap();
     let opt = AdamWHyper {

@@ -1,9 +1,27 @@
-//! `sinklab train [--t T] [--d D] [--no-bos-key] ... [--json]`: one training run
-//! on bigram-copy; prints the loss curve, accuracies, learned pattern and costs.
+//! `sinklab train [--t T] [--d D] [--switch S] ... [--json]`: one training run
+//! on bigram-copy; prints the loss curve, accuracies, learned pattern, the switch
+//! the off-queries use and costs.
 
 use anyhow::{Result, bail};
 use sinklab::backend::{Cpu, Selected};
-use sinklab::train::{AttnForm, TaskSpec, TrainConfig, train_on};
+use sinklab::train::{AttnForm, GateForm, Switches, TaskSpec, TrainConfig, train_on};
+
+/// The switch mechanism a run offers its heads (docs/theory.md §11).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SwitchArg {
+    /// The BOS key visible (the default).
+    Bos,
+    /// The BOS key masked for queries i >= 1 (as --no-bos-key).
+    Masked,
+    /// A learned sink logit per head (BOS key visible).
+    #[value(name = "sink-logit")]
+    SinkLogit,
+    /// An output gate per head (BOS key visible).
+    Gate,
+    /// Both a sink logit and a gate (BOS key visible).
+    #[value(name = "sink-logit+gate")]
+    SinkLogitGate,
+}
 
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = "EXAMPLES:
@@ -12,7 +30,9 @@ use sinklab::train::{AttnForm, TaskSpec, TrainConfig, train_on};
   No sink available (the BOS key masked): which pattern is learned instead, as JSON:
     sinklab train --no-bos-key --json
   Two layers with an MLP, stopping at 95 % on-query accuracy:
-    sinklab train --layers 2 --mlp 64 --steps 2000 --target-acc 0.95")]
+    sinklab train --layers 2 --mlp 64 --steps 2000 --target-acc 0.95
+  A learned sink logit per head: which switch do the off-queries use?
+    sinklab train --switch sink-logit")]
 pub struct Args {
     /// Sequence length (BOS included).
     #[arg(long, default_value_t = 32, value_name = "T")]
@@ -32,6 +52,20 @@ pub struct Args {
     /// Mask the BOS key for every query i ≥ 1 (no sink at position 0).
     #[arg(long)]
     no_bos_key: bool,
+    /// Switch mechanism offered to the heads (default: the BOS key)
+    ///
+    /// bos: the BOS key visible (default); masked: as --no-bos-key; sink-logit: a learned
+    /// sink logit per head; gate: a sigmoid output gate per head; sink-logit+gate: both.
+    /// The report says which switch the off-queries use (gate, sink logit, BOS sink,
+    /// diagonal or mixed).
+    #[arg(long, value_enum, default_value = "bos", value_name = "S")]
+    switch: SwitchArg,
+    /// Gate of --switch gate: head (one scalar) or elementwise (one per coordinate)
+    #[arg(long, default_value = "head", value_name = "FORM", value_parser = parse_gate_form)]
+    gate_form: GateForm,
+    /// Control: keep the switch parameters at their initial values (needs --switch)
+    #[arg(long)]
+    freeze_switch: bool,
     /// Drop BOS from the sequences altogether.
     #[arg(long)]
     no_bos: bool,
@@ -80,6 +114,14 @@ pub struct Args {
     max_time: Option<String>,
 }
 
+fn parse_gate_form(s: &str) -> Result<GateForm, String> {
+    match s {
+        "head" => Ok(GateForm::Head),
+        "elementwise" => Ok(GateForm::Elementwise),
+        _ => Err(format!("{s}: the gate form is head or elementwise")),
+    }
+}
+
 pub fn run(a: Args) -> Result<i32> {
     if a.no_bos && a.no_bos_key {
         bail!(
@@ -126,6 +168,30 @@ pub fn run(a: Args) -> Result<i32> {
         sinklab::budget::training(a.t, a.d, r, a.layers, a.mlp, a.n, a.batch, a.steps),
         true,
     )?;
+    if a.freeze_switch && matches!(a.switch, SwitchArg::Bos | SwitchArg::Masked) {
+        bail!("--freeze-switch needs --switch sink-logit, gate or sink-logit+gate");
+    }
+    if a.gate_form != GateForm::Head
+        && !matches!(a.switch, SwitchArg::Gate | SwitchArg::SinkLogitGate)
+    {
+        bail!("--gate-form elementwise needs --switch gate or sink-logit+gate");
+    }
+    let gate = a.gate_form;
+    let switches = match a.switch {
+        SwitchArg::Bos | SwitchArg::Masked => Switches::OFF,
+        SwitchArg::SinkLogit => Switches {
+            sink_logit: true,
+            gate: GateForm::Off,
+        },
+        SwitchArg::Gate => Switches {
+            sink_logit: false,
+            gate,
+        },
+        SwitchArg::SinkLogitGate => Switches {
+            sink_logit: true,
+            gate,
+        },
+    };
     let cfg = TrainConfig {
         task: TaskSpec::BigramCopy {
             n: a.n,
@@ -142,7 +208,7 @@ pub fn run(a: Args) -> Result<i32> {
         },
         mlp_hidden: a.mlp,
         bos: !a.no_bos,
-        mask_bos_key: a.no_bos_key,
+        mask_bos_key: a.no_bos_key || a.switch == SwitchArg::Masked,
         batch: a.batch,
         steps: a.steps,
         lr: a.lr,
@@ -150,6 +216,8 @@ pub fn run(a: Args) -> Result<i32> {
         seed: a.seed,
         eval_batch: 64,
         target_acc_on: a.target_acc,
+        switches,
+        freeze_switches: a.freeze_switch,
     };
     let bar = indicatif::ProgressBar::new(a.steps as u64);
     let sel = sinklab::backend::select(a.backend, &sinklab::backend::GpuOptions::default())?;
@@ -221,6 +289,35 @@ pub fn run(a: Args) -> Result<i32> {
             c.vo_fro,
             c.vo_nuclear
         );
+        let switch_costs: Vec<String> = c
+            .sink_logit_abs
+            .map(|s| format!("|s| {s:.3}"))
+            .into_iter()
+            .chain(
+                c.gate_fro
+                    .map(|(w, b)| format!("‖W_g‖_F {w:.3}, ‖b_g‖ {b:.3}")),
+            )
+            .collect();
+        if !switch_costs.is_empty() {
+            outln!("         {}", switch_costs.join(", "));
+        }
+        if let Some(u) = rep.switch_used.get(l) {
+            outln!(
+                "         off-queries switch by {} (ε = {}: gate {:.3}, sink logit {:.3}, BOS sink {:.3}, diagonal {:.3}){}{}{}",
+                u.switch,
+                u.eps,
+                u.gate,
+                u.sink_logit,
+                u.bos_sink,
+                u.diagonal,
+                u.mean_sink_mass
+                    .map_or(String::new(), |p| format!("; mean sink-logit mass {p:.3}")),
+                u.sink_logit_value
+                    .map_or(String::new(), |s| format!(", s = {s:.3}")),
+                u.mean_gate
+                    .map_or(String::new(), |g| format!("; mean gate {g:.3}"))
+            );
+        }
     }
     outln!("{:.1} s", rep.seconds);
     Ok(0)

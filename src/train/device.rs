@@ -24,6 +24,9 @@
 //! scatter-add. Weight gradients $\sum_b X_b^\top G_b$ are one product over
 //! the batch reshaped to `(B·T) × ·`; the bias is added and summed with
 //! products against a ones column.
+//! The explicit switches of [`Model`] ([`super::model::Switches`]) run their
+//! softmax and element-wise parts on host copies (module `switch`; exact on any
+//! backend, one round trip each on a GPU) and their products on the backend.
 //!
 //! Per step the host sends the token ids and the targets (the ids shifted by
 //! one), `2·B·T` numbers, and reads back one number, the loss, only when asked
@@ -55,6 +58,10 @@ struct LayerActs<T> {
     h_mid: T,
     /// MLP pre-activation $u$ and $\mathrm{relu}(u)$.
     mlp: Option<(T, T)>,
+    /// Sink-logit mass $p_{i\varnothing}$ per row, on the host (empty without a sink logit).
+    psink: Vec<f64>,
+    /// Gate values $G$ and the gated output $G \odot O$ (gate only).
+    gate: Option<(T, T)>,
 }
 
 /// The model and its optimiser state, resident on a backend.
@@ -95,8 +102,45 @@ pub struct DeviceModel<B: Backend> {
     dq: B::Tensor,
     dk: B::Tensor,
     dv: B::Tensor,
+    /// $\partial$ of the gate pre-activation (gate only).
+    dgate: Option<B::Tensor>,
     host_ids: Vec<B::Elem>,
     host_targets: Vec<B::Elem>,
+}
+
+/// Host part of the switches (docs/theory.md §11) of a device step: the sink-logit softmax
+/// and the gate's element-wise products run on host copies of the tensors (read, computed
+/// in f64, written back), the products around them on the backend. Exact on any backend;
+/// on a GPU each is a round trip.
+mod switch {
+    use crate::backend::SoftmaxMask;
+
+    /// Row softmax of `z` (`rows × t`, row `r` = query `r mod t`) with the sink logit `s`:
+    /// $A_{ij} = e^{z_{ij}} / (e^{s} + \sum_{k\ \rm visible} e^{z_{ik}})$, masked entries 0;
+    /// returns $p_{i\varnothing}$ per row.
+    pub(super) fn softmax_sink(z: &mut [f64], t: usize, s: f64, mask: SoftmaxMask) -> Vec<f64> {
+        z.chunks_exact_mut(t)
+            .enumerate()
+            .map(|(r, row)| {
+                let (lo, hi) = mask.visible(r % t, t);
+                let m = row[lo..hi].iter().fold(s, |a, &b| a.max(b));
+                let mut sum = (s - m).exp();
+                for x in &mut row[lo..hi] {
+                    *x = (*x - m).exp();
+                    sum += *x;
+                }
+                for (j, x) in row.iter_mut().enumerate() {
+                    *x = if (lo..hi).contains(&j) { *x / sum } else { 0.0 };
+                }
+                (s - m).exp() / sum
+            })
+            .collect()
+    }
+
+    /// Gate column of output coordinate `c` (a scalar gate has one column).
+    pub(super) fn gcol(gw: usize, c: usize) -> usize {
+        if gw == 1 { 0 } else { c }
+    }
 }
 
 fn elem<B: Backend>(x: f64) -> B::Elem {
@@ -213,8 +257,17 @@ impl<B: Backend> DeviceModel<B> {
                     Some(_) => Some((z(act(cfg.mlp_hidden))?, z(act(cfg.mlp_hidden))?)),
                     None => None,
                 },
+                psink: Vec::new(),
+                gate: match li.gate {
+                    Some((_, bg)) => Some((z(act(shapes[bg].1))?, z(act(hd))?)),
+                    None => None,
+                },
             });
         }
+        let dgate = match layers.iter().find_map(|li| li.gate) {
+            Some((_, bg)) => Some(z(act(shapes[bg].1))?),
+            None => None,
+        };
         Ok(Self {
             cfg,
             b: batch,
@@ -252,9 +305,20 @@ impl<B: Backend> DeviceModel<B> {
             dq: z(act(hd))?,
             dk: z(act(hd))?,
             dv: z(act(hd))?,
+            dgate,
             host_ids: vec![elem::<B>(0.0); bt],
             host_targets: vec![elem::<B>(0.0); bt],
         })
+    }
+
+    /// Freezes parameter `k` (an index into [`Model::params`]) at its current value:
+    /// learning rate and weight decay 0 from now on, so AdamW leaves it exactly unchanged
+    /// (the control of a mechanism present but untrained).
+    pub fn freeze(&mut self, k: usize) {
+        if let Some(h) = self.hyper.get_mut(k) {
+            h.lr = 0.0;
+            h.weight_decay = 0.0;
+        }
     }
 
     /// Optimiser steps taken.
@@ -314,13 +378,47 @@ impl<B: Backend> DeviceModel<B> {
             }
             let k = act.k.as_ref().unwrap_or(h);
             be.matmul(1.0, &act.q, Op::N, k, Op::T, 0.0, &mut self.z)?;
-            be.softmax_rows(&self.z, 1.0, mask, &mut act.a)?;
+            match li.sink {
+                None => be.softmax_rows(&self.z, 1.0, mask, &mut act.a)?,
+                Some(si) => {
+                    let s = be.read_f64(&p[si])?[0];
+                    let mut zs = be.read_f64(&self.z)?;
+                    act.psink = switch::softmax_sink(&mut zs, self.t, s, mask);
+                    let a: Vec<B::Elem> = zs.iter().map(|&x| elem::<B>(x)).collect();
+                    be.write(&mut act.a, &a)?;
+                }
+            }
             be.matmul(1.0, &act.a, Op::N, &act.v, Op::N, 0.0, &mut act.o)?;
+            // Gate: G = σ(h W_g + 1 b_gᵀ), output G ⊙ O.
+            if let (Some((wg, bg)), Some((gt, og))) = (li.gate, act.gate.as_mut()) {
+                be.matmul(1.0, h, Op::N, &p[wg], Op::N, 0.0, gt)?;
+                be.matmul(1.0, &self.ones, Op::N, &p[bg], Op::N, 1.0, gt)?;
+                let gw = be.shape(gt).cols;
+                let gv: Vec<f64> = be.read_f64(gt)?;
+                let gv: Vec<f64> = gv.iter().map(|&x| 1.0 / (1.0 + (-x).exp())).collect();
+                let o = be.read_f64(&act.o)?;
+                let w = be.shape(&act.o).cols;
+                let prod: Vec<B::Elem> = o
+                    .iter()
+                    .enumerate()
+                    .map(|(e, &x)| {
+                        let (r, c) = (e / w, e % w);
+                        elem::<B>(gv[r * gw + switch::gcol(gw, c)] * x)
+                    })
+                    .collect();
+                let gs: Vec<B::Elem> = gv.iter().map(|&x| elem::<B>(x)).collect();
+                be.write(gt, &gs)?;
+                be.write(og, &prod)?;
+            }
+            let out = match &act.gate {
+                Some((_, og)) => og,
+                None => &act.o,
+            };
             be.axpby(1.0, h, 0.0, &mut act.h_mid)?;
             match self.cfg.attn {
-                AttnForm::Direct => be.axpby(1.0, &act.o, 1.0, &mut act.h_mid)?,
+                AttnForm::Direct => be.axpby(1.0, out, 1.0, &mut act.h_mid)?,
                 AttnForm::Factored { .. } => {
-                    be.matmul(1.0, &act.o, Op::N, &p[li.d], Op::T, 1.0, &mut act.h_mid)?
+                    be.matmul(1.0, out, Op::N, &p[li.d], Op::T, 1.0, &mut act.h_mid)?
                 }
             }
             be.axpby(1.0, &act.h_mid, 0.0, h_next)?;
@@ -376,15 +474,59 @@ impl<B: Backend> DeviceModel<B> {
                 be.matmul(1.0, du, Op::N, &p[w1], Op::T, 1.0, &mut self.dh)?;
             }
             if let AttnForm::Factored { .. } = self.cfg.attn {
-                xt_z(be, &mut self.dh, &mut act.o, &mut g[li.d])?;
+                let out = match act.gate.as_mut() {
+                    Some((_, og)) => og,
+                    None => &mut act.o,
+                };
+                xt_z(be, &mut self.dh, out, &mut g[li.d])?;
                 be.matmul(1.0, &self.dh, Op::N, &p[li.d], Op::N, 0.0, &mut self.d_o)?;
             }
-            let d_o = match self.cfg.attn {
-                AttnForm::Direct => &self.dh,
-                AttnForm::Factored { .. } => &self.d_o,
+            // Gate: ∂G = Σ_coords O ⊙ ∂(GO), ∂O = G ⊙ ∂(GO), ∂pre = ∂G ⊙ G(1 − G);
+            // ∂W_g = hᵀ ∂pre, ∂b_g = 1ᵀ ∂pre, ∂h += ∂pre W_gᵀ.
+            if let (Some((wg, bg)), Some((gt, _)), Some(dpre)) =
+                (li.gate, act.gate.as_ref(), self.dgate.as_mut())
+            {
+                if let AttnForm::Direct = self.cfg.attn {
+                    be.axpby(1.0, &self.dh, 0.0, &mut self.d_o)?;
+                }
+                let gw = be.shape(gt).cols;
+                let w = be.shape(&act.o).cols;
+                let (gv, o) = (be.read_f64(gt)?, be.read_f64(&act.o)?);
+                let mut dov = be.read_f64(&self.d_o)?;
+                let mut dg = vec![0.0; gv.len()];
+                for (e, x) in dov.iter_mut().enumerate() {
+                    let k = (e / w) * gw + switch::gcol(gw, e % w);
+                    dg[k] += o[e] * *x;
+                    *x *= gv[k];
+                }
+                for (x, &gk) in dg.iter_mut().zip(&gv) {
+                    *x *= gk * (1.0 - gk);
+                }
+                let to = |v: &[f64]| -> Vec<B::Elem> { v.iter().map(|&x| elem::<B>(x)).collect() };
+                be.write(&mut self.d_o, &to(&dov))?;
+                be.write(dpre, &to(&dg))?;
+                xt_z(be, &mut self.h[l], dpre, &mut g[wg])?;
+                xt_z(be, &mut self.ones, dpre, &mut g[bg])?;
+                be.matmul(1.0, dpre, Op::N, &p[wg], Op::T, 1.0, &mut self.dh)?;
+            }
+            let d_o = match (self.cfg.attn, li.gate) {
+                (AttnForm::Direct, None) => &self.dh,
+                _ => &self.d_o,
             };
             // ∂A (into the score buffer) and ∂V; ∂S; ∂Q = ∂S K, ∂K = ∂Sᵀ Q.
             be.matmul(1.0, d_o, Op::N, &act.v, Op::T, 0.0, &mut self.z)?;
+            // Sink logit: ∂s = −Σ_i p_{i∅} Σ_j A_ij ∂A_ij (its column carries no value).
+            if let Some(si) = li.sink {
+                let (a, da) = (be.read_f64(&act.a)?, be.read_f64(&self.z)?);
+                let t = self.t;
+                let ds: f64 = a
+                    .chunks_exact(t)
+                    .zip(da.chunks_exact(t))
+                    .zip(&act.psink)
+                    .map(|((ar, dr), p)| -p * ar.iter().zip(dr).map(|(x, y)| x * y).sum::<f64>())
+                    .sum();
+                be.write(&mut g[si], &[elem::<B>(ds)])?;
+            }
             be.matmul(1.0, &act.a, Op::T, d_o, Op::N, 0.0, &mut self.dv)?;
             be.softmax_rows_backward(&act.a, &self.z, 1.0, &mut self.dz)?;
             let k = act.k.as_ref().unwrap_or(&self.h[l]);

@@ -55,6 +55,8 @@ pub fn config(t: usize, d: usize, seed: u64) -> TrainConfig {
         seed,
         eval_batch: 32,
         target_acc_on: None,
+        switches: crate::train::Switches::OFF,
+        freeze_switches: false,
     }
 }
 

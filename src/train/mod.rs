@@ -28,7 +28,7 @@ pub mod embeddings;
 pub mod kernels;
 pub mod model;
 
-pub use model::{AttnForm, Model, ModelConfig, ModelError};
+pub use model::{AttnForm, GateForm, Model, ModelConfig, ModelError, Switches};
 
 use crate::backend::{AdamWHyper, Backend, Cpu};
 use crate::linalg;
@@ -118,6 +118,12 @@ pub struct TrainConfig {
     /// budget. `None`: run exactly `steps`.
     #[serde(default)]
     pub target_acc_on: Option<f64>,
+    /// Explicit switches of every head (sink logit, output gate; docs/theory.md §11).
+    #[serde(default, skip_serializing_if = "Switches::is_off")]
+    pub switches: Switches,
+    /// Control: keep the switch parameters ($s$, $W_g$, $b_g$) at their initial values.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub freeze_switches: bool,
 }
 
 /// Steps between two probes of the convergence criterion.
@@ -147,6 +153,8 @@ impl Default for TrainConfig {
             seed: 0,
             eval_batch: 64,
             target_acc_on: None,
+            switches: Switches::OFF,
+            freeze_switches: false,
         }
     }
 }
@@ -166,6 +174,38 @@ pub struct PatternScores {
     pub learned: String,
 }
 
+/// Threshold $\varepsilon$ of the switch predicates of [`SwitchUse`].
+pub const SWITCH_EPS: f64 = 0.1;
+
+/// Which switch the off-queries $i \ge 2$ of one layer use (docs/theory.md §2, §11), over the
+/// eval set. Each off-query is assigned the first predicate it meets, in the order the
+/// switches act on the head output: gate ($\max_c G_{ic} \le \varepsilon$), learned sink
+/// ($p_{i\varnothing} \ge 1-\varepsilon$), BOS sink ($A_{i0} \ge 1-\varepsilon$,
+/// [`crate::patterns::is_eps_sink`]), diagonal ($A_{ii} \ge 1-\varepsilon$,
+/// [`crate::patterns::is_eps_diagonal`]); the layer's `switch` is the one that most
+/// off-queries are assigned if that is at least half of them, else `mixed`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SwitchUse {
+    /// $\varepsilon$ of the predicates.
+    pub eps: f64,
+    /// Fraction of off-queries assigned the gate.
+    pub gate: f64,
+    /// Fraction assigned the learned sink logit.
+    pub sink_logit: f64,
+    /// Fraction assigned the BOS sink.
+    pub bos_sink: f64,
+    /// Fraction assigned the diagonal.
+    pub diagonal: f64,
+    /// Mean sink-logit mass $p_{i\varnothing}$ of the off-queries (with a sink logit).
+    pub mean_sink_mass: Option<f64>,
+    /// Mean of $\max_c G_{ic}$ over the off-queries (with a gate).
+    pub mean_gate: Option<f64>,
+    /// The learned sink logit $s$ (with one).
+    pub sink_logit_value: Option<f64>,
+    /// `bos_sink`, `sink_logit`, `gate`, `diagonal` or `mixed`.
+    pub switch: String,
+}
+
 /// Costs of one trained layer (§1 definitions).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct LayerCosts {
@@ -179,6 +219,12 @@ pub struct LayerCosts {
     pub vo_fro: f64,
     /// $\lVert W_{VO}\rVert_\ast$.
     pub vo_nuclear: f64,
+    /// $|s|$, the learned sink logit's size (with one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink_logit_abs: Option<f64>,
+    /// $\lVert W_g\rVert_F$ and $\lVert b_g\rVert_2$ of the gate (with one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_fro: Option<(f64, f64)>,
 }
 
 /// The report of one run.
@@ -202,6 +248,9 @@ pub struct TrainReport {
     pub on_patterns: Vec<PatternScores>,
     /// Costs per layer.
     pub costs: Vec<LayerCosts>,
+    /// Which switch the off-queries use, per layer.
+    #[serde(default)]
+    pub switch_used: Vec<SwitchUse>,
     /// Optimiser steps actually run.
     #[serde(default)]
     pub steps_run: usize,
@@ -291,6 +340,68 @@ fn scores(
     }
 }
 
+/// [`SwitchUse`] of layer `l` on the eval set (`sink` the layer's learned sink logit).
+fn switch_use(
+    cache: &model::Cache<f32>,
+    seqs: &[Sequence],
+    t: usize,
+    l: usize,
+    sink: Option<f64>,
+) -> SwitchUse {
+    use crate::patterns::{is_eps_diagonal, is_eps_sink};
+    let eps = SWITCH_EPS;
+    let mut counts = [0.0f64; 4];
+    let (mut n, mut psum, mut gsum) = (0.0f64, 0.0f64, 0.0f64);
+    for (b, seq) in seqs.iter().enumerate() {
+        let a = Mat::from_fn(t, t, |i, j| {
+            if j <= i {
+                cache.attention(l, b, i, j)
+            } else {
+                0.0
+            }
+        });
+        for i in 2..seq.queries() {
+            if seq.source[i].is_some() {
+                continue;
+            }
+            let p = cache.sink_mass(l, b, i);
+            let g = cache.gate(l, b, i);
+            psum += p.unwrap_or(0.0);
+            gsum += g.unwrap_or(0.0);
+            n += 1.0;
+            let hit = [
+                g.is_some_and(|g| g <= eps),
+                p.is_some_and(|p| p >= 1.0 - eps),
+                is_eps_sink(a.as_ref(), &[i], eps),
+                is_eps_diagonal(a.as_ref(), &[i], eps),
+            ];
+            if let Some(k) = hit.iter().position(|&h| h) {
+                counts[k] += 1.0;
+            }
+        }
+    }
+    let n1 = n.max(1.0);
+    let frac = counts.map(|c| c / n1);
+    let names = ["gate", "sink_logit", "bos_sink", "diagonal"];
+    let best = (0..4).fold(0, |a, k| if frac[k] > frac[a] { k } else { a });
+    let has_gate = seqs.first().is_some_and(|_| cache.gate(l, 0, 0).is_some());
+    SwitchUse {
+        eps,
+        gate: frac[0],
+        sink_logit: frac[1],
+        bos_sink: frac[2],
+        diagonal: frac[3],
+        mean_sink_mass: sink.map(|_| psum / n1),
+        mean_gate: has_gate.then(|| gsum / n1),
+        sink_logit_value: sink,
+        switch: if n > 0.0 && frac[best] >= 0.5 {
+            names[best].to_string()
+        } else {
+            "mixed".to_string()
+        },
+    }
+}
+
 /// Argmax accuracy on the on-queries of `seqs` (forward pass `cache`).
 fn on_accuracy(model: &Model<f32>, cache: &model::Cache<f32>, seqs: &[Sequence], t: usize) -> f64 {
     let (mut ok, mut n) = (0.0f64, 0.0f64);
@@ -368,6 +479,7 @@ pub fn train_model_on<B: Backend>(
         mlp_hidden: cfg.mlp_hidden,
         mask_bos_key: cfg.mask_bos_key,
         init_scale: 1.0,
+        switches: cfg.switches,
     };
     let mut model: Model<f32> = Model::new(mcfg, &mut rng)?;
     let w = weights(cfg.t, cfg.batch);
@@ -394,6 +506,16 @@ pub fn train_model_on<B: Backend>(
         ..AdamWHyper::default()
     };
     let mut dev = device::DeviceModel::new(be, &model, &opt, cfg.batch, cfg.t, &w)?;
+    if cfg.freeze_switches {
+        if cfg.switches.is_off() {
+            return Err(TrainError::Invalid(
+                "freeze_switches without a switch: nothing to freeze".into(),
+            ));
+        }
+        for k in model.switch_params() {
+            dev.freeze(k);
+        }
+    }
     for step in 0..cfg.steps {
         if let (Some(target), Some((ptoks, pseqs))) = (cfg.target_acc_on, &probe)
             && step > 0
@@ -460,6 +582,9 @@ pub fn train_model_on<B: Backend>(
     let on_patterns = (0..cfg.layers)
         .map(|l| scores(&cache, &seqs, l, true, first_visible))
         .collect();
+    let switch_used = (0..cfg.layers)
+        .map(|l| switch_use(&cache, &seqs, cfg.t, l, model.sink_logit(l)))
+        .collect();
     let costs = (0..cfg.layers)
         .map(|l| {
             let qk = to_f64(&model.w_qk(l));
@@ -470,6 +595,13 @@ pub fn train_model_on<B: Backend>(
                 qk_weight_decay: model.qk_weight_decay(l),
                 vo_fro: linalg::fro_norm(vo.as_ref()),
                 vo_nuclear: linalg::nuclear_norm(vo.as_ref(), Par::Seq),
+                sink_logit_abs: model.sink_logit(l).map(f64::abs),
+                gate_fro: model.gate_params(l).map(|(w, b)| {
+                    (
+                        linalg::fro_norm(to_f64(w).as_ref()),
+                        linalg::fro_norm(to_f64(b).as_ref()),
+                    )
+                }),
             }
         })
         .collect();
@@ -483,6 +615,7 @@ pub fn train_model_on<B: Backend>(
         patterns,
         on_patterns,
         costs,
+        switch_used,
         steps_run,
         converged,
         seconds: start.elapsed().as_secs_f64(),

@@ -6,6 +6,10 @@
 //! logits $= h\thinspace U$. Attention: logits $z_{ij} = h_i^\top W_{QK} h_j$ (no $1/\sqrt d$, as in
 //! docs/theory.md §1), causal softmax, output $o_i = \sum_j A_{ij} W_{VO} h_j$, with
 //! $W_{QK} = W_Q W_K^\top$, $W_{VO} = W_O W_V^\top$ in factored form.
+//! Optional explicit switches ([`Switches`], docs/theory.md §11, off by default): a learned
+//! sink logit $s$ joining each softmax row with no value, and an output gate
+//! $o_i \leftarrow \sigma(h_i^\top W_g + b_g)\odot o_i$ (one scalar per head, or one per
+//! coordinate) before $W_O$.
 //! Every batch-wide product goes through [`super::kernels::matmul`]; the small
 //! per-sequence attention products go through [`super::kernels::matmul_local`].
 //! The batch is split into chunks of whole sequences that run forward and
@@ -41,6 +45,46 @@ pub enum AttnForm {
     },
 }
 
+/// The output gate of a head (docs/theory.md §11): $g_i = \sigma(h_i^\top w_g + b_g)$
+/// multiplies the head output $o_i$ before $W_O$.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateForm {
+    /// No gate.
+    #[default]
+    Off,
+    /// One scalar gate per head and query: $w_g \in \mathbb R^d$, $b_g \in \mathbb R$.
+    Head,
+    /// One gate per output coordinate: $W_g \in \mathbb R^{d\times w}$, $b_g \in \mathbb R^w$
+    /// ($w$ the attention width), $o_i \leftarrow \sigma(h_i^\top W_g + b_g) \odot o_i$.
+    Elementwise,
+}
+
+/// Explicit switches of every head (docs/theory.md §11); all off by default, and off
+/// they change no arithmetic of the model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Switches {
+    /// A learned sink logit $s$ per head: $A_{ij} = e^{z_{ij}} / (e^{s} + \sum_{k\ \rm visible} e^{z_{ik}})$,
+    /// the sink column carrying no value (its mass $p_{i\varnothing} = 1 - \sum_j A_{ij}$).
+    pub sink_logit: bool,
+    /// The output gate.
+    pub gate: GateForm,
+}
+
+impl Switches {
+    /// Neither switch.
+    pub const OFF: Switches = Switches {
+        sink_logit: false,
+        gate: GateForm::Off,
+    };
+
+    /// Whether neither switch is on.
+    pub fn is_off(&self) -> bool {
+        *self == Self::OFF
+    }
+}
+
 /// Model shape.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
@@ -60,11 +104,14 @@ pub struct ModelConfig {
     pub mask_bos_key: bool,
     /// Initial weight scale multiplier.
     pub init_scale: f64,
+    /// Explicit switches (sink logit, output gate); [`Switches::OFF`] by default.
+    #[serde(default, skip_serializing_if = "Switches::is_off")]
+    pub switches: Switches,
 }
 
 /// Named parameter slots (indices into [`Model::params`]): direct form
 /// `a` = $W_{QK}$, `b` = $W_{VO}$; factored `a..d` = $W_Q, W_K, W_V, W_O$;
-/// `mlp` = ($W_1$, $b_1$, $W_2$).
+/// `mlp` = ($W_1$, $b_1$, $W_2$); `sink` = $s$ ($1\times 1$); `gate` = ($W_g$, $b_g$).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct LayerIdx {
     pub(super) a: usize,
@@ -72,6 +119,8 @@ pub(super) struct LayerIdx {
     pub(super) c: usize,
     pub(super) d: usize,
     pub(super) mlp: Option<(usize, usize, usize)>,
+    pub(super) sink: Option<usize>,
+    pub(super) gate: Option<(usize, usize)>,
 }
 
 /// Rows `r0..r0 + t` of a stacked `[Q | K | V]` activation, split into its three blocks of
@@ -137,6 +186,12 @@ struct LayerAct<F: Real> {
     /// MLP pre-activation $h_2 W_1 + b_1$ and its ReLU (`n × H`; empty without MLP).
     u: Mat<F>,
     g: Mat<F>,
+    /// Sink-logit mass $p_{i\varnothing}$ per row (`n`; empty without a sink logit).
+    psink: Vec<F>,
+    /// Gate values $\sigma(h W_g + b_g)$ (`n × 1` or `n × w`) and the gated output
+    /// $G \odot O$ (`n × w`); empty without a gate.
+    gate: Mat<F>,
+    og: Mat<F>,
 }
 
 /// One chunk of whole sequences: `ns` sequences from sequence `s0` on.
@@ -160,6 +215,8 @@ struct Work<F: Real> {
     d_o: Mat<F>,
     dqkv: Mat<F>,
     da: Mat<F>,
+    /// $\partial$ of the gate pre-activation (`n × 1` or `n × w`; gate only).
+    dgate: Mat<F>,
 }
 
 /// Cached activations of one forward pass. Passing the same cache to
@@ -213,6 +270,9 @@ impl<F: Real> LayerAct<F> {
             h2: empty(),
             u: empty(),
             g: empty(),
+            psink: Vec::new(),
+            gate: empty(),
+            og: empty(),
         }
     }
 }
@@ -239,6 +299,7 @@ impl<F: Real> Work<F> {
             d_o: empty(),
             dqkv: empty(),
             da: empty(),
+            dgate: empty(),
         }
     }
 }
@@ -305,6 +366,8 @@ impl<F: Real> Model<F> {
                     c: usize::MAX,
                     d: usize::MAX,
                     mlp: None,
+                    sink: None,
+                    gate: None,
                 },
                 AttnForm::Factored { r } => LayerIdx {
                     a: push(
@@ -332,8 +395,36 @@ impl<F: Real> Model<F> {
                         &mut params,
                     ),
                     mlp: None,
+                    sink: None,
+                    gate: None,
                 },
             };
+            // The switches, only when asked for (off, the parameters and the draws
+            // from `rng` are those of a model without them). The sink logit and W_g
+            // are decayed (their size is the cost of the switch, §6); b_g is a bias.
+            let sink = cfg
+                .switches
+                .sink_logit
+                .then(|| push(format!("l{l}.sink"), Mat::zeros(1, 1), true, &mut params));
+            let gw = match cfg.switches.gate {
+                GateForm::Off => 0,
+                GateForm::Head => 1,
+                GateForm::Elementwise => match cfg.attn {
+                    AttnForm::Direct => d,
+                    AttnForm::Factored { r } => r,
+                },
+            };
+            let gate = (gw > 0).then(|| {
+                (
+                    push(
+                        format!("l{l}.wg"),
+                        randn(d, gw, s * fan, rng),
+                        true,
+                        &mut params,
+                    ),
+                    push(format!("l{l}.bg"), Mat::zeros(1, gw), false, &mut params),
+                )
+            });
             let mlp = (cfg.mlp_hidden > 0).then(|| {
                 let h = cfg.mlp_hidden;
                 (
@@ -352,7 +443,12 @@ impl<F: Real> Model<F> {
                     ),
                 )
             });
-            layers.push(LayerIdx { mlp, ..idx });
+            layers.push(LayerIdx {
+                mlp,
+                sink,
+                gate,
+                ..idx
+            });
         }
         let unemb = push(
             "unemb".into(),
@@ -427,6 +523,30 @@ impl<F: Real> Model<F> {
                 self.par,
             ),
         }
+    }
+
+    /// The learned sink logit $s$ of layer `l` (`None` without one).
+    pub fn sink_logit(&self, l: usize) -> Option<f64> {
+        self.layers[l].sink.map(|k| self.params[k][(0, 0)].to_f64())
+    }
+
+    /// Indices into [`Model::params`] of every switch parameter ($s$, $W_g$, $b_g$).
+    pub fn switch_params(&self) -> Vec<usize> {
+        self.layers
+            .iter()
+            .flat_map(|li| {
+                li.sink
+                    .into_iter()
+                    .chain(li.gate.into_iter().flat_map(|(w, b)| [w, b]))
+            })
+            .collect()
+    }
+
+    /// The gate's $(W_g, b_g)$ of layer `l` (`None` without a gate).
+    pub fn gate_params(&self, l: usize) -> Option<(&Mat<F>, &Mat<F>)> {
+        self.layers[l]
+            .gate
+            .map(|(w, b)| (&self.params[w], &self.params[b]))
     }
 
     /// Factored weight decay $\tfrac12(\lVert W_Q\rVert_F^2 + \lVert W_K\rVert_F^2)$ of layer `l` (`None` in direct form).
@@ -553,23 +673,40 @@ impl<F: Real> Model<F> {
         }
     }
 
-    /// Causal softmax of column `i` of $Z^\top$ (query `i` over the keys), in place.
-    fn softmax_causal(&self, z: &mut [F], i: usize) {
+    /// Causal softmax of column `i` of $Z^\top$ (query `i` over the keys), in place; with a
+    /// sink logit `sink` = $s$ the normaliser also counts $e^{s}$, and the sink mass
+    /// $p_{i\varnothing} = e^{s} / (e^{s} + \sum_k e^{z_{ik}})$ is returned (0 without one).
+    fn softmax_causal(&self, z: &mut [F], i: usize, sink: Option<F>) -> F {
         let zero = F::from_f64(0.0);
         let lo = usize::from(self.cfg.mask_bos_key && i >= 1);
         let (head, rest) = z.split_at_mut(lo);
         let (live, tail) = rest.split_at_mut(i + 1 - lo);
         head.fill(zero);
         tail.fill(zero);
-        let m = max_lanes(live);
+        let Some(s) = sink else {
+            let m = max_lanes(live);
+            for x in live.iter_mut() {
+                *x -= m;
+            }
+            F::exp_in_place(live);
+            let sum = sum_lanes(live);
+            for x in live.iter_mut() {
+                *x /= sum;
+            }
+            return zero;
+        };
+        let m0 = max_lanes(live);
+        let m = if s > m0 { s } else { m0 };
         for x in live.iter_mut() {
             *x -= m;
         }
         F::exp_in_place(live);
-        let sum = sum_lanes(live);
+        let es = Real::exp(s - m);
+        let sum = sum_lanes(live) + es;
         for x in live.iter_mut() {
             *x /= sum;
         }
+        es / sum
     }
 
     fn forward_chunk(
@@ -612,6 +749,10 @@ impl<F: Real> Model<F> {
             );
             ensure(&mut a.at, t, n);
             ensure(&mut a.o, n, w);
+            let sink = li.sink.map(|k| self.params[k][(0, 0)]);
+            if sink.is_some() {
+                a.psink.resize(n, F::from_f64(0.0));
+            }
             for s in 0..ch.ns {
                 let r0 = s * t;
                 let (qs, ks, vs) = qkv_rows(a.qkv.as_ref(), r0, t, w);
@@ -619,7 +760,10 @@ impl<F: Real> Model<F> {
                 // Zᵀ = K Qᵀ: column i holds the logits of query i.
                 matmul_local(zt.rb_mut(), false, ks, qs.transpose());
                 for i in 0..t {
-                    self.softmax_causal(col_mut(zt.rb_mut(), i), i);
+                    let p = self.softmax_causal(col_mut(zt.rb_mut(), i), i, sink);
+                    if sink.is_some() {
+                        a.psink[r0 + i] = p;
+                    }
                 }
                 matmul_local(
                     a.o.as_mut().subrows_mut(r0, t),
@@ -628,14 +772,44 @@ impl<F: Real> Model<F> {
                     vs,
                 );
             }
+            // The gate: G = σ(h W_g + 1 b_gᵀ), output G ⊙ O (a scalar gate broadcast
+            // along the row).
+            if let Some((wg, bg)) = li.gate {
+                let gw = self.params[bg].ncols();
+                ensure(&mut a.gate, n, gw);
+                ensure(&mut a.og, n, w);
+                matmul_into(
+                    &mut a.gate,
+                    false,
+                    a.h.as_ref(),
+                    self.params[wg].as_ref(),
+                    false,
+                    false,
+                    par,
+                );
+                for c in 0..gw {
+                    let bc = self.params[bg][(0, c)];
+                    for x in a.gate.col_as_slice_mut(c) {
+                        *x = sigmoid(*x + bc);
+                    }
+                }
+                for c in 0..w {
+                    let gc = a.gate.col_as_slice(if gw == 1 { 0 } else { c });
+                    let (oc, ogc) = (a.o.col_as_slice(c), a.og.col_as_slice_mut(c));
+                    for ((y, &x), &g) in ogc.iter_mut().zip(oc).zip(gc) {
+                        *y = g * x;
+                    }
+                }
+            }
+            let out = if li.gate.is_some() { &a.og } else { &a.o };
             ensure(&mut a.h2, n, d);
             a.h2.copy_from(&a.h);
             match cfg.attn {
-                AttnForm::Direct => a.h2 += &a.o,
+                AttnForm::Direct => a.h2 += out,
                 AttnForm::Factored { .. } => matmul_into(
                     &mut a.h2,
                     true,
-                    a.o.as_ref(),
+                    out.as_ref(),
                     self.params[li.d].as_ref(),
                     false,
                     true,
@@ -843,6 +1017,7 @@ impl<F: Real> Model<F> {
             d_o,
             dqkv,
             da,
+            dgate,
         } = wk;
         grads.resize_with(self.params.len(), empty);
         for (g, p) in grads.iter_mut().zip(&self.params) {
@@ -926,8 +1101,9 @@ impl<F: Real> Model<F> {
                     par,
                 );
             }
-            // Attention: h2 = h + (A V) [W_O^T].
+            // Attention: h2 = h + (G ⊙ A V) [W_O^T] (G = 1 without a gate).
             ensure(d_o, n, w);
+            let out = if li.gate.is_some() { &a.og } else { &a.o };
             match cfg.attn {
                 AttnForm::Direct => d_o.copy_from(&*dh),
                 AttnForm::Factored { .. } => {
@@ -935,7 +1111,7 @@ impl<F: Real> Model<F> {
                         &mut grads[li.d],
                         false,
                         dh.as_ref(),
-                        a.o.as_ref(),
+                        out.as_ref(),
                         true,
                         false,
                         par,
@@ -951,6 +1127,53 @@ impl<F: Real> Model<F> {
                     );
                 }
             }
+            // Gate: ∂G = Σ_coords O ⊙ ∂(GO), ∂O = G ⊙ ∂(GO), ∂pre = ∂G ⊙ G(1 − G);
+            // ∂W_g = hᵀ ∂pre, ∂b_g = 1ᵀ ∂pre, ∂h += ∂pre W_gᵀ.
+            if let Some((wg, bg)) = li.gate {
+                let gw = a.gate.ncols();
+                ensure(dgate, n, gw);
+                dgate.fill(zero);
+                for c in 0..w {
+                    let k = if gw == 1 { 0 } else { c };
+                    let gc = a.gate.col_as_slice(k);
+                    let oc = a.o.col_as_slice(c);
+                    let dgc = dgate.col_as_slice_mut(k);
+                    let doc = d_o.col_as_slice_mut(c);
+                    for (((x, dg), &g), &o) in doc.iter_mut().zip(dgc).zip(gc).zip(oc) {
+                        *dg += o * *x;
+                        *x *= g;
+                    }
+                }
+                let one = F::from_f64(1.0);
+                for k in 0..gw {
+                    let gc = a.gate.col_as_slice(k);
+                    let dgc = dgate.col_as_slice_mut(k);
+                    for (x, &g) in dgc.iter_mut().zip(gc) {
+                        *x *= g * (one - g);
+                    }
+                    grads[bg][(0, k)] = sum_lanes(dgc);
+                }
+                matmul_into(
+                    &mut grads[wg],
+                    false,
+                    a.h.as_ref(),
+                    dgate.as_ref(),
+                    true,
+                    false,
+                    par,
+                );
+                matmul_into(
+                    dh,
+                    true,
+                    dgate.as_ref(),
+                    self.params[wg].as_ref(),
+                    false,
+                    true,
+                    par,
+                );
+            }
+            // Sink logit: ∂s = −Σ_i p_{i∅} Σ_j A_ij ∂A_ij (its column carries no value).
+            let mut dsink = zero;
             ensure(dqkv, n, 3 * w);
             ensure(da, t, t);
             for s in 0..ch.ns {
@@ -968,6 +1191,9 @@ impl<F: Real> Model<F> {
                     let dc = da.col_as_slice_mut(i);
                     let (live, tail) = dc.split_at_mut(i + 1);
                     let dot = dot_lanes(ac, live);
+                    if li.sink.is_some() {
+                        dsink -= a.psink[r0 + i] * dot;
+                    }
                     for (x, &y) in live.iter_mut().zip(ac) {
                         *x = y * (*x - dot);
                     }
@@ -981,6 +1207,9 @@ impl<F: Real> Model<F> {
                     ks,
                 );
                 matmul_local(dq.rb_mut().subcols_mut(w, w), false, da.as_ref(), qs);
+            }
+            if let Some(k) = li.sink {
+                grads[k][(0, 0)] = dsink;
             }
             let h = a.h.as_ref();
             let dqkv_r = dqkv.as_ref();
@@ -1022,6 +1251,12 @@ impl<F: Real> Model<F> {
     }
 }
 
+/// $\sigma(x) = 1 / (1 + e^{-x})$.
+fn sigmoid<F: Real>(x: F) -> F {
+    let one = F::from_f64(1.0);
+    one / (one + Real::exp(-x))
+}
+
 fn relu<F: Real>(x: F) -> F {
     if x > F::from_f64(0.0) {
         x
@@ -1058,5 +1293,24 @@ impl<F: Real> Cache<F> {
     pub fn attention(&self, l: usize, s: usize, i: usize, j: usize) -> f64 {
         let (ch, lr) = self.locate(s * self.t + i);
         ch.acts[l].at[(j, lr)].to_f64()
+    }
+
+    /// Sink-logit mass $p_{i\varnothing}$ of query `i` of sequence `s` in layer `l`
+    /// (`None` without a sink logit).
+    pub fn sink_mass(&self, l: usize, s: usize, i: usize) -> Option<f64> {
+        let (ch, lr) = self.locate(s * self.t + i);
+        ch.acts[l].psink.get(lr).map(|p| p.to_f64())
+    }
+
+    /// The largest gate value $\max_c G_{ic}$ of query `i` of sequence `s` in layer `l`
+    /// (the scalar gate itself for a per-head gate; `None` without a gate).
+    pub fn gate(&self, l: usize, s: usize, i: usize) -> Option<f64> {
+        let (ch, lr) = self.locate(s * self.t + i);
+        let g = &ch.acts[l].gate;
+        (g.ncols() > 0).then(|| {
+            (0..g.ncols())
+                .map(|c| g[(lr, c)].to_f64())
+                .fold(f64::NEG_INFINITY, f64::max)
+        })
     }
 }

@@ -399,6 +399,8 @@ impl SweepSpec {
                             seed,
                             eval_batch: 32,
                             target_acc_on: tr.target_acc_on,
+                            switches: crate::train::Switches::OFF,
+                            freeze_switches: false,
                         }));
                     }
                 }
