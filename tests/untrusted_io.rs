@@ -158,6 +158,7 @@ fn figure_text_with_control_characters_gives_well_formed_svg() {
             Style::Line,
             0,
         )],
+        ..Default::default()
     };
     let files = render(&dir.path().join("fig"), nasty, &[panel]).unwrap();
     let svg = std::fs::read_to_string(&files[0]).unwrap();
