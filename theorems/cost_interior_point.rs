@@ -85,6 +85,10 @@ fn the_bracket_rejects_a_perturbed_value() {
     }
 }
 
+/// On Gaussian points the SDP can stop at Clarabel's reduced accuracy (`AlmostSolved`); the
+/// issue's bar for priced points is a relative gap ≤ 1e-6.
+const GAUSS_REL: f64 = 1e-6;
+
 #[test]
 fn interior_point_meets_the_first_order_bracket_on_gaussian_points() {
     let fo = SolveOptions {
@@ -98,14 +102,14 @@ fn interior_point_meets_the_first_order_bracket_on_gaussian_points() {
             let x = embeddings(EmbeddingKind::Gaussian, t, d, seed).unwrap();
             let p = GapProgram::for_pattern(x.as_ref(), pattern, 3.0).unwrap();
             for norm in [NormKind::Fro, NormKind::Nuclear] {
-                let a = solve(&p, norm, ipm()).unwrap();
-                let b = solve(&p, norm, fo).unwrap();
+                // The interior-point bracket alone (no first-order tightening).
                 let what = format!("T={t} d={d} {pattern} {norm}");
+                let a = cost::ipm::solve(&p, norm, ipm()).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let b = solve(&p, norm, fo).unwrap();
                 assert_eq!(a.feasible, b.feasible, "{what}: feasibility differs");
                 if !a.feasible {
                     continue;
                 }
-                assert_eq!(a.solver, Method::Ipm, "{what}: {:?}", a.fallback);
                 let (al, au) = (a.lower.unwrap(), a.value.unwrap());
                 let (bl, bu) = (b.lower.unwrap(), b.value.unwrap());
                 // Both brackets are certified, so each lower end is below the other's upper
@@ -114,7 +118,11 @@ fn interior_point_meets_the_first_order_bracket_on_gaussian_points() {
                     al <= bu * (1.0 + 1e-9) && bl <= au * (1.0 + 1e-9),
                     "{what}: ipm [{al}, {au}] vs first-order [{bl}, {bu}]"
                 );
-                assert!((au - al) / au <= REL, "{what}: ipm bracket [{al}, {au}]");
+                eprintln!("{what}: ipm gap {:.2e}", (au - al) / au);
+                assert!(
+                    (au - al) / au <= GAUSS_REL,
+                    "{what}: ipm bracket [{al}, {au}]"
+                );
             }
         }
     }
