@@ -13,7 +13,7 @@
 //!   and $W = \mathcal A^\ast\lambda$.
 //!
 //! **Nuclear**, an SDP: $\lVert W\rVert_\ast = \min\lbrace \tfrac12(\mathrm{tr}P + \mathrm{tr}Q) :
-//! \begin{psmallmatrix}P & W\\\\ W^\top & Q\end{psmallmatrix} \succeq 0\rbrace$, so the program is
+//! [P, W; W^\top, Q] \succeq 0\rbrace$, so the program is
 //! $\min \tfrac12\mathrm{tr}X$ over $X \succeq 0$ of order $r_q + r_k$ with the gap constraints on its
 //! off-diagonal block. Its dense KKT block has $N^2$ entries, $N = (r_q+r_k)(r_q+r_k+1)/2$: this is
 //! what caps the sizes (see [`MAX_PSD_SVEC`]).
@@ -283,7 +283,7 @@ fn nuclear_fits(p: &GapProgram) -> Result<(), String> {
     Ok(())
 }
 
-/// Nuclear SDP on $X = \begin{psmallmatrix}P & W\\\\ W^\top & Q\end{psmallmatrix} \succeq 0$.
+/// Nuclear SDP on the block matrix $X = [P, W; W^\top, Q] \succeq 0$.
 fn nuclear_raw(p: &GapProgram, opts: &SolveOptions) -> Result<Raw, String> {
     nuclear_fits(p)?;
     let m = p.n_constraints();
