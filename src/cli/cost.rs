@@ -4,10 +4,11 @@
 
 use anyhow::{Context, Result, bail};
 use sinklab::cost::{
-    CostQuery, EmbeddingKind, NormKind, Pattern, Scope, SolveOptions, delta_eps, fro_orthonormal,
-    head, nuclear_witness,
+    CostQuery, EmbeddingKind, Method, NormKind, Pattern, Scope, SolveOptions, delta_eps,
+    fro_orthonormal, head, nuclear_witness,
 };
 use sinklab::train::embeddings::{TrainedEmbeddings, solve_head_query, solve_query};
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -51,12 +52,18 @@ pub struct Args {
     /// position embedding) of a one-layer model trained on bigram-copy at this T and d.
     #[arg(long, value_enum, hide_possible_values = true, default_value_t = EmbeddingKind::Orthonormal)]
     embedding: EmbeddingKind,
-    /// Context length T (positions 0..T-1; 0 is the sink).
+    /// Context length T (positions 0..T-1; 0 is the sink; with --embeddings: the first T rows).
     #[arg(long, value_name = "T")]
-    t: usize,
+    t: Option<usize>,
     /// Embedding dimension (default: T).
-    #[arg(long, value_name = "D")]
+    #[arg(long, value_name = "D", conflicts_with = "embeddings")]
     d: Option<usize>,
+    /// Price your own points: the rows of tensor `x` [N, d] of this safetensors file (first T).
+    #[arg(long, value_name = "F.safetensors", conflicts_with = "embedding")]
+    embeddings: Option<PathBuf>,
+    /// Solver: interior-point (falls back to first-order beyond its size caps) or first-order.
+    #[arg(long, value_enum, default_value_t = Method::preferred())]
+    solver: Method,
     /// Required logit gap Δ.
     #[arg(long, conflicts_with = "eps", value_name = "X")]
     delta: Option<f64>,
@@ -95,8 +102,21 @@ pub struct Args {
     max_time: Option<String>,
 }
 
-pub fn run(a: Args) -> Result<i32> {
-    if a.t < 2 {
+pub fn run(mut a: Args) -> Result<i32> {
+    if a.solver == Method::Ipm && !cfg!(feature = "ipm") {
+        bail!("--solver ipm: this build has no interior-point solver (the `ipm` feature is off)");
+    }
+    let file = match &a.embeddings {
+        Some(path) => Some(load_embeddings(path, a.t)?),
+        None => None,
+    };
+    let t = match (&file, a.t) {
+        (Some(x), _) => x.nrows(),
+        (None, Some(t)) => t,
+        (None, None) => bail!("--t is required (or --embeddings F.safetensors)"),
+    };
+    a.t = Some(t);
+    if t < 2 {
         bail!("--t must be at least 2");
     }
     if !(a.tol > 0.0 && a.tol < 1.0) {
@@ -105,7 +125,7 @@ pub fn run(a: Args) -> Result<i32> {
     if a.max_iter == 0 {
         bail!("--max-iter must be at least 1");
     }
-    let d = a.d.unwrap_or(a.t);
+    let d = file.as_ref().map_or(a.d.unwrap_or(t), |x| x.ncols());
     if d == 0 {
         bail!("--d 0: the embedding dimension must be at least 1");
     }
@@ -145,10 +165,11 @@ pub fn run(a: Args) -> Result<i32> {
     }
     // Sizes before work: the estimate is checked before anything is allocated.
     let budget = sinklab::budget::Budget::with(a.max_mem.as_deref(), a.max_time.as_deref())?;
-    let one = sinklab::budget::cost_program(a.t, d, a.norm == NormKind::Nuclear);
-    // The whole-head programs (W_QK, then W_VO) run to their iteration budget on the cases
-    // measured (nuclear, 2 shared cores: T = 64 in 1.9 s, T = 128 over 120 s), so they are
-    // checked at that worst case, not at the 200-iteration lower bound of one W_QK program.
+    /// Context length T (positions 0..T-1; 0 is the sink; with --embeddings: the first T rows).
+    #[arg(long, value_name = "T")]
+    t: Option<usize>,
+    /// Embedding dimension (default: T).
+    #[arg(long, value_name = "D", conflicts_with = "embeddings")]
     let mut est = if a.scope == Scope::Head {
         let worst = sinklab::budget::cost_program_iterations(
             a.t,
@@ -161,18 +182,14 @@ pub fn run(a: Args) -> Result<i32> {
         one
     };
     if a.embedding == EmbeddingKind::Trained {
-        est = sinklab::budget::training(a.t, d, d, 1, 0, 8, 8, sinklab::train::embeddings::STEPS)
+        est = sinklab::budget::training(t, d, d, 1, 0, 8, 8, sinklab::train::embeddings::STEPS)
             .then(est);
     }
-    budget.check(&format!("cost --t {} --d {d}", a.t), est, true)?;
+    budget.check(&format!("cost --t {t} --d {d}"), est, true)?;
     if a.max_iter > SolveOptions::default().max_iter {
         // A raised iteration budget: nothing else bounds the run, so its worst case must fit.
-        let one = sinklab::budget::cost_program_iterations(
-            a.t,
-            d,
-            a.norm == NormKind::Nuclear,
-            a.max_iter,
-        );
+        let one =
+            sinklab::budget::cost_program_iterations(t, d, a.norm == NormKind::Nuclear, a.max_iter);
         let worst = if a.scope == Scope::Head {
             one.then(one)
         } else {
@@ -186,13 +203,13 @@ pub fn run(a: Args) -> Result<i32> {
     }
     let delta = match (a.delta, a.eps) {
         (Some(x), _) => x,
-        (None, e) => delta_eps(a.t - 1, e.unwrap_or(0.01))?,
+        (None, e) => delta_eps(t - 1, e.unwrap_or(0.01))?,
     };
     let q = CostQuery {
         pattern: a.pattern,
         norm: a.norm,
         embedding: a.embedding,
-        t: a.t,
+        t,
         d,
         delta,
         seed: a.seed,
@@ -206,13 +223,17 @@ pub fn run(a: Args) -> Result<i32> {
         rel_gap: a.tol,
         max_iter: a.max_iter,
         par: faer::Par::rayon(threads),
+        method: a.solver,
         ..SolveOptions::default()
     };
+    if let Some(x) = &file {
+        return run_file(&a, &q, x, opts);
+    }
     let trained = TrainedEmbeddings::new(threads);
     if a.embedding == EmbeddingKind::Trained {
         errln!(
             "training the embedding model (bigram-copy, T = {}, d = {d}, seed {}, {} steps)…",
-            a.t,
+            t,
             a.seed,
             sinklab::train::embeddings::STEPS
         );
@@ -223,12 +244,11 @@ pub fn run(a: Args) -> Result<i32> {
     let sol = solve_query(&q, opts, &trained).context("solving the gap program")?;
     let reference = match (a.embedding, a.norm) {
         (EmbeddingKind::Orthonormal, NormKind::Fro) => {
-            Some(("closed_form", fro_orthonormal(a.t, delta)))
+            Some(("closed_form", fro_orthonormal(t, delta)))
         }
-        (EmbeddingKind::Orthonormal, NormKind::Nuclear) => Some((
-            "witness_upper_bound",
-            nuclear_witness(a.pattern, a.t, delta),
-        )),
+        (EmbeddingKind::Orthonormal, NormKind::Nuclear) => {
+            Some(("witness_upper_bound", nuclear_witness(a.pattern, t, delta)))
+        }
         _ => None,
     };
     if a.json {
@@ -243,18 +263,22 @@ pub fn run(a: Args) -> Result<i32> {
         outln!("{}", serde_json::to_string_pretty(&v)?);
     } else if sol.feasible {
         outln!(
-            "{} {} cost ({} embeddings, T = {}, d = {d}, Δ = {delta:.6}): {:.6}  (certified bracket [{:.6}, {:.6}], relative gap {:.2e}, {} iterations, rank {})",
+            "{} {} cost ({} embeddings, T = {}, d = {d}, Δ = {delta:.6}): {:.6}  (certified bracket [{:.6}, {:.6}], relative gap {:.2e}, {} {} iterations, rank {})",
             a.pattern,
             a.norm,
             a.embedding,
-            a.t,
+            t,
             sol.value.unwrap_or(f64::NAN),
             sol.lower.unwrap_or(f64::NAN),
             sol.value.unwrap_or(f64::NAN),
             sol.rel_gap.unwrap_or(f64::NAN),
             sol.iterations,
+            sol.solver,
             sol.rank.unwrap_or(0),
         );
+        if let Some(why) = &sol.fallback {
+            outln!("interior-point solver not used: {why}");
+        }
         if let Some((k, r)) = reference {
             outln!("{k}: {r:.6}");
         }
@@ -341,6 +365,148 @@ fn run_head(
     outln!("  {}", part("W_VO", &h.vo));
     if let Some((k, rq, rv)) = reference {
         outln!("{k}: W_QK {rq:.6}, W_VO {rv:.6}, total {:.6}", rq + rv);
+    }
+    Ok(0)
+}
+
+/// The rows of tensor `x` ([N, d]; f32, f64, f16 or bf16) of a safetensors file as f64, the first
+/// `t` of them when given. Refuses a missing `x`, another rank or dtype, a non-finite entry,
+/// and `t` outside 2..=N.
+fn load_embeddings(path: &Path, t: Option<usize>) -> Result<faer::Mat<f64>> {
+    use safetensors::{Dtype, SafeTensors};
+    let shown = path.display();
+    let bytes = std::fs::read(path).with_context(|| format!("--embeddings {shown}"))?;
+    let st = SafeTensors::deserialize(&bytes)
+        .map_err(|e| anyhow::anyhow!("--embeddings {shown}: not a valid safetensors file: {e}"))?;
+    let Ok(x) = st.tensor("x") else {
+        let mut names = st.names();
+        names.sort();
+        bail!("--embeddings {shown}: no tensor `x` (tensors: {names:?})");
+    };
+    let &[n, d] = x.shape() else {
+        bail!(
+            "--embeddings {shown}: `x` has shape {:?}; need rank 2, [N, d]",
+            x.shape()
+        );
+    };
+    let data = x.data();
+    let vals: Vec<f64> = match x.dtype() {
+        Dtype::F64 => data
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect(),
+        Dtype::F32 => data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+            .collect(),
+        Dtype::F16 => data
+            .chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64())
+            .collect(),
+        Dtype::BF16 => data
+            .chunks_exact(2)
+            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64())
+            .collect(),
+        other => bail!("--embeddings {shown}: `x` has dtype {other:?}; need f32, f64, f16 or bf16"),
+    };
+    if vals.len() != n * d {
+        bail!(
+            "--embeddings {shown}: `x` holds {} values for shape [{n}, {d}]",
+            vals.len()
+        );
+    }
+    if d == 0 {
+        bail!("--embeddings {shown}: `x` has no columns (d = 0)");
+    }
+    let t = t.unwrap_or(n);
+    if t < 2 {
+        bail!("--t {t}: need at least 2 rows (the sink and one query)");
+    }
+    if t > n {
+        bail!("--t {t}: the file's `x` has only N = {n} rows");
+    }
+    if let Some(k) = vals[..t * d].iter().position(|v| !v.is_finite()) {
+        bail!(
+            "--embeddings {shown}: `x` has a non-finite entry at row {}, column {}",
+            k / d,
+            k % d
+        );
+    }
+    Ok(faer::Mat::from_fn(t, d, |i, j| vals[i * d + j]))
+}
+
+/// `--embeddings`: the program on the file's rows (W_QK alone or the whole head).
+fn run_file(a: &Args, q: &CostQuery, x: &faer::Mat<f64>, opts: SolveOptions) -> Result<i32> {
+    let path = a
+        .embeddings
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let mut v = serde_json::json!({
+        "embeddings": path,
+        "pattern": q.pattern,
+        "norm": q.norm,
+        "t": q.t,
+        "d": q.d,
+        "delta": q.delta,
+        "scope": q.scope,
+    });
+    let (sol, parts) = match q.scope {
+        Scope::Qk => (
+            sinklab::cost::solve_query_on(q, x.as_ref(), opts)
+                .context("solving the gap program")?,
+            None,
+        ),
+        Scope::Head => {
+            let h = sinklab::cost::solve_head_query_on(q, x.as_ref(), opts)
+                .context("solving the whole-head programs")?;
+            (h.total(), Some(h))
+        }
+    };
+    if let Some(o) = v.as_object_mut() {
+        if let serde_json::Value::Object(so) = serde_json::to_value(&sol)? {
+            o.extend(so);
+        }
+        if let Some(h) = &parts {
+            o.insert("on_rate".into(), serde_json::json!(q.on_rate));
+            o.insert("seed".into(), serde_json::json!(q.seed));
+            o.insert("qk".into(), serde_json::to_value(&h.qk)?);
+            o.insert("vo".into(), serde_json::to_value(&h.vo)?);
+        }
+    }
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&v)?);
+    } else if sol.feasible {
+        outln!(
+            "{} {} cost{} ({path}, T = {}, d = {}, Δ = {:.6}): {:.6}  (certified bracket [{:.6}, {:.6}], relative gap {:.2e}, solver {})",
+            q.pattern,
+            q.norm,
+            if parts.is_some() {
+                " of the whole head"
+            } else {
+                ""
+            },
+            q.t,
+            q.d,
+            q.delta,
+            sol.value.unwrap_or(f64::NAN),
+            sol.lower.unwrap_or(f64::NAN),
+            sol.value.unwrap_or(f64::NAN),
+            sol.rel_gap.unwrap_or(f64::NAN),
+            sol.solver,
+        );
+        if let Some(why) = &sol.fallback {
+            outln!("interior-point solver not used: {why}");
+        }
+    } else {
+        let c = sol.certificate.as_ref();
+        outln!(
+            "infeasible: the half-space conditions fail on these points; certificate with {} convex weights, ‖Σλ A‖_F = {:.3e} (scale {:.3e}, verified {})",
+            c.map_or(0, |c| c.weights.len()),
+            c.map_or(f64::NAN, |c| c.residual),
+            c.map_or(f64::NAN, |c| c.scale),
+            c.is_some_and(|c| c.verified)
+        );
     }
     Ok(0)
 }

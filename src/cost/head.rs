@@ -180,6 +180,17 @@ impl HeadCost {
             delta: self.qk.delta,
             constraints: self.qk.constraints + self.vo.constraints,
             rank: None,
+            // Parts solved by different solvers (one fell back): the mixed method.
+            solver: if self.qk.solver == self.vo.solver {
+                self.qk.solver
+            } else {
+                super::Method::IpmAndFirstOrder
+            },
+            fallback: self
+                .qk
+                .fallback
+                .clone()
+                .or_else(|| self.vo.fallback.clone()),
             w: None,
         }
     }

@@ -50,6 +50,7 @@ pub(super) const CHECK_OPTS: SolveOptions = SolveOptions {
     max_iter: 50_000,
     feas_iter: 5_000,
     par: Par::Seq,
+    method: Method::FirstOrder,
 };
 
 /// A random instance of the closed-form checks: (T, Δ ∈ [1, 10), pattern, embedding seed).

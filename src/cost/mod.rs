@@ -37,6 +37,7 @@
 //! (Gordan), `solver` (primal–dual with certified brackets), `closed_form`
 //! (§6 closed forms and witnesses), `hildreth` (independent Frobenius solver),
 //! `embeddings` (seeded families), `check` (registered check `cost_closed_form`),
+//! `ipm` (the interior-point solver, feature `ipm`),
 //! [`head`] (the whole head on copy-paste); this file holds the shared types and
 //! [`CostQuery`].
 
@@ -47,6 +48,8 @@ pub mod exact;
 mod feasibility;
 pub mod head;
 mod hildreth;
+#[cfg(feature = "ipm")]
+pub mod ipm;
 mod program;
 mod solver;
 

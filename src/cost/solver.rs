@@ -15,6 +15,48 @@ pub struct SolveOptions {
     /// The caller's faer parallelism for the solver's products and SVDs: `Par::Seq` (the
     /// default) inside a parallel sweep, `Par::rayon(k)` for one large program at top level.
     pub par: Par,
+    /// Which solver runs first: the interior-point method (falls back to the first-order
+    /// solver beyond its size caps or on failure) or the first-order solver alone.
+    pub method: Method,
+}
+
+/// The solver behind a value.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// Interior-point conic solver (Clarabel): Frobenius as a QP, nuclear as an SDP
+    /// (needs the `ipm` feature).
+    Ipm,
+    /// Chambolle–Pock primal–dual iterations (always available).
+    #[default]
+    FirstOrder,
+    /// The interior-point bracket tightened by the first-order solver (both certified: the
+    /// larger lower end and the smaller upper end).
+    #[value(skip)]
+    IpmAndFirstOrder,
+}
+
+impl Method {
+    /// The CLI's default: the interior-point solver when the crate is built with it.
+    pub const fn preferred() -> Self {
+        if cfg!(feature = "ipm") {
+            Method::Ipm
+        } else {
+            Method::FirstOrder
+        }
+    }
+}
+
+impl std::fmt::Display for Method {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Method::Ipm => "ipm",
+            Method::FirstOrder => "first-order",
+            Method::IpmAndFirstOrder => "ipm+first-order",
+        })
+    }
 }
 
 impl Default for SolveOptions {
@@ -24,6 +66,7 @@ impl Default for SolveOptions {
             max_iter: 20_000,
             feas_iter: 5_000,
             par: Par::Seq,
+            method: Method::FirstOrder,
         }
     }
 }
@@ -49,6 +92,11 @@ pub struct CostSolution {
     pub constraints: usize,
     /// Rank of the optimum (singular values above 1e-6·σ_max).
     pub rank: Option<usize>,
+    /// The solver that produced the bracket (or the certificate).
+    pub solver: Method,
+    /// Why the interior-point solver was asked for but did not produce the value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
     /// The optimal logits matrix is not stored (large); its Frobenius norm for reference.
     #[serde(skip)]
     pub w: Option<Mat<f64>>,
@@ -71,12 +119,58 @@ pub(super) fn prox_nuclear(w: MatRef<'_, f64>, tau: f64, par: Par) -> Result<Mat
 /// $W_F$ is feasible, so $\lVert W_F\rVert_\ast$ is an upper bound; $\lVert W\rVert_\ast \ge \lVert W\rVert_F$ makes the
 /// Frobenius lower end a nuclear lower end; and $\lambda_F/\lVert\mathcal A^\ast\lambda_F\rVert_2$ is
 /// dual-feasible for the nuclear program.
+///
+/// With [`Method::Ipm`] the interior-point solver runs first (see [`super::ipm`]); beyond its
+/// size caps, on a solver failure, or when its bracket is wider than `opts.rel_gap`, the
+/// first-order solver runs, and the reason is recorded in [`CostSolution::fallback`].
 pub fn solve(
     p: &GapProgram,
     kind: NormKind,
     opts: SolveOptions,
 ) -> Result<CostSolution, CostError> {
-    solve_with_dual(p, kind, opts).map(|(s, _)| s)
+    match opts.method {
+        Method::FirstOrder => solve_with_dual(p, kind, opts).map(|(s, _)| s),
+        Method::Ipm | Method::IpmAndFirstOrder => solve_ipm_first(p, kind, opts),
+    }
+}
+
+#[cfg(not(feature = "ipm"))]
+fn solve_ipm_first(
+    p: &GapProgram,
+    kind: NormKind,
+    opts: SolveOptions,
+) -> Result<CostSolution, CostError> {
+    let (s, _) = solve_with_dual(p, kind, opts)?;
+    Ok(CostSolution {
+        fallback: Some("built without the `ipm` feature".into()),
+        ..s
+    })
+}
+
+#[cfg(feature = "ipm")]
+fn solve_ipm_first(
+    p: &GapProgram,
+    kind: NormKind,
+    opts: SolveOptions,
+) -> Result<CostSolution, CostError> {
+    let first_order = |why: String| -> Result<CostSolution, CostError> {
+        let (s, _) = solve_with_dual(p, kind, opts)?;
+        Ok(CostSolution {
+            fallback: Some(why),
+            ..s
+        })
+    };
+    let s = match super::ipm::solve(p, kind, opts) {
+        Ok(s) => s,
+        Err(why) => return first_order(why),
+    };
+    if !s.feasible || s.rel_gap.is_some_and(|g| g <= opts.rel_gap) {
+        return Ok(s);
+    }
+    // A certified but wide bracket: tighten it with the first-order solver's (both ends are
+    // certificates, so their intersection is one).
+    let (f, _) = solve_with_dual(p, kind, opts)?;
+    Ok(super::ipm::intersect(s, f))
 }
 
 /// The empty solution of `p` (nothing solved yet).
@@ -91,6 +185,8 @@ pub(super) fn unsolved(p: &GapProgram) -> CostSolution {
         delta: p.delta,
         constraints: p.n_constraints(),
         rank: None,
+        solver: Method::FirstOrder,
+        fallback: None,
         w: None,
     }
 }
