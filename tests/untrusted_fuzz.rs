@@ -246,6 +246,7 @@ fn mutated_figure_files_are_drawn_well_formed_or_refused() {
                 Style::LinePoints,
                 1,
             )],
+            ..Default::default()
         }],
     };
     let heat = Figure::Heatmap(Heatmap {
@@ -253,6 +254,7 @@ fn mutated_figure_files_are_drawn_well_formed_or_refused() {
         x_label: "head".into(),
         y_label: "layer".into(),
         values: vec![vec![0.1, 0.9], vec![f64::NAN, 0.5]],
+        ..Default::default()
     });
     let mut rng = StdRng::seed_from_u64(4_242);
     let dir = tempfile::tempdir().unwrap();

@@ -21,9 +21,8 @@ pub struct SolveOptions {
 }
 
 /// The solver behind a value.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum Method {
     /// Interior-point conic solver (Clarabel): Frobenius as a QP, nuclear as an SDP
@@ -34,7 +33,7 @@ pub enum Method {
     FirstOrder,
     /// The interior-point bracket tightened by the first-order solver (both certified: the
     /// larger lower end and the smaller upper end).
-    #[value(skip)]
+    #[cfg_attr(feature = "cli", value(skip))]
     IpmAndFirstOrder,
 }
 
