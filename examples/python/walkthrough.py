@@ -10,8 +10,8 @@ tokenizer). The pytest suite runs it (python/tests/test_example.py).
    ``torch.stack(model(ids, output_hidden_states=True).hidden_states[1:])[:, 0]`` from
    transformers gives the same layout).
 3. The attention to the first token per layer, and (with matplotlib) one layer's heatmap.
-4. One's own embeddings: the half-space verdict (THEORY §3) with its certificate checked in
-   numpy, and the minimal sink/diagonal costs (THEORY §6) on orthonormal embeddings.
+4. One's own embeddings: the half-space verdict (docs/theory.md §3) with its certificate checked in
+   numpy, and the minimal sink/diagonal costs (docs/theory.md §6) on orthonormal embeddings.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def main(argv=None) -> dict:
     assert v.representable and mass >= 0.95
     out["verdict"] = v
 
-    # 4b. Minimal costs on orthonormal embeddings against the closed forms of THEORY §6.
+    # 4b. Minimal costs on orthonormal embeddings against the closed forms of docs/theory.md §6.
     t, delta = 8, 3.0
     x, _ = np.linalg.qr(rng.normal(size=(t, t)))
     sink = sinklab.cost.minimal(x, "sink", "nuclear", delta)

@@ -6,7 +6,7 @@ from anywhere.
 >>> ids = m.tokenize("The quick brown fox")
 >>> r = m.run(ids, hidden=True, attention=True)       # r.hidden [L+1, T, d], r.attention [L, H, T, T]
 >>> det = sinklab.secondary.detect(r.hidden[1:])      # paper B's detector on [L, T, d]
->>> v = sinklab.half_space(queries, keys, sink)       # THEORY §3 verdict with its certificate
+>>> v = sinklab.half_space(queries, keys, sink)       # docs/theory.md §3 verdict with its certificate
 
 Every computation runs with the GIL released; a bad argument, a refused size or a model-file
 problem raises :class:`sinklab.Error` (a ``ValueError``) with the command line's message.
@@ -124,7 +124,7 @@ def load(model: str, weights: str = "file", matmul: str = "exact", max_mem=None)
 
 
 def half_space(queries, keys, sink, eps: float = 0.1) -> Verdict:
-    """The half-space verdict (THEORY §3): can a bilinear head ``x^T W k`` make ``sink`` an
+    """The half-space verdict (docs/theory.md §3): can a bilinear head ``x^T W k`` make ``sink`` an
     ε-sink (attention mass ≥ 1 − ε) for every query against the other ``keys``?
 
     ``queries`` ``[n, d]``, ``keys`` ``[m, d]`` (the non-sink keys), ``sink`` ``[d]``. Returns a

@@ -1,4 +1,4 @@
-"""The minimal cost of a sink or diagonal pattern on given embeddings (THEORY §6)."""
+"""The minimal cost of a sink or diagonal pattern on given embeddings (docs/theory.md §6)."""
 
 from __future__ import annotations
 

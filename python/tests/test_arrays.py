@@ -16,7 +16,7 @@ from conftest import FIXTURES, cli, read_safetensors, write_safetensors
 
 def planted(seed=0, n=12, m=9, d=6):
     """Queries with a·x ≥ 0.5 (a = e0) and keys with b·(s − k) ≥ 1 (b = e1, s = 2 e1):
-    conditions (a) and (b) of THEORY §3 hold by construction."""
+    conditions (a) and (b) of docs/theory.md §3 hold by construction."""
     rng = np.random.default_rng(seed)
     q = rng.normal(size=(n, d))
     q[:, 0] = 0.5 + rng.random(n)

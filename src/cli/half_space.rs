@@ -1,5 +1,5 @@
 //! `sinklab half-space --file instance.safetensors [--eps E] [--json]`: the half-space verdict
-//! (THEORY §3, [`sinklab::geometry::half_space`]) on one's own instance: tensors `queries`
+//! (docs/theory.md §3, [`sinklab::geometry::half_space`]) on one's own instance: tensors `queries`
 //! `[n, d]`, `keys` `[m, d]` (the non-sink keys) and `sink` `[d]`, F32 or F64.
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -8,6 +8,11 @@ use sinklab::geometry::half_space::{Obstruction, Verdict, half_space_verdict_row
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
+#[command(after_long_help = "EXAMPLES:
+  The verdict on an instance written with numpy and safetensors (tensors queries, keys, sink):
+    sinklab half-space --file instance.safetensors
+  The same with a leak of 0.01, as JSON (witness or convex weights, margins):
+    sinklab half-space --file instance.safetensors --eps 0.01 --json")]
 pub struct Args {
     /// Instance (safetensors): queries [n, d], keys [m, d] (the non-sink keys), sink [d].
     #[arg(long)]

@@ -81,7 +81,12 @@ enum Command {
     /// whole head) for which every off-query's logit on its pattern's target exceeds its
     /// other logits by the gap Δ, with a certified lower bound beside the value.
     Cost(cost::Args),
-    /// Half-space verdict (THEORY §3) on an instance file: queries, keys, sink.
+    /// Half-space verdict (docs/theory.md §3) on an instance file: queries, keys, sink.
+    ///
+    /// Decides whether one bilinear head can make `sink` a sink for every query: yes iff the
+    /// queries lie in an open half-space and the sink lies outside the hull of the other keys.
+    /// Prints a witness W whose attention is checked, or the convex weights that certify the
+    /// failed condition, each verified by arithmetic independently of the solver.
     HalfSpace(half_space::Args),
     /// Run or resume a sweep spec (sims/<name>.toml): results.jsonl, fit.json, figures.
     ///
