@@ -276,6 +276,9 @@ fn the_sinklab_loader_runs_it_on_token_ids() {
     assert!(v.is_object(), "{v}");
 }
 
+/// The `gguf` package's reader on our file (a Python with gguf and numpy at `SINKLAB_PYTHON`).
+/// Required only under its own `SINKLAB_REQUIRE_GGUF_PYTHON=1`: the Python package's venv that
+/// `SINKLAB_REQUIRE_PYTHON` asks for holds no gguf.
 #[test]
 fn python_gguf_reads_the_same_tensors() {
     let py = std::env::var("SINKLAB_PYTHON").unwrap_or_else(|_| "/work/venv/bin/python".into());
@@ -285,8 +288,8 @@ fn python_gguf_reads_the_same_tensors() {
         .is_ok_and(|o| o.status.success());
     if !has_gguf {
         assert!(
-            std::env::var_os("SINKLAB_REQUIRE_PYTHON").is_none(),
-            "SINKLAB_REQUIRE_PYTHON set but {py} cannot import gguf"
+            std::env::var_os("SINKLAB_REQUIRE_GGUF_PYTHON").is_none(),
+            "SINKLAB_REQUIRE_GGUF_PYTHON set but {py} cannot import gguf"
         );
         eprintln!("SKIP: {py} with the gguf package not found (SINKLAB_PYTHON)");
         return;

@@ -52,17 +52,26 @@ pub struct Args {
     /// position embedding) of a one-layer model trained on bigram-copy at this T and d.
     #[arg(long, value_enum, hide_possible_values = true, default_value_t = EmbeddingKind::Orthonormal)]
     embedding: EmbeddingKind,
-    /// Context length T (positions 0..T-1; 0 is the sink; with --embeddings: the first T rows).
+    /// Context length T (position 0 is the sink)
+    ///
+    /// Positions 0..T-1; with --embeddings, the file's first T rows (default: all of them).
     #[arg(long, value_name = "T")]
     t: Option<usize>,
     /// Embedding dimension (default: T).
     #[arg(long, value_name = "D", conflicts_with = "embeddings")]
     d: Option<usize>,
-    /// Price your own points: the rows of tensor `x` [N, d] of this safetensors file (first T).
-    #[arg(long, value_name = "F.safetensors", conflicts_with = "embedding")]
+    /// Your own points: tensor x [N, d] of a safetensors file
+    ///
+    /// The rows of tensor `x` (f32, f64, f16 or bf16), the first T of them with --t; row 0 is
+    /// the sink.
+    #[arg(long, value_name = "FILE", conflicts_with = "embedding")]
     embeddings: Option<PathBuf>,
-    /// Solver: interior-point (falls back to first-order beyond its size caps) or first-order.
-    #[arg(long, value_enum, default_value_t = Method::preferred())]
+    /// Solver: ipm (interior point) or first-order
+    ///
+    /// ipm: the interior-point solver (Clarabel), certified bracket to about 1e-8; beyond its
+    /// size caps (SDP order 50, a QP block of 4500 rows) the first-order solver answers and
+    /// the output says why. first-order: the primal-dual iterations, to --tol.
+    #[arg(long, value_enum, hide_possible_values = true, value_name = "ipm|first-order", default_value_t = Method::preferred())]
     solver: Method,
     /// Required logit gap Δ.
     #[arg(long, conflicts_with = "eps", value_name = "X")]

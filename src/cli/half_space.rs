@@ -14,11 +14,15 @@ use std::path::PathBuf;
   The same with a leak of 0.01, as JSON (witness or convex weights, margins):
     sinklab half-space --file instance.safetensors --eps 0.01 --json")]
 pub struct Args {
-    /// Instance (safetensors): queries [n, d], keys [m, d] (the non-sink keys), sink [d].
-    #[arg(long)]
+    /// Instance file (safetensors): tensors queries, keys, sink
+    ///
+    /// queries [n, d], keys [m, d] (the non-sink keys) and sink [d], F32 or F64, finite.
+    #[arg(long, value_name = "FILE")]
     file: PathBuf,
-    /// Leak: a witness puts attention mass at least 1 - eps on the sink for every query.
-    #[arg(long, default_value_t = 0.1)]
+    /// Leak ε: the witness puts mass ≥ 1 − ε on the sink
+    ///
+    /// A witness W puts attention mass at least 1 − ε on the sink for every query.
+    #[arg(long, value_name = "E", default_value_t = 0.1)]
     eps: f64,
     /// Print JSON.
     #[arg(long)]

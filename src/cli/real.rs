@@ -77,7 +77,8 @@ pub struct Args {
     /// Activations file instead of a model
     ///
     /// A safetensors file of captured activations (hidden.{l} [T, d], optional attn.{l},
-    /// mlp_out.{l}, queries.{l}, keys.{l}, values.{l}, tokens), e.g. from scripts/dump_activations.py.
+    /// mlp_out.{l}, queries.{l}, keys.{l}, values.{l}, tokens), e.g. from
+    /// scripts/dump_activations.py or `sinklab real --dump`.
     #[arg(long, conflicts_with_all = ["model", "text", "file", "tokens", "bos", "a2", "a3"], value_name = "FILE")]
     activations: Option<PathBuf>,
     /// Also run A1: half-space verdicts, pooled head-space analysis
@@ -203,11 +204,21 @@ pub struct Args {
     /// Default: the SINKLAB_MAX_MEM environment variable, or the built-in limit.
     #[arg(long, requires = "weights", value_name = "SIZE")]
     max_mem: Option<String>,
-    /// Also write the run's tensors to this safetensors file (the --activations schema).
-    #[arg(long, conflicts_with_all = ["activations", "a5", "results"])]
+    /// Also write the run's tensors to a safetensors file
+    ///
+    /// In the schema --activations reads (docs/activations.md), so a dump read back gives the
+    /// native run's statistics.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["activations", "a5", "results"])]
     dump: Option<PathBuf>,
-    /// Tensors --dump writes, comma separated: hidden, attn, qkv, mlp (hidden always).
-    #[arg(long, requires = "dump", default_value = "hidden,attn,qkv,mlp")]
+    /// Tensors --dump writes
+    ///
+    /// Comma separated; the hidden states are always written (the schema requires them).
+    #[arg(
+        long,
+        value_name = "LIST",
+        requires = "dump",
+        default_value = "hidden,attn,qkv,mlp"
+    )]
     what: String,
 }
 

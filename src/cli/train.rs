@@ -52,18 +52,29 @@ pub struct Args {
     /// Mask the BOS key for every query i ≥ 1 (no sink at position 0).
     #[arg(long)]
     no_bos_key: bool,
-    /// Switch mechanism offered to the heads (default: the BOS key)
+    /// Switch: bos|masked|sink-logit|gate|sink-logit+gate
     ///
     /// bos: the BOS key visible (default); masked: as --no-bos-key; sink-logit: a learned
     /// sink logit per head; gate: a sigmoid output gate per head; sink-logit+gate: both.
     /// The report says which switch the off-queries use (gate, sink logit, BOS sink,
     /// diagonal or mixed).
-    #[arg(long, value_enum, default_value = "bos", value_name = "S")]
+    #[arg(
+        long,
+        value_enum,
+        hide_possible_values = true,
+        default_value = "bos",
+        value_name = "S"
+    )]
     switch: SwitchArg,
-    /// Gate of --switch gate: head (one scalar) or elementwise (one per coordinate)
+    /// Gate form: head (a scalar per head) or elementwise
+    ///
+    /// head: one gate value per head; elementwise: one per output coordinate of the head.
     #[arg(long, default_value = "head", value_name = "FORM", value_parser = parse_gate_form)]
     gate_form: GateForm,
-    /// Control: keep the switch parameters at their initial values (needs --switch)
+    /// Control: freeze the switch at its initial values
+    ///
+    /// Keeps the switch parameters (sink logit, gate) at their initial values while the rest
+    /// trains: the control that attributes a change to the mechanism. Needs --switch.
     #[arg(long)]
     freeze_switch: bool,
     /// Drop BOS from the sequences altogether.
