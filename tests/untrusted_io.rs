@@ -4,10 +4,13 @@
 //! bound, chat templates render under the engine's fuel, and size-driving flags are refused
 //! with an estimate before any work. Each case is the hostile input itself.
 
+#[path = "support/browser.rs"]
+mod browser;
 #[path = "support/cli.rs"]
 mod cli;
 #[path = "support/xml.rs"]
 mod xml;
+use browser::chromium;
 use cli::{run as sinklab, stderr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -66,29 +69,6 @@ fn injected_markup_in_report_markdown_is_text_in_the_page() {
     let p2 = html(&code, dir.path(), &[]);
     assert_eq!(p2.matches("<code>").count(), 1, "{p2}");
     assert!(p2.contains("x`&lt;img"), "{p2}");
-}
-
-/// The browser, or None (after checking `SINKLAB_REQUIRE_BROWSER`).
-fn chromium() -> Option<PathBuf> {
-    let found = std::env::var_os("SINKLAB_CHROMIUM")
-        .map(PathBuf::from)
-        .or_else(|| {
-            ["chromium", "chromium-browser", "google-chrome"]
-                .iter()
-                .find_map(|n| {
-                    std::env::split_paths(&std::env::var_os("PATH")?)
-                        .map(|d| d.join(n))
-                        .find(|p| p.is_file())
-                })
-        });
-    if found.is_none() {
-        assert!(
-            std::env::var("SINKLAB_REQUIRE_BROWSER").as_deref() != Ok("1"),
-            "no chromium found (SINKLAB_REQUIRE_BROWSER=1)"
-        );
-        eprintln!("SKIP: no chromium on PATH (apt-get install chromium, or set SINKLAB_CHROMIUM)");
-    }
-    found
 }
 
 /// The DOM of `page` after headless Chromium ran its scripts and handlers (network off).

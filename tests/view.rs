@@ -12,32 +12,12 @@
 use sinklab::real::stats::{HeadStats, LayerStats};
 use sinklab::view::maps::{self, MapObserver, PooledHead};
 use sinklab::view::{DetectorView, ViewData};
-use std::path::{Path, PathBuf};
+#[path = "support/browser.rs"]
+mod browser;
+use browser::chromium;
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// The browser, or None (after checking `SINKLAB_REQUIRE_BROWSER`).
-fn chromium() -> Option<PathBuf> {
-    let found = std::env::var_os("SINKLAB_CHROMIUM")
-        .map(PathBuf::from)
-        .or_else(|| {
-            ["chromium", "chromium-browser", "google-chrome"]
-                .iter()
-                .find_map(|n| {
-                    std::env::split_paths(&std::env::var_os("PATH")?)
-                        .map(|d| d.join(n))
-                        .find(|p| p.is_file())
-                })
-        });
-    if found.is_none() {
-        assert!(
-            std::env::var("SINKLAB_REQUIRE_BROWSER").as_deref() != Ok("1"),
-            "no chromium found (SINKLAB_REQUIRE_BROWSER=1)"
-        );
-        eprintln!("SKIP: no chromium on PATH (apt-get install chromium, or set SINKLAB_CHROMIUM)");
-    }
-    found
-}
 
 /// Loads `page#selftest` headless with the network disabled; returns the verdict JSON and the
 /// wall time of the browser process.

@@ -287,14 +287,7 @@ pub fn run(mut a: Args) -> Result<i32> {
             outln!("{k}: {r:.6}");
         }
     } else {
-        let c = sol.certificate.as_ref();
-        outln!(
-            "infeasible: the half-space conditions fail; certificate with {} convex weights, ‖Σλ A‖_F = {:.3e} (scale {:.3e}, verified {})",
-            c.map_or(0, |c| c.weights.len()),
-            c.map_or(f64::NAN, |c| c.residual),
-            c.map_or(f64::NAN, |c| c.scale),
-            c.is_some_and(|c| c.verified)
-        );
+        print_infeasible(&sol, "")?;
     }
     Ok(0)
 }
@@ -503,14 +496,20 @@ fn run_file(a: &Args, q: &CostQuery, x: &faer::Mat<f64>, opts: SolveOptions) -> 
             outln!("interior-point solver not used: {why}");
         }
     } else {
-        let c = sol.certificate.as_ref();
-        outln!(
-            "infeasible: the half-space conditions fail on these points; certificate with {} convex weights, ‖Σλ A‖_F = {:.3e} (scale {:.3e}, verified {})",
-            c.map_or(0, |c| c.weights.len()),
-            c.map_or(f64::NAN, |c| c.residual),
-            c.map_or(f64::NAN, |c| c.scale),
-            c.is_some_and(|c| c.verified)
-        );
+        print_infeasible(&sol, " on these points")?;
     }
     Ok(0)
+}
+
+/// The infeasibility line: the certificate's convex weights and its re-checked residual.
+fn print_infeasible(sol: &sinklab::cost::CostSolution, on: &str) -> Result<()> {
+    let c = sol.certificate.as_ref();
+    outln!(
+        "infeasible: the half-space conditions fail{on}; certificate with {} convex weights, ‖Σλ A‖_F = {:.3e} (scale {:.3e}, verified {})",
+        c.map_or(0, |c| c.weights.len()),
+        c.map_or(f64::NAN, |c| c.residual),
+        c.map_or(f64::NAN, |c| c.scale),
+        c.is_some_and(|c| c.verified)
+    );
+    Ok(())
 }
