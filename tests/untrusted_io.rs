@@ -190,6 +190,41 @@ fn mkfifo(p: &Path) {
     assert!(Command::new("mkfifo").arg(p).status().unwrap().success());
 }
 
+/// A FIFO named as an input file (whose open would wait for a writer for ever) is refused
+/// before it is opened, by every reader of a user's file: safetensors instances and
+/// embeddings, a model path (GGUF magic, safetensors), an activation file.
+#[cfg(unix)]
+#[test]
+fn a_fifo_as_an_input_is_refused_not_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pipe");
+    mkfifo(&fifo);
+    let f = fifo.to_str().unwrap();
+    let page = dir.path().join("p.html");
+    let p = page.to_str().unwrap();
+    for args in [
+        vec!["half-space", "--file", f],
+        vec![
+            "cost",
+            "--pattern",
+            "sink",
+            "--norm",
+            "fro",
+            "--delta",
+            "1",
+            "--embeddings",
+            f,
+        ],
+        vec!["real", "--model", f, "--text", "The cat sat."],
+        vec!["view", "--model", f, "--text", "The cat sat.", "--out", p],
+        vec!["real", "--activations", f],
+        vec!["secondary", "--activations", f],
+    ] {
+        refused_within(&os(&args), &["not a regular file"], 10);
+    }
+    assert!(!page.exists());
+}
+
 /// A tiny activations file (3 layers, 6 positions) for `view --activations`.
 fn activations(dir: &Path, t: usize) -> PathBuf {
     use sinklab::runtime::activation_file::{Activations, HeadTensor};

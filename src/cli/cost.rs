@@ -372,7 +372,8 @@ fn run_head(
 fn load_embeddings(path: &Path, t: Option<usize>) -> Result<faer::Mat<f64>> {
     use safetensors::{Dtype, SafeTensors};
     let shown = path.display();
-    let bytes = std::fs::read(path).with_context(|| format!("--embeddings {shown}"))?;
+    let bytes = sinklab::budget::read_input(path, sinklab::budget::MAX_TENSOR_FILE_BYTES)
+        .with_context(|| format!("--embeddings {shown}"))?;
     let st = SafeTensors::deserialize(&bytes)
         .map_err(|e| anyhow::anyhow!("--embeddings {shown}: not a valid safetensors file: {e}"))?;
     let Ok(x) = st.tensor("x") else {
