@@ -225,6 +225,74 @@ fn a_fifo_as_an_input_is_refused_not_waited_on() {
     assert!(!page.exists());
 }
 
+/// An option given without the option it applies to is refused naming both, never silently
+/// ignored — also where clap would excuse it (the main option conflicts with one present:
+/// `--a5` with `--activations`, `--dose-response` with `--activations`, `--emit` with
+/// `--shard`).
+#[test]
+fn a_dependent_option_without_its_main_option_is_refused() {
+    for (args, needles) in [
+        (
+            vec!["real", "--activations", "a.safetensors", "--a5-layers", "1"],
+            ["--a5-layers", "--a5"],
+        ),
+        (
+            vec![
+                "real",
+                "--activations",
+                "a.safetensors",
+                "--a5-max-iter",
+                "9",
+            ],
+            ["--a5-max-iter", "--a5"],
+        ),
+        (
+            vec!["real", "--activations", "a.safetensors", "--what", "hidden"],
+            ["--what", "--dump"],
+        ),
+        (
+            vec![
+                "secondary",
+                "--activations",
+                "a.safetensors",
+                "--dose-grid",
+                "0,1",
+            ],
+            ["--dose-grid", "--dose-response"],
+        ),
+        (
+            vec![
+                "secondary",
+                "--activations",
+                "a.safetensors",
+                "--dose-tokens",
+                "2",
+            ],
+            ["--dose-tokens", "--dose-response"],
+        ),
+        (
+            vec![
+                "secondary",
+                "--activations",
+                "a.safetensors",
+                "--long-generate",
+                "9",
+            ],
+            ["--long-generate", "--long"],
+        ),
+        (
+            vec!["secondary", "--activations", "a.safetensors", "--out", "o"],
+            ["--out", "--activations"],
+        ),
+        (
+            vec!["sweep", "spec.toml", "--shard", "0/2", "--shards", "3"],
+            ["--shards", "--emit"],
+        ),
+    ] {
+        refused_within(&os(&args), &needles, 10);
+    }
+}
+
 /// A tiny activations file (3 layers, 6 positions) for `view --activations`.
 fn activations(dir: &Path, t: usize) -> PathBuf {
     use sinklab::runtime::activation_file::{Activations, HeadTensor};

@@ -66,7 +66,7 @@ pub struct Args {
     )]
     emit: Option<sinklab::sweep::jobs::JobKind>,
     /// Number of shards of --emit.
-    #[arg(long, requires = "emit", value_name = "N")]
+    #[arg(long, value_name = "N")]
     shards: Option<usize>,
 }
 
@@ -95,6 +95,10 @@ pub struct MergeArgs {
 }
 
 pub fn run(a: Args) -> Result<i32> {
+    super::only_with(
+        ("--emit", a.emit.is_some()),
+        &[("--shards", a.shards.is_some())],
+    )?;
     let mut spec = SweepSpec::load(&a.spec)?;
     if let Some(b) = a.backend {
         spec.backend = b;
