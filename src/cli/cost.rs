@@ -149,7 +149,7 @@ pub fn run(mut a: Args) -> Result<i32> {
     use sinklab::sweep::cost_scaling::spec::{MAX_DELTA, MIN_DELTA};
     let (lo, hi) = (MIN_DELTA, MAX_DELTA);
     let implied = match (a.delta, a.eps) {
-        (Some(x), _) => Some((x, format!("--delta {x}"))),
+        (Some(x), _) => Some((x, format!("--delta {x:e}"))),
         (None, Some(e)) if e > 0.0 && e < 1.0 => Some((
             delta_eps(t - 1, e).unwrap_or(f64::NAN),
             format!("--eps {e} (Δ = ln((T−1)(1−ε)/ε) at T = {t})"),
