@@ -293,6 +293,28 @@ fn a_dependent_option_without_its_main_option_is_refused() {
     }
 }
 
+/// `backend`'s time estimate is checked against `--max-time`: a million steps at the default
+/// sizes (at least minutes) is refused under a one-second limit, naming the estimate.
+#[test]
+fn backend_steps_past_the_time_limit_are_refused_with_the_estimate() {
+    refused_within(
+        &os(&[
+            "backend",
+            "--backend",
+            "cpu",
+            "--steps",
+            "1000000",
+            "--max-time",
+            "1s",
+        ]),
+        &[
+            "backend --t 32 --batch 16 --d 16 --steps 1000000",
+            "--max-time",
+        ],
+        10,
+    );
+}
+
 /// A tiny activations file (3 layers, 6 positions) for `view --activations`.
 fn activations(dir: &Path, t: usize) -> PathBuf {
     use sinklab::runtime::activation_file::{Activations, HeadTensor};
