@@ -570,7 +570,8 @@ fn size_flags_are_refused_with_an_estimate_before_work() {
             "--steps",
             "1",
         ]),
-        &["needs about", "SINKLAB_MAX_MEM"],
+        // backend takes --max-mem like train, so its message names the flag.
+        &["needs about", "--max-mem"],
         20,
     );
     refused_within(
