@@ -269,3 +269,62 @@ fn the_verdicts_count_what_the_records_hold() {
     assert!(sl.contains("does not change how often"), "{sl}");
     assert!(sl.contains("more often than without"), "{sl}");
 }
+
+/// The committed results (`sims/switch_study.results.jsonl`) hold a finished record of every
+/// point of `sims/switch_study.toml` (ids hash each run's whole configuration and the crate
+/// version: an edited spec or a new version needs the study rerun), and the default report
+/// section reads them without training anything.
+#[test]
+fn the_committed_results_cover_the_spec_and_feed_the_section() {
+    use sinklab::sweep::switch_study::section::{COMMITTED_RESULTS, DEFAULT_SPEC, committed_for};
+    let spec = StudySpec::from_toml_named(DEFAULT_SPEC, "sims/switch_study.toml").unwrap();
+    let recs = committed_for(&spec, COMMITTED_RESULTS)
+        .expect("sims/switch_study.results.jsonl does not cover sims/switch_study.toml: rerun `sinklab sweep sims/switch_study.toml`");
+    assert_eq!(recs.len(), spec.points().len());
+    let tmp = tempfile::tempdir().unwrap();
+    let ctx = sinklab::section::ReportCtx {
+        out_dir: tmp.path().to_path_buf(),
+        seed: 0,
+        quick: false,
+    };
+    let s = sinklab::sweep::switch_study::section::report_section(&ctx).unwrap();
+    assert!(s.markdown.contains("read from the committed"), "{}", s.markdown);
+    assert!(!tmp.path().join("sweeps").exists(), "the section trained runs");
+    assert_eq!(s.figures.len(), 4, "{:?}", s.figures);
+    assert!(s.figures.iter().all(|f| f.exists()));
+}
+
+/// docs/theory.md §11 quotes the study's counts as the committed results give them.
+#[test]
+fn theory_quotes_the_study_counts() {
+    use sinklab::sweep::switch_study::section::{COMMITTED_RESULTS, DEFAULT_SPEC, committed_for};
+    let spec = StudySpec::from_toml_named(DEFAULT_SPEC, "sims/switch_study.toml").unwrap();
+    let Some(recs) = committed_for(&spec, COMMITTED_RESULTS) else {
+        panic!("the committed results do not cover the spec");
+    };
+    let theory =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/theory.md")).unwrap();
+    let theory = theory.split_whitespace().collect::<Vec<_>>().join(" ");
+    for task in [Task::BigramCopy, Task::CopyPaste] {
+        for (variant, frozen, switch) in [
+            (Variant::Bos, false, "bos_sink"),
+            (Variant::SinkLogit, false, "bos_sink"),
+            (Variant::SinkLogit, false, "sink_logit"),
+            (Variant::SinkLogit, true, "bos_sink"),
+            (Variant::Gate, false, "bos_sink"),
+            (Variant::Gate, false, "gate"),
+            (Variant::Gate, true, "gate"),
+            (Variant::Masked, false, "diagonal"),
+        ] {
+            let (k, n) = tally::count(&recs, (task, variant, frozen), switch);
+            let quote = format!(
+                "{task}, {variant}{}, {switch}: {k}/{n}",
+                if frozen { " (frozen)" } else { "" }
+            );
+            assert!(
+                theory.contains(&quote),
+                "docs/theory.md §11 does not quote `{quote}`"
+            );
+        }
+    }
+}
