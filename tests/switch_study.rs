@@ -261,7 +261,22 @@ fn the_verdicts_count_what_the_records_hold() {
         sl.contains("Frozen control (s = 0): the BOS sink forms in 2 of 2"),
         "{sl}"
     );
-    assert!(sl.contains("attributable to training it"), "{sl}");
+    // 1 of 2 against 2 of 2: Fisher's exact test gives p = 1, no change is attributed.
+    assert!(sl.contains("p = 1.00), a difference within chance"), "{sl}");
+    assert!(!sl.contains("attributable"), "{sl}");
+    // 0 of 10 trained against 10 of 10 frozen: p = 2/C(20,10) ≈ 1.1e-5, attributed.
+    let mut many = recs.clone();
+    many.retain(|r| !(r.variant == Variant::SinkLogit));
+    for _ in 0..10 {
+        many.push(planted(b, Variant::SinkLogit, false, "sink_logit", true));
+        many.push(planted(b, Variant::SinkLogit, true, "bos_sink", true));
+    }
+    let v = tally::verdicts(&many, b);
+    let sl = v.iter().find(|s| s.contains("sink-logit")).unwrap();
+    assert!(
+        sl.contains("p = 1.1e-5), a change attributable to training it"),
+        "{sl}"
+    );
     // The other way round: the trained runs form the BOS sink as often as the frozen ones.
     recs[3] = planted(b, Variant::SinkLogit, false, "bos_sink", true);
     let v = tally::verdicts(&recs, b);
@@ -288,43 +303,59 @@ fn the_committed_results_cover_the_spec_and_feed_the_section() {
         quick: false,
     };
     let s = sinklab::sweep::switch_study::section::report_section(&ctx).unwrap();
-    assert!(s.markdown.contains("read from the committed"), "{}", s.markdown);
-    assert!(!tmp.path().join("sweeps").exists(), "the section trained runs");
+    assert!(
+        s.markdown.contains("read from the committed"),
+        "{}",
+        s.markdown
+    );
+    assert!(
+        !tmp.path().join("sweeps").exists(),
+        "the section trained runs"
+    );
     assert_eq!(s.figures.len(), 4, "{:?}", s.figures);
     assert!(s.figures.iter().all(|f| f.exists()));
 }
 
-/// docs/theory.md §11 quotes the study's counts as the committed results give them.
+/// docs/theory.md §11 quotes the study's counts table as the committed results give it, row for
+/// row (`section::counts_table`: converged runs per class, summed over T, and the runs left out).
 #[test]
 fn theory_quotes_the_study_counts() {
-    use sinklab::sweep::switch_study::section::{COMMITTED_RESULTS, DEFAULT_SPEC, committed_for};
+    use sinklab::sweep::switch_study::section::{
+        COMMITTED_RESULTS, DEFAULT_SPEC, committed_for, counts_table,
+    };
     let spec = StudySpec::from_toml_named(DEFAULT_SPEC, "sims/switch_study.toml").unwrap();
     let Some(recs) = committed_for(&spec, COMMITTED_RESULTS) else {
         panic!("the committed results do not cover the spec");
     };
-    let theory =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/theory.md")).unwrap();
-    let theory = theory.split_whitespace().collect::<Vec<_>>().join(" ");
-    for task in [Task::BigramCopy, Task::CopyPaste] {
-        for (variant, frozen, switch) in [
-            (Variant::Bos, false, "bos_sink"),
-            (Variant::SinkLogit, false, "bos_sink"),
-            (Variant::SinkLogit, false, "sink_logit"),
-            (Variant::SinkLogit, true, "bos_sink"),
-            (Variant::Gate, false, "bos_sink"),
-            (Variant::Gate, false, "gate"),
-            (Variant::Gate, true, "gate"),
-            (Variant::Masked, false, "diagonal"),
-        ] {
-            let (k, n) = tally::count(&recs, (task, variant, frozen), switch);
-            let quote = format!(
-                "{task}, {variant}{}, {switch}: {k}/{n}",
-                if frozen { " (frozen)" } else { "" }
-            );
-            assert!(
-                theory.contains(&quote),
-                "docs/theory.md §11 does not quote `{quote}`"
-            );
-        }
+    let norm = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let theory = norm(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/theory.md")).unwrap(),
+    );
+    let table = counts_table(&recs);
+    let rows: Vec<&str> = table.lines().skip(2).collect();
+    assert_eq!(
+        rows.len(),
+        16,
+        "2 tasks × 8 (variant, frozen) groups:\n{table}"
+    );
+    for row in rows {
+        assert!(
+            theory.contains(&norm(row)),
+            "docs/theory.md §11 does not quote the row `{row}`"
+        );
     }
+}
+
+/// Fisher's exact test against values computed by hand: the lady tasting tea (3 of 4 against
+/// 1 of 4: p = 34/70) and a complete separation (0 of 10 against 10 of 10: p = 2/C(20,10)).
+#[test]
+fn fisher_exact_matches_hand_computed_values() {
+    let tea = tally::fisher_exact((3, 4), (1, 4));
+    assert!((tea - 34.0 / 70.0).abs() < 1e-12, "{tea}");
+    let sep = tally::fisher_exact((0, 10), (10, 10));
+    assert!((sep - 2.0 / 184_756.0).abs() < 1e-15, "{sep}");
+    // Equal fractions: every table is at most as likely as the observed (the mode), p = 1 up to
+    // the rounding of a sum of exponentials.
+    assert!((tally::fisher_exact((2, 5), (2, 5)) - 1.0).abs() < 1e-12);
+    assert_eq!(tally::fisher_exact((0, 0), (3, 4)), 1.0);
 }

@@ -96,6 +96,39 @@ fn frac((k, n): (usize, usize)) -> Option<f64> {
     (n > 0).then(|| k as f64 / n as f64)
 }
 
+/// Two-sided Fisher exact test of $k_a/n_a$ against $k_b/n_b$: the probability, under the
+/// hypergeometric law of the first group's count given both margins, of a table at most as
+/// likely as the observed one, $p = \sum_{x:\,P(x) \le P(k_a)} P(x)$ with
+/// $P(x) = \binom{K}{x}\binom{N-K}{n_a-x}/\binom{N}{n_a}$, $K = k_a + k_b$, $N = n_a + n_b$.
+/// 1 when either group is empty.
+pub fn fisher_exact((ka, na): (usize, usize), (kb, nb): (usize, usize)) -> f64 {
+    if na == 0 || nb == 0 {
+        return 1.0;
+    }
+    let ln_fact = |n: usize| (2..=n).map(|i| (i as f64).ln()).sum::<f64>();
+    let ln_choose = |n: usize, k: usize| ln_fact(n) - ln_fact(k) - ln_fact(n - k);
+    let (k, n) = (ka + kb, na + nb);
+    let ln_p = |x: usize| ln_choose(k, x) + ln_choose(n - k, na - x) - ln_choose(n, na);
+    let (lo, hi) = (na.saturating_sub(n - k), na.min(k));
+    let observed = ln_p(ka);
+    // Relative slack for ties in floating point, as R's fisher.test uses.
+    let p: f64 = (lo..=hi)
+        .map(ln_p)
+        .filter(|&l| l <= observed + 1e-7)
+        .map(f64::exp)
+        .sum();
+    p.min(1.0)
+}
+
+/// A p-value as printed: two decimals, or two significant digits below 0.01.
+fn p_value(p: f64) -> String {
+    if p < 0.01 {
+        format!("{p:.1e}")
+    } else {
+        format!("{p:.2}")
+    }
+}
+
 /// Compares two fractions in words ("fewer", "more", "as many"), `None` when one is missing.
 fn compare(a: (usize, usize), b: (usize, usize)) -> Option<&'static str> {
     let (fa, fb) = (frac(a)?, frac(b)?);
@@ -150,7 +183,10 @@ pub fn verdicts(records: &[Record], task: Task) -> Vec<String> {
             of(bos)
         );
         if let Some(c) = compare(trained, bos) {
-            s.push_str(&format!(" ({c} without the mechanism)"));
+            s.push_str(&format!(
+                " ({c} without the mechanism; Fisher's exact test p = {})",
+                p_value(fisher_exact(trained, bos))
+            ));
         }
         let owns: Vec<(&str, (usize, usize))> = if own.is_empty() {
             vec![
@@ -195,10 +231,19 @@ pub fn verdicts(records: &[Record], task: Task) -> Vec<String> {
                 Some("as often as") => s.push_str(
                     "; training the mechanism does not change how often the BOS sink forms.",
                 ),
-                Some(c) => s.push_str(&format!(
-                    "; with the mechanism trained the BOS sink forms {c} with it frozen, a \
-                     change attributable to training it."
-                )),
+                Some(c) => {
+                    let p = fisher_exact(trained, frozen);
+                    s.push_str(&format!(
+                        "; with the mechanism trained the BOS sink forms {c} with it frozen \
+                         (Fisher's exact test p = {}), ",
+                        p_value(p)
+                    ));
+                    s.push_str(if p < 0.05 {
+                        "a change attributable to training it."
+                    } else {
+                        "a difference within chance at these counts."
+                    });
+                }
                 None => s.push('.'),
             }
         }
