@@ -66,9 +66,9 @@ fn write_hf_dir(m: &sinklab::runtime::pretrained::Pretrained, dir: &Path) {
             ("self_attn.k_proj", &ly.wk),
             ("self_attn.v_proj", &ly.wv),
             ("self_attn.o_proj", &ly.wo),
-            ("mlp.gate_proj", ly.gate.as_ref().unwrap()),
-            ("mlp.up_proj", &ly.up),
-            ("mlp.down_proj", &ly.down),
+            ("mlp.gate_proj", mlp_of(ly).gate.as_ref().unwrap()),
+            ("mlp.up_proj", &mlp_of(ly).up),
+            ("mlp.down_proj", &mlp_of(ly).down),
         ] {
             put(
                 format!("{b}{n}.weight"),
@@ -139,4 +139,9 @@ fn transformers_saved_smollm2_directory_matches_the_gguf() {
         );
         assert!((ma - mb).abs() <= 1e-6, "next-token loss {ma} vs {mb}");
     }
+}
+
+/// The dense MLP of a layer (these models have no mixture-of-experts layers).
+fn mlp_of(ly: &sinklab::runtime::pretrained::Layer) -> &sinklab::runtime::pretrained::Mlp {
+    ly.ffn.dense().expect("a dense MLP")
 }

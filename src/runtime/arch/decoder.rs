@@ -16,7 +16,10 @@
 use super::{HfCfg, MAX_DIM, MAX_LAYERS};
 use crate::runtime::RealError;
 use crate::runtime::gguf::{GgufFile, value_usize};
-use crate::runtime::pretrained::{Act, Arch, Config, Layer, Linear, NormLayer, Pretrained, Rope};
+use crate::runtime::moe::{Routing, SwigluClamp};
+use crate::runtime::pretrained::{
+    Act, Arch, Config, Ffn, Layer, Linear, Mlp, Moe, NormLayer, Pretrained, Rope,
+};
 use crate::runtime::safetensors::Checkpoint;
 use crate::runtime::weights::StoredMatrix;
 use serde_json::Value;
@@ -82,6 +85,39 @@ pub struct DecoderSpec {
     /// Default of `tie_word_embeddings` (Hugging Face; a GGUF is tied iff it has no
     /// `output.weight`).
     pub tie_default: bool,
+    /// A learned sink logit per query head (gpt-oss).
+    pub sinks: bool,
+    /// The experts of the layers whose [`LayerPlan::moe`] is set.
+    pub moe: Option<MoeSpec>,
+}
+
+/// How the experts of a mixture-of-experts layer are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertLayout {
+    /// One `gate_proj` / `up_proj` / `down_proj` `[out, in]` per expert, router `mlp.gate`
+    /// (Qwen-MoE).
+    PerExpert,
+    /// gpt-oss: `mlp.experts.gate_up_proj` `[E, d, 2 d_e]` stored `[in, out]` with gate and up
+    /// interleaved along the outputs (gate even, up odd), `down_proj` `[E, d_e, d]`, biases
+    /// beside them, router `mlp.router` with a bias.
+    FusedInterleaved,
+}
+
+/// The mixture-of-experts sub-layers of a decoder.
+#[derive(Debug, Clone, Copy)]
+pub struct MoeSpec {
+    /// Experts $E$.
+    pub n_experts: usize,
+    /// Experts per token $k$.
+    pub top_k: usize,
+    /// Expert MLP width.
+    pub d_expert: usize,
+    /// Router rule.
+    pub routing: Routing,
+    /// Clamped SwiGLU (gpt-oss), else the model's activation.
+    pub clamp: Option<SwigluClamp>,
+    /// Tensor layout.
+    pub layout: ExpertLayout,
 }
 
 impl DecoderSpec {
@@ -97,6 +133,8 @@ impl DecoderSpec {
             fused: false,
             act: Act::Silu,
             tie_default: false,
+            sinks: false,
+            moe: None,
         }
     }
 
@@ -118,6 +156,8 @@ pub struct LayerPlan {
     pub rope: Rope,
     /// Sliding window.
     pub window: Option<usize>,
+    /// The feed-forward sub-layer is the mixture of experts of [`DecoderSpec::moe`].
+    pub moe: bool,
 }
 
 /// The same RoPE on every layer, with the given per-layer windows.
@@ -127,6 +167,7 @@ pub fn same_rope(rope: &Rope, windows: impl IntoIterator<Item = Option<usize>>) 
         .map(|window| LayerPlan {
             rope: rope.clone(),
             window,
+            moe: false,
         })
         .collect()
 }
@@ -180,6 +221,10 @@ pub trait DecoderWeights {
     fn down(&mut self, l: usize, d: usize, dff: usize) -> Result<Linear, RealError>;
     /// The output head (`None` when tied to the embedding).
     fn head(&mut self, vocab: usize, d: usize) -> Result<Option<Linear>, RealError>;
+    /// The mixture of experts of layer `l`.
+    fn moe(&mut self, l: usize, d: usize, spec: &MoeSpec) -> Result<Moe, RealError>;
+    /// The learned sink logits of layer `l`'s `n_head` query heads.
+    fn sinks(&mut self, l: usize, n_head: usize) -> Result<Vec<f32>, RealError>;
 }
 
 /// The shape every block shares.
@@ -256,8 +301,28 @@ pub fn decoder<S: DecoderWeights>(
             true => rms(src, Gain::PostFfn(l), d)?,
             false => None,
         };
-        let (gate, up, dff) = src.gate_up(l, d)?;
-        let down = src.down(l, d, dff)?;
+        let ffn = match (plan.moe, &spec.moe) {
+            (true, Some(ms)) => Ffn::Moe(Box::new(src.moe(l, d, ms)?)),
+            (true, None) => {
+                return Err(RealError::Input(format!(
+                    "layer {l} is planned as mixture-of-experts but the {:?} spec has no experts",
+                    spec.arch
+                )));
+            }
+            (false, _) => {
+                let (gate, up, dff) = src.gate_up(l, d)?;
+                let down = src.down(l, d, dff)?;
+                Ffn::Dense(Mlp {
+                    gate: Some(gate),
+                    up,
+                    down,
+                })
+            }
+        };
+        let sinks = match spec.sinks {
+            true => Some(src.sinks(l, n_head)?),
+            false => None,
+        };
         layers.push(Layer {
             attn_norm,
             wq,
@@ -269,9 +334,8 @@ pub fn decoder<S: DecoderWeights>(
             post_attn_norm,
             ffn_norm,
             post_ffn_norm,
-            gate: Some(gate),
-            up,
-            down,
+            ffn,
+            sinks,
             rope: Some(plan.rope),
             window: plan.window,
         });
@@ -455,6 +519,85 @@ impl DecoderWeights for HfWeights<'_> {
         } else {
             Ok(Some(self.w.linear("lm_head", vocab, d, false)?))
         }
+    }
+
+    fn moe(&mut self, l: usize, d: usize, ms: &MoeSpec) -> Result<Moe, RealError> {
+        let b = format!("model.layers.{l}.mlp.");
+        let (ne, de) = (ms.n_experts, ms.d_expert);
+        let (router, experts) = match ms.layout {
+            ExpertLayout::PerExpert => {
+                let router = self.w.linear(&format!("{b}gate"), ne, d, false)?;
+                let experts = (0..ne)
+                    .map(|e| {
+                        let x = format!("{b}experts.{e}.");
+                        Ok(Mlp {
+                            gate: Some(self.w.linear(&format!("{x}gate_proj"), de, d, false)?),
+                            up: self.w.linear(&format!("{x}up_proj"), de, d, false)?,
+                            down: self.w.linear(&format!("{x}down_proj"), d, de, false)?,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, RealError>>()?;
+                (router, experts)
+            }
+            ExpertLayout::FusedInterleaved => {
+                let router = self.w.linear(&format!("{b}router"), ne, d, true)?;
+                let gu = self
+                    .w
+                    .stacked_transposed(&format!("{b}experts.gate_up_proj"), [ne, d, 2 * de])?;
+                let gu_b = self
+                    .w
+                    .shaped(&format!("{b}experts.gate_up_proj_bias"), &[ne, 2 * de])?;
+                let dn = self
+                    .w
+                    .stacked_transposed(&format!("{b}experts.down_proj"), [ne, de, d])?;
+                let dn_b = self
+                    .w
+                    .shaped(&format!("{b}experts.down_proj_bias"), &[ne, d])?;
+                // Gate rows are the even outputs, up rows the odd ones.
+                let perm: Vec<usize> = (0..de)
+                    .map(|i| 2 * i)
+                    .chain((0..de).map(|i| 2 * i + 1))
+                    .collect();
+                let experts = gu
+                    .into_iter()
+                    .zip(dn)
+                    .enumerate()
+                    .map(|(e, (gu, dn))| {
+                        let gu = gu.permute_rows(&perm);
+                        let bias = &gu_b[e * 2 * de..(e + 1) * 2 * de];
+                        let half = |k: usize| Linear {
+                            w: gu.rows(k * de, de),
+                            out: de,
+                            inp: d,
+                            b: Some((0..de).map(|i| bias[2 * i + k]).collect()),
+                        };
+                        Mlp {
+                            gate: Some(half(0)),
+                            up: half(1),
+                            down: Linear {
+                                w: dn,
+                                out: d,
+                                inp: de,
+                                b: Some(dn_b[e * d..(e + 1) * d].to_vec()),
+                            },
+                        }
+                    })
+                    .collect();
+                (router, experts)
+            }
+        };
+        Ok(Moe {
+            router,
+            experts,
+            top_k: ms.top_k,
+            routing: ms.routing,
+            clamp: ms.clamp,
+        })
+    }
+
+    fn sinks(&mut self, l: usize, n_head: usize) -> Result<Vec<f32>, RealError> {
+        self.w
+            .shaped(&format!("model.layers.{l}.self_attn.sinks"), &[n_head])
     }
 }
 
@@ -699,6 +842,18 @@ impl DecoderWeights for GgufWeights<'_> {
         } else {
             Ok(None)
         }
+    }
+
+    fn moe(&mut self, l: usize, _d: usize, _ms: &MoeSpec) -> Result<Moe, RealError> {
+        Err(self.g.err(format!(
+            "layer {l}: mixture-of-experts layers are not implemented for GGUF files"
+        )))
+    }
+
+    fn sinks(&mut self, l: usize, _n_head: usize) -> Result<Vec<f32>, RealError> {
+        Err(self.g.err(format!(
+            "layer {l}: learned attention sinks are not implemented for GGUF files"
+        )))
     }
 }
 
