@@ -80,6 +80,7 @@ fn head(alpha: f64) -> HeadStats {
         value_norm_ratio: None,
         class: None,
         row_entropy: None,
+        learned_sink_mass: None,
     }
 }
 
@@ -98,6 +99,7 @@ fn layer(l: usize, heads: Vec<HeadStats>) -> LayerStats {
         mean_token_cos: 0.1,
         key_norm_ratio_first: None,
         value_norm_ratio_first: None,
+        learned_sink_mass: None,
         heads,
     }
 }
