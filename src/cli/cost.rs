@@ -149,7 +149,7 @@ pub fn run(mut a: Args) -> Result<i32> {
     use sinklab::sweep::cost_scaling::spec::{MAX_DELTA, MIN_DELTA};
     let (lo, hi) = (MIN_DELTA, MAX_DELTA);
     let implied = match (a.delta, a.eps) {
-        (Some(x), _) => Some((x, format!("--delta {x}"))),
+        (Some(x), _) => Some((x, format!("--delta {x:e}"))),
         (None, Some(e)) if e > 0.0 && e < 1.0 => Some((
             delta_eps(t - 1, e).unwrap_or(f64::NAN),
             format!("--eps {e} (Δ = ln((T−1)(1−ε)/ε) at T = {t})"),
@@ -372,7 +372,8 @@ fn run_head(
 fn load_embeddings(path: &Path, t: Option<usize>) -> Result<faer::Mat<f64>> {
     use safetensors::{Dtype, SafeTensors};
     let shown = path.display();
-    let bytes = std::fs::read(path).with_context(|| format!("--embeddings {shown}"))?;
+    let bytes = sinklab::budget::read_input(path, sinklab::budget::MAX_TENSOR_FILE_BYTES)
+        .with_context(|| format!("--embeddings {shown}"))?;
     let st = SafeTensors::deserialize(&bytes)
         .map_err(|e| anyhow::anyhow!("--embeddings {shown}: not a valid safetensors file: {e}"))?;
     let Ok(x) = st.tensor("x") else {

@@ -776,6 +776,9 @@ impl GgufDims {
 /// vocabulary taken from the tensor shapes, tied iff there is no `output.weight`.
 pub struct GgufWeights<'a> {
     g: &'a mut GgufFile,
+    /// llama.cpp's name of the norm before the feed-forward sub-layer: `ffn_norm`, or
+    /// gpt-oss's `post_attention_norm` (its converter maps `post_attention_layernorm` there).
+    ffn_norm: &'static str,
 }
 
 impl GgufWeights<'_> {
@@ -806,7 +809,7 @@ impl DecoderWeights for GgufWeights<'_> {
             Gain::Q(l) => format!("blk.{l}.attn_q_norm.weight"),
             Gain::K(l) => format!("blk.{l}.attn_k_norm.weight"),
             Gain::PostAttn(l) => format!("blk.{l}.post_attention_norm.weight"),
-            Gain::PreFfn(l) => format!("blk.{l}.ffn_norm.weight"),
+            Gain::PreFfn(l) => format!("blk.{l}.{}.weight", self.ffn_norm),
             Gain::PostFfn(l) => format!("blk.{l}.post_ffw_norm.weight"),
             Gain::Final => "output_norm.weight".to_string(),
         };
@@ -844,17 +847,157 @@ impl DecoderWeights for GgufWeights<'_> {
         }
     }
 
-    fn moe(&mut self, l: usize, _d: usize, _ms: &MoeSpec) -> Result<Moe, RealError> {
-        Err(self.g.err(format!(
-            "layer {l}: mixture-of-experts layers are not implemented for GGUF files"
-        )))
+    /// llama.cpp's layout: router `ffn_gate_inp` `[E, d]` (bias where the file has one), the
+    /// experts stacked `ffn_{gate,up}_exps` `[E, d_e, d]` (or fused `ffn_gate_up_exps`
+    /// `[E, 2 d_e, d]`, gate rows first) and `ffn_down_exps` `[E, d, d_e]`, biases `[E, ·]`
+    /// beside them where present; each expert's matrices are row blocks of the stacks.
+    fn moe(&mut self, l: usize, d: usize, ms: &MoeSpec) -> Result<Moe, RealError> {
+        let (ne, de) = (ms.n_experts, ms.d_expert);
+        let p = |x: &str| format!("blk.{l}.{x}");
+        let router = self.g.linear(&p("ffn_gate_inp"), ne, d)?;
+        let g = &*self.g;
+        let stack =
+            |name: &str, rows: usize, cols: usize| -> Result<Vec<StoredMatrix>, RealError> {
+                let (w, dims) = g.weight(name)?;
+                if dims != [ne, rows, cols] {
+                    return Err(g.err(format!(
+                        "tensor `{name}` has shape {dims:?}, expected [{ne}, {rows}, {cols}] \
+                     ({ne} experts)"
+                    )));
+                }
+                Ok((0..ne).map(|e| w.rows(e * rows, rows)).collect())
+            };
+        let bias = |name: &str, n: usize| -> Result<Option<Vec<Vec<f32>>>, RealError> {
+            if !g.has(name) {
+                return Ok(None);
+            }
+            let (b, dims) = g.tensor(name)?;
+            if dims != [ne, n] {
+                return Err(g.err(format!(
+                    "tensor `{name}` has shape {dims:?}, expected [{ne}, {n}]"
+                )));
+            }
+            Ok(Some(b.chunks(n).map(<[f32]>::to_vec).collect()))
+        };
+        let fused = p("ffn_gate_up_exps.weight");
+        let (gate, up, gate_b, up_b) = if g.has(&fused) {
+            let gu = stack(&fused, 2 * de, d)?;
+            let gu_b = bias(&p("ffn_gate_up_exps.bias"), 2 * de)?;
+            let half =
+                |k: usize| -> Vec<StoredMatrix> { gu.iter().map(|m| m.rows(k * de, de)).collect() };
+            let half_b = |k: usize| {
+                gu_b.as_ref().map(|b| {
+                    b.iter()
+                        .map(|v| v[k * de..(k + 1) * de].to_vec())
+                        .collect::<Vec<_>>()
+                })
+            };
+            (half(0), half(1), half_b(0), half_b(1))
+        } else {
+            (
+                stack(&p("ffn_gate_exps.weight"), de, d)?,
+                stack(&p("ffn_up_exps.weight"), de, d)?,
+                bias(&p("ffn_gate_exps.bias"), de)?,
+                bias(&p("ffn_up_exps.bias"), de)?,
+            )
+        };
+        let down = stack(&p("ffn_down_exps.weight"), d, de)?;
+        let down_b = bias(&p("ffn_down_exps.bias"), d)?;
+        let pick = |b: &Option<Vec<Vec<f32>>>, e: usize| b.as_ref().map(|b| b[e].clone());
+        let experts = gate
+            .into_iter()
+            .zip(up)
+            .zip(down)
+            .enumerate()
+            .map(|(e, ((gw, uw), dw))| Mlp {
+                gate: Some(Linear {
+                    w: gw,
+                    out: de,
+                    inp: d,
+                    b: pick(&gate_b, e),
+                }),
+                up: Linear {
+                    w: uw,
+                    out: de,
+                    inp: d,
+                    b: pick(&up_b, e),
+                },
+                down: Linear {
+                    w: dw,
+                    out: d,
+                    inp: de,
+                    b: pick(&down_b, e),
+                },
+            })
+            .collect();
+        Ok(Moe {
+            router,
+            experts,
+            top_k: ms.top_k,
+            routing: ms.routing,
+            clamp: ms.clamp,
+        })
     }
 
-    fn sinks(&mut self, l: usize, _n_head: usize) -> Result<Vec<f32>, RealError> {
-        Err(self.g.err(format!(
-            "layer {l}: learned attention sinks are not implemented for GGUF files"
-        )))
+    /// llama.cpp's `attn_sinks.weight` `[H]`.
+    fn sinks(&mut self, l: usize, n_head: usize) -> Result<Vec<f32>, RealError> {
+        self.g.vector(&format!("blk.{l}.attn_sinks.weight"), n_head)
     }
+}
+
+/// The expert width $d_e$ of a mixture-of-experts GGUF: `<arch>.expert_feed_forward_length`
+/// when given, checked against the stacked expert tensors of layer `l`
+/// (`ffn_gate_exps` `[E, d_e, d]` or `ffn_gate_up_exps` `[E, 2 d_e, d]`), else read from them.
+pub fn gguf_expert_width(g: &GgufFile, arch: &str, l: usize) -> Result<usize, RealError> {
+    let infos = &g.content().tensor_infos;
+    let of = |n: &str| infos.get(n).map(|t| t.shape.dims().to_vec());
+    let shape = match (
+        of(&format!("blk.{l}.ffn_gate_exps.weight")),
+        of(&format!("blk.{l}.ffn_gate_up_exps.weight")),
+    ) {
+        (Some(s), _) if s.len() == 3 => Some(s[1]),
+        (None, Some(s)) if s.len() == 3 && s[1] % 2 == 0 => Some(s[1] / 2),
+        _ => None,
+    };
+    let key = format!("{arch}.expert_feed_forward_length");
+    let declared = g.meta_int_opt(&key, MAX_DIM as u64)?.map(|v| v as usize);
+    match (declared, shape) {
+        (Some(k), Some(s)) if k != s => Err(g.err(format!(
+            "metadata `{key}` = {k}, but layer {l}'s expert tensors are {s} wide"
+        ))),
+        (Some(0), _) => Err(g.err(format!("metadata `{key}` = 0"))),
+        (Some(k), _) | (None, Some(k)) => Ok(k),
+        (None, None) => Err(g.err(format!(
+            "layer {l}: no `{key}` and no expert tensor `blk.{l}.ffn_gate_exps.weight`"
+        ))),
+    }
+}
+
+/// The expert count and experts per token of a mixture-of-experts GGUF
+/// (`<arch>.expert_count`, `<arch>.expert_used_count`, $1 \le k \le E$), refusing an
+/// `<arch>.expert_weights_scale` other than 1 (a multiplier of the routing weights that the
+/// families here do not have).
+pub fn gguf_experts(g: &GgufFile, arch: &str) -> Result<(usize, usize), RealError> {
+    let k = |s: &str| format!("{arch}.{s}");
+    let ne = g.meta_usize(&k("expert_count"))?;
+    let used = g.meta_usize(&k("expert_used_count"))?;
+    if ne == 0 || ne > MAX_DIM || used == 0 || used > ne {
+        return Err(g.err(format!(
+            "metadata `{}` = {ne} and `{}` = {used}: need 1 ≤ used ≤ count",
+            k("expert_count"),
+            k("expert_used_count")
+        )));
+    }
+    let sk = k("expert_weights_scale");
+    if g.meta(&sk).is_some() {
+        let s = g.meta_f32_or(&sk, 1.0)?;
+        if s != 1.0 {
+            return Err(g.err(format!(
+                "metadata `{sk}` = {s}: scaled routing weights are not implemented for {arch}"
+            )));
+        }
+    }
+    Ok((ne, used))
 }
 
 /// Builds a Llama-like decoder from a GGUF file in file order (q/k rows as stored): BOS per
@@ -875,7 +1018,18 @@ pub fn decoder_gguf(
         bos_id,
         add_bos,
     };
-    decoder(&mut GgufWeights { g }, &spec, dims.shape, plans, head)
+    let ffn_norm = if spec.arch == Arch::GptOss {
+        "post_attention_norm"
+    } else {
+        "ffn_norm"
+    };
+    decoder(
+        &mut GgufWeights { g, ffn_norm },
+        &spec,
+        dims.shape,
+        plans,
+        head,
+    )
 }
 
 #[cfg(test)]

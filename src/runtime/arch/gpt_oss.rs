@@ -9,7 +9,8 @@
 //! clamped SwiGLU with biases ([`crate::runtime::moe::SwigluClamp`], `swiglu_alpha`,
 //! `swiglu_limit`) stored fused (`experts.gate_up_proj` `[E, d, 2 d_e]`, gate and up
 //! interleaved). Conventions from transformers' `modeling_gpt_oss.py`. Hugging Face
-//! directories with plain (f32/f16/bf16) weights: MXFP4 expert blocks are refused.
+//! directories with plain (f32/f16/bf16) weights: MXFP4 expert blocks are refused. GGUF
+//! (`gpt-oss`, llama.cpp's layout and conventions): [`from_gguf`].
 
 use super::decoder::{ExpertLayout, MoeSpec};
 use super::qwen3_moe::top_k;
@@ -127,4 +128,95 @@ pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Pretrained, RealError> {
     };
     let scale = plain_scale(dims.shape.dh);
     decoder_hf(c, w, spec, &dims, plans, ctx, scale, (None, None))
+}
+
+/// GGUF metadata read under `gpt-oss.`, besides [`super::GGUF_DECODER_KEYS`] and
+/// [`super::rope::GGUF_ROPE_KEYS`].
+pub const GGUF_KEYS: &[&str] = &[
+    "expert_count",
+    "expert_used_count",
+    "expert_feed_forward_length",
+    "expert_weights_scale",
+    "attention.sliding_window",
+    "attention.sliding_window_pattern",
+    "rope.freq_base_swa",
+];
+
+/// Whether layer `l` of a gpt-oss GGUF is a sliding-window layer under llama.cpp's period rule
+/// (`set_swa_pattern(p)`): every layer when $p = 0$, else those with $l \bmod p < p - 1$ (the
+/// default $p = 2$ makes the even layers sliding, as gpt-oss's `layer_types`).
+pub fn swa_layer(period: usize, l: usize) -> bool {
+    period == 0 || l % period < period - 1
+}
+
+/// Loads a `gpt-oss` GGUF (llama.cpp's `LLM_ARCH_OPENAI_MOE`): q/k in Hugging Face order,
+/// q/k/v/o biases, the pre-feed-forward norm stored as `post_attention_norm`, learned sinks
+/// `attn_sinks`, the experts and router of [`super::decoder::GgufWeights`] with gpt-oss's
+/// routing (top-k logits, softmax over them) and clamped SwiGLU with llama.cpp's fixed
+/// $\alpha = 1.702$, $\ell = 7$ (a GGUF has no key for them); sliding layers per
+/// `attention.sliding_window_pattern` (a period, default 2) with window
+/// `attention.sliding_window` and base θ `rope.freq_base_swa` (default `rope.freq_base`),
+/// RoPE scaling per [`super::rope::gguf_rope`]. Expert tensors in plain storage (f32, f16,
+/// bf16 and the block types candle reads); MXFP4 is refused by [`crate::runtime::gguf`].
+pub fn from_gguf(g: &mut crate::runtime::gguf::GgufFile) -> Result<Pretrained, RealError> {
+    use super::{GgufDims, check_gguf_keys, decoder_gguf};
+    const A: &str = "gpt-oss";
+    let keys = [GGUF_KEYS, super::rope::GGUF_ROPE_KEYS].concat();
+    check_gguf_keys(g, A, &keys)?;
+    let dims = GgufDims::read(g, A)?;
+    let n = dims.shape.n_layer;
+    let (ne, k) = super::decoder::gguf_experts(g, A)?;
+    let de = super::decoder::gguf_expert_width(g, A, 0)?;
+    let wkey = format!("{A}.attention.sliding_window");
+    let window =
+        g.meta_int_opt(&wkey, 1 << 30)?
+            .filter(|&w| w > 0)
+            .ok_or_else(|| g.err(format!("missing or zero metadata `{wkey}`")))? as usize;
+    let pkey = format!("{A}.attention.sliding_window_pattern");
+    let period = match g.meta(&pkey) {
+        None => 2,
+        Some(candle_core::quantized::gguf_file::Value::Array(_)) => {
+            return Err(g.err(format!(
+                "metadata `{pkey}` is a per-layer array: only llama.cpp's period form is \
+                 implemented for gpt-oss"
+            )));
+        }
+        Some(_) => g
+            .meta_int_opt(&pkey, super::MAX_LAYERS as u64)?
+            .unwrap_or(2) as usize,
+    };
+    let bkey = format!("{A}.rope.freq_base_swa");
+    let base_swa = g.meta_f32_or(&bkey, dims.base)?;
+    if !(base_swa.is_finite() && base_swa > 1.0) {
+        return Err(g.err(format!("metadata `{bkey}` = {base_swa} must be > 1")));
+    }
+    let dh = dims.shape.dh;
+    let full = super::rope::gguf_rope(g, A, dims.base, dh, dims.ctx)?;
+    let local = super::rope::gguf_rope(g, A, base_swa, dh, dims.ctx)?;
+    let plans = (0..n)
+        .map(|l| {
+            let s = swa_layer(period, l);
+            super::LayerPlan {
+                rope: if s { local.clone() } else { full.clone() },
+                window: s.then_some(window),
+                moe: true,
+            }
+        })
+        .collect();
+    let spec = DecoderSpec {
+        sinks: true,
+        moe: Some(MoeSpec {
+            n_experts: ne,
+            top_k: k,
+            d_expert: de,
+            routing: Routing::TopKSoftmax,
+            clamp: Some(SwigluClamp {
+                alpha: 1.702,
+                limit: 7.0,
+            }),
+            layout: ExpertLayout::FusedInterleaved,
+        }),
+        ..DecoderSpec::llama(Arch::GptOss)
+    };
+    decoder_gguf(g, spec, &dims, plans, false)
 }

@@ -366,7 +366,7 @@ pub const HF_TYPES: &[&str] = &[
 ];
 
 /// `general.architecture`s a GGUF file may have.
-pub const GGUF_ARCHS: &[&str] = &["llama", "mistral", "qwen2", "gemma3"];
+pub const GGUF_ARCHS: &[&str] = &["llama", "mistral", "qwen2", "gemma3", "qwen3moe", "gpt-oss"];
 
 /// Builds the model of an opened GGUF file: dispatches on `general.architecture`.
 pub fn from_gguf(g: &mut GgufFile, path: &Path) -> Result<Pretrained, RealError> {
@@ -378,10 +378,12 @@ pub fn from_gguf(g: &mut GgufFile, path: &Path) -> Result<Pretrained, RealError>
         "llama" | "mistral" => llama::from_gguf(g, &arch)?,
         "qwen2" => qwen2::from_gguf(g)?,
         "gemma3" => gemma3::from_gguf(g)?,
+        "qwen3moe" => qwen3_moe::from_gguf(g)?,
+        "gpt-oss" => gpt_oss::from_gguf(g)?,
         other => {
             return Err(g.err(format!(
-                "unknown architecture `{other}` for GGUF (supported: {}; Qwen3, Qwen3-MoE, \
-                 gpt-oss, Gemma 2 and Phi-3 load from Hugging Face directories)",
+                "unknown architecture `{other}` for GGUF (supported: {}; Qwen3, Gemma 2 and \
+                 Phi-3 load from Hugging Face directories)",
                 GGUF_ARCHS.join(", ")
             )));
         }

@@ -6,7 +6,7 @@
 //! `norm_topk_prob` ([`crate::runtime::moe::Routing::SoftmaxTopK`]); each expert is a SwiGLU
 //! of width `moe_intermediate_size` stored per expert (`mlp.experts.{e}.{gate,up,down}_proj`,
 //! router `mlp.gate`). With `use_sliding_window` the window applies to every layer, as in
-//! transformers' `Qwen3MoeModel`. Hugging Face directories only.
+//! transformers' `Qwen3MoeModel`. GGUF (`qwen3moe`, llama.cpp's layout): [`from_gguf`].
 
 use super::decoder::{ExpertLayout, MoeSpec};
 use super::{DecoderSpec, HfCfg, MAX_DIM, decoder_hf, plain_scale, same_rope, swiglu_dims};
@@ -121,4 +121,74 @@ pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Pretrained, RealError> {
     }
     let scale = plain_scale(dims.shape.dh);
     decoder_hf(c, w, spec, &dims, plans, ctx, scale, (None, None))
+}
+
+/// GGUF metadata read under `qwen3moe.`, besides [`super::GGUF_DECODER_KEYS`] and
+/// [`super::rope::GGUF_ROPE_KEYS`].
+pub const GGUF_KEYS: &[&str] = &[
+    "expert_count",
+    "expert_used_count",
+    "expert_feed_forward_length",
+    "expert_weights_scale",
+    "expert_weights_norm",
+];
+
+/// Loads a `qwen3moe` GGUF (llama.cpp's `LLM_ARCH_QWEN3MOE`): q/k in Hugging Face order,
+/// per-head q/k RMSNorm (`attn_q_norm`, `attn_k_norm`), the experts and router of
+/// [`super::decoder::GgufWeights`] on every layer that has a router `ffn_gate_inp` (a dense
+/// SwiGLU `ffn_{gate,up,down}` on a layer without one), routing $\mathrm{softmax}$ then top-k
+/// renormalised, as llama.cpp always does for this architecture: an `expert_weights_norm` of
+/// false says otherwise and is refused by name. RoPE scaling per
+/// [`super::rope::gguf_rope`]; no sliding window (llama.cpp's Qwen3-MoE has none, and the key
+/// is refused as unknown).
+pub fn from_gguf(g: &mut crate::runtime::gguf::GgufFile) -> Result<Pretrained, RealError> {
+    use super::{GgufDims, LayerPlan, check_gguf_keys, decoder_gguf};
+    use candle_core::quantized::gguf_file::Value as GValue;
+    const A: &str = "qwen3moe";
+    let keys = [GGUF_KEYS, super::rope::GGUF_ROPE_KEYS].concat();
+    check_gguf_keys(g, A, &keys)?;
+    let nkey = format!("{A}.expert_weights_norm");
+    match g.meta(&nkey) {
+        None | Some(GValue::Bool(true)) => {}
+        Some(v) => {
+            return Err(g.err(format!(
+                "metadata `{nkey}` = {v:?}: llama.cpp's {A} always renormalises the top-k \
+                 routing weights; a file that says otherwise is refused rather than run one way \
+                 or the other"
+            )));
+        }
+    }
+    let dims = GgufDims::read(g, A)?;
+    let n = dims.shape.n_layer;
+    let (ne, k) = super::decoder::gguf_experts(g, A)?;
+    let moe: Vec<bool> = (0..n)
+        .map(|l| g.has(&format!("blk.{l}.ffn_gate_inp.weight")))
+        .collect();
+    let first = moe
+        .iter()
+        .position(|&m| m)
+        .ok_or_else(|| g.err("no layer has a router `blk.N.ffn_gate_inp.weight`"))?;
+    let de = super::decoder::gguf_expert_width(g, A, first)?;
+    let rope = super::rope::gguf_rope(g, A, dims.base, dims.shape.dh, dims.ctx)?;
+    let plans = moe
+        .into_iter()
+        .map(|m| LayerPlan {
+            rope: rope.clone(),
+            window: None,
+            moe: m,
+        })
+        .collect();
+    let spec = DecoderSpec {
+        qk_norm: true,
+        moe: Some(MoeSpec {
+            n_experts: ne,
+            top_k: k,
+            d_expert: de,
+            routing: Routing::SoftmaxTopK { renormalise: true },
+            clamp: None,
+            layout: ExpertLayout::PerExpert,
+        }),
+        ..DecoderSpec::llama(Arch::Qwen3Moe)
+    };
+    decoder_gguf(g, spec, &dims, plans, false)
 }
