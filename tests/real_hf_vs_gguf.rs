@@ -689,6 +689,40 @@ fn cached_greedy_generation_equals_the_full_forward_argmax() {
         let prompt = fixture_tokens(name);
         let ids = m.generate_greedy(&prompt, n_new, &mut ()).unwrap();
         assert_eq!(ids.len(), prompt.len() + n_new, "{name}");
+        // The trimmed cache holds w − 1 positions on each sliding layer and every position on
+        // the others, and decodes the ids of a cache that keeps everything.
+        let (tids, tcache) = m
+            .generate_greedy_cached(&prompt, n_new, &mut (), true)
+            .unwrap();
+        let (fids, fcache) = m
+            .generate_greedy_cached(&prompt, n_new, &mut (), false)
+            .unwrap();
+        assert_eq!(tids, ids, "{name}");
+        assert_eq!(fids, ids, "{name}: the full cache decodes other ids");
+        let row = m.cfg.n_kv_head * m.cfg.head_dim;
+        // Every id, the last generated one included, went through the cache.
+        let cached = ids.len();
+        let mut trimmed_any = false;
+        for (l, ly) in m.layers.iter().enumerate() {
+            let want = ly.window.map_or(cached, |w| cached.min(w - 1));
+            trimmed_any |= want < cached;
+            assert_eq!(tcache.k[l].len(), want * row, "{name}: layer {l} keys kept");
+            assert_eq!(
+                tcache.v[l].len(),
+                want * row,
+                "{name}: layer {l} values kept"
+            );
+            assert_eq!(
+                fcache.k[l].len(),
+                cached * row,
+                "{name}: layer {l} full cache"
+            );
+        }
+        assert_eq!(
+            trimmed_any,
+            name.starts_with("gpt_oss"),
+            "{name}: the sliding layers are trimmed"
+        );
         assert_eq!(&ids[..prompt.len()], &prompt[..]);
         for n in prompt.len()..ids.len() {
             let out = m.forward(&ids[..n], &mut (), None).unwrap();

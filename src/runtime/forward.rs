@@ -147,6 +147,12 @@ pub struct KvCache {
     pub v: Vec<Vec<f32>>,
     /// Number of cached positions.
     pub len: usize,
+    /// Keep only the last $w - 1$ positions of a causal layer with a sliding window $w$ (all a
+    /// later query can see): that layer's rows then start at position `len − rows`, and its
+    /// maps' key $j$ is position $p_0 + T - T_k + j$ for $T$ new rows after $p_0$ cached ones.
+    /// Off (every position kept, key $j$ = position $j$) unless set; greedy generation
+    /// ([`Pretrained::generate_greedy`]) sets it.
+    pub trim_windows: bool,
 }
 
 /// `out[T, out] = x[T, in] · Wᵀ (+ b)`, the exact product ([`Matmul::Exact`]): a quantized or
@@ -543,7 +549,9 @@ impl Pretrained {
             rope(&mut k_new, hk, dh, pos0, r, pos0 + t);
         }
         let past = cache.k.get(l).map(|v| v.len() / (hk * dh)).unwrap_or(0);
-        debug_assert_eq!(past, pos0);
+        debug_assert!(past <= pos0);
+        // Position of key 0: past rows a trimmed window cache dropped.
+        let k0 = pos0 - past;
         // Keys and values of every position: appended to the cache in place when it is kept
         // (no copy of the past per decoded token), else the new rows alone or a joined copy.
         let joined: Option<(Vec<f32>, Vec<f32>)> = if keep {
@@ -577,7 +585,7 @@ impl Pretrained {
             let g = hh / group;
             let i0 = b * Q_BLOCK;
             let n = sb.len() / tk;
-            let kh = if causal { (pos0 + i0 + n).min(tk) } else { tk };
+            let kh = if causal { (past + i0 + n).min(tk) } else { tk };
             let qm = MatRef::from_row_major_slice_with_stride(&q[hh * dh..], t, dh, h * dh);
             let km = MatRef::from_row_major_slice_with_stride(&k[g * dh..], tk, dh, hk * dh);
             let vm = MatRef::from_row_major_slice_with_stride(&v[g * dh..], tk, dh, hk * dh);
@@ -601,8 +609,13 @@ impl Pretrained {
             let rep = rep_of(hh);
             let sink = ly.sinks.as_ref().map(|s| s[hh]);
             for (r, row) in sb.chunks_mut(tk).enumerate() {
-                let qi = pos0 + i0 + r;
-                let lo = window.map(|w| (qi + 1).saturating_sub(w)).unwrap_or(0);
+                // Absolute query position, then key indices (position − k0).
+                let qa = pos0 + i0 + r;
+                let qi = qa - k0;
+                let lo = window
+                    .map(|w| (qa + 1).saturating_sub(w))
+                    .unwrap_or(0)
+                    .saturating_sub(k0);
                 let hi = if causal { qi + 1 } else { tk };
                 match rep {
                     Some(Replace::Identity) => {
@@ -737,6 +750,11 @@ impl Pretrained {
                 "layer {l}: the residual stream became non-finite"
             )));
         }
+        let trim = (keep && cache.trim_windows && causal)
+            .then_some(window)
+            .flatten()
+            .map(|w| w.saturating_sub(1))
+            .filter(|&w1| tk > w1);
         obs.layer(
             self,
             &LayerTensors {
@@ -757,6 +775,11 @@ impl Pretrained {
                 x_out: &y,
             },
         );
+        if let Some(w1) = trim {
+            let drop = (tk - w1) * hk * dh;
+            cache.k[l].drain(..drop);
+            cache.v[l].drain(..drop);
+        }
         Ok(y)
     }
 
@@ -848,14 +871,32 @@ impl Pretrained {
             .collect())
     }
 
-    /// Greedy decoding with a KV cache: appends `n_new` argmax tokens to `prompt`.
+    /// Greedy decoding with a KV cache: appends `n_new` argmax tokens to `prompt`. Sliding-window
+    /// layers keep only their last $w - 1$ positions ([`KvCache::trim_windows`]).
     pub fn generate_greedy(
         &self,
         prompt: &[u32],
         n_new: usize,
         obs: &mut dyn LayerObserver,
     ) -> Result<Vec<u32>, RealError> {
-        let mut cache = KvCache::default();
+        self.generate_greedy_cached(prompt, n_new, obs, true)
+            .map(|(toks, _)| toks)
+    }
+
+    /// [`Self::generate_greedy`] with the window trimming chosen (`trim_windows`), returning
+    /// the cache as generation left it (for the checks that a trimmed cache holds only the
+    /// windows and decodes the same ids as a full one).
+    pub fn generate_greedy_cached(
+        &self,
+        prompt: &[u32],
+        n_new: usize,
+        obs: &mut dyn LayerObserver,
+        trim_windows: bool,
+    ) -> Result<(Vec<u32>, KvCache), RealError> {
+        let mut cache = KvCache {
+            trim_windows,
+            ..KvCache::default()
+        };
         let mut toks = prompt.to_vec();
         let mut out = self.forward_cached(prompt, &mut cache, obs, None, true)?;
         for _ in 0..n_new {
@@ -875,6 +916,6 @@ impl Pretrained {
             }
             out = self.forward_cached(&[next], &mut cache, obs, None, true)?;
         }
-        Ok(toks)
+        Ok((toks, cache))
     }
 }
