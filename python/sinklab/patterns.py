@@ -19,15 +19,7 @@ __all__ = ["metrics", "Metrics", "ROW_SUM_TOL"]
 #: at most about T·2⁻²⁴ (≈ 1e-3 at T = 16 384).
 ROW_SUM_TOL = 1e-3
 
-_PER_HEAD = (
-    "alpha_first",
-    "dominant_mass",
-    "routed_frac",
-    "min_a",
-    "row_entropy",
-    "value_norm_ratio",
-    "learned_sink_mass",
-)
+_PER_HEAD = ("alpha_first", "dominant_mass", "routed_frac", "min_a", "row_entropy", "value_norm_ratio")
 
 
 class Metrics:
@@ -50,7 +42,8 @@ class Metrics:
     - ``row_entropy``: mean row entropy normalised by ln(visible keys); ``column_entropy``:
       entropy of the column masses normalised by ln T;
     - ``value_norm_ratio`` (with ``values``): ‖v_s‖ / mean_{j≠s} ‖v_j‖;
-    - ``learned_sink_mass`` (with ``learned_sink=True``): the head's share, per head;
+    - ``sink_mass`` (with ``learned_sink=True``; else NaN): each head's learned-sink mass, the
+      records' ``learned_sink_mass``;
     - ``gu_alpha`` ``[H, T]``: Gu's α_k = (1/(T−k)) Σ_{i≥k} A[i, k] of every key.
 
     ``heads``: the per-head records exactly as ``Model.stats()`` prints them (with ``class``:
@@ -74,6 +67,7 @@ class Metrics:
         for k in _PER_HEAD:
             setattr(self, k, col(k))
         self.dominant = np.array([h["dominant"] for h in self.heads], dtype=np.int64)
+        self.sink_mass = col("learned_sink_mass")
         self.to_first = np.array(raw["to_first"], dtype=np.float64)
         self.column_entropy = np.array(
             [np.nan if c is None else c for c in raw["column_entropy"]], dtype=np.float64

@@ -22,7 +22,7 @@ class Metrics:
     row_entropy: npt.NDArray[np.float64]
     column_entropy: npt.NDArray[np.float64]
     value_norm_ratio: npt.NDArray[np.float64]
-    learned_sink_mass: npt.NDArray[np.float64]
+    sink_mass: npt.NDArray[np.float64]
     gu_alpha: npt.NDArray[np.float64]
     mean: dict[str, Optional[float]]
 
