@@ -747,3 +747,52 @@ fn cached_greedy_generation_equals_the_full_forward_argmax() {
         eprintln!("{name}: generated {:?}", &ids[prompt.len()..]);
     }
 }
+
+/// Greedy ids equal transformers' `generate` (KV cache, float32, eager attention;
+/// `scripts/moe_generate_ids.py` wrote them to `generate.json`) on every mixture-of-experts
+/// fixture, both families, sliding windows binding from the prompt on: the steps up to the
+/// first whose top-two logit gap in transformers is below 1e-4 (none here: the smallest is
+/// about 1e-3, a thousand times the f32 error of these logits).
+#[test]
+fn greedy_ids_equal_transformers_generate() {
+    for name in [
+        "qwen3_moe_norm_topk",
+        "qwen3_moe_plain_topk",
+        "qwen3_moe_sparse_step",
+        "gpt_oss_strong_sink",
+        "gpt_oss_no_sink",
+        "gpt_oss_shapes_clamp",
+    ] {
+        let g: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(tiny(name).join("generate.json")).unwrap(),
+        )
+        .unwrap();
+        let ids_of = |v: &serde_json::Value| -> Vec<u32> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect()
+        };
+        let (prompt, want) = (ids_of(&g["prompt"]), ids_of(&g["ids"]));
+        assert_eq!(prompt, fixture_tokens(name), "{name}: prompt");
+        let gaps: Vec<f64> = g["gaps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let trusted = gaps.iter().position(|&x| x < 1e-4).unwrap_or(gaps.len());
+        assert!(
+            trusted >= 10,
+            "{name}: only {trusted} steps away from a tie"
+        );
+        let m = load(&tiny(name)).unwrap().model;
+        let got = m.generate_greedy(&prompt, trusted, &mut ()).unwrap();
+        assert_eq!(
+            got[..],
+            want[..prompt.len() + trusted],
+            "{name}: greedy ids vs transformers"
+        );
+    }
+}
