@@ -44,7 +44,13 @@ fn forward_flops(m: &sinklab::runtime::pretrained::Pretrained, t: usize, past: u
     let mut w = 0usize;
     for ly in &m.layers {
         w += ly.wq.w.len() + ly.wk.w.len() + ly.wv.w.len() + ly.wo.w.len();
-        w += ly.up.w.len() + ly.down.w.len() + ly.gate.as_ref().map_or(0, |g| g.w.len());
+        // Every feed-forward projection (every expert of a mixture: an upper bound there).
+        w += ly
+            .ffn
+            .linears()
+            .iter()
+            .map(|(_, l)| l.w.len())
+            .sum::<usize>();
     }
     let attn = 4 * c.n_layer * c.n_head * t * (past + t) * c.head_dim;
     (2 * t * w + attn) as f64
@@ -55,10 +61,15 @@ fn forward_flops(m: &sinklab::runtime::pretrained::Pretrained, t: usize, past: u
 fn bytes_per_token(m: &sinklab::runtime::pretrained::Pretrained) -> usize {
     let mut b = 0usize;
     for ly in &m.layers {
-        for w in [&ly.wq.w, &ly.wk.w, &ly.wv.w, &ly.wo.w, &ly.up.w, &ly.down.w] {
+        for w in [&ly.wq.w, &ly.wk.w, &ly.wv.w, &ly.wo.w] {
             b += w.storage_bytes();
         }
-        b += ly.gate.as_ref().map_or(0, |g| g.w.storage_bytes());
+        b += ly
+            .ffn
+            .linears()
+            .iter()
+            .map(|(_, l)| l.w.storage_bytes())
+            .sum::<usize>();
     }
     b + m
         .lm_head

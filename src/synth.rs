@@ -811,3 +811,98 @@ pub fn estimate_seconds(s: &SynthShape, seed: u64, threads: usize) -> f64 {
     let params: usize = tensors.iter().map(|t| t.rows * t.cols).sum();
     per_value * params as f64 / threads.max(1) as f64
 }
+
+/// One tensor for [`write_tensors_gguf`]: its name, dims in PyTorch order (outermost first; the
+/// file stores them innermost first), row-major values and storage (`F32` or `F16`).
+#[derive(Debug, Clone)]
+pub struct GgufTensor {
+    /// Tensor name (`blk.0.ffn_gate_exps.weight`, …).
+    pub name: String,
+    /// Dims, outermost first (`[E, d_e, d]` for a stack of `[d_e, d]` expert matrices).
+    pub dims: Vec<usize>,
+    /// Values, row-major, $\prod$ dims of them.
+    pub data: Vec<f32>,
+    /// Storage: [`GgmlDType::F32`] or [`GgmlDType::F16`] (rounded to nearest).
+    pub dtype: GgmlDType,
+}
+
+/// Writes a GGUF v3 file of the given metadata and tensors, in the order given (data aligned to
+/// [`ALIGN`], `general.alignment` written first): the writer of files converted from other
+/// formats (a Hugging Face checkpoint's tensors under llama.cpp's names), which the tests load
+/// back through the GGUF reader. Only plain storage (f32, f16) is written; anything else, a
+/// duplicate name or a value count that is not the product of the dims is refused.
+pub fn write_tensors_gguf(
+    path: &Path,
+    meta: &[(String, Value)],
+    tensors: &[GgufTensor],
+) -> Result<(), RealError> {
+    use std::io::Write;
+    let mut seen = std::collections::HashSet::new();
+    let mut blobs: Vec<Vec<u8>> = Vec::with_capacity(tensors.len());
+    for t in tensors {
+        if !seen.insert(t.name.as_str()) {
+            return Err(err(path, format!("tensor `{}` given twice", t.name)));
+        }
+        let n: usize = t.dims.iter().product();
+        if t.dims.is_empty() || n != t.data.len() || n == 0 {
+            return Err(err(
+                path,
+                format!(
+                    "tensor `{}`: {} values for dims {:?}",
+                    t.name,
+                    t.data.len(),
+                    t.dims
+                ),
+            ));
+        }
+        blobs.push(match t.dtype {
+            GgmlDType::F32 => t.data.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            GgmlDType::F16 => t
+                .data
+                .iter()
+                .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+                .collect(),
+            other => {
+                return Err(err(
+                    path,
+                    format!("tensor `{}`: storage {other:?} is not written here", t.name),
+                ));
+            }
+        });
+    }
+    let mut h = Vec::new();
+    h.extend_from_slice(&0x4655_4747u32.to_le_bytes());
+    h.extend_from_slice(&3u32.to_le_bytes());
+    h.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    h.extend_from_slice(&(meta.len() as u64 + 1).to_le_bytes());
+    put_str(&mut h, "general.alignment");
+    h.extend_from_slice(&4u32.to_le_bytes());
+    h.extend_from_slice(&(ALIGN as u32).to_le_bytes());
+    for (k, v) in meta {
+        put_str(&mut h, k);
+        h.extend_from_slice(&value_type(v).to_le_bytes());
+        put_value(&mut h, v, 8);
+    }
+    let mut off = 0usize;
+    for (t, b) in tensors.iter().zip(&blobs) {
+        put_str(&mut h, &t.name);
+        h.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+        for d in t.dims.iter().rev() {
+            h.extend_from_slice(&(*d as u64).to_le_bytes());
+        }
+        h.extend_from_slice(&t.dtype.to_u32_public().to_le_bytes());
+        h.extend_from_slice(&(off as u64).to_le_bytes());
+        off += b.len() + pad(b.len());
+    }
+    h.resize(h.len() + pad(h.len()), 0);
+    let fill = |f: &mut std::io::BufWriter<std::fs::File>| -> Result<(), RealError> {
+        f.write_all(&h).map_err(|e| RealError::io(path, e))?;
+        for b in &blobs {
+            f.write_all(b).map_err(|e| RealError::io(path, e))?;
+            f.write_all(&vec![0u8; pad(b.len())])
+                .map_err(|e| RealError::io(path, e))?;
+        }
+        Ok(())
+    };
+    crate::atomic::write_with(path, fill, |e| RealError::io(path, e))
+}

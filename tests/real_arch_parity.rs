@@ -1,13 +1,17 @@
 //! Parity of every architecture and variant with Hugging Face transformers on tiny seeded
-//! random models (`tests/fixtures/tiny/<variant>/`, made by `scripts/make_tiny_fixtures.py`):
+//! random models (`tests/fixtures/tiny/<variant>/`, made by `scripts/make_tiny_fixtures.py`;
+//! the mixture-of-experts and learned-sink ones by `scripts/make_moe_fixtures.py`):
 //! per-layer residual streams, attention maps and logits, on T = 12 fixed token ids.
 //!
 //! Tolerance, derived from f32 rounding. Both sides compute in f32 on identical f32 weights
 //! (bf16 variants are rounded to bf16 before the reference run); they differ only in summation
 //! order. A dot product of length $n$ has error at most $\gamma_n \sum_i |x_i y_i|$ with
-//! $\gamma_n \approx n u$, $u = 2^{-24}$; here $n \le N = 48$ (d = 32, MLP width 48, T = 12). One
-//! layer chains at most $K = 8$ such reductions (norm, q/k/v, logits, softmax sum, $A V$, $W_O$,
-//! gate/up, down), and each can amplify an input error by at most the operator norm of the
+//! $\gamma_n \approx n u$, $u = 2^{-24}$; here $n \le N = 48$ (d = 32, MLP width 48, expert
+//! widths ≤ 16, T = 12; a learned sink adds one term to a softmax sum). One layer chains at
+//! most $K = 8$ such reductions (norm, q/k/v, logits, softmax sum, $A V$, $W_O$, gate/up, down;
+//! a mixture's router runs beside gate/up and its weighted sum of $k \le 3$ expert outputs
+//! after down, short sums well inside the budget of the others, as the measured errors of the
+//! MoE fixtures, ≤ 7e-7, show), and each can amplify an input error by at most the operator norm of the
 //! tiny random weights, $A \le 4$ (entries $N(0, 0.2^2)$, $\|W\|_2 \approx 0.2(\sqrt{32} +
 //! \sqrt{48}) \approx 2.5$, plus the soft-cap/normalisation gains). Over $L$ layers and the head:
 //! $\tau = (L+1) K N u A$, relative to $\max(1, \max|\text{ref}|)$ of each tensor — about
@@ -136,6 +140,13 @@ parity_tests! {
     gemma3_public_pattern_wins_and_attention_softcap_is_not_applied => "gemma3_pattern_keys",
     gemma3_private_pattern_key_alone_leaves_the_default_6 => "gemma3_private_pattern",
     yarn_length_at_top_level_overrides_the_default => "llama_yarn_top_level_length",
+    // Mixture of experts and learned sinks (`scripts/make_moe_fixtures.py`).
+    qwen3_moe_softmax_top_k_renormalised => "qwen3_moe_norm_topk",
+    qwen3_moe_softmax_top_k_not_renormalised => "qwen3_moe_plain_topk",
+    qwen3_moe_sparse_step_and_dense_only_layers => "qwen3_moe_sparse_step",
+    gpt_oss_strong_learned_sink_binding_window_yarn => "gpt_oss_strong_sink",
+    gpt_oss_absent_learned_sink => "gpt_oss_no_sink",
+    gpt_oss_three_layers_gqa_binding_swiglu_clamp => "gpt_oss_shapes_clamp",
 }
 
 const VARIANTS: &[&str] = &[
@@ -156,6 +167,12 @@ const VARIANTS: &[&str] = &[
     "gemma3_pattern_keys",
     "gemma3_private_pattern",
     "llama_yarn_top_level_length",
+    "qwen3_moe_norm_topk",
+    "qwen3_moe_plain_topk",
+    "qwen3_moe_sparse_step",
+    "gpt_oss_strong_sink",
+    "gpt_oss_no_sink",
+    "gpt_oss_shapes_clamp",
 ];
 
 /// Keys that change the forward pass of some architecture: each must be read by some
@@ -197,6 +214,16 @@ const MATH_KEYS: &[&str] = &[
     "scale_attn_by_inverse_layer_idx",
     "scale_attn_weights",
     "n_inner",
+    "num_experts",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "experts_per_token",
+    "moe_intermediate_size",
+    "norm_topk_prob",
+    "decoder_sparse_step",
+    "mlp_only_layers",
+    "swiglu_alpha",
+    "swiglu_limit",
 ];
 
 #[test]
@@ -368,4 +395,70 @@ fn phi3_reads_su_and_yarn_as_longrope_and_refuses_other_scalings() {
     }
     // The control: the unedited fixture loads.
     sinklab::runtime::load(&dir("phi3")).expect("phi3 with default RoPE loads");
+}
+
+#[test]
+fn gpt_oss_quantization_is_refused_naming_the_method() {
+    // MXFP4 declared over the fixture's plain weights: the config and the file disagree.
+    let t = edited("gpt_oss_no_sink", |v| {
+        v["quantization_config"] = serde_json::json!({"quant_method": "mxfp4"});
+    });
+    refused(t.path(), &["quantization_config", "mxfp4", "plain"]);
+    let t = edited("gpt_oss_no_sink", |v| {
+        v["quantization_config"] = serde_json::json!({"quant_method": "fp8"});
+    });
+    refused(t.path(), &["quantization_config", "fp8", "not implemented"]);
+}
+
+#[test]
+fn moe_settings_that_are_not_implemented_are_refused() {
+    // Qwen2-MoE's shared expert is not part of Qwen3-MoE: refused by name, not ignored.
+    let t = edited("qwen3_moe_norm_topk", |v| {
+        v["shared_expert_intermediate_size"] = 64.into();
+    });
+    refused(
+        t.path(),
+        &["shared_expert_intermediate_size", "config.json"],
+    );
+    // Both names of the expert count, disagreeing.
+    let t = edited("qwen3_moe_norm_topk", |v| {
+        v["num_experts"] = 8.into();
+    });
+    refused(t.path(), &["num_experts", "num_local_experts", "disagree"]);
+    // More experts per token than experts.
+    let t = edited("gpt_oss_no_sink", |v| {
+        v["num_experts_per_tok"] = 5.into();
+    });
+    refused(t.path(), &["num_experts_per_tok", "exceeds"]);
+    // The original release's `experts_per_token` must agree with what transformers reads.
+    let t = edited("gpt_oss_no_sink", |v| {
+        v["experts_per_token"] = 3.into();
+    });
+    refused(t.path(), &["experts_per_token", "num_experts_per_tok"]);
+    // A window that transformers' Qwen3-MoE would apply to layers `max_window_layers` excludes.
+    let t = edited("qwen3_moe_norm_topk", |v| {
+        v["use_sliding_window"] = true.into();
+        v["sliding_window"] = 4.into();
+        v["max_window_layers"] = 1.into();
+    });
+    refused(t.path(), &["max_window_layers", "ambiguous"]);
+    // gpt-oss without RoPE parameters: transformers would assume its YaRN defaults.
+    let t = edited("gpt_oss_no_sink", |v| {
+        v.as_object_mut().unwrap().remove("rope_parameters");
+    });
+    refused(t.path(), &["rope_parameters", "rope_scaling"]);
+}
+
+#[test]
+fn moe_layers_follow_sparse_step_and_dense_only_layers() {
+    use sinklab::runtime::pretrained::Ffn;
+    let lm = sinklab::runtime::load(&dir("qwen3_moe_sparse_step")).unwrap();
+    let kinds: Vec<bool> = lm
+        .model
+        .layers
+        .iter()
+        .map(|ly| matches!(ly.ffn, Ffn::Moe(_)))
+        .collect();
+    // decoder_sparse_step = 2 puts experts on layers 1 and 3; mlp_only_layers = [3].
+    assert_eq!(kinds, vec![false, true, false, false]);
 }

@@ -283,7 +283,7 @@ fn as_f32(m: &Pretrained) -> Pretrained {
     f.make_f32_resident();
     for ly in &f.layers {
         assert_eq!(ly.wq.w.dtype(), GgmlDType::F32);
-        assert_eq!(ly.down.w.dtype(), GgmlDType::F32);
+        assert_eq!(mlp_of(ly).down.w.dtype(), GgmlDType::F32);
     }
     assert_eq!(f.embed.dtype(), GgmlDType::F32);
     f
@@ -349,7 +349,7 @@ fn quantized_gguf_stays_quantized_in_the_map_and_exact_mode_matches_f32() {
         let lm = load(&p).unwrap();
         let ly = &lm.model.layers[0];
         assert_eq!(ly.wq.w.dtype(), dt);
-        assert_eq!(ly.down.w.dtype(), dt);
+        assert_eq!(mlp_of(ly).down.w.dtype(), dt);
         // Not permuted: still a range of the file map. q/k rows were un-permuted on bytes (a copy).
         let Storage::Quantized { bytes, .. } = ly.wv.w.storage() else {
             panic!("v projection not quantized")
@@ -453,7 +453,7 @@ fn write_hf(m: &Pretrained, dir: &Path, dtype: safetensors::Dtype) {
         "num_attention_heads": c.n_head,
         "num_key_value_heads": c.n_kv_head,
         "head_dim": c.head_dim,
-        "intermediate_size": m.layers[0].up.out,
+        "intermediate_size": mlp_of(&m.layers[0]).up.out,
         "vocab_size": c.vocab,
         "max_position_embeddings": c.max_context,
         "rms_norm_eps": 1e-5,
@@ -514,9 +514,9 @@ fn write_hf(m: &Pretrained, dir: &Path, dtype: safetensors::Dtype) {
             ("self_attn.k_proj", &ly.wk),
             ("self_attn.v_proj", &ly.wv),
             ("self_attn.o_proj", &ly.wo),
-            ("mlp.gate_proj", ly.gate.as_ref().unwrap()),
-            ("mlp.up_proj", &ly.up),
-            ("mlp.down_proj", &ly.down),
+            ("mlp.gate_proj", mlp_of(ly).gate.as_ref().unwrap()),
+            ("mlp.up_proj", &mlp_of(ly).up),
+            ("mlp.down_proj", &mlp_of(ly).down),
         ] {
             t.push((
                 format!("{b}{n}.weight"),
@@ -734,4 +734,9 @@ fn weights_flag_is_refused_where_no_model_is_loaded_by_it() {
         );
         assert!(err.contains("cannot be used with"), "{args:?}: {err}");
     }
+}
+
+/// The dense MLP of a layer (these models have no mixture-of-experts layers).
+fn mlp_of(ly: &sinklab::runtime::pretrained::Layer) -> &sinklab::runtime::pretrained::Mlp {
+    ly.ffn.dense().expect("a dense MLP")
 }

@@ -93,6 +93,7 @@ fn head(alpha: f64) -> HeadStats {
         value_norm_ratio: None,
         class: None,
         row_entropy: None,
+        learned_sink_mass: None,
     }
 }
 
@@ -111,6 +112,7 @@ fn layer(l: usize, heads: Vec<HeadStats>) -> LayerStats {
         mean_token_cos: 0.1,
         key_norm_ratio_first: None,
         value_norm_ratio_first: None,
+        learned_sink_mass: None,
         heads,
     }
 }
@@ -226,6 +228,36 @@ fn hostile_token_text_runs_no_handler_in_the_page() {
             &dom[i.saturating_sub(300)..(i + 100).min(dom.len())]
         );
     }
+}
+
+/// A page whose heads carry a learned-sink mass offers it as a grid statistic: switching to it
+/// redraws the grid (the self-test's `grid_shows_sink_mass`) and switching back restores α₀; a
+/// page without one offers no such statistic (the check is absent from its self-test).
+#[test]
+fn learned_sink_mass_is_a_grid_statistic_when_present() {
+    let Some(b) = chromium() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let plain = synthetic(2, 3, 4, (0..4).map(|i| format!("t{i}")).collect());
+    let page = dir.path().join("plain.html");
+    std::fs::write(&page, sinklab::view::render(&plain).unwrap()).unwrap();
+    let (v, _) = selftest(&b, &page);
+    assert_selftest_ok(&v);
+    assert!(v["checks"].get("grid_shows_sink_mass").is_none(), "{v:#}");
+    let mut d = plain;
+    for (l, ly) in d.layers.iter_mut().enumerate() {
+        for (h, hs) in ly.heads.iter_mut().enumerate() {
+            // Masses unlike α₀ (constant per layer): a gradient over heads.
+            hs.learned_sink_mass = Some(0.1 + 0.3 * h as f64 + 0.05 * l as f64);
+        }
+    }
+    let page = dir.path().join("sink.html");
+    let html = sinklab::view::render(&d).unwrap();
+    assert!(html.contains("learned_sink_mass"));
+    std::fs::write(&page, html).unwrap();
+    let (v, _) = selftest(&b, &page);
+    assert_selftest_ok(&v);
+    assert_eq!(v["checks"]["grid_shows_sink_mass"], true, "{v:#}");
+    assert_eq!(v["checks"]["grid_back_from_sink_mass"], true, "{v:#}");
 }
 
 #[test]

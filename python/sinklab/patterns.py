@@ -28,7 +28,9 @@ class Metrics:
     Layer values (as ``Model.stats()["layers"][l]``):
 
     - ``attn_to_first``: mean over heads and queries i ≥ 1 of A[i, 0];
-    - ``sink_gu_eps03``, ``sink_gu_eps08``: Gu's sink rate, the fraction of heads with α₀ > ε.
+    - ``sink_gu_eps03``, ``sink_gu_eps08``: Gu's sink rate, the fraction of heads with α₀ > ε;
+    - ``learned_sink_mass`` (with ``learned_sink=True``; else None): mean over heads and queries
+      i ≥ 1 of 1 − Σⱼ A[i, j], the mass a learned sink logit takes (gpt-oss).
 
     Per head, arrays ``[H]`` (NaN where undefined):
 
@@ -40,6 +42,8 @@ class Metrics:
     - ``row_entropy``: mean row entropy normalised by ln(visible keys); ``column_entropy``:
       entropy of the column masses normalised by ln T;
     - ``value_norm_ratio`` (with ``values``): ‖v_s‖ / mean_{j≠s} ‖v_j‖;
+    - ``sink_mass`` (with ``learned_sink=True``; else NaN): each head's learned-sink mass, the
+      records' ``learned_sink_mass``;
     - ``gu_alpha`` ``[H, T]``: Gu's α_k = (1/(T−k)) Σ_{i≥k} A[i, k] of every key.
 
     ``heads``: the per-head records exactly as ``Model.stats()`` prints them (with ``class``:
@@ -52,14 +56,18 @@ class Metrics:
         self.attn_to_first = raw["attn_to_first"]
         self.sink_gu_eps03 = raw["sink_gu_eps03"]
         self.sink_gu_eps08 = raw["sink_gu_eps08"]
+        self.learned_sink_mass = raw["learned_sink_mass"]
         self.causal = raw["causal"]
 
         def col(k):
-            return np.array([np.nan if h[k] is None else h[k] for h in self.heads], dtype=np.float64)
+            return np.array(
+                [np.nan if h.get(k) is None else h[k] for h in self.heads], dtype=np.float64
+            )
 
         for k in _PER_HEAD:
             setattr(self, k, col(k))
         self.dominant = np.array([h["dominant"] for h in self.heads], dtype=np.int64)
+        self.sink_mass = col("learned_sink_mass")
         self.to_first = np.array(raw["to_first"], dtype=np.float64)
         self.column_entropy = np.array(
             [np.nan if c is None else c for c in raw["column_entropy"]], dtype=np.float64
@@ -96,7 +104,7 @@ def _causal_of(a: np.ndarray, causal):
     return bool(causal)
 
 
-def metrics(maps, *, values=None, causal=None, window=None) -> Metrics:
+def metrics(maps, *, values=None, causal=None, window=None, learned_sink=False) -> Metrics:
     """The §9 metrics of one layer's attention probabilities ``maps`` ``[H, T, T]`` (row =
     query, column = key), e.g. ``run.attention[l]`` of :meth:`sinklab.Model.run` or
     ``out.attentions[l][0]`` of transformers.
@@ -106,6 +114,8 @@ def metrics(maps, *, values=None, causal=None, window=None) -> Metrics:
     None detects it (every map zero above the diagonal), True refuses maps that are not,
     False treats the maps as bidirectional (every key visible to the row entropy).
     ``window``: a sliding window of that many keys (the row entropy's visible keys).
+    ``learned_sink``: the heads have learned sink logits (gpt-oss) and the maps hold only the
+    visible keys, so a row sums to 1 − p_sink; adds ``learned_sink_mass``.
 
     The maps must be probabilities: entries in [0, 1], rows summing to at most
     1 + :data:`ROW_SUM_TOL`, finite, non-empty, square; anything else raises
@@ -138,6 +148,8 @@ def metrics(maps, *, values=None, causal=None, window=None) -> Metrics:
                 f"got shape {vv.shape}"
             )
         v = np.ascontiguousarray(vv.transpose(1, 0, 2).reshape(t, h_kv * dh))
-    raw = _native.pattern_metrics(a, v, h_kv, c, None if window is None else int(window))
+    raw = _native.pattern_metrics(
+        a, v, h_kv, c, None if window is None else int(window), bool(learned_sink)
+    )
     raw["causal"] = c
     return Metrics(raw)

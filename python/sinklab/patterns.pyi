@@ -11,6 +11,7 @@ class Metrics:
     attn_to_first: float
     sink_gu_eps03: Optional[float]
     sink_gu_eps08: Optional[float]
+    learned_sink_mass: Optional[float]
     causal: bool
     alpha_first: npt.NDArray[np.float64]
     to_first: npt.NDArray[np.float64]
@@ -21,6 +22,7 @@ class Metrics:
     row_entropy: npt.NDArray[np.float64]
     column_entropy: npt.NDArray[np.float64]
     value_norm_ratio: npt.NDArray[np.float64]
+    sink_mass: npt.NDArray[np.float64]
     gu_alpha: npt.NDArray[np.float64]
     mean: dict[str, Optional[float]]
 
@@ -30,4 +32,5 @@ def metrics(
     values: Optional[ArrayLike] = None,
     causal: Optional[bool] = None,
     window: Optional[int] = None,
+    learned_sink: bool = False,
 ) -> Metrics: ...

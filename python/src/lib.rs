@@ -463,9 +463,11 @@ impl Model {
 
 /// Per-head §9 metrics of maps `[H, T, T_k]` (f64, C order), with values `[T_k, H_kv·d_head]`
 /// when given: the crate's `real::stats::head_stats_of_map` per head and its
-/// `attention_summary` for the layer, Gu's α_k of every key and the column entropy per head.
+/// `attention_summary` for the layer, Gu's α_k of every key and the column entropy per head;
+/// with `learned_sink` the rows hold the visible keys of heads with a learned sink logit, and
+/// `learned_sink_mass` = mean over heads and queries i ≥ 1 of 1 − Σ_j A_ij.
 #[pyfunction]
-#[pyo3(signature = (maps, values, h_kv, causal, window))]
+#[pyo3(signature = (maps, values, h_kv, causal, window, learned_sink=false))]
 fn pattern_metrics<'py>(
     py: Python<'py>,
     maps: PyReadonlyArrayDyn<'py, f64>,
@@ -473,6 +475,7 @@ fn pattern_metrics<'py>(
     h_kv: usize,
     causal: bool,
     window: Option<usize>,
+    learned_sink: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     use sinklab::real::stats::{Dims, attention_summary, head_stats_of_map};
     let s = maps.shape().to_vec();
@@ -519,6 +522,7 @@ fn pattern_metrics<'py>(
             causal,
             window,
             pos0: 0,
+            learned_sink,
         };
         let mut heads = Vec::with_capacity(h);
         let mut alpha = Vec::with_capacity(h);
@@ -533,7 +537,7 @@ fn pattern_metrics<'py>(
         }
         let sum = attention_summary(&heads, h);
         Ok(format!(
-            "{{\"heads\":[{}],\"to_first\":{},\"attn_to_first\":{},\"sink_gu_eps03\":{},\"sink_gu_eps08\":{},\"gu_alpha\":{},\"column_entropy\":{}}}",
+            "{{\"heads\":[{}],\"to_first\":{},\"attn_to_first\":{},\"sink_gu_eps03\":{},\"sink_gu_eps08\":{},\"learned_sink_mass\":{},\"gu_alpha\":{},\"column_entropy\":{}}}",
             heads
                 .iter()
                 .map(|(s, _)| js(s))
@@ -543,6 +547,7 @@ fn pattern_metrics<'py>(
             js(&sum.attn_to_first)?,
             js(&sum.sink_gu_eps03)?,
             js(&sum.sink_gu_eps08)?,
+            js(&sum.learned_sink_mass)?,
             js(&alpha)?,
             js(&col_entropy)?,
         ))

@@ -57,6 +57,24 @@ def test_metrics_of_a_packaged_model_equal_its_statistics():
     compare_layers(m, m.tokenize("The quick brown fox jumps over the lazy dog, and then it sleeps."))
 
 
+def test_learned_sink_mass_of_a_native_run_equals_its_statistics():
+    # gpt-oss with strong sink logits: the maps hold the visible keys, rows sum to 1 − p_sink.
+    model = sinklab.load(str(FIXTURES / "tiny" / "gpt_oss_strong_sink"))
+    r = model.run(TOKS, attention=True)
+    st = model.stats(TOKS)
+    for layer, want in enumerate(st["layers"]):
+        m = sinklab.patterns.metrics(r.attention[layer], learned_sink=True)
+        assert want["learned_sink_mass"] > 0.1, layer
+        assert m.learned_sink_mass == pytest.approx(want["learned_sink_mass"], abs=TOL)
+        np.testing.assert_allclose(
+            m.sink_mass, [x["learned_sink_mass"] for x in want["heads"]], atol=TOL
+        )
+        # Without the flag the maps are read as ordinary ones: no sink mass.
+        plain = sinklab.patterns.metrics(r.attention[layer])
+        assert plain.learned_sink_mass is None
+        assert np.isnan(plain.sink_mass).all()
+
+
 def uniform_causal(t):
     return np.tril(np.ones((t, t))) / np.arange(1, t + 1)[:, None]
 

@@ -83,6 +83,8 @@ pub fn analyze_file(path: &Path) -> Result<ActivationsReport, RealError> {
             causal: true,
             window: None,
             pos0: 0,
+            // An activation file does not say whether the model has learned sinks.
+            learned_sink: false,
         };
         layers.push(layer_stats(
             l,

@@ -84,8 +84,10 @@ impl LayerObserver for Probe {
             if let Some(n) = &ly.ffn_norm {
                 n.apply(&mut m_in);
             }
-            for lin in ly.gate.iter().chain([&ly.up]) {
-                ratio_of(lin, &m_in, t.t, &mut self.ratio);
+            if let Some(mlp) = ly.ffn.dense() {
+                for lin in mlp.gate.iter().chain([&mlp.up]) {
+                    ratio_of(lin, &m_in, t.t, &mut self.ratio);
+                }
             }
         }
     }
@@ -153,9 +155,9 @@ pub fn measure(m: &mut Pretrained, tokens: &[u32]) -> Result<Q8Deviation, RealEr
             .layers
             .iter()
             .flat_map(|ly| {
-                [&ly.wq, &ly.wk, &ly.wv, &ly.wo, &ly.up, &ly.down]
+                [&ly.wq, &ly.wk, &ly.wv, &ly.wo]
                     .into_iter()
-                    .chain(ly.gate.as_ref())
+                    .chain(ly.ffn.linears().into_iter().map(|(_, l)| l))
             })
             .chain(m.lm_head.as_ref())
             .filter(|l| l.w.is_quantized())

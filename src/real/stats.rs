@@ -4,6 +4,8 @@
 //!
 //! Per layer l (queries i ≥ 1, position 0 = the first token, BOS when present):
 //! - `attn_to_first` = mean over heads and over i ≥ 1 of `A_{i,0}`;
+//! - `learned_sink_mass` (models with learned sink logits, gpt-oss) = mean over heads and over
+//!   i ≥ 1 of `1 − Σ_j A_{i,j}`, the mass the sink logit takes (the maps hold the visible keys);
 //! - `bos_cos_*`: cosines `cos(h^l_i, h^l_0)`, i ≥ 1, of the residual stream after layer l;
 //! - `hidden_norm_first` = ‖h^l_0‖, `hidden_norm_median` = median_{i≥1} ‖h^l_i‖;
 //! - `sink_gu_eps03`, `sink_gu_eps08`: fraction of heads whose Gu importance of key 0,
@@ -39,6 +41,11 @@ pub struct HeadStats {
     pub class: Option<ValueClass>,
     /// Mean row entropy normalised by log(visible keys).
     pub row_entropy: Option<f64>,
+    /// With a learned sink logit (gpt-oss): mean over queries $i \ge 1$ (the rows of
+    /// [`LayerStats::attn_to_first`]) of $1 - \sum_j A_{ij}$, the probability the sink takes;
+    /// absent for models without learned sinks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub learned_sink_mass: Option<f64>,
 }
 
 /// Statistics of one layer.
@@ -74,6 +81,10 @@ pub struct LayerStats {
     pub key_norm_ratio_first: Option<f64>,
     /// ‖v_0‖ / mean_{j≥1} ‖v_j‖ averaged over kv heads (None without values).
     pub value_norm_ratio_first: Option<f64>,
+    /// With learned sink logits: the mean over heads of [`HeadStats::learned_sink_mass`];
+    /// absent for models without learned sinks (and without attention maps).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub learned_sink_mass: Option<f64>,
     /// Per head (empty without attention maps).
     pub heads: Vec<HeadStats>,
 }
@@ -121,6 +132,7 @@ fn dims_of(m: &Pretrained, layer: usize, t: usize, t_keys: usize, pos0: usize) -
         causal: c.causal,
         window: m.layers[layer].window,
         pos0,
+        learned_sink: m.layers[layer].sinks.is_some(),
     }
 }
 
@@ -159,6 +171,8 @@ pub struct Dims {
     pub window: Option<usize>,
     /// Absolute position of the first query row.
     pub pos0: usize,
+    /// The heads have learned sink logits: a map's rows sum to $1 - p_{sink}$.
+    pub learned_sink: bool,
 }
 
 /// The statistics of head `hh` from its attention map `a` `[T, T_k]` and, when present, the
@@ -187,6 +201,7 @@ pub fn head_stats_of_map(
         causal,
         window,
         pos0,
+        learned_sink,
         ..
     } = dm;
     let visible = |i: usize| -> usize {
@@ -218,6 +233,12 @@ pub fn head_stats_of_map(
         value_norm_ratio: ratio,
         class: ratio.map(patterns::value_class),
         row_entropy: patterns::mean_row_entropy(am, visible),
+        learned_sink_mass: (learned_sink && t > 1).then(|| {
+            (1..t)
+                .map(|i| 1.0 - (0..tk).map(|j| am[(i, j)]).sum::<f64>())
+                .sum::<f64>()
+                / (t - 1) as f64
+        }),
     };
     let to_first = if t > 1 {
         (1..t).map(|i| am[(i, 0)]).sum::<f64>() / (t - 1) as f64
@@ -264,16 +285,25 @@ pub struct AttentionSummary {
     pub sink_gu_eps03: Option<f64>,
     /// The same at ε = 0.8.
     pub sink_gu_eps08: Option<f64>,
+    /// [`LayerStats::learned_sink_mass`]: the mean of the heads' learned sink masses, `None`
+    /// when no head has one.
+    pub learned_sink_mass: Option<f64>,
 }
 
 /// The [`AttentionSummary`] of `heads` in a layer of `h` heads.
 pub fn attention_summary(heads: &[(HeadStats, f64)], h: usize) -> AttentionSummary {
     let to_first: f64 = heads.iter().map(|(_, f)| f).sum();
     let alphas: Vec<f64> = heads.iter().map(|(s, _)| s.alpha_first).collect();
+    let masses: Vec<f64> = heads
+        .iter()
+        .filter_map(|(s, _)| s.learned_sink_mass)
+        .collect();
     AttentionSummary {
         attn_to_first: to_first / h as f64,
         sink_gu_eps03: patterns::sink_rate(&alphas, 0.3),
         sink_gu_eps08: patterns::sink_rate(&alphas, 0.8),
+        learned_sink_mass: (!masses.is_empty())
+            .then(|| masses.iter().sum::<f64>() / masses.len() as f64),
     }
 }
 
@@ -342,6 +372,7 @@ pub fn layer_stats_of_heads(
         mean_token_cos: mean_pairwise_cos(&hid),
         key_norm_ratio_first: k.map(first_ratio),
         value_norm_ratio_first: v.map(first_ratio),
+        learned_sink_mass: summary.and_then(|s| s.learned_sink_mass),
         heads,
     }
 }

@@ -4,13 +4,16 @@
 //! `a = N₁(x)`, `q, k, v = a W_{Q,K,V}ᵀ (+ b)`, (q/k norms), RoPE, per head
 //! `A_h = softmax(q_h k_{g(h)}ᵀ · scale + mask)`, `o_h = A_h v_{g(h)}` (`g(h) = h / (H/H_kv)`,
 //! grouped-query attention), `attn = [o_0 … o_{H−1}] W_Oᵀ (+ b)`, `r = x + attn`,
-//! `m = MLP(N₂(r))`, `y = r + m` (with Gemma 3's sandwich norms, or BERT's post-norms).
+//! `m = MLP(N₂(r))`, `y = r + m` (with Gemma 3's sandwich norms, or BERT's post-norms; a
+//! learned sink logit in each row's softmax for gpt-oss; a mixture of experts for the MLP of
+//! Qwen3-MoE and gpt-oss, [`moe_forward`]).
 //! After each layer the observer sees every intermediate tensor of that layer
 //! ([`LayerTensors`]) while it still exists; nothing is kept unless the observer copies it, so
 //! memory stays O(model + T·d + H·T²) for one layer at a time.
 
 use super::RealError;
-use super::pretrained::{Act, Linear, Matmul, NormLayer, Pretrained, Rope};
+use super::moe;
+use super::pretrained::{Act, Ffn, Linear, Matmul, Mlp, Moe, NormLayer, Pretrained, Rope};
 use super::weights::Storage;
 use crate::backend::simd;
 use faer::{Accum, MatMut, MatRef, Par};
@@ -144,6 +147,12 @@ pub struct KvCache {
     pub v: Vec<Vec<f32>>,
     /// Number of cached positions.
     pub len: usize,
+    /// Keep only the last $w - 1$ positions of a causal layer with a sliding window $w$ (all a
+    /// later query can see): that layer's rows then start at position `len − rows`, and its
+    /// maps' key $j$ is position $p_0 + T - T_k + j$ for $T$ new rows after $p_0$ cached ones.
+    /// Off (every position kept, key $j$ = position $j$) unless set; greedy generation
+    /// ([`Pretrained::generate_greedy`]) sets it.
+    pub trim_windows: bool,
 }
 
 /// `out[T, out] = x[T, in] · Wᵀ (+ b)`, the exact product ([`Matmul::Exact`]): a quantized or
@@ -244,6 +253,76 @@ fn activate(a: Act, up: &mut [f32], gate: Option<&[f32]>) {
             for u in up.iter_mut() {
                 *u = gelu_erf(*u);
             }
+        }
+    }
+}
+
+/// The dense MLP on `x` `[t, d]` (consumed, freed before the down projection).
+fn dense_mlp(mlp: &Mlp, x: Vec<f32>, t: usize, act: Act, mode: Matmul) -> Vec<f32> {
+    let (mut hid, gv) = match &mlp.gate {
+        Some(g) => {
+            let [up, gate] = linear_side_by_side(&x, t, [&mlp.up, g], mode);
+            (up, Some(gate))
+        }
+        None => (linear_with(&x, t, &mlp.up, mode), None),
+    };
+    activate(act, &mut hid, gv.as_deref());
+    drop(gv);
+    drop(x);
+    linear_with(&hid, t, &mlp.down, mode)
+}
+
+/// The mixture of experts on `x` `[t, d]`: the router's choice per row ([`moe::route`]),
+/// then each routed expert on the rows routed to it (gathered, multiplied in the weights'
+/// storage format, scattered back), the weighted outputs added per row in increasing expert
+/// index as transformers' loop over the experts hit does. `act` gates the experts unless the
+/// mixture has gpt-oss's clamp.
+pub fn moe_forward(moe: &Moe, x: &[f32], t: usize, act: Act, mode: Matmul) -> Vec<f32> {
+    let d = moe.router.inp;
+    let z = linear_with(x, t, &moe.router, mode);
+    // Rows routed to each expert, with their weights.
+    let mut by_expert: Vec<Vec<(usize, f32)>> = vec![Vec::new(); moe.n_experts()];
+    for (i, row) in z.chunks(moe.n_experts()).enumerate() {
+        for (e, w) in moe::route(row, moe.top_k, moe.routing) {
+            by_expert[e].push((i, w));
+        }
+    }
+    let mut out = vec![0f32; t * d];
+    for (mlp, rows) in moe.experts.iter().zip(&by_expert) {
+        if rows.is_empty() {
+            continue;
+        }
+        let n = rows.len();
+        let mut xe = Vec::with_capacity(n * d);
+        for &(i, _) in rows {
+            xe.extend_from_slice(&x[i * d..(i + 1) * d]);
+        }
+        let y = match (&moe.clamp, &mlp.gate) {
+            (Some(c), Some(gate)) => {
+                let [mut up, g] = linear_side_by_side(&xe, n, [&mlp.up, gate], mode);
+                c.apply(&mut up, &g);
+                linear_with(&up, n, &mlp.down, mode)
+            }
+            _ => dense_mlp(mlp, xe, n, act, mode),
+        };
+        for (&(i, w), yr) in rows.iter().zip(y.chunks(d)) {
+            for (o, v) in out[i * d..(i + 1) * d].iter_mut().zip(yr) {
+                *o += w * v;
+            }
+        }
+    }
+    out
+}
+
+/// Softmax of one row's visible logits in place, with a learned sink logit $s$ when given:
+/// $A_j = e^{z_j} / (e^{s} + \sum_k e^{z_k})$, i.e. the plain softmax times
+/// $\sigma(\mathrm{lse}(z) - s)$ (the sink's own column is not kept).
+fn softmax_visible(row: &mut [f32], sink: Option<f32>) {
+    let lse = simd::softmax_in_place(row);
+    if let Some(s) = sink {
+        let keep = (1.0 / (1.0 + (s as f64 - lse).exp())) as f32;
+        for v in row.iter_mut() {
+            *v *= keep;
         }
     }
 }
@@ -470,7 +549,9 @@ impl Pretrained {
             rope(&mut k_new, hk, dh, pos0, r, pos0 + t);
         }
         let past = cache.k.get(l).map(|v| v.len() / (hk * dh)).unwrap_or(0);
-        debug_assert_eq!(past, pos0);
+        debug_assert!(past <= pos0);
+        // Position of key 0: past rows a trimmed window cache dropped.
+        let k0 = pos0 - past;
         // Keys and values of every position: appended to the cache in place when it is kept
         // (no copy of the past per decoded token), else the new rows alone or a joined copy.
         let joined: Option<(Vec<f32>, Vec<f32>)> = if keep {
@@ -504,7 +585,7 @@ impl Pretrained {
             let g = hh / group;
             let i0 = b * Q_BLOCK;
             let n = sb.len() / tk;
-            let kh = if causal { (pos0 + i0 + n).min(tk) } else { tk };
+            let kh = if causal { (past + i0 + n).min(tk) } else { tk };
             let qm = MatRef::from_row_major_slice_with_stride(&q[hh * dh..], t, dh, h * dh);
             let km = MatRef::from_row_major_slice_with_stride(&k[g * dh..], tk, dh, hk * dh);
             let vm = MatRef::from_row_major_slice_with_stride(&v[g * dh..], tk, dh, hk * dh);
@@ -526,9 +607,15 @@ impl Pretrained {
                 }
             }
             let rep = rep_of(hh);
+            let sink = ly.sinks.as_ref().map(|s| s[hh]);
             for (r, row) in sb.chunks_mut(tk).enumerate() {
-                let qi = pos0 + i0 + r;
-                let lo = window.map(|w| (qi + 1).saturating_sub(w)).unwrap_or(0);
+                // Absolute query position, then key indices (position − k0).
+                let qa = pos0 + i0 + r;
+                let qi = qa - k0;
+                let lo = window
+                    .map(|w| (qa + 1).saturating_sub(w))
+                    .unwrap_or(0)
+                    .saturating_sub(k0);
                 let hi = if causal { qi + 1 } else { tk };
                 match rep {
                     Some(Replace::Identity) => {
@@ -546,7 +633,7 @@ impl Pretrained {
                                 *z = cap * (*z / cap).tanh();
                             }
                         }
-                        simd::softmax_in_place(&mut row[lo..hi]);
+                        softmax_visible(&mut row[lo..hi], sink);
                         row[..lo].fill(0.0);
                         row[hi..].fill(0.0);
                     }
@@ -652,18 +739,10 @@ impl Pretrained {
         if let Some(n) = &ly.ffn_norm {
             n.apply(&mut m_in);
         }
-        let (mut hid, gv) = match &ly.gate {
-            Some(g) => {
-                let [up, gate] = linear_side_by_side(&m_in, t, [&ly.up, g], self.matmul);
-                (up, Some(gate))
-            }
-            None => (linear_with(&m_in, t, &ly.up, self.matmul), None),
+        let mut mlp_out = match &ly.ffn {
+            Ffn::Dense(mlp) => dense_mlp(mlp, m_in, t, c.act, self.matmul),
+            Ffn::Moe(moe) => moe_forward(moe, &m_in, t, c.act, self.matmul),
         };
-        activate(c.act, &mut hid, gv.as_deref());
-        drop(gv);
-        drop(m_in);
-        let mut mlp_out = linear_with(&hid, t, &ly.down, self.matmul);
-        drop(hid);
         let mut y = resid.clone();
         add_branch(&mut y, &mut mlp_out, ly.post_ffn_norm.as_ref(), c.post_norm);
         if y.iter().any(|v| !v.is_finite()) {
@@ -671,6 +750,11 @@ impl Pretrained {
                 "layer {l}: the residual stream became non-finite"
             )));
         }
+        let trim = (keep && cache.trim_windows && causal)
+            .then_some(window)
+            .flatten()
+            .map(|w| w.saturating_sub(1))
+            .filter(|&w1| tk > w1);
         obs.layer(
             self,
             &LayerTensors {
@@ -691,6 +775,11 @@ impl Pretrained {
                 x_out: &y,
             },
         );
+        if let Some(w1) = trim {
+            let drop = (tk - w1) * hk * dh;
+            cache.k[l].drain(..drop);
+            cache.v[l].drain(..drop);
+        }
         Ok(y)
     }
 
@@ -782,14 +871,32 @@ impl Pretrained {
             .collect())
     }
 
-    /// Greedy decoding with a KV cache: appends `n_new` argmax tokens to `prompt`.
+    /// Greedy decoding with a KV cache: appends `n_new` argmax tokens to `prompt`. Sliding-window
+    /// layers keep only their last $w - 1$ positions ([`KvCache::trim_windows`]).
     pub fn generate_greedy(
         &self,
         prompt: &[u32],
         n_new: usize,
         obs: &mut dyn LayerObserver,
     ) -> Result<Vec<u32>, RealError> {
-        let mut cache = KvCache::default();
+        self.generate_greedy_cached(prompt, n_new, obs, true)
+            .map(|(toks, _)| toks)
+    }
+
+    /// [`Self::generate_greedy`] with the window trimming chosen (`trim_windows`), returning
+    /// the cache as generation left it (for the checks that a trimmed cache holds only the
+    /// windows and decodes the same ids as a full one).
+    pub fn generate_greedy_cached(
+        &self,
+        prompt: &[u32],
+        n_new: usize,
+        obs: &mut dyn LayerObserver,
+        trim_windows: bool,
+    ) -> Result<(Vec<u32>, KvCache), RealError> {
+        let mut cache = KvCache {
+            trim_windows,
+            ..KvCache::default()
+        };
         let mut toks = prompt.to_vec();
         let mut out = self.forward_cached(prompt, &mut cache, obs, None, true)?;
         for _ in 0..n_new {
@@ -809,6 +916,6 @@ impl Pretrained {
             }
             out = self.forward_cached(&[next], &mut cache, obs, None, true)?;
         }
-        Ok(toks)
+        Ok((toks, cache))
     }
 }

@@ -36,7 +36,12 @@ struct RawHeader {
     /// (GGUF value type, the value when it is an integer).
     alignment: Option<(u32, Option<i128>)>,
     tensors: Vec<String>,
+    /// The GGML type id of each tensor, in the same order.
+    types: Vec<u32>,
 }
+
+/// GGML's type id of MXFP4 blocks (gpt-oss's published expert weights).
+const GGML_TYPE_MXFP4: u32 = 39;
 
 /// GGUF value type ids (the format's `gguf_metadata_value_type`).
 const GGUF_TYPE_NAMES: [&str; 13] = [
@@ -133,6 +138,7 @@ fn raw_header(b: &[u8]) -> Option<RawHeader> {
         keys: Vec::new(),
         alignment: None,
         tensors: Vec::new(),
+        types: Vec::new(),
     };
     for _ in 0..n_kv {
         let key = c.string()?;
@@ -147,7 +153,8 @@ fn raw_header(b: &[u8]) -> Option<RawHeader> {
         h.tensors.push(c.string()?);
         let n_dims = c.u32()? as usize;
         c.take(n_dims.checked_mul(if c.v1 { 4 } else { 8 })?)?;
-        c.take(4 + 8)?;
+        h.types.push(c.u32()?);
+        c.take(8)?;
     }
     Some(h)
 }
@@ -173,6 +180,21 @@ impl GgufFile {
                 return Err(RealError::file(
                     path,
                     format!("metadata key `{k}` appears twice"),
+                ));
+            }
+            if let Some((t, _)) = raw
+                .tensors
+                .iter()
+                .zip(&raw.types)
+                .find(|(_, ty)| **ty == GGML_TYPE_MXFP4)
+            {
+                return Err(RealError::file(
+                    path,
+                    format!(
+                        "tensor `{t}` is stored as MXFP4 (GGML type {GGML_TYPE_MXFP4}), which \
+                         sinklab does not decode; plain (f32/f16/bf16) or k-quant expert tensors \
+                         load"
+                    ),
                 ));
             }
             if let Some(t) = first_duplicate(&raw.tensors) {

@@ -20,6 +20,7 @@ pub mod fetch;
 pub mod forward;
 pub mod gguf;
 pub mod hidden;
+pub mod moe;
 pub mod pretrained;
 pub mod safetensors;
 pub mod tensors;

@@ -9,6 +9,7 @@
 //! llama.cpp's interleaving (see [`super::arch`]).
 
 use super::RealError;
+use super::moe::{Routing, SwigluClamp};
 pub use super::weights::{Matmul, StoredMatrix};
 use std::path::Path;
 
@@ -21,6 +22,11 @@ pub enum Arch {
     Qwen2,
     /// Qwen3: the Llama block with per-head q/k RMSNorm.
     Qwen3,
+    /// Qwen3-MoE: the Qwen3 block with mixture-of-experts feed-forward layers.
+    Qwen3Moe,
+    /// gpt-oss: learned per-head sink logits, attention biases, alternating sliding-window
+    /// layers, YaRN RoPE, mixture-of-experts with a clamped SwiGLU.
+    GptOss,
     /// Gemma 2: sandwich norms, `1 + w` gains, attention and final-logit soft-capping,
     /// alternating sliding-window layers.
     Gemma2,
@@ -170,6 +176,129 @@ pub fn default_inv_freq(base: f32, dim: usize) -> Vec<f32> {
         .collect()
 }
 
+/// A dense MLP: $W_{down}(\mathrm{act}(W_{gate} x) \odot W_{up} x)$ when gated, else
+/// $W_{down}\thinspace\mathrm{act}(W_{up} x)$.
+#[derive(Debug, Clone)]
+pub struct Mlp {
+    /// Gate projection of a gated MLP.
+    pub gate: Option<Linear>,
+    /// Up projection.
+    pub up: Linear,
+    /// Down projection.
+    pub down: Linear,
+}
+
+impl Mlp {
+    /// The projections with their names (`gate`, `up`, `down`).
+    pub fn linears(&self) -> Vec<(&'static str, &Linear)> {
+        let mut v: Vec<(&'static str, &Linear)> = self.gate.iter().map(|g| ("gate", g)).collect();
+        v.push(("up", &self.up));
+        v.push(("down", &self.down));
+        v
+    }
+
+    /// The projections, mutable.
+    pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        let mut v: Vec<&mut Linear> = self.gate.iter_mut().collect();
+        v.push(&mut self.up);
+        v.push(&mut self.down);
+        v
+    }
+
+    /// Each projection with its name (prefixed by `pre`) and expected `[out, in]` shape for
+    /// width `d`: up and gate `[d_ff, d]`, down `[d, d_ff]` with $d_{ff}$ the up projection's.
+    fn shape_checks<'a>(&'a self, pre: &str, d: usize) -> Vec<(String, &'a Linear, usize, usize)> {
+        let dff = self.up.out;
+        let mut v = vec![
+            (format!("{pre}up"), &self.up, dff, d),
+            (format!("{pre}down"), &self.down, d, dff),
+        ];
+        if let Some(g) = &self.gate {
+            v.push((format!("{pre}gate"), g, dff, d));
+        }
+        v
+    }
+}
+
+/// A mixture-of-experts sub-layer ([`super::moe`]).
+#[derive(Debug, Clone)]
+pub struct Moe {
+    /// Router `[E, d]` (with gpt-oss's bias).
+    pub router: Linear,
+    /// The experts, each a gated MLP (`gate` present) `d → d_e → d`.
+    pub experts: Vec<Mlp>,
+    /// Experts per row, $1 \le k \le E$.
+    pub top_k: usize,
+    /// Weights from logits.
+    pub routing: Routing,
+    /// The experts' gating: gpt-oss's clamped SwiGLU, or (None) the model's activation
+    /// applied as `act(gate) ⊙ up`.
+    pub clamp: Option<SwigluClamp>,
+}
+
+impl Moe {
+    /// Number of experts $E$.
+    pub fn n_experts(&self) -> usize {
+        self.experts.len()
+    }
+}
+
+/// The feed-forward sub-layer of a block.
+#[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // one per layer, beside larger attention weights
+pub enum Ffn {
+    /// One MLP.
+    Dense(Mlp),
+    /// A mixture of experts ([`super::moe`]).
+    Moe(Box<Moe>),
+}
+
+impl Ffn {
+    /// Every projection with its name (`up`, `router`, `expert 3 gate`, …).
+    pub fn linears(&self) -> Vec<(String, &Linear)> {
+        match self {
+            Ffn::Dense(m) => m
+                .linears()
+                .into_iter()
+                .map(|(n, l)| (n.to_string(), l))
+                .collect(),
+            Ffn::Moe(moe) => {
+                let mut v = vec![("router".to_string(), &moe.router)];
+                for (e, m) in moe.experts.iter().enumerate() {
+                    v.extend(
+                        m.linears()
+                            .into_iter()
+                            .map(|(n, l)| (format!("expert {e} {n}"), l)),
+                    );
+                }
+                v
+            }
+        }
+    }
+
+    /// Every projection, mutable.
+    pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        match self {
+            Ffn::Dense(m) => m.linears_mut(),
+            Ffn::Moe(moe) => {
+                let mut v = vec![&mut moe.router];
+                for m in &mut moe.experts {
+                    v.extend(m.linears_mut());
+                }
+                v
+            }
+        }
+    }
+
+    /// The dense MLP, if this is one.
+    pub fn dense(&self) -> Option<&Mlp> {
+        match self {
+            Ffn::Dense(m) => Some(m),
+            Ffn::Moe(_) => None,
+        }
+    }
+}
+
 /// One transformer block.
 #[derive(Debug, Clone)]
 pub struct Layer {
@@ -193,12 +322,12 @@ pub struct Layer {
     pub ffn_norm: Option<NormLayer>,
     /// Norm on the MLP output before the residual add (Gemma 3), or after the add (BERT).
     pub post_ffn_norm: Option<NormLayer>,
-    /// Gate projection of a gated MLP.
-    pub gate: Option<Linear>,
-    /// Up projection.
-    pub up: Linear,
-    /// Down projection.
-    pub down: Linear,
+    /// Feed-forward sub-layer.
+    pub ffn: Ffn,
+    /// Learned sink logit $s_h$ of each query head (gpt-oss): the softmax of a row runs over
+    /// the visible logits and $s_h$, whose column is dropped, so a row of the map sums to
+    /// $1 - p_{sink}$ with $p_{sink} = e^{s_h} / (e^{s_h} + \sum_j e^{z_j})$.
+    pub sinks: Option<Vec<f32>>,
     /// Rotary embedding, if any.
     pub rope: Option<Rope>,
     /// Sliding window: key j visible from query i iff i − j < window.
@@ -312,18 +441,11 @@ impl Pretrained {
     pub fn make_f32_resident(&mut self) {
         self.embed.f32_mut();
         for ly in &mut self.layers {
-            for l in [
-                &mut ly.wq,
-                &mut ly.wk,
-                &mut ly.wv,
-                &mut ly.wo,
-                &mut ly.up,
-                &mut ly.down,
-            ] {
+            for l in [&mut ly.wq, &mut ly.wk, &mut ly.wv, &mut ly.wo] {
                 l.w.f32_mut();
             }
-            if let Some(g) = &mut ly.gate {
-                g.w.f32_mut();
+            for l in ly.ffn.linears_mut() {
+                l.w.f32_mut();
             }
         }
         if let Some(h) = &mut self.lm_head {
@@ -337,8 +459,12 @@ impl Pretrained {
         let mut n = self.embed.len();
         for ly in &self.layers {
             n += ly.wq.w.len() + ly.wk.w.len() + ly.wv.w.len() + ly.wo.w.len();
-            n += ly.up.w.len() + ly.down.w.len();
-            n += ly.gate.as_ref().map_or(0, |g| g.w.len());
+            n += ly
+                .ffn
+                .linears()
+                .iter()
+                .map(|(_, l)| l.w.len())
+                .sum::<usize>();
         }
         n + self.lm_head.as_ref().map_or(0, |h| h.w.len())
     }
@@ -353,13 +479,11 @@ impl Pretrained {
                 ("k", &ly.wk),
                 ("v", &ly.wv),
                 ("output", &ly.wo),
-                ("up", &ly.up),
-                ("down", &ly.down),
             ] {
                 v.push((format!("layer {l}: {what} projection"), &m.w));
             }
-            if let Some(g) = &ly.gate {
-                v.push((format!("layer {l}: gate projection"), &g.w));
+            for (what, m) in ly.ffn.linears() {
+                v.push((format!("layer {l}: {what} projection"), &m.w));
             }
         }
         if let Some(h) = &self.lm_head {
@@ -400,14 +524,31 @@ impl Pretrained {
         }
         let (d, hq, hk) = (c.d_model, c.n_head * c.head_dim, c.n_kv_head * c.head_dim);
         for (l, ly) in self.layers.iter().enumerate() {
-            let checks: [(&str, &Linear, usize, usize); 6] = [
-                ("q", &ly.wq, hq, d),
-                ("k", &ly.wk, hk, d),
-                ("v", &ly.wv, hk, d),
-                ("o", &ly.wo, d, hq),
-                ("up", &ly.up, ly.up.out, d),
-                ("down", &ly.down, d, ly.up.out),
+            let mut checks: Vec<(String, &Linear, usize, usize)> = vec![
+                ("q".into(), &ly.wq, hq, d),
+                ("k".into(), &ly.wk, hk, d),
+                ("v".into(), &ly.wv, hk, d),
+                ("o".into(), &ly.wo, d, hq),
             ];
+            match &ly.ffn {
+                Ffn::Dense(m) => checks.extend(m.shape_checks("", d)),
+                Ffn::Moe(moe) => {
+                    let e = moe.experts.len();
+                    if e == 0 || moe.top_k == 0 || moe.top_k > e {
+                        return bad(format!(
+                            "layer {l}: {} experts, {} per token: need 1 ≤ k ≤ E",
+                            e, moe.top_k
+                        ));
+                    }
+                    if moe.experts.iter().any(|m| m.gate.is_none()) {
+                        return bad(format!("layer {l}: an expert has no gate projection"));
+                    }
+                    for (i, m) in moe.experts.iter().enumerate() {
+                        checks.extend(m.shape_checks(&format!("expert {i} "), d));
+                    }
+                    checks.push(("router".into(), &moe.router, e, d));
+                }
+            }
             for (name, lin, o, i) in checks {
                 if lin.out != o
                     || lin.inp != i
@@ -426,15 +567,14 @@ impl Pretrained {
                     ));
                 }
             }
-            if let Some(g) = &ly.gate
-                && (g.out != ly.up.out
-                    || g.inp != d
-                    || g.w.n_rows() != g.out
-                    || g.w.n_cols() != g.inp)
+            if let Some(s) = &ly.sinks
+                && (s.len() != c.n_head || s.iter().any(|v| !v.is_finite()))
             {
                 return bad(format!(
-                    "layer {l}: gate projection is [{}, {}], expected [{}, {d}]",
-                    g.out, g.inp, ly.up.out
+                    "layer {l}: {} sink logits (finite: {}), expected {} finite ones",
+                    s.len(),
+                    s.iter().all(|v| v.is_finite()),
+                    c.n_head
                 ));
             }
             for (name, n, w) in [
@@ -469,15 +609,10 @@ impl Pretrained {
                 c.d_model
             ));
         }
-        let extra = self.layers.iter().enumerate().filter_map(|(l, ly)| {
-            ly.gate
-                .as_ref()
-                .map(|g| (format!("layer {l}: gate projection"), g))
-        });
-        for (name, lin) in extra.chain(self.lm_head.iter().map(|h| ("LM head".to_string(), h))) {
-            if let Some(r) = lin.w.first_non_finite_row() {
-                return bad(format!("{name} has a non-finite weight in row {r}"));
-            }
+        if let Some(h) = &self.lm_head
+            && let Some(r) = h.w.first_non_finite_row()
+        {
+            return bad(format!("LM head has a non-finite weight in row {r}"));
         }
         if let Some(p) = &self.pos_embed
             && p.len() < c.max_context * d

@@ -121,6 +121,66 @@ impl StFile {
             .map_err(|m| RealError::file(&self.path, format!("tensor `{name}`: {m}")))
     }
 
+    /// The `[a, b]` slices of a stacked `[E, a, b]` tensor, each transposed to `[b, a]` (the
+    /// `[out, in]` rows of a product stored `[in, out]`): f16/bf16 values moved as they are
+    /// (the file's format kept), other float types as f32.
+    pub(crate) fn stacked_transposed(
+        &self,
+        name: &str,
+        [ne, a, b]: [usize; 3],
+    ) -> Result<Vec<StoredMatrix>, RealError> {
+        let st = self.st();
+        let t = st
+            .tensor(name)
+            .map_err(|_| RealError::file(&self.path, format!("missing tensor `{name}`")))?;
+        let dt = match t.dtype() {
+            Dtype::F16 => Some(GgmlDType::F16),
+            Dtype::BF16 => Some(GgmlDType::BF16),
+            _ => None,
+        };
+        let Some(dt) = dt else {
+            let v = self.shaped(name, &[ne, a, b])?;
+            return Ok(v
+                .chunks_exact(a * b)
+                .map(|m| {
+                    let tr = (0..b * a).map(|k| m[(k % a) * b + k / a]).collect();
+                    StoredMatrix::f32(tr, b, a)
+                })
+                .collect());
+        };
+        if t.shape() != [ne, a, b] {
+            return Err(RealError::file(
+                &self.path,
+                format!(
+                    "tensor `{name}` has shape {:?}, expected {:?}",
+                    t.shape(),
+                    [ne, a, b]
+                ),
+            ));
+        }
+        let data = t.data();
+        let mut out = Vec::with_capacity(ne);
+        for m in data.chunks_exact(2 * a * b) {
+            let mut tr = Vec::with_capacity(2 * a * b);
+            for i in 0..b {
+                for j in 0..a {
+                    let k = 2 * (j * b + i);
+                    tr.extend_from_slice(&m[k..k + 2]);
+                }
+            }
+            let w = StoredMatrix::from_bytes(dt, Bytes::owned(&tr), b, a)
+                .map_err(|e| RealError::file(&self.path, format!("tensor `{name}`: {e}")))?;
+            if let Some(r) = w.first_non_finite_row() {
+                return Err(RealError::file(
+                    &self.path,
+                    format!("tensor `{name}`: a non-finite value in row {r} of a slice"),
+                ));
+            }
+            out.push(w);
+        }
+        Ok(out)
+    }
+
     /// Tensor names.
     pub fn names(&self) -> Vec<String> {
         self.st()
@@ -317,6 +377,16 @@ impl Checkpoint {
     /// A finite tensor of the given shape.
     pub fn shaped(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, RealError> {
         self.file_of(name)?.shaped(name, shape)
+    }
+
+    /// The `[a, b]` slices of a stacked `[E, a, b]` tensor, each transposed to `[b, a]`, in
+    /// the file's format where it is 16-bit.
+    pub fn stacked_transposed(
+        &self,
+        name: &str,
+        shape: [usize; 3],
+    ) -> Result<Vec<StoredMatrix>, RealError> {
+        self.file_of(name)?.stacked_transposed(name, shape)
     }
 
     /// `name.weight` `[out, inp]` and `name.bias` (required when `bias`, else if present).

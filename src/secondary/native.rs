@@ -251,6 +251,7 @@ pub fn capture_with(
                 k: vec![Vec::new(); nl],
                 v: vec![Vec::new(); nl],
                 len: 0,
+                ..KvCache::default()
             };
             let mut x = m.embed(tokens, 0)?;
             for l in 0..nl {
@@ -369,6 +370,7 @@ pub fn patched_hidden(
         k: vec![Vec::new(); nl],
         v: vec![Vec::new(); nl],
         len: 0,
+        ..KvCache::default()
     };
     let mut x = m.embed(tokens, 0)?;
     let mut hidden = Vec::with_capacity(nl * t * d);

@@ -4,7 +4,7 @@
 
 use super::{HfCfg, MAX_DIM, MAX_LAYERS, activation, refuse_quantized};
 use crate::runtime::RealError;
-use crate::runtime::pretrained::{Arch, Config, Layer, Pretrained};
+use crate::runtime::pretrained::{Arch, Config, Ffn, Layer, Mlp, Pretrained};
 use crate::runtime::safetensors::Checkpoint;
 use serde_json::Value;
 
@@ -86,9 +86,12 @@ pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Pretrained, RealError> {
             )?),
             ffn_norm: None,
             post_ffn_norm: Some(st.layer_norm(&format!("{b}output.LayerNorm"), d, eps)?),
-            gate: None,
-            up: st.linear(&format!("{b}intermediate.dense"), dff, d, true)?,
-            down: st.linear(&format!("{b}output.dense"), d, dff, true)?,
+            ffn: Ffn::Dense(Mlp {
+                gate: None,
+                up: st.linear(&format!("{b}intermediate.dense"), dff, d, true)?,
+                down: st.linear(&format!("{b}output.dense"), d, dff, true)?,
+            }),
+            sinks: None,
             rope: None,
             window: None,
         });

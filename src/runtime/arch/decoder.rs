@@ -16,7 +16,10 @@
 use super::{HfCfg, MAX_DIM, MAX_LAYERS};
 use crate::runtime::RealError;
 use crate::runtime::gguf::{GgufFile, value_usize};
-use crate::runtime::pretrained::{Act, Arch, Config, Layer, Linear, NormLayer, Pretrained, Rope};
+use crate::runtime::moe::{Routing, SwigluClamp};
+use crate::runtime::pretrained::{
+    Act, Arch, Config, Ffn, Layer, Linear, Mlp, Moe, NormLayer, Pretrained, Rope,
+};
 use crate::runtime::safetensors::Checkpoint;
 use crate::runtime::weights::StoredMatrix;
 use serde_json::Value;
@@ -82,6 +85,39 @@ pub struct DecoderSpec {
     /// Default of `tie_word_embeddings` (Hugging Face; a GGUF is tied iff it has no
     /// `output.weight`).
     pub tie_default: bool,
+    /// A learned sink logit per query head (gpt-oss).
+    pub sinks: bool,
+    /// The experts of the layers whose [`LayerPlan::moe`] is set.
+    pub moe: Option<MoeSpec>,
+}
+
+/// How the experts of a mixture-of-experts layer are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertLayout {
+    /// One `gate_proj` / `up_proj` / `down_proj` `[out, in]` per expert, router `mlp.gate`
+    /// (Qwen-MoE).
+    PerExpert,
+    /// gpt-oss: `mlp.experts.gate_up_proj` `[E, d, 2 d_e]` stored `[in, out]` with gate and up
+    /// interleaved along the outputs (gate even, up odd), `down_proj` `[E, d_e, d]`, biases
+    /// beside them, router `mlp.router` with a bias.
+    FusedInterleaved,
+}
+
+/// The mixture-of-experts sub-layers of a decoder.
+#[derive(Debug, Clone, Copy)]
+pub struct MoeSpec {
+    /// Experts $E$.
+    pub n_experts: usize,
+    /// Experts per token $k$.
+    pub top_k: usize,
+    /// Expert MLP width.
+    pub d_expert: usize,
+    /// Router rule.
+    pub routing: Routing,
+    /// Clamped SwiGLU (gpt-oss), else the model's activation.
+    pub clamp: Option<SwigluClamp>,
+    /// Tensor layout.
+    pub layout: ExpertLayout,
 }
 
 impl DecoderSpec {
@@ -97,6 +133,8 @@ impl DecoderSpec {
             fused: false,
             act: Act::Silu,
             tie_default: false,
+            sinks: false,
+            moe: None,
         }
     }
 
@@ -118,6 +156,8 @@ pub struct LayerPlan {
     pub rope: Rope,
     /// Sliding window.
     pub window: Option<usize>,
+    /// The feed-forward sub-layer is the mixture of experts of [`DecoderSpec::moe`].
+    pub moe: bool,
 }
 
 /// The same RoPE on every layer, with the given per-layer windows.
@@ -127,6 +167,7 @@ pub fn same_rope(rope: &Rope, windows: impl IntoIterator<Item = Option<usize>>) 
         .map(|window| LayerPlan {
             rope: rope.clone(),
             window,
+            moe: false,
         })
         .collect()
 }
@@ -180,6 +221,10 @@ pub trait DecoderWeights {
     fn down(&mut self, l: usize, d: usize, dff: usize) -> Result<Linear, RealError>;
     /// The output head (`None` when tied to the embedding).
     fn head(&mut self, vocab: usize, d: usize) -> Result<Option<Linear>, RealError>;
+    /// The mixture of experts of layer `l`.
+    fn moe(&mut self, l: usize, d: usize, spec: &MoeSpec) -> Result<Moe, RealError>;
+    /// The learned sink logits of layer `l`'s `n_head` query heads.
+    fn sinks(&mut self, l: usize, n_head: usize) -> Result<Vec<f32>, RealError>;
 }
 
 /// The shape every block shares.
@@ -256,8 +301,28 @@ pub fn decoder<S: DecoderWeights>(
             true => rms(src, Gain::PostFfn(l), d)?,
             false => None,
         };
-        let (gate, up, dff) = src.gate_up(l, d)?;
-        let down = src.down(l, d, dff)?;
+        let ffn = match (plan.moe, &spec.moe) {
+            (true, Some(ms)) => Ffn::Moe(Box::new(src.moe(l, d, ms)?)),
+            (true, None) => {
+                return Err(RealError::Input(format!(
+                    "layer {l} is planned as mixture-of-experts but the {:?} spec has no experts",
+                    spec.arch
+                )));
+            }
+            (false, _) => {
+                let (gate, up, dff) = src.gate_up(l, d)?;
+                let down = src.down(l, d, dff)?;
+                Ffn::Dense(Mlp {
+                    gate: Some(gate),
+                    up,
+                    down,
+                })
+            }
+        };
+        let sinks = match spec.sinks {
+            true => Some(src.sinks(l, n_head)?),
+            false => None,
+        };
         layers.push(Layer {
             attn_norm,
             wq,
@@ -269,9 +334,8 @@ pub fn decoder<S: DecoderWeights>(
             post_attn_norm,
             ffn_norm,
             post_ffn_norm,
-            gate: Some(gate),
-            up,
-            down,
+            ffn,
+            sinks,
             rope: Some(plan.rope),
             window: plan.window,
         });
@@ -456,6 +520,85 @@ impl DecoderWeights for HfWeights<'_> {
             Ok(Some(self.w.linear("lm_head", vocab, d, false)?))
         }
     }
+
+    fn moe(&mut self, l: usize, d: usize, ms: &MoeSpec) -> Result<Moe, RealError> {
+        let b = format!("model.layers.{l}.mlp.");
+        let (ne, de) = (ms.n_experts, ms.d_expert);
+        let (router, experts) = match ms.layout {
+            ExpertLayout::PerExpert => {
+                let router = self.w.linear(&format!("{b}gate"), ne, d, false)?;
+                let experts = (0..ne)
+                    .map(|e| {
+                        let x = format!("{b}experts.{e}.");
+                        Ok(Mlp {
+                            gate: Some(self.w.linear(&format!("{x}gate_proj"), de, d, false)?),
+                            up: self.w.linear(&format!("{x}up_proj"), de, d, false)?,
+                            down: self.w.linear(&format!("{x}down_proj"), d, de, false)?,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, RealError>>()?;
+                (router, experts)
+            }
+            ExpertLayout::FusedInterleaved => {
+                let router = self.w.linear(&format!("{b}router"), ne, d, true)?;
+                let gu = self
+                    .w
+                    .stacked_transposed(&format!("{b}experts.gate_up_proj"), [ne, d, 2 * de])?;
+                let gu_b = self
+                    .w
+                    .shaped(&format!("{b}experts.gate_up_proj_bias"), &[ne, 2 * de])?;
+                let dn = self
+                    .w
+                    .stacked_transposed(&format!("{b}experts.down_proj"), [ne, de, d])?;
+                let dn_b = self
+                    .w
+                    .shaped(&format!("{b}experts.down_proj_bias"), &[ne, d])?;
+                // Gate rows are the even outputs, up rows the odd ones.
+                let perm: Vec<usize> = (0..de)
+                    .map(|i| 2 * i)
+                    .chain((0..de).map(|i| 2 * i + 1))
+                    .collect();
+                let experts = gu
+                    .into_iter()
+                    .zip(dn)
+                    .enumerate()
+                    .map(|(e, (gu, dn))| {
+                        let gu = gu.permute_rows(&perm);
+                        let bias = &gu_b[e * 2 * de..(e + 1) * 2 * de];
+                        let half = |k: usize| Linear {
+                            w: gu.rows(k * de, de),
+                            out: de,
+                            inp: d,
+                            b: Some((0..de).map(|i| bias[2 * i + k]).collect()),
+                        };
+                        Mlp {
+                            gate: Some(half(0)),
+                            up: half(1),
+                            down: Linear {
+                                w: dn,
+                                out: d,
+                                inp: de,
+                                b: Some(dn_b[e * d..(e + 1) * d].to_vec()),
+                            },
+                        }
+                    })
+                    .collect();
+                (router, experts)
+            }
+        };
+        Ok(Moe {
+            router,
+            experts,
+            top_k: ms.top_k,
+            routing: ms.routing,
+            clamp: ms.clamp,
+        })
+    }
+
+    fn sinks(&mut self, l: usize, n_head: usize) -> Result<Vec<f32>, RealError> {
+        self.w
+            .shaped(&format!("model.layers.{l}.self_attn.sinks"), &[n_head])
+    }
 }
 
 /// Builds a Llama-like decoder from a Hugging Face checkpoint: the BOS comes from
@@ -633,6 +776,9 @@ impl GgufDims {
 /// vocabulary taken from the tensor shapes, tied iff there is no `output.weight`.
 pub struct GgufWeights<'a> {
     g: &'a mut GgufFile,
+    /// llama.cpp's name of the norm before the feed-forward sub-layer: `ffn_norm`, or
+    /// gpt-oss's `post_attention_norm` (its converter maps `post_attention_layernorm` there).
+    ffn_norm: &'static str,
 }
 
 impl GgufWeights<'_> {
@@ -663,7 +809,7 @@ impl DecoderWeights for GgufWeights<'_> {
             Gain::Q(l) => format!("blk.{l}.attn_q_norm.weight"),
             Gain::K(l) => format!("blk.{l}.attn_k_norm.weight"),
             Gain::PostAttn(l) => format!("blk.{l}.post_attention_norm.weight"),
-            Gain::PreFfn(l) => format!("blk.{l}.ffn_norm.weight"),
+            Gain::PreFfn(l) => format!("blk.{l}.{}.weight", self.ffn_norm),
             Gain::PostFfn(l) => format!("blk.{l}.post_ffw_norm.weight"),
             Gain::Final => "output_norm.weight".to_string(),
         };
@@ -700,6 +846,158 @@ impl DecoderWeights for GgufWeights<'_> {
             Ok(None)
         }
     }
+
+    /// llama.cpp's layout: router `ffn_gate_inp` `[E, d]` (bias where the file has one), the
+    /// experts stacked `ffn_{gate,up}_exps` `[E, d_e, d]` (or fused `ffn_gate_up_exps`
+    /// `[E, 2 d_e, d]`, gate rows first) and `ffn_down_exps` `[E, d, d_e]`, biases `[E, ·]`
+    /// beside them where present; each expert's matrices are row blocks of the stacks.
+    fn moe(&mut self, l: usize, d: usize, ms: &MoeSpec) -> Result<Moe, RealError> {
+        let (ne, de) = (ms.n_experts, ms.d_expert);
+        let p = |x: &str| format!("blk.{l}.{x}");
+        let router = self.g.linear(&p("ffn_gate_inp"), ne, d)?;
+        let g = &*self.g;
+        let stack =
+            |name: &str, rows: usize, cols: usize| -> Result<Vec<StoredMatrix>, RealError> {
+                let (w, dims) = g.weight(name)?;
+                if dims != [ne, rows, cols] {
+                    return Err(g.err(format!(
+                        "tensor `{name}` has shape {dims:?}, expected [{ne}, {rows}, {cols}] \
+                     ({ne} experts)"
+                    )));
+                }
+                Ok((0..ne).map(|e| w.rows(e * rows, rows)).collect())
+            };
+        let bias = |name: &str, n: usize| -> Result<Option<Vec<Vec<f32>>>, RealError> {
+            if !g.has(name) {
+                return Ok(None);
+            }
+            let (b, dims) = g.tensor(name)?;
+            if dims != [ne, n] {
+                return Err(g.err(format!(
+                    "tensor `{name}` has shape {dims:?}, expected [{ne}, {n}]"
+                )));
+            }
+            Ok(Some(b.chunks(n).map(<[f32]>::to_vec).collect()))
+        };
+        let fused = p("ffn_gate_up_exps.weight");
+        let (gate, up, gate_b, up_b) = if g.has(&fused) {
+            let gu = stack(&fused, 2 * de, d)?;
+            let gu_b = bias(&p("ffn_gate_up_exps.bias"), 2 * de)?;
+            let half =
+                |k: usize| -> Vec<StoredMatrix> { gu.iter().map(|m| m.rows(k * de, de)).collect() };
+            let half_b = |k: usize| {
+                gu_b.as_ref().map(|b| {
+                    b.iter()
+                        .map(|v| v[k * de..(k + 1) * de].to_vec())
+                        .collect::<Vec<_>>()
+                })
+            };
+            (half(0), half(1), half_b(0), half_b(1))
+        } else {
+            (
+                stack(&p("ffn_gate_exps.weight"), de, d)?,
+                stack(&p("ffn_up_exps.weight"), de, d)?,
+                bias(&p("ffn_gate_exps.bias"), de)?,
+                bias(&p("ffn_up_exps.bias"), de)?,
+            )
+        };
+        let down = stack(&p("ffn_down_exps.weight"), d, de)?;
+        let down_b = bias(&p("ffn_down_exps.bias"), d)?;
+        let pick = |b: &Option<Vec<Vec<f32>>>, e: usize| b.as_ref().map(|b| b[e].clone());
+        let experts = gate
+            .into_iter()
+            .zip(up)
+            .zip(down)
+            .enumerate()
+            .map(|(e, ((gw, uw), dw))| Mlp {
+                gate: Some(Linear {
+                    w: gw,
+                    out: de,
+                    inp: d,
+                    b: pick(&gate_b, e),
+                }),
+                up: Linear {
+                    w: uw,
+                    out: de,
+                    inp: d,
+                    b: pick(&up_b, e),
+                },
+                down: Linear {
+                    w: dw,
+                    out: d,
+                    inp: de,
+                    b: pick(&down_b, e),
+                },
+            })
+            .collect();
+        Ok(Moe {
+            router,
+            experts,
+            top_k: ms.top_k,
+            routing: ms.routing,
+            clamp: ms.clamp,
+        })
+    }
+
+    /// llama.cpp's `attn_sinks.weight` `[H]`.
+    fn sinks(&mut self, l: usize, n_head: usize) -> Result<Vec<f32>, RealError> {
+        self.g.vector(&format!("blk.{l}.attn_sinks.weight"), n_head)
+    }
+}
+
+/// The expert width $d_e$ of a mixture-of-experts GGUF: `<arch>.expert_feed_forward_length`
+/// when given, checked against the stacked expert tensors of layer `l`
+/// (`ffn_gate_exps` `[E, d_e, d]` or `ffn_gate_up_exps` `[E, 2 d_e, d]`), else read from them.
+pub fn gguf_expert_width(g: &GgufFile, arch: &str, l: usize) -> Result<usize, RealError> {
+    let infos = &g.content().tensor_infos;
+    let of = |n: &str| infos.get(n).map(|t| t.shape.dims().to_vec());
+    let shape = match (
+        of(&format!("blk.{l}.ffn_gate_exps.weight")),
+        of(&format!("blk.{l}.ffn_gate_up_exps.weight")),
+    ) {
+        (Some(s), _) if s.len() == 3 => Some(s[1]),
+        (None, Some(s)) if s.len() == 3 && s[1] % 2 == 0 => Some(s[1] / 2),
+        _ => None,
+    };
+    let key = format!("{arch}.expert_feed_forward_length");
+    let declared = g.meta_int_opt(&key, MAX_DIM as u64)?.map(|v| v as usize);
+    match (declared, shape) {
+        (Some(k), Some(s)) if k != s => Err(g.err(format!(
+            "metadata `{key}` = {k}, but layer {l}'s expert tensors are {s} wide"
+        ))),
+        (Some(0), _) => Err(g.err(format!("metadata `{key}` = 0"))),
+        (Some(k), _) | (None, Some(k)) => Ok(k),
+        (None, None) => Err(g.err(format!(
+            "layer {l}: no `{key}` and no expert tensor `blk.{l}.ffn_gate_exps.weight`"
+        ))),
+    }
+}
+
+/// The expert count and experts per token of a mixture-of-experts GGUF
+/// (`<arch>.expert_count`, `<arch>.expert_used_count`, $1 \le k \le E$), refusing an
+/// `<arch>.expert_weights_scale` other than 1 (a multiplier of the routing weights that the
+/// families here do not have).
+pub fn gguf_experts(g: &GgufFile, arch: &str) -> Result<(usize, usize), RealError> {
+    let k = |s: &str| format!("{arch}.{s}");
+    let ne = g.meta_usize(&k("expert_count"))?;
+    let used = g.meta_usize(&k("expert_used_count"))?;
+    if ne == 0 || ne > MAX_DIM || used == 0 || used > ne {
+        return Err(g.err(format!(
+            "metadata `{}` = {ne} and `{}` = {used}: need 1 ≤ used ≤ count",
+            k("expert_count"),
+            k("expert_used_count")
+        )));
+    }
+    let sk = k("expert_weights_scale");
+    if g.meta(&sk).is_some() {
+        let s = g.meta_f32_or(&sk, 1.0)?;
+        if s != 1.0 {
+            return Err(g.err(format!(
+                "metadata `{sk}` = {s}: scaled routing weights are not implemented for {arch}"
+            )));
+        }
+    }
+    Ok((ne, used))
 }
 
 /// Builds a Llama-like decoder from a GGUF file in file order (q/k rows as stored): BOS per
@@ -720,7 +1018,18 @@ pub fn decoder_gguf(
         bos_id,
         add_bos,
     };
-    decoder(&mut GgufWeights { g }, &spec, dims.shape, plans, head)
+    let ffn_norm = if spec.arch == Arch::GptOss {
+        "post_attention_norm"
+    } else {
+        "ffn_norm"
+    };
+    decoder(
+        &mut GgufWeights { g, ffn_norm },
+        &spec,
+        dims.shape,
+        plans,
+        head,
+    )
 }
 
 #[cfg(test)]

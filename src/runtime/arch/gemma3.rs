@@ -61,6 +61,7 @@ pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Pretrained, RealError> {
             Ok(LayerPlan {
                 rope: if s { local.clone() } else { global.clone() },
                 window: g.window_of(c, s)?,
+                moe: false,
             })
         })
         .collect::<Result<Vec<_>, RealError>>()?;
@@ -85,6 +86,7 @@ pub fn from_gguf(g: &mut GgufFile) -> Result<Pretrained, RealError> {
             LayerPlan {
                 rope: Rope::plain(if global { dims.base } else { 10000.0 }, dims.shape.dh),
                 window: if global { None } else { window },
+                moe: false,
             }
         })
         .collect();

@@ -3,7 +3,9 @@
 
 use super::{HfCfg, MAX_DIM, MAX_LAYERS, refuse_quantized};
 use crate::runtime::RealError;
-use crate::runtime::pretrained::{Act, Arch, Config, Layer, Linear, Pretrained, StoredMatrix};
+use crate::runtime::pretrained::{
+    Act, Arch, Config, Ffn, Layer, Linear, Mlp, Pretrained, StoredMatrix,
+};
 use crate::runtime::safetensors::Checkpoint;
 use serde_json::Value;
 
@@ -103,9 +105,12 @@ pub fn from_hf(c: &HfCfg, st: &Checkpoint) -> Result<Pretrained, RealError> {
             post_attn_norm: None,
             ffn_norm: Some(st.layer_norm(&format!("{b}ln_2"), d, eps)?),
             post_ffn_norm: None,
-            gate: None,
-            up: conv(&format!("{b}mlp.c_fc"), d, dff)?,
-            down: conv(&format!("{b}mlp.c_proj"), dff, d)?,
+            ffn: Ffn::Dense(Mlp {
+                gate: None,
+                up: conv(&format!("{b}mlp.c_fc"), d, dff)?,
+                down: conv(&format!("{b}mlp.c_proj"), dff, d)?,
+            }),
+            sinks: None,
             rope: None,
             window: None,
         });

@@ -16,10 +16,12 @@ pub mod decoder;
 pub mod gemma2;
 pub mod gemma3;
 pub mod gpt2;
+pub mod gpt_oss;
 pub mod llama;
 pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen3_moe;
 pub mod rope;
 
 use super::RealError;
@@ -93,6 +95,8 @@ pub const INERT: &[&str] = &[
     "top_k",
     "top_p",
     "repetition_penalty",
+    "router_aux_loss_coef",
+    "output_router_logits",
 ];
 
 /// A `config.json` being read: remembers every key asked for, so that [`HfCfg::finish`] can
@@ -298,6 +302,8 @@ pub fn keys_of(model_type: &str) -> Option<Vec<&'static str>> {
         "llama" | "mistral" => &[DECODER_KEYS, llama::KEYS],
         "qwen2" => &[DECODER_KEYS, qwen2::KEYS],
         "qwen3" => &[DECODER_KEYS, qwen3::KEYS],
+        "qwen3_moe" => &[DECODER_KEYS, qwen3_moe::KEYS],
+        "gpt_oss" => &[DECODER_KEYS, gpt_oss::KEYS],
         "gemma2" => &[DECODER_KEYS, gemma2::KEYS],
         "gemma3_text" => &[DECODER_KEYS, gemma2::KEYS, gemma3::KEYS],
         "phi3" => &[DECODER_KEYS, phi3::KEYS],
@@ -327,6 +333,8 @@ pub fn load_hf_keys(path: &Path) -> Result<(Pretrained, BTreeSet<String>), RealE
         "llama" | "mistral" => llama::from_hf(&c, &w, &mt)?,
         "qwen2" => qwen2::from_hf(&c, &w)?,
         "qwen3" => qwen3::from_hf(&c, &w)?,
+        "qwen3_moe" => qwen3_moe::from_hf(&c, &w)?,
+        "gpt_oss" => gpt_oss::from_hf(&c, &w)?,
         "gemma2" => gemma2::from_hf(&c, &w)?,
         "gemma3_text" => gemma3::from_hf(&c, &w)?,
         "phi3" => phi3::from_hf(&c, &w)?,
@@ -350,13 +358,15 @@ pub const HF_TYPES: &[&str] = &[
     "mistral",
     "qwen2",
     "qwen3",
+    "qwen3_moe",
+    "gpt_oss",
     "gemma2",
     "gemma3_text",
     "phi3",
 ];
 
 /// `general.architecture`s a GGUF file may have.
-pub const GGUF_ARCHS: &[&str] = &["llama", "mistral", "qwen2", "gemma3"];
+pub const GGUF_ARCHS: &[&str] = &["llama", "mistral", "qwen2", "gemma3", "qwen3moe", "gpt-oss"];
 
 /// Builds the model of an opened GGUF file: dispatches on `general.architecture`.
 pub fn from_gguf(g: &mut GgufFile, path: &Path) -> Result<Pretrained, RealError> {
@@ -368,10 +378,12 @@ pub fn from_gguf(g: &mut GgufFile, path: &Path) -> Result<Pretrained, RealError>
         "llama" | "mistral" => llama::from_gguf(g, &arch)?,
         "qwen2" => qwen2::from_gguf(g)?,
         "gemma3" => gemma3::from_gguf(g)?,
+        "qwen3moe" => qwen3_moe::from_gguf(g)?,
+        "gpt-oss" => gpt_oss::from_gguf(g)?,
         other => {
             return Err(g.err(format!(
-                "unknown architecture `{other}` for GGUF (supported: {}; Qwen3, Gemma 2 \
-                 and Phi-3 load from Hugging Face directories)",
+                "unknown architecture `{other}` for GGUF (supported: {}; Qwen3, Gemma 2 and \
+                 Phi-3 load from Hugging Face directories)",
                 GGUF_ARCHS.join(", ")
             )));
         }

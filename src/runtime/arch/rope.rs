@@ -91,6 +91,44 @@ pub fn params(
     Ok(("rope_scaling".to_string(), obj))
 }
 
+/// YaRN's blend of the base frequencies `inv_freq` ($\omega_j = \theta^{-2j/d_r}$, $d_r$ =
+/// 2 × their count) for a context extended by `factor` $f$ from `orig` $L_0$ positions:
+/// the correction range $[\ell, h]$ from $c(\beta) = d_r \ln(L_0 / (2\pi\beta)) / (2 \ln\theta)$,
+/// $\ell = \max(0, c(\beta_{fast}))$, $h = \min(d_r - 1, c(\beta_{slow}))$ (floored and
+/// ceiled first when `truncate`, as transformers by default and llama.cpp always),
+/// $r_j = \mathrm{clamp}((j - \ell)/(h - \ell), 0, 1)$ and
+/// $\omega'_j = r_j\thinspace\omega_j / f + (1 - r_j)\thinspace\omega_j$.
+pub fn yarn_blend(
+    inv_freq: &mut [f32],
+    theta: f64,
+    factor: f64,
+    orig: f64,
+    (beta_fast, beta_slow): (f64, f64),
+    truncate: bool,
+) {
+    let dimf = 2.0 * inv_freq.len() as f64;
+    let corr =
+        |rot: f64| dimf * (orig / (rot * 2.0 * std::f64::consts::PI)).ln() / (2.0 * theta.ln());
+    let (mut low, mut high) = (corr(beta_fast), corr(beta_slow));
+    if truncate {
+        low = low.floor();
+        high = high.ceil();
+    }
+    let low = low.max(0.0);
+    let mut high = high.min(dimf - 1.0);
+    if low == high {
+        high += 0.001;
+    }
+    let fac = factor as f32;
+    for (j, w) in inv_freq.iter_mut().enumerate() {
+        let ramp = ((j as f32 - low as f32) / (high as f32 - low as f32)).clamp(0.0, 1.0);
+        let extra = 1.0 - ramp;
+        let pos_freq = 1.0 / *w;
+        let inter = 1.0 / (fac * pos_freq);
+        *w = inter * (1.0 - extra) + (1.0 / pos_freq) * extra;
+    }
+}
+
 /// Builds the RoPE of `head_dim`-wide heads from a parameter object (see [`params`]).
 /// Returns the rope and the usable context (`max_pos`, or `max_pos · factor` for dynamic).
 pub fn build(
@@ -265,32 +303,102 @@ pub fn build(
                 Some(Value::Bool(b)) => *b,
                 Some(v) => return Err(c.err(format!("`{name}.truncate` = {v} is not a boolean"))),
             };
-            let dimf = dim as f64;
-            let corr = |rot: f64| {
-                dimf * (old / (rot * 2.0 * std::f64::consts::PI)).ln() / (2.0 * theta.ln())
-            };
-            let (mut low, mut high) = (corr(beta_fast), corr(beta_slow));
-            if truncate {
-                low = low.floor();
-                high = high.ceil();
-            }
-            let low = low.max(0.0);
-            let mut high = high.min(dimf - 1.0);
-            if low == high {
-                high += 0.001;
-            }
-            let fac = f as f32;
-            for (j, w) in rope.inv_freq.iter_mut().enumerate() {
-                let ramp = ((j as f32 - low as f32) / (high as f32 - low as f32)).clamp(0.0, 1.0);
-                let extra = 1.0 - ramp;
-                let pos_freq = 1.0 / *w;
-                let inter = 1.0 / (fac * pos_freq);
-                *w = inter * (1.0 - extra) + (1.0 / pos_freq) * extra;
-            }
+            yarn_blend(
+                &mut rope.inv_freq,
+                theta,
+                f,
+                old,
+                (beta_fast, beta_slow),
+                truncate,
+            );
             rope.attn_factor = af as f32;
         }
         _ => unreachable!("rope types filtered above"),
     }
     debug_assert_eq!(rope.inv_freq.len(), dim / 2);
     Ok((rope, ctx))
+}
+
+/// GGUF metadata (under `<arch>.`) of llama.cpp's RoPE scaling that [`gguf_rope`] reads.
+pub const GGUF_ROPE_KEYS: &[&str] = &[
+    "rope.scaling.type",
+    "rope.scaling.factor",
+    "rope.scaling.original_context_length",
+    "rope.scaling.yarn_beta_fast",
+    "rope.scaling.yarn_beta_slow",
+    "rope.scaling.finetuned",
+];
+
+/// The RoPE of a GGUF as llama.cpp builds it from `<arch>.rope.scaling.*` for heads of `dim`
+/// rotated coordinates and base θ = `base`: `type` (default `linear`, llama.cpp's), `factor`
+/// $f$ (default 1: no scaling), `original_context_length` $L_0$ (default the context length
+/// `ctx`), `yarn_beta_fast` (32) and `yarn_beta_slow` (1); `none`/`linear` give
+/// $\omega_j / f$, `yarn` gives [`yarn_blend`] with the correction range floored and ceiled
+/// (ggml's `ggml_rope_yarn_corr_dims`) and cos/sin scaled by $1 + 0.1 \ln f$ (ggml's YaRN
+/// magnitude scale). `finetuned` does not change the forward pass. Any other type is refused
+/// by name.
+pub fn gguf_rope(
+    g: &crate::runtime::gguf::GgufFile,
+    arch: &str,
+    base: f32,
+    dim: usize,
+    ctx: usize,
+) -> Result<Rope, RealError> {
+    let k = |s: &str| format!("{arch}.rope.scaling.{s}");
+    let ty = match g.meta(&k("type")) {
+        None => "linear".to_string(),
+        Some(_) => g
+            .meta_str(&k("type"))
+            .ok_or_else(|| g.err(format!("metadata `{}` is not a string", k("type"))))?
+            .to_string(),
+    };
+    let factor = g.meta_f32_or(&k("factor"), 1.0)? as f64;
+    if !(factor.is_finite() && factor >= 1.0) {
+        return Err(g.err(format!(
+            "metadata `{}` = {factor} must be finite and ≥ 1",
+            k("factor")
+        )));
+    }
+    let mut rope = Rope::plain(base, dim);
+    match ty.as_str() {
+        "none" | "linear" => {
+            if ty == "linear" && factor != 1.0 {
+                let f = factor as f32;
+                for w in &mut rope.inv_freq {
+                    *w /= f;
+                }
+            }
+        }
+        "yarn" => {
+            let orig = g.meta_f32_or(&k("original_context_length"), ctx as f32)? as f64;
+            let bf = g.meta_f32_or(&k("yarn_beta_fast"), 32.0)? as f64;
+            let bs = g.meta_f32_or(&k("yarn_beta_slow"), 1.0)? as f64;
+            if !(orig >= 1.0 && bf.is_finite() && bs.is_finite() && bf > 0.0 && bs > 0.0) {
+                return Err(g.err(format!(
+                    "metadata `{}` = {orig}, `{}` = {bf}, `{}` = {bs}: must be positive",
+                    k("original_context_length"),
+                    k("yarn_beta_fast"),
+                    k("yarn_beta_slow")
+                )));
+            }
+            if factor > 1.0 {
+                yarn_blend(
+                    &mut rope.inv_freq,
+                    base as f64,
+                    factor,
+                    orig,
+                    (bf, bs),
+                    true,
+                );
+                rope.attn_factor = (1.0 + 0.1 * factor.ln()) as f32;
+            }
+        }
+        other => {
+            return Err(g.err(format!(
+                "metadata `{}` = \"{other}\" is not implemented (none, linear, yarn)",
+                k("type")
+            )));
+        }
+    }
+    Ok(rope)
 }
