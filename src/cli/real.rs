@@ -182,6 +182,9 @@ pub struct Args {
     /// A point whose certified bracket is left wider than 5 % is reported, not fitted.
     #[arg(long, requires = "a5", default_value_t = 20_000, value_name = "N")]
     a5_max_iter: usize,
+    /// Solver of --a5: ipm (interior point, Frobenius to 1e-6) or first-order.
+    #[arg(long, requires = "a5", value_enum, hide_possible_values = true, value_name = "ipm|first-order", default_value_t = sinklab::cost::Method::preferred())]
+    a5_solver: sinklab::cost::Method,
     /// Print the full JSON report.
     #[arg(long)]
     json: bool,
@@ -241,6 +244,7 @@ fn run_a5(a: &Args, lm: &sinklab::runtime::LoadedModel, path: &std::path::Path) 
         t_max_fro: a.a5_t_max_fro,
         t_max_nuclear: a.a5_t_max_nuclear,
         max_iter: a.a5_max_iter,
+        solver: a.a5_solver,
         threads: rayon::current_num_threads(),
         ..cost_real::Options::default()
     };

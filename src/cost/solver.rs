@@ -35,6 +35,10 @@ pub enum Method {
     /// larger lower end and the smaller upper end).
     #[cfg_attr(feature = "cli", value(skip))]
     IpmAndFirstOrder,
+    /// The interior-point solver on a working set of constraints grown by the violated ones
+    /// (Frobenius beyond its dense cap, see [`super::working_set`]).
+    #[cfg_attr(feature = "cli", value(skip))]
+    IpmWorkingSet,
 }
 
 impl Method {
@@ -54,6 +58,7 @@ impl std::fmt::Display for Method {
             Method::Ipm => "ipm",
             Method::FirstOrder => "first-order",
             Method::IpmAndFirstOrder => "ipm+first-order",
+            Method::IpmWorkingSet => "ipm-working-set",
         })
     }
 }
@@ -129,7 +134,9 @@ pub fn solve(
 ) -> Result<CostSolution, CostError> {
     match opts.method {
         Method::FirstOrder => solve_with_dual(p, kind, opts).map(|(s, _)| s),
-        Method::Ipm | Method::IpmAndFirstOrder => solve_ipm_first(p, kind, opts),
+        Method::Ipm | Method::IpmAndFirstOrder | Method::IpmWorkingSet => {
+            solve_ipm_first(p, kind, opts)
+        }
     }
 }
 
@@ -161,6 +168,13 @@ fn solve_ipm_first(
     };
     let s = match super::ipm::solve(p, kind, opts) {
         Ok(s) => s,
+        // Frobenius beyond the dense cap: constraint generation over the same solver.
+        Err(why) if kind == NormKind::Fro && p.e.is_some() => {
+            match super::working_set::solve(p, opts) {
+                Ok(s) => s,
+                Err(w) => return first_order(format!("{why}; {w}")),
+            }
+        }
         Err(why) => return first_order(why),
     };
     if !s.feasible || s.rel_gap.is_some_and(|g| g <= opts.rel_gap) {
