@@ -324,23 +324,34 @@ pub const MAX_SPEC_BYTES: u64 = 16 << 20;
 /// Largest figure data file read (64 MiB; parsed, a file takes several times its size).
 pub const MAX_FIGURE_BYTES: u64 = 64 << 20;
 
-/// Reads the text file `path` of at most `cap` bytes: refused (an [`std::io::Error`] of kind
-/// `InvalidInput` saying why) when it is not a regular file after following links (a device
-/// such as `/dev/zero`, a FIFO, a directory) or holds more than `cap` bytes; read through a
-/// `cap + 1` byte limit, so a file that grows while read is refused too, never read without
-/// bound. The one way the loaders read a text file that a model, a spec or a user supplies.
-pub fn read_text(path: &std::path::Path, cap: u64) -> std::io::Result<String> {
-    use std::io::{Error, ErrorKind, Read};
+/// Largest tensor file read whole into memory (`half-space --file`, `cost --embeddings`:
+/// 4 GiB; models and activation dumps are memory-mapped instead).
+pub const MAX_TENSOR_FILE_BYTES: u64 = 4 << 30;
+
+/// Opens the input file `path` for reading: refused (an [`std::io::Error`] of kind
+/// `InvalidInput` saying why) when it is not a regular file after following links — a device
+/// such as `/dev/zero`, a FIFO (whose open would wait for a writer), a socket or a directory —
+/// before it is opened. The one way a loader opens a file that a model or a user supplies.
+pub fn open_input(path: &std::path::Path) -> std::io::Result<std::fs::File> {
     let m = std::fs::metadata(path)?;
     if !m.is_file() {
-        return Err(Error::new(
-            ErrorKind::InvalidInput,
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
             format!(
                 "{} is not a regular file (a directory, device, FIFO or socket); refusing to read it",
                 path.display()
             ),
         ));
     }
+    std::fs::File::open(path)
+}
+
+/// Reads the input file `path` of at most `cap` bytes ([`open_input`]'s refusals, and more
+/// than `cap` bytes refused), through a `cap + 1` byte limit, so a file that grows while read
+/// is refused too, never read without bound.
+pub fn read_input(path: &std::path::Path, cap: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read};
+    let f = open_input(path)?;
     let over = |n: u64| {
         Error::new(
             ErrorKind::InvalidInput,
@@ -352,21 +363,27 @@ pub fn read_text(path: &std::path::Path, cap: u64) -> std::io::Result<String> {
             ),
         )
     };
-    if m.len() > cap {
-        return Err(over(m.len()));
+    let len = f.metadata()?.len();
+    if len > cap {
+        return Err(over(len));
     }
     let mut buf = Vec::new();
-    buf.try_reserve(m.len() as usize)
+    buf.try_reserve(len as usize)
         .map_err(|e| Error::new(ErrorKind::OutOfMemory, e.to_string()))?;
-    std::fs::File::open(path)?
-        .take(cap + 1)
-        .read_to_end(&mut buf)?;
+    f.take(cap + 1).read_to_end(&mut buf)?;
     if buf.len() as u64 > cap {
         return Err(over(cap + 1));
     }
-    String::from_utf8(buf).map_err(|e| {
-        Error::new(
-            ErrorKind::InvalidData,
+    Ok(buf)
+}
+
+/// Reads the text file `path` of at most `cap` bytes ([`read_input`]'s refusals, and text that
+/// is not UTF-8). The one way the loaders read a text file that a model, a spec or a user
+/// supplies.
+pub fn read_text(path: &std::path::Path, cap: u64) -> std::io::Result<String> {
+    String::from_utf8(read_input(path, cap)?).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
             format!("{} is not UTF-8 text: {e}", path.display()),
         )
     })

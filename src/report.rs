@@ -19,6 +19,10 @@ pub fn sections() -> Vec<(&'static str, SectionFn)> {
     #[allow(unused_mut)]
     let mut v: Vec<(&'static str, SectionFn)> = Vec::new();
     v.push(("cost_scaling", crate::sweep::cost_scaling::report_section));
+    v.push((
+        "switch_study",
+        crate::sweep::switch_study::section::report_section,
+    ));
     v.push(("real_models", crate::real::section::section));
     v.push(("cost_definitions", crate::claims::cost_definitions::section));
     v.push(("switches", crate::claims::switch::section));

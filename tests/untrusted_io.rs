@@ -190,6 +190,131 @@ fn mkfifo(p: &Path) {
     assert!(Command::new("mkfifo").arg(p).status().unwrap().success());
 }
 
+/// A FIFO named as an input file (whose open would wait for a writer for ever) is refused
+/// before it is opened, by every reader of a user's file: safetensors instances and
+/// embeddings, a model path (GGUF magic, safetensors), an activation file.
+#[cfg(unix)]
+#[test]
+fn a_fifo_as_an_input_is_refused_not_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pipe");
+    mkfifo(&fifo);
+    let f = fifo.to_str().unwrap();
+    let page = dir.path().join("p.html");
+    let p = page.to_str().unwrap();
+    for args in [
+        vec!["half-space", "--file", f],
+        vec![
+            "cost",
+            "--pattern",
+            "sink",
+            "--norm",
+            "fro",
+            "--delta",
+            "1",
+            "--embeddings",
+            f,
+        ],
+        vec!["real", "--model", f, "--text", "The cat sat."],
+        vec!["view", "--model", f, "--text", "The cat sat.", "--out", p],
+        vec!["real", "--activations", f],
+        vec!["secondary", "--activations", f],
+    ] {
+        refused_within(&os(&args), &["not a regular file"], 10);
+    }
+    assert!(!page.exists());
+}
+
+/// An option given without the option it applies to is refused naming both, never silently
+/// ignored — also where clap would excuse it (the main option conflicts with one present:
+/// `--a5` with `--activations`, `--dose-response` with `--activations`, `--emit` with
+/// `--shard`).
+#[test]
+fn a_dependent_option_without_its_main_option_is_refused() {
+    for (args, needles) in [
+        (
+            vec!["real", "--activations", "a.safetensors", "--a5-layers", "1"],
+            ["--a5-layers", "--a5"],
+        ),
+        (
+            vec![
+                "real",
+                "--activations",
+                "a.safetensors",
+                "--a5-max-iter",
+                "9",
+            ],
+            ["--a5-max-iter", "--a5"],
+        ),
+        (
+            vec!["real", "--activations", "a.safetensors", "--what", "hidden"],
+            ["--what", "--dump"],
+        ),
+        (
+            vec![
+                "secondary",
+                "--activations",
+                "a.safetensors",
+                "--dose-grid",
+                "0,1",
+            ],
+            ["--dose-grid", "--dose-response"],
+        ),
+        (
+            vec![
+                "secondary",
+                "--activations",
+                "a.safetensors",
+                "--dose-tokens",
+                "2",
+            ],
+            ["--dose-tokens", "--dose-response"],
+        ),
+        (
+            vec![
+                "secondary",
+                "--activations",
+                "a.safetensors",
+                "--long-generate",
+                "9",
+            ],
+            ["--long-generate", "--long"],
+        ),
+        (
+            vec!["secondary", "--activations", "a.safetensors", "--out", "o"],
+            ["--out", "--activations"],
+        ),
+        (
+            vec!["sweep", "spec.toml", "--shard", "0/2", "--shards", "3"],
+            ["--shards", "--emit"],
+        ),
+    ] {
+        refused_within(&os(&args), &needles, 10);
+    }
+}
+
+/// `backend`'s time estimate is checked against `--max-time`: a million steps at the default
+/// sizes (at least minutes) is refused under a one-second limit, naming the estimate.
+#[test]
+fn backend_steps_past_the_time_limit_are_refused_with_the_estimate() {
+    refused_within(
+        &os(&[
+            "backend",
+            "--backend",
+            "cpu",
+            "--steps",
+            "1000000",
+            "--max-time",
+            "1s",
+        ]),
+        &[
+            "backend --t 32 --batch 16 --d 16 --steps 1000000",
+            "--max-time",
+        ],
+        10,
+    );
+}
+
 /// A tiny activations file (3 layers, 6 positions) for `view --activations`.
 fn activations(dir: &Path, t: usize) -> PathBuf {
     use sinklab::runtime::activation_file::{Activations, HeadTensor};

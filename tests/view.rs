@@ -19,12 +19,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// Loads `page#selftest` headless with the network disabled; returns the verdict JSON and the
-/// wall time of the browser process.
-fn selftest(browser: &Path, page: &Path) -> (serde_json::Value, Duration) {
+/// The DOM of `url` after headless Chromium ran its scripts for at most `budget_ms` of virtual
+/// time (network disabled), with the status and stderr of the browser process.
+fn dump_dom(browser: &Path, url: &str, budget_ms: u32) -> (String, String) {
     let profile = tempfile::tempdir().unwrap();
-    let url = format!("file://{}#selftest", page.canonicalize().unwrap().display());
-    let t0 = Instant::now();
     let out = Command::new(browser)
         .args([
             "--headless",
@@ -37,23 +35,38 @@ fn selftest(browser: &Path, page: &Path) -> (serde_json::Value, Duration) {
             "--host-resolver-rules=MAP * ~NOTFOUND",
             "--proxy-server=127.0.0.1:9",
             "--window-size=1300,1400",
-            "--virtual-time-budget=20000",
             "--dump-dom",
         ])
+        .arg(format!("--virtual-time-budget={budget_ms}"))
         .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg(&url)
+        .arg(url)
         .output()
         .expect("running chromium");
-    let wall = t0.elapsed();
-    let dom = String::from_utf8_lossy(&out.stdout);
-    let open = r#"<pre id="selftest-result">"#;
-    let i = dom.find(open).unwrap_or_else(|| {
-        panic!(
-            "no self-test result in the DOM; chromium status {:?}, stderr:\n{}",
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        format!(
+            "chromium status {:?}, stderr:\n{}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
-        )
-    }) + open.len();
+        ),
+    )
+}
+
+fn file_url(page: &Path) -> String {
+    format!("file://{}", page.canonicalize().unwrap().display())
+}
+
+/// Loads `page#selftest` headless with the network disabled; returns the verdict JSON and the
+/// wall time of the browser process.
+fn selftest(browser: &Path, page: &Path) -> (serde_json::Value, Duration) {
+    let t0 = Instant::now();
+    let (dom, diag) = dump_dom(browser, &format!("{}#selftest", file_url(page)), 20000);
+    let wall = t0.elapsed();
+    let open = r#"<pre id="selftest-result">"#;
+    let i = dom
+        .find(open)
+        .unwrap_or_else(|| panic!("no self-test result in the DOM; {diag}"))
+        + open.len();
     let j = i + dom[i..].find("</pre>").unwrap();
     let text = dom[i..j]
         .replace("&quot;", "\"")
@@ -167,6 +180,52 @@ fn blob_survives_script_closing_token_strings_and_round_trips() {
     let back = sinklab::view::extract(&html).expect("blob parses");
     assert_eq!(back, serde_json::to_value(&d).unwrap());
     assert_eq!(back["token_text"][0], toks[0]);
+}
+
+/// Token text is data: a token that is an `<img onerror>` handler or closes the script element
+/// is shown as text in the page, and neither handler runs while the page loads or while its
+/// self-test clicks, hovers and zooms through it. The control page, the same payload as markup,
+/// runs its handler, so the check can see one.
+#[test]
+fn hostile_token_text_runs_no_handler_in_the_page() {
+    let Some(b) = chromium() else { return };
+    let img = r#"<img src=x onerror="document.body.setAttribute('data-pwned','img')">"#;
+    let script = "</script><script>document.body.setAttribute('data-pwned','script')</script>";
+    let toks = [img, " a", script, "\u{1b}[31m b"];
+    let d = synthetic(2, 3, 4, toks.iter().map(|s| s.to_string()).collect());
+    let dir = tempfile::tempdir().unwrap();
+    let control = dir.path().join("control.html");
+    std::fs::write(
+        &control,
+        format!("<!DOCTYPE html><html><body>{img}</body></html>"),
+    )
+    .unwrap();
+    let (dom, diag) = dump_dom(&b, &file_url(&control), 5000);
+    assert!(
+        dom.contains("data-pwned=\"img\""),
+        "the control page did not run its handler, so the check cannot see one; {diag}"
+    );
+    let page = dir.path().join("page.html");
+    std::fs::write(&page, sinklab::view::render(&d).unwrap()).unwrap();
+    let (dom, diag) = dump_dom(&b, &file_url(&page), 5000);
+    // The blob holds the payload as text; an attribute set by a handler reads `data-pwned="…"`.
+    assert!(
+        !dom.contains("data-pwned=\""),
+        "a handler ran on load: {diag}"
+    );
+    assert!(
+        dom.contains("&lt;img src=x onerror="),
+        "the token text is shown as text in the page: {dom}"
+    );
+    let (v, _) = selftest(&b, &page);
+    assert_selftest_ok(&v);
+    let (dom, _) = dump_dom(&b, &format!("{}#selftest", file_url(&page)), 20000);
+    if let Some(i) = dom.find("data-pwned=\"") {
+        panic!(
+            "a handler ran during the self-test: …{}…",
+            &dom[i.saturating_sub(300)..(i + 100).min(dom.len())]
+        );
+    }
 }
 
 #[test]

@@ -9,7 +9,8 @@ tokenizer). The pytest suite runs it (python/tests/test_example.py).
 2. Paper B's secondary-sink detector on those hidden states (any [L, T, d] array works:
    ``torch.stack(model(ids, output_hidden_states=True).hidden_states[1:])[:, 0]`` from
    transformers gives the same layout).
-3. The attention to the first token per layer, and (with matplotlib) one layer's heatmap.
+3. The attention to the first token per layer, the §9 pattern metrics of each layer's maps, and
+   (with matplotlib) one layer's heatmap.
 4. One's own embeddings: the half-space verdict (docs/theory.md §3) with its certificate checked in
    numpy, and the minimal sink/diagonal costs (docs/theory.md §6) on orthonormal embeddings.
 """
@@ -58,6 +59,13 @@ def main(argv=None) -> dict:
     for layer, v in enumerate(to_first):
         print(f"layer {layer:2d}: attention to the first token {v:.3f}")
     out["attn_to_first"] = to_first
+    # The §9 metrics of earlier work on each layer's maps [H, T, T] (any maps work, e.g.
+    # transformers' out.attentions[l][0]): the definitions `sinklab real --json` reports.
+    for layer in range(L):
+        met = sinklab.patterns.metrics(r.attention[layer])
+        print(f"layer {layer:2d}: Gu's sink rate (ε = 0.3) {met.sink_gu_eps03:.2f}, "
+              f"mean row entropy {met.mean['row_entropy']:.3f}, dominant keys {met.dominant.tolist()}")
+    out["metrics"] = met
     if a.plot:
         import matplotlib
 

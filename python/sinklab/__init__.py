@@ -6,6 +6,8 @@ from anywhere.
 >>> ids = m.tokenize("The quick brown fox")
 >>> r = m.run(ids, hidden=True, attention=True)       # r.hidden [L+1, T, d], r.attention [L, H, T, T]
 >>> det = sinklab.secondary.detect(r.hidden[1:])      # paper B's detector on [L, T, d]
+>>> met = sinklab.patterns.metrics(r.attention[3])    # §9 metrics of layer 3's maps [H, T, T]
+>>> m.view(ids, "run.html")                           # the page of `sinklab view`
 >>> v = sinklab.half_space(queries, keys, sink)       # docs/theory.md §3 verdict with its certificate
 
 Every computation runs with the GIL released; a bad argument, a refused size or a model-file
@@ -30,7 +32,10 @@ __all__ = [
     "half_space",
     "check",
     "checks",
+    "sweep",
     "cost",
+    "oversmoothing",
+    "patterns",
     "secondary",
 ]
 
@@ -111,6 +116,30 @@ class Model:
         """The per-layer statistics report of ``sinklab real --json`` on ``tokens``."""
         return self._m.stats(_as_tokens("tokens", tokens))
 
+    def view(self, tokens, path, *, heads=None, max_res: int = 256, a1: bool = False, max_mem=None) -> dict:
+        """Writes the offline HTML page of ``sinklab view`` for ``tokens`` to ``path`` (the
+        same page: per-layer statistics, every head's map pooled to ``max_res`` cells a side,
+        paper B's detector, token curves) and returns ``{"path", "bytes", "t", "res",
+        "exact"}``.
+
+        ``heads``: heads embedded exactly (T × T, f32), as ``"3.1,7.0"`` or ``[(3, 1), (7, 0)]``
+        (layer, head from 0). ``a1=True`` adds each head's realised-sink fraction (the pooled
+        head-space analysis of ``sinklab real --a1``). The command line's refusals hold: the
+        page never replaces a file of the model, and its memory is checked first (``max_mem``,
+        else ``SINKLAB_MAX_MEM``, else 80 % of the machine's memory)."""
+        import os
+
+        if heads is not None and not isinstance(heads, str):
+            try:
+                heads = ",".join(f"{int(l)}.{int(h)}" for l, h in heads)
+            except (TypeError, ValueError):
+                raise Error(f"heads: give \"L.H,...\" or pairs (layer, head), got {heads!r}") from None
+        if int(max_res) < 1:
+            raise Error(f"max_res must be at least 1, got {max_res}")
+        return self._m.view(
+            _as_tokens("tokens", tokens), os.fspath(path), heads, int(max_res), bool(a1), max_mem
+        )
+
 
 def load(model: str, weights: str = "file", matmul: str = "exact", max_mem=None) -> Model:
     """Loads a model: a packaged name (``smollm2``, ``gemma3-270m``, ``minilm``,
@@ -158,4 +187,58 @@ def checks() -> list:
     return _native.checks()
 
 
-from . import cost, secondary  # noqa: E402  (sub-modules use the names above)
+def sweep(
+    spec,
+    out,
+    *,
+    progress: bool = True,
+    analysis: bool = True,
+    threads=None,
+    seed: int = 0,
+    max_mem=None,
+    max_time=None,
+) -> dict:
+    """Runs (or resumes) a cost-scaling sweep as ``sinklab sweep SPEC --out OUT`` does: the
+    spec's budget checked first, points computed in parallel and appended to
+    ``OUT/results.jsonl`` (a rerun computes only what is missing), then, with ``analysis``,
+    ``OUT/fit.json`` and the figures. ``progress``: a progress bar on stderr.
+
+    ``spec``: a path to a TOML file (``sims/cost_scaling.toml``; keys documented there), the
+    TOML text itself, or a dict of the same keys. Returns ``{"name", "out", "total",
+    "skipped", "computed", "failed", "first_failure", "stale", "records", "fits"}`` with the
+    records of ``results.jsonl`` parsed (one dict a line) and the fits of ``fit.json`` (None
+    without ``analysis``). A point that fails is recorded with its error (``failed``,
+    ``first_failure``: rerun to retry); a bad spec or a refused size raises
+    :class:`sinklab.Error`."""
+    import json
+    import os
+
+    if isinstance(spec, dict):
+        text, is_path, name = _native.toml_of_json(json.dumps(spec)), False, "<dict>"
+    elif isinstance(spec, os.PathLike) or (
+        isinstance(spec, str) and "=" not in spec and "\n" not in spec
+    ):
+        text, is_path, name = os.fspath(spec), True, os.fspath(spec)
+        if not os.path.isfile(text):
+            raise Error(f"spec: no such file {text!r} (give a path, TOML text or a dict)")
+    elif isinstance(spec, str):
+        text, is_path, name = spec, False, "<string>"
+    else:
+        raise Error(f"spec: give a path, TOML text or a dict, got {type(spec).__name__}")
+    if threads is not None and int(threads) < 1:
+        raise Error(f"threads: must be at least 1, got {threads}")
+    return _native.sweep(
+        text,
+        is_path,
+        name,
+        os.fspath(out),
+        bool(progress),
+        bool(analysis),
+        None if threads is None else int(threads),
+        int(seed),
+        max_mem,
+        max_time,
+    )
+
+
+from . import cost, oversmoothing, patterns, secondary  # noqa: E402  (sub-modules use the names above)

@@ -1,10 +1,16 @@
 """Type stubs of the sinklab Python package (see the docstrings in __init__.py)."""
 
+import os
 from typing import Any, Optional, Sequence, Union
 import numpy as np
 import numpy.typing as npt
 
-from . import cost as cost, secondary as secondary
+from . import (
+    cost as cost,
+    oversmoothing as oversmoothing,
+    patterns as patterns,
+    secondary as secondary,
+)
 
 ArrayLike = Union[npt.ArrayLike, Any]  # numpy arrays, nested lists, objects with __array__
 Tokens = Union[Sequence[int], npt.NDArray[np.integer], Any]
@@ -58,6 +64,17 @@ class Model:
     ) -> Run: ...
     def generate(self, tokens: Tokens, n: int) -> list[int]: ...
     def stats(self, tokens: Tokens) -> dict[str, Any]: ...
+    def view(
+        self,
+        tokens: Tokens,
+        path: Union[str, "os.PathLike[str]"],
+        *,
+        heads: Union[None, str, Sequence[tuple[int, int]]] = None,
+        max_res: int = 256,
+        a1: bool = False,
+        max_mem: Optional[str] = None,
+    ) -> dict[str, Any]:
+        """Writes the HTML page of `sinklab view`; returns {path, bytes, t, res, exact}."""
 
 class Verdict:
     """The half-space verdict with its verified certificate."""
@@ -124,3 +141,16 @@ def load(
 def half_space(queries: ArrayLike, keys: ArrayLike, sink: ArrayLike, eps: float = 0.1) -> Verdict: ...
 def check(name: str, cases: Optional[int] = None, seed: int = 0) -> dict[str, Any]: ...
 def checks() -> list[str]: ...
+def sweep(
+    spec: Union[str, "os.PathLike[str]", dict[str, Any]],
+    out: Union[str, "os.PathLike[str]"],
+    *,
+    progress: bool = True,
+    analysis: bool = True,
+    threads: Optional[int] = None,
+    seed: int = 0,
+    max_mem: Optional[str] = None,
+    max_time: Optional[str] = None,
+) -> dict[str, Any]:
+    """Runs a cost-scaling sweep spec into `out` like `sinklab sweep`; returns the summary,
+    the parsed records and the fits."""

@@ -369,6 +369,341 @@ impl Model {
         })?;
         json_text_to_py(py, v)
     }
+
+    /// Writes the offline HTML page of `sinklab view` for `tokens` to `path`; returns what was
+    /// written (path, bytes, T, resolution, exact heads).
+    #[pyo3(signature = (tokens, path, heads = None, max_res = sinklab::view::DEFAULT_MAX_RES, a1 = false, max_mem = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn view<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: Vec<u32>,
+        path: std::path::PathBuf,
+        heads: Option<String>,
+        max_res: usize,
+        a1: bool,
+        max_mem: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.check_tokens(&tokens)?;
+        if max_res < 1 {
+            return Err(Error::new_err("max_res must be at least 1"));
+        }
+        let lm = &*self.lm;
+        let v = compute(py, move || {
+            // The page never replaces an input of the run: the model's file, or any file of its
+            // directory (the command line's rule).
+            let mut inputs = vec![lm.path.clone()];
+            if let Ok(rd) = std::fs::read_dir(&lm.path) {
+                inputs.extend(rd.flatten().take(10_000).map(|e| e.path()));
+            }
+            let named: Vec<(&str, &std::path::Path)> =
+                inputs.iter().map(|p| ("model", p.as_path())).collect();
+            sinklab::atomic::check_not_input(&path, &named).map_err(|e| format!("path: {e}"))?;
+            let c = &lm.model.cfg;
+            let exact = match &heads {
+                Some(s) => sinklab::view::parse_heads(s, c.n_layer, c.n_head)
+                    .map_err(|e| format!("heads: {e}"))?,
+                None => Vec::new(),
+            };
+            if tokens.len() > c.max_context {
+                return Err(format!(
+                    "{} tokens exceed the context of {}, {} tokens",
+                    tokens.len(),
+                    lm.path.display(),
+                    c.max_context
+                ));
+            }
+            let budget = sinklab::budget::Budget::with(max_mem.as_deref(), None)
+                .map_err(|e| e.to_string())?;
+            let need =
+                sinklab::budget::view_page(c.n_layer, c.n_head, tokens.len(), max_res, exact.len());
+            budget
+                .check(
+                    &format!("view: T = {} with max_res = {max_res}", tokens.len()),
+                    need,
+                    false,
+                )
+                .map_err(|e| e.to_string())?;
+            let n_exact = exact.len();
+            let mut d = sinklab::runtime::on_a_pool_worker(|| {
+                sinklab::view::assemble::from_model(
+                    lm,
+                    &tokens,
+                    max_res,
+                    exact,
+                    &mut |_: usize, _: usize| {},
+                )
+            })
+            .map_err(|e| e.to_string())?;
+            if a1 {
+                d.realised = Some(
+                    sinklab::runtime::on_a_pool_worker(|| {
+                        sinklab::view::realised_grid(&lm.model, &tokens)
+                    })
+                    .map_err(|e| e.to_string())?,
+                );
+            }
+            let html = sinklab::view::render(&d).map_err(|e| e.to_string())?;
+            sinklab::atomic::write(&path, &html)
+                .map_err(|e| format!("writing {}: {e}", path.display()))?;
+            Ok(serde_json::json!({
+                "path": path.display().to_string(),
+                "bytes": html.len(),
+                "t": d.t,
+                "res": d.res,
+                "exact": n_exact,
+            }))
+        })?;
+        json_to_py(py, &v)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The §9 pattern metrics
+
+/// Per-head §9 metrics of maps `[H, T, T_k]` (f64, C order), with values `[T_k, H_kv·d_head]`
+/// when given: the crate's `real::stats::head_stats_of_map` per head and its
+/// `attention_summary` for the layer, Gu's α_k of every key and the column entropy per head.
+#[pyfunction]
+#[pyo3(signature = (maps, values, h_kv, causal, window))]
+fn pattern_metrics<'py>(
+    py: Python<'py>,
+    maps: PyReadonlyArrayDyn<'py, f64>,
+    values: Option<PyReadonlyArrayDyn<'py, f32>>,
+    h_kv: usize,
+    causal: bool,
+    window: Option<usize>,
+) -> PyResult<Bound<'py, PyAny>> {
+    use sinklab::real::stats::{Dims, attention_summary, head_stats_of_map};
+    let s = maps.shape().to_vec();
+    if s.len() != 3 {
+        return Err(Error::new_err(format!(
+            "maps: expected [H, T, T], got shape {s:?}"
+        )));
+    }
+    let (h, t, tk) = (s[0], s[1], s[2]);
+    let a = maps
+        .as_slice()
+        .map_err(|_| Error::new_err("maps: not contiguous"))?
+        .to_vec();
+    let (v, dh) = match &values {
+        Some(v) => {
+            let vs = v.shape();
+            if vs.len() != 2 || vs[0] != tk || h_kv == 0 || vs[1] % h_kv != 0 {
+                return Err(Error::new_err(format!(
+                    "values: expected [T_k, H_kv·d_head] with T_k = {tk}, got shape {vs:?}"
+                )));
+            }
+            let dh = vs[1] / h_kv;
+            let data = v
+                .as_slice()
+                .map_err(|_| Error::new_err("values: not contiguous"))?
+                .to_vec();
+            (Some(data), dh)
+        }
+        None => (None, 1),
+    };
+    if h_kv == 0 || h % h_kv != 0 {
+        return Err(Error::new_err(format!(
+            "values: {h_kv} key/value heads do not divide the {h} heads of maps"
+        )));
+    }
+    let out = compute(py, move || {
+        let dm = Dims {
+            t,
+            t_keys: tk,
+            d: 0,
+            h,
+            h_kv,
+            d_head: dh,
+            causal,
+            window,
+            pos0: 0,
+        };
+        let mut heads = Vec::with_capacity(h);
+        let mut alpha = Vec::with_capacity(h);
+        let mut col_entropy = Vec::with_capacity(h);
+        for hh in 0..h {
+            let m = faer::Mat::<f64>::from_fn(t, tk, |i, j| a[hh * t * tk + i * tk + j]);
+            let r = head_stats_of_map(dm, hh, m.as_ref(), v.as_deref())
+                .ok_or_else(|| format!("maps: head {hh} has no dominant column"))?;
+            heads.push(r);
+            alpha.push((tk == t).then(|| sinklab::patterns::gu_alpha(m.as_ref())));
+            col_entropy.push(sinklab::patterns::column_entropy(m.as_ref()));
+        }
+        let sum = attention_summary(&heads, h);
+        Ok(format!(
+            "{{\"heads\":[{}],\"to_first\":{},\"attn_to_first\":{},\"sink_gu_eps03\":{},\"sink_gu_eps08\":{},\"gu_alpha\":{},\"column_entropy\":{}}}",
+            heads
+                .iter()
+                .map(|(s, _)| js(s))
+                .collect::<Result<Vec<_>, _>>()?
+                .join(","),
+            js(&heads.iter().map(|(_, f)| *f).collect::<Vec<_>>())?,
+            js(&sum.attn_to_first)?,
+            js(&sum.sink_gu_eps03)?,
+            js(&sum.sink_gu_eps08)?,
+            js(&alpha)?,
+            js(&col_entropy)?,
+        ))
+    })?;
+    json_text_to_py(py, out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The §7 oversmoothing prediction
+
+fn prediction_json(p: &sinklab::oversmoothing::predict::Prediction) -> serde_json::Value {
+    serde_json::json!({
+        "rho0": p.rho0, "rho2": p.rho2, "eta": p.eta, "mean_sq": p.mean_sq,
+        "trace": p.trace, "eff_rank": p.eff_rank,
+    })
+}
+
+/// `oversmoothing::predict::head_prediction` on `w_vo` `[d, d]`, `mu` `[d]`, `sigma` `[d, d]`.
+#[pyfunction]
+#[pyo3(signature = (w_vo, mu, sigma, norm, eps, gain))]
+fn oversmoothing_predict<'py>(
+    py: Python<'py>,
+    w_vo: PyReadonlyArrayDyn<'py, f64>,
+    mu: PyReadonlyArrayDyn<'py, f64>,
+    sigma: PyReadonlyArrayDyn<'py, f64>,
+    norm: &str,
+    eps: f64,
+    gain: Option<PyReadonlyArrayDyn<'py, f64>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    use sinklab::attention::Norm;
+    let norm = match norm {
+        "identity" => Norm::Identity,
+        "rms" => Norm::Rms { eps },
+        "layer" => Norm::Layer { eps },
+        n => {
+            return Err(Error::new_err(format!(
+                "norm={n:?}: give \"identity\", \"rms\" or \"layer\""
+            )));
+        }
+    };
+    let w = rows_of(&w_vo, "w_vo")?;
+    let sg = rows_of(&sigma, "sigma")?;
+    let mu = mu
+        .as_slice()
+        .map_err(|_| Error::new_err("mu: not contiguous"))?
+        .to_vec();
+    let gain = match gain {
+        Some(g) => Some(
+            g.as_slice()
+                .map_err(|_| Error::new_err("gain: not contiguous"))?
+                .to_vec(),
+        ),
+        None => None,
+    };
+    let v = compute(py, move || {
+        let mat = |r: &[Vec<f64>]| {
+            let (n, m) = (r.len(), r.first().map_or(0, Vec::len));
+            faer::Mat::<f64>::from_fn(n, m, |i, j| r[i][j])
+        };
+        let (wm, sm) = (mat(&w), mat(&sg));
+        let p = sinklab::oversmoothing::predict::head_prediction(
+            wm.as_ref(),
+            &mu,
+            sm.as_ref(),
+            norm,
+            gain.as_deref(),
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(serde_json::json!({
+            "identity": prediction_json(&p.identity),
+            "uniform": prediction_json(&p.uniform),
+            "sign": {
+                "tr_identity": p.sign.tr_identity,
+                "tr_dense": p.sign.tr_dense,
+                "mean_sq": p.sign.mean_sq,
+                "dense_smooths_more": p.sign.dense_smooths_more,
+                "gap": p.sign.gap,
+            },
+        }))
+    })?;
+    json_to_py(py, &v)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sweeps
+
+/// Runs a cost-scaling sweep spec (the file `spec` when `is_path`, else TOML text named `name`
+/// in errors) into `out` as `sinklab sweep` does (budget check, resume, analysis), and returns
+/// the summary with the parsed records and fits.
+#[pyfunction]
+#[pyo3(signature = (spec, is_path, name, out, progress, analysis, threads, seed, max_mem, max_time))]
+#[allow(clippy::too_many_arguments)]
+fn sweep<'py>(
+    py: Python<'py>,
+    spec: String,
+    is_path: bool,
+    name: String,
+    out: std::path::PathBuf,
+    progress: bool,
+    analysis: bool,
+    threads: Option<usize>,
+    seed: u64,
+    max_mem: Option<String>,
+    max_time: Option<String>,
+) -> PyResult<Bound<'py, PyAny>> {
+    use sinklab::sweep::cost_scaling::{self as cs, SweepSpec};
+    let v = compute(py, move || {
+        let spec = if is_path {
+            SweepSpec::load(std::path::Path::new(&spec))
+        } else {
+            SweepSpec::from_toml_named(&spec, &name)
+        }
+        .map_err(|e| e.to_string())?;
+        if let Some(k) = threads {
+            sinklab::budget::check_threads(k).map_err(|e| e.to_string())?;
+        }
+        let budget = sinklab::budget::Budget::with(max_mem.as_deref(), max_time.as_deref())
+            .map_err(|e| e.to_string())?;
+        let go = |k: usize| -> Result<serde_json::Value, String> {
+            cs::check_budget(&spec, &name, &budget, k, false, None).map_err(|e| e.to_string())?;
+            let s = cs::run_on(&spec, &out, None, progress, k).map_err(|e| e.to_string())?;
+            let fits = if analysis {
+                let (fits, _) = cs::analyze(&out, &out.join("figures"), spec.bootstrap, seed)
+                    .map_err(|e| e.to_string())?;
+                Some(serde_json::to_value(&fits).map_err(|e| e.to_string())?)
+            } else {
+                None
+            };
+            let records =
+                cs::read_results(&out.join("results.jsonl")).map_err(|e| e.to_string())?;
+            Ok(serde_json::json!({
+                "name": spec.name,
+                "out": out.display().to_string(),
+                "total": s.total,
+                "skipped": s.skipped,
+                "computed": s.computed,
+                "failed": s.failed,
+                "first_failure": s.first_failure,
+                "stale": s.stale,
+                "records": serde_json::to_value(&records).map_err(|e| e.to_string())?,
+                "fits": fits,
+            }))
+        };
+        match threads {
+            Some(k) => rayon::ThreadPoolBuilder::new()
+                .num_threads(k)
+                .build()
+                .map_err(|e| format!("building the thread pool: {e}"))?
+                .install(|| go(k)),
+            None => sinklab::runtime::on_a_pool_worker(|| go(rayon::current_num_threads())),
+        }
+    })?;
+    json_to_py(py, &v)
+}
+
+/// TOML text of a spec given as JSON (a dict from Python), or why not.
+#[pyfunction]
+fn toml_of_json(json: &str) -> PyResult<String> {
+    let v: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| Error::new_err(format!("spec: {e}")))?;
+    toml::to_string(&v).map_err(|e| Error::new_err(format!("spec: not TOML-representable: {e}")))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -788,6 +1123,17 @@ fn cached(name: &str) -> Option<String> {
     sinklab::runtime::fetch::cached(name).map(|p| p.display().to_string())
 }
 
+/// How this extension was built: "release" (no debug assertions) or "debug" (a dev profile);
+/// the speed row labels a debug build's numbers.
+#[pyfunction]
+fn build_profile() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
+}
+
 /// Names of the registered theorem checks.
 #[pyfunction]
 fn checks() -> Vec<&'static str> {
@@ -811,5 +1157,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check, m)?)?;
     m.add_function(wrap_pyfunction!(checks, m)?)?;
     m.add_function(wrap_pyfunction!(cached, m)?)?;
+    m.add_function(wrap_pyfunction!(pattern_metrics, m)?)?;
+    m.add_function(wrap_pyfunction!(oversmoothing_predict, m)?)?;
+    m.add_function(wrap_pyfunction!(sweep, m)?)?;
+    m.add_function(wrap_pyfunction!(toml_of_json, m)?)?;
+    m.add_function(wrap_pyfunction!(build_profile, m)?)?;
     Ok(())
 }

@@ -27,3 +27,5 @@ def test_the_walkthrough_runs(tmp_path):
     sink, diag = out["costs"]
     assert sink.lower <= 3.0 * 7 / math.sqrt(8) * (1 + 1e-9) <= sink.upper * (1 + 2e-9)
     assert out["verdict"].representable
+    # The last layer's §9 metric agrees with the mean the example computes in numpy.
+    assert out["metrics"].attn_to_first == pytest.approx(float(out["attn_to_first"][-1]), abs=1e-6)

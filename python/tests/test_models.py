@@ -175,3 +175,46 @@ def test_a_dump_holds_the_run(tiny, tmp_path):
         np.testing.assert_array_equal(x[f"queries.{layer}"], r.queries[layer])
         np.testing.assert_array_equal(x[f"keys.{layer}"], r.keys[layer])
         np.testing.assert_array_equal(x[f"mlp_out.{layer}"], r.mlp_out[layer])
+
+
+def page_blob(path):
+    """The JSON blob of a `sinklab view` page."""
+    html = open(path, encoding="utf-8").read()
+    tag = '<script type="application/json" id="sinklab-data">'
+    i = html.index(tag) + len(tag)
+    return json.loads(html[i : html.index("</script>", i)])
+
+
+def test_view_writes_the_command_lines_page(tiny, tmp_path):
+    model = FIXTURES / "tiny" / "llama_default"
+    ours = tmp_path / "ours.html"
+    w = tiny.view(TOKS, ours, heads=[(1, 0)], max_res=4)
+    assert w["path"] == str(ours) and w["bytes"] == ours.stat().st_size
+    assert w["t"] == len(TOKS) and w["res"] == 4 and w["exact"] == 1
+    theirs = tmp_path / "theirs.html"
+    cli("view", "--model", model, "--tokens", ",".join(map(str, TOKS)), "--bos", "no",
+        "--heads", "1.0", "--max-res", "4", "--out", theirs)
+    a, b = page_blob(ours), page_blob(theirs)
+    a.pop("source"), b.pop("source")  # the model path as each was given
+    assert a == b
+    # The page's statistics are the run's.
+    assert a["layers"] == tiny.stats(TOKS)["layers"]
+
+
+def test_view_refuses_as_the_command_line(tiny, tmp_path):
+    model = FIXTURES / "tiny" / "llama_default"
+    with pytest.raises(sinklab.Error, match="input file"):
+        tiny.view(TOKS, model / "config.json")
+    with pytest.raises(sinklab.Error, match="needs about"):
+        tiny.view(TOKS, tmp_path / "v.html", max_mem="1K")
+    with pytest.raises(sinklab.Error, match="heads"):
+        tiny.view(TOKS, tmp_path / "v.html", heads="7.0")
+    with pytest.raises(sinklab.Error, match="heads"):
+        tiny.view(TOKS, tmp_path / "v.html", heads=[1, 2])
+    with pytest.raises(sinklab.Error, match="max_res"):
+        tiny.view(TOKS, tmp_path / "v.html", max_res=0)
+    with pytest.raises(sinklab.Error, match="outside the vocabulary"):
+        tiny.view([1, 99_999], tmp_path / "v.html")
+    assert not (tmp_path / "v.html").exists()
+    # Nothing of the model was touched.
+    assert (model / "config.json").stat().st_size > 0

@@ -37,6 +37,12 @@ pub struct Args {
     /// Seed of inputs, teacher and student.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Memory limit (e.g. 64G; default 80% of memory).
+    #[arg(long, value_name = "SIZE")]
+    max_mem: Option<String>,
+    /// Time limit of the lower-bound estimate (e.g. 12h; default 1h).
+    #[arg(long, value_name = "TIME")]
+    max_time: Option<String>,
 }
 
 fn fit<B: Backend>(be: &B, a: &Args) -> Result<()> {
@@ -73,15 +79,16 @@ fn fit<B: Backend>(be: &B, a: &Args) -> Result<()> {
 }
 
 pub fn run(a: Args) -> Result<i32> {
-    // Sizes before any allocation (the limits of SINKLAB_MAX_MEM / SINKLAB_MAX_TIME).
+    // Sizes before any allocation (--max-mem / --max-time, else SINKLAB_MAX_MEM /
+    // SINKLAB_MAX_TIME, else the defaults).
     let need = sinklab::budget::attn_fit(a.t as usize, a.batch as usize, a.d as usize, a.steps);
-    sinklab::budget::Budget::default().check(
+    sinklab::budget::Budget::with(a.max_mem.as_deref(), a.max_time.as_deref())?.check(
         &format!(
             "backend --t {} --batch {} --d {} --steps {}",
             a.t, a.batch, a.d, a.steps
         ),
         need,
-        false,
+        true,
     )?;
     errln!("backend: estimated {need} (memory, time lower bound)");
     let found = adapters(GpuOptions::default().backends);

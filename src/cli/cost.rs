@@ -1,6 +1,8 @@
 //! `sinklab cost --pattern sink|diagonal --norm fro|nuclear --embedding orthonormal|gaussian|trained
 //! --t T [--d D] [--delta X | --eps E] [--seed S] [--scope qk|head [--on-rate R]] [--json]`:
-//! one minimal cost (docs/theory.md §6), of W_QK alone or of the whole head on copy-paste.
+//! one minimal cost (docs/theory.md §6), of W_QK alone or of the whole head on copy-paste;
+//! `sinklab cost --definitions [--quick] [--out DIR] [--seed S] [--json]`: the map of cost
+//! definitions and its A5 verdict.
 
 use anyhow::{Context, Result, bail};
 use sinklab::cost::{
@@ -109,19 +111,21 @@ pub struct Args {
     ///
     /// Every definition (W_QK, W_VO or the head; Frobenius or nuclear, squared or not; fixed Δ
     /// or Δ(T,ε); orthonormal, Gaussian, trained, real embeddings): closed forms exact, the rest
-    /// fitted. Trained and real cells come from the results `sinklab report` left in --out.
-    #[arg(long, conflicts_with_all = ["pattern", "norm", "embeddings"])]
-    definitions: bool,
-    /// Output directory of the report (--definitions: its caches).
+    /// fitted. Trained and real cells come from the results `sinklab report` left in --out;
+    /// --seed is the bootstrap's seed.
     #[arg(
         long,
-        default_value = "out",
-        value_name = "DIR",
-        requires = "definitions"
+        conflicts_with_all = [
+            "pattern", "norm", "embedding", "embeddings", "t", "d", "solver", "delta", "eps",
+            "scope", "on_rate", "tol", "max_iter", "max_mem", "max_time"
+        ]
     )]
-    out: PathBuf,
-    /// Smaller grids (--definitions).
-    #[arg(long, requires = "definitions")]
+    definitions: bool,
+    /// Output directory of the report, whose caches --definitions reads and writes (default out).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Smaller grids (--definitions): Frobenius T ≤ 32, nuclear T ≤ 16, two seeds.
+    #[arg(long)]
     quick: bool,
     /// Memory limit (e.g. 64G; default 80% of the machine's memory).
     #[arg(long, value_name = "SIZE")]
@@ -132,19 +136,20 @@ pub struct Args {
 }
 
 impl Args {
-    /// The pattern (present unless --definitions, which returns before any use).
+    /// The pattern (checked present at the start of [`run`]; --definitions returns before).
     fn pattern(&self) -> Pattern {
-        self.pattern.unwrap_or(Pattern::Sink)
+        self.pattern.expect("--pattern is checked in run")
     }
-    /// The norm (present unless --definitions).
+    /// The norm (checked present at the start of [`run`]).
     fn norm(&self) -> NormKind {
-        self.norm.unwrap_or(NormKind::Fro)
+        self.norm.expect("--norm is checked in run")
     }
 }
 
 /// `--definitions`: the map of cost definitions and its verdict.
 fn run_definitions(a: &Args) -> Result<i32> {
-    let (table, cached) = sinklab::claims::cost_definitions::table(&a.out, a.quick, a.seed)
+    let out = a.out.clone().unwrap_or_else(|| PathBuf::from("out"));
+    let (table, cached) = sinklab::claims::cost_definitions::table(&out, a.quick, a.seed)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     if a.json {
         let entries = table.entries();
@@ -164,6 +169,10 @@ fn run_definitions(a: &Args) -> Result<i32> {
 }
 
 pub fn run(mut a: Args) -> Result<i32> {
+    super::only_with(
+        ("--definitions", a.definitions),
+        &[("--out", a.out.is_some()), ("--quick", a.quick)],
+    )?;
     if a.definitions {
         return run_definitions(&a);
     }
@@ -207,7 +216,7 @@ pub fn run(mut a: Args) -> Result<i32> {
     use sinklab::sweep::cost_scaling::spec::{MAX_DELTA, MIN_DELTA};
     let (lo, hi) = (MIN_DELTA, MAX_DELTA);
     let implied = match (a.delta, a.eps) {
-        (Some(x), _) => Some((x, format!("--delta {x}"))),
+        (Some(x), _) => Some((x, format!("--delta {x:e}"))),
         (None, Some(e)) if e > 0.0 && e < 1.0 => Some((
             delta_eps(t - 1, e).unwrap_or(f64::NAN),
             format!("--eps {e} (Δ = ln((T−1)(1−ε)/ε) at T = {t})"),
@@ -439,7 +448,8 @@ fn run_head(
 fn load_embeddings(path: &Path, t: Option<usize>) -> Result<faer::Mat<f64>> {
     use safetensors::{Dtype, SafeTensors};
     let shown = path.display();
-    let bytes = std::fs::read(path).with_context(|| format!("--embeddings {shown}"))?;
+    let bytes = sinklab::budget::read_input(path, sinklab::budget::MAX_TENSOR_FILE_BYTES)
+        .with_context(|| format!("--embeddings {shown}"))?;
     let st = SafeTensors::deserialize(&bytes)
         .map_err(|e| anyhow::anyhow!("--embeddings {shown}: not a valid safetensors file: {e}"))?;
     let Ok(x) = st.tensor("x") else {

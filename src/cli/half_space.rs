@@ -58,7 +58,8 @@ fn read(st: &SafeTensors<'_>, name: &str, ndim: usize) -> Result<(Vec<f64>, Vec<
 }
 
 pub fn run(a: Args) -> Result<i32> {
-    let bytes = std::fs::read(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
+    let bytes = sinklab::budget::read_input(&a.file, sinklab::budget::MAX_TENSOR_FILE_BYTES)
+        .with_context(|| format!("reading {}", a.file.display()))?;
     let st = SafeTensors::deserialize(&bytes)
         .map_err(|e| anyhow!("{}: not a valid safetensors file: {e}", a.file.display()))?;
     let (q, qs) = read(&st, "queries", 2)?;

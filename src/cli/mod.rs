@@ -20,6 +20,24 @@ mod synth;
 mod train;
 mod view;
 
+/// Refuses options given without the option they apply to: `main` = (its flag, whether it was
+/// given), `given` = (each dependent flag, whether it was given). clap's `requires` is excused
+/// whenever the required option conflicts with one that is present (`--a5` conflicts with
+/// `--text`, so `--text … --a5-layers 1` would pass it and be ignored), so the dependent options
+/// are checked here instead, never silently dropped.
+pub(crate) fn only_with(main: (&str, bool), given: &[(&str, bool)]) -> anyhow::Result<()> {
+    if main.1 {
+        return Ok(());
+    }
+    if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
+        anyhow::bail!(
+            "{flag} applies only with {m}: add {m}, or drop {flag} (it would be ignored)",
+            m = main.0
+        );
+    }
+    Ok(())
+}
+
 /// An error of `what` (`loading`, `reading activations`) on `path`, naming the path once: the
 /// runtime's file errors already start with the file they are about (the path itself, or a
 /// file inside a model directory), so the path is added only where the message lacks it.

@@ -167,24 +167,31 @@ pub struct Args {
     #[arg(long, conflicts_with_all = ["text", "file", "tokens", "a1", "a2", "chat", "activations"])]
     a5: bool,
     /// Layers of --a5, comma separated (default: 1, L/2, L−1).
-    #[arg(long, requires = "a5", value_name = "LAYERS")]
+    #[arg(long, value_name = "LAYERS")]
     a5_layers: Option<String>,
-    /// Largest prefix T of --a5, Frobenius norm
+    /// Largest prefix T of --a5, Frobenius norm (default 512)
     ///
     /// The prefixes form a doubling grid from 8 up to this T.
-    #[arg(long, requires = "a5", default_value_t = 512, value_name = "T")]
-    a5_t_max_fro: usize,
-    /// Largest prefix T of --a5, nuclear norm.
-    #[arg(long, requires = "a5", default_value_t = 128, value_name = "T")]
-    a5_t_max_nuclear: usize,
-    /// Iteration budget of each --a5 program
+    #[arg(long, value_name = "T")]
+    a5_t_max_fro: Option<usize>,
+    /// Largest prefix T of --a5, nuclear norm (default 128).
+    #[arg(long, value_name = "T")]
+    a5_t_max_nuclear: Option<usize>,
+    /// Iteration budget of each --a5 program (default 20000)
     ///
     /// A point whose certified bracket is left wider than 5 % is reported, not fitted.
-    #[arg(long, requires = "a5", default_value_t = 20_000, value_name = "N")]
-    a5_max_iter: usize,
-    /// Solver of --a5: ipm (interior point, Frobenius to 1e-6) or first-order.
-    #[arg(long, requires = "a5", value_enum, hide_possible_values = true, value_name = "ipm|first-order", default_value_t = sinklab::cost::Method::preferred())]
-    a5_solver: sinklab::cost::Method,
+    #[arg(long, value_name = "N")]
+    a5_max_iter: Option<usize>,
+    /// Solver of --a5: ipm (interior point; Frobenius beyond the dense cap by a working set of
+    /// constraints, nuclear beyond the SDP cap by the first-order solver) or first-order
+    /// (default: ipm when built with it).
+    #[arg(
+        long,
+        value_enum,
+        hide_possible_values = true,
+        value_name = "ipm|first-order"
+    )]
+    a5_solver: Option<sinklab::cost::Method>,
     /// Print the full JSON report.
     #[arg(long)]
     json: bool,
@@ -213,16 +220,11 @@ pub struct Args {
     /// native run's statistics.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["activations", "a5", "results"])]
     dump: Option<PathBuf>,
-    /// Tensors --dump writes
+    /// Tensors --dump writes (default hidden,attn,qkv,mlp)
     ///
     /// Comma separated; the hidden states are always written (the schema requires them).
-    #[arg(
-        long,
-        value_name = "LIST",
-        requires = "dump",
-        default_value = "hidden,attn,qkv,mlp"
-    )]
-    what: String,
+    #[arg(long, value_name = "LIST")]
+    what: Option<String>,
 }
 
 /// `sinklab real --a5`: the cost programs on the model's normalised layer inputs.
@@ -240,13 +242,14 @@ fn run_a5(a: &Args, lm: &sinklab::runtime::LoadedModel, path: &std::path::Path) 
         ),
         None => None,
     };
+    let d = cost_real::Options::default();
     let o = cost_real::Options {
-        t_max_fro: a.a5_t_max_fro,
-        t_max_nuclear: a.a5_t_max_nuclear,
-        max_iter: a.a5_max_iter,
-        solver: a.a5_solver,
+        t_max_fro: a.a5_t_max_fro.unwrap_or(d.t_max_fro),
+        t_max_nuclear: a.a5_t_max_nuclear.unwrap_or(d.t_max_nuclear),
+        max_iter: a.a5_max_iter.unwrap_or(d.max_iter),
+        solver: a.a5_solver.unwrap_or(d.solver),
         threads: rayon::current_num_threads(),
-        ..cost_real::Options::default()
+        ..d
     };
     o.validate()?;
     if o.max_iter > cost_real::Options::default().max_iter {
@@ -328,6 +331,25 @@ pub enum MatmulArg {
 }
 
 pub fn run(a: Args) -> Result<i32> {
+    super::only_with(
+        ("--a5", a.a5),
+        &[
+            ("--a5-layers", a.a5_layers.is_some()),
+            ("--a5-t-max-fro", a.a5_t_max_fro.is_some()),
+            ("--a5-t-max-nuclear", a.a5_t_max_nuclear.is_some()),
+            ("--a5-max-iter", a.a5_max_iter.is_some()),
+            ("--a5-solver", a.a5_solver.is_some()),
+        ],
+    )?;
+    super::only_with(
+        ("--dump", a.dump.is_some()),
+        &[("--what", a.what.is_some())],
+    )?;
+    super::only_with(
+        ("--a1", a.a1),
+        &[("--first-token", a.first_token.is_some())],
+    )?;
+    super::only_with(("--a3", a.a3), &[("--a3-nosink", a.a3_nosink.is_some())])?;
     if let Some(f) = &a.activations
         && a.a1
     {
@@ -471,7 +493,7 @@ pub fn run(a: Args) -> Result<i32> {
         None
     };
     if let Some(f) = &a.dump {
-        dump(&lm, &tokens, f, &a.what)?;
+        dump(&lm, &tokens, f, a.what.as_deref().unwrap_or(DUMP_ALL))?;
     }
     let mut rep = analysis::analyze(&lm, &tokens, a.a1, &mut ())?;
     if a.a2 {
@@ -626,6 +648,9 @@ pub fn run(a: Args) -> Result<i32> {
 
 /// `--dump F --what LIST`: the run's tensors (`sinklab::runtime::tensors`) written to `F` in
 /// the activation schema; the hidden states are always included (the schema requires them).
+/// What `--dump` writes without `--what`: every tensor of the schema.
+const DUMP_ALL: &str = "hidden,attn,qkv,mlp";
+
 fn dump(
     lm: &sinklab::runtime::LoadedModel,
     tokens: &[u32],

@@ -101,22 +101,17 @@ pub struct Args {
     #[arg(long, conflicts_with_all = ["activations", "long", "generate", "file"])]
     dose_response: bool,
     /// Block of the dose-response addition (default: L/2).
-    #[arg(long, requires = "dose_response", value_name = "L")]
+    #[arg(long, value_name = "L")]
     dose_layer: Option<usize>,
     /// Grid of r (comma-separated, from 0, increasing).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        requires = "dose_response",
-        value_name = "R"
-    )]
+    #[arg(long, value_delimiter = ',', value_name = "R")]
     dose_grid: Option<Vec<f64>>,
-    /// Ordinary tokens patched per prompt.
-    #[arg(long, default_value_t = 3, value_name = "N")]
-    dose_tokens: usize,
-    /// Prompts of --prompt-set used by --dose-response.
-    #[arg(long, default_value_t = 2, value_name = "N")]
-    dose_prompts: usize,
+    /// Ordinary tokens patched per prompt (default 3).
+    #[arg(long, value_name = "N")]
+    dose_tokens: Option<usize>,
+    /// Prompts of --prompt-set used by --dose-response (default 2).
+    #[arg(long, value_name = "N")]
+    dose_prompts: Option<usize>,
     /// Anisotropy-corrected: cosines after removing the mean state
     ///
     /// The cosines are taken after removing the mean token state (the anisotropy-corrected
@@ -149,17 +144,17 @@ pub struct Args {
     /// Default: the SINKLAB_MAX_MEM environment variable, or the built-in limit.
     #[arg(long, value_name = "SIZE")]
     max_mem: Option<String>,
-    /// Models of --long
+    /// Models of --long (default qwen2.5-coder-0.5b,smollm2)
     ///
     /// Comma-separated names or paths.
-    #[arg(long, value_delimiter = ',', default_values_t = sinklab::secondary::long::LONG_MODELS.map(String::from))]
-    models: Vec<String>,
-    /// Prompts of --long (the first N of the prompt set).
-    #[arg(long, default_value_t = sinklab::secondary::long::LONG_PROMPTS, value_name = "N")]
-    long_prompts: usize,
-    /// New tokens per prompt in --long.
-    #[arg(long, default_value_t = sinklab::secondary::long::LONG_GENERATE, value_name = "N")]
-    long_generate: usize,
+    #[arg(long, value_delimiter = ',', value_name = "MODELS")]
+    models: Option<Vec<String>>,
+    /// Prompts of --long (the first N of the prompt set; default 4).
+    #[arg(long, value_name = "N")]
+    long_prompts: Option<usize>,
+    /// New tokens per prompt in --long (default 1024).
+    #[arg(long, value_name = "N")]
+    long_generate: Option<usize>,
     /// BOS policy of the prompts
     ///
     /// auto: the model's own default; yes: always put BOS first; no: never. A run with a
@@ -295,7 +290,42 @@ fn note_labels(p: &DetectorParams, l: usize) {
 /// the tighter one).
 pub const MAX_GENERATE: usize = 1 << 20;
 
+/// Ordinary tokens patched per prompt by `--dose-response` without `--dose-tokens`.
+const DOSE_TOKENS: usize = 3;
+/// Prompts of `--prompt-set` used by `--dose-response` without `--dose-prompts`.
+const DOSE_PROMPTS: usize = 2;
+
 pub fn run(a: Args) -> Result<i32> {
+    use sinklab::secondary::long::{LONG_GENERATE, LONG_MODELS, LONG_PROMPTS};
+    super::only_with(
+        ("--dose-response", a.dose_response),
+        &[
+            ("--dose-layer", a.dose_layer.is_some()),
+            ("--dose-grid", a.dose_grid.is_some()),
+            ("--dose-tokens", a.dose_tokens.is_some()),
+            ("--dose-prompts", a.dose_prompts.is_some()),
+        ],
+    )?;
+    super::only_with(
+        ("--long", a.long),
+        &[
+            ("--models", a.models.is_some()),
+            ("--long-prompts", a.long_prompts.is_some()),
+            ("--long-generate", a.long_generate.is_some()),
+        ],
+    )?;
+    if a.activations.is_some() && a.out.is_some() {
+        bail!(
+            "--out writes the B1-B6 measurements, patching and figures of a model run; with \
+             --activations there is no model to patch: drop --out (the records print on stdout)"
+        );
+    }
+    let long_models: Vec<String> = a
+        .models
+        .clone()
+        .unwrap_or_else(|| LONG_MODELS.map(String::from).to_vec());
+    let long_prompts = a.long_prompts.unwrap_or(LONG_PROMPTS);
+    let long_generate = a.long_generate.unwrap_or(LONG_GENERATE);
     let p = params(&a)?;
     // Sizes before work: the bootstrap's resamples and the generation length.
     if a.boot == 0 {
@@ -316,11 +346,11 @@ pub fn run(a: Args) -> Result<i32> {
     };
     generate_size("--generate", a.generate)?;
     if a.long {
-        generate_size("--long-generate", a.long_generate)?;
+        generate_size("--long-generate", long_generate)?;
         let n = sinklab::secondary::long::prompts_of(a.prompt_set).len();
         sinklab::budget::size(
-            &format!("--long-prompts {}", a.long_prompts),
-            a.long_prompts,
+            &format!("--long-prompts {long_prompts}"),
+            long_prompts,
             n,
             &format!("--long has {n} prompts"),
         )?;
@@ -333,13 +363,13 @@ pub fn run(a: Args) -> Result<i32> {
             chat: a.chat,
             set: a.prompt_set,
         };
-        for m in &a.models {
+        for m in &long_models {
             let dir = sinklab::secondary::long::setting_dir(&root, m, setting);
             let r = sinklab::secondary::long::run_model_in(
                 m,
                 &dir,
-                a.long_prompts,
-                a.long_generate,
+                long_prompts,
+                long_generate,
                 a.seed,
                 setting,
                 &mut |l: &str| errln!("{l}"),
@@ -349,7 +379,7 @@ pub fn run(a: Args) -> Result<i32> {
                 failed += 1;
             }
         }
-        return Ok(if failed == a.models.len() { 1 } else { 0 });
+        return Ok(if failed == long_models.len() { 1 } else { 0 });
     }
     if let Some(path) = &a.activations {
         let act = Activations::read(path)
@@ -407,7 +437,7 @@ pub fn run(a: Args) -> Result<i32> {
     let texts: Vec<String> = match (&a.prompt, &a.file, &a.prompts) {
         (None, None, None) if a.dose_response => sinklab::secondary::long::prompts_of(a.prompt_set)
             .into_iter()
-            .take(a.dose_prompts)
+            .take(a.dose_prompts.unwrap_or(DOSE_PROMPTS))
             .collect(),
         (Some(t), _, _) => vec![t.clone()],
         (None, Some(f), _) => {
@@ -532,7 +562,7 @@ fn dose(
     let o = DoseOptions {
         layer: a.dose_layer,
         grid,
-        tokens: a.dose_tokens,
+        tokens: a.dose_tokens.unwrap_or(DOSE_TOKENS),
         seed: a.seed,
         last: if a.raw_last_layer {
             LastLayer::Raw

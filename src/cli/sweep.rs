@@ -66,7 +66,7 @@ pub struct Args {
     )]
     emit: Option<sinklab::sweep::jobs::JobKind>,
     /// Number of shards of --emit.
-    #[arg(long, requires = "emit", value_name = "N")]
+    #[arg(long, value_name = "N")]
     shards: Option<usize>,
 }
 
@@ -95,7 +95,16 @@ pub struct MergeArgs {
 }
 
 pub fn run(a: Args) -> Result<i32> {
-    let mut spec = SweepSpec::load(&a.spec)?;
+    super::only_with(
+        ("--emit", a.emit.is_some()),
+        &[("--shards", a.shards.is_some())],
+    )?;
+    let text = sinklab::budget::read_text(&a.spec, sinklab::budget::MAX_SPEC_BYTES)
+        .with_context(|| format!("reading {}", a.spec.display()))?;
+    if sinklab::sweep::switch_study::is_switch_study(&text) {
+        return run_switch_study(a, &text);
+    }
+    let mut spec = SweepSpec::from_toml_named(&text, &a.spec.display().to_string())?;
     if let Some(b) = a.backend {
         spec.backend = b;
     }
@@ -183,6 +192,81 @@ pub fn run(a: Args) -> Result<i32> {
             errln!("wrote {}", f.display());
         }
         errln!("wrote {}", out.join("fit.json").display());
+    }
+    if let Some((id, e)) = &summary.first_failure {
+        errln!(
+            "error: {} of {} points computed now failed (rerun to retry them); first: {id}: {e}",
+            summary.failed,
+            summary.computed
+        );
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+/// `sinklab sweep` on a switch-study spec (`experiment = "switch_study"`): runs or resumes
+/// the grid, then prints the counts, verdicts and costs and writes the figures.
+fn run_switch_study(a: Args, text: &str) -> Result<i32> {
+    use sinklab::sweep::switch_study::{self as study, StudySpec, section, tally};
+    if a.emit.is_some() {
+        bail!(
+            "--emit: job files are written for cost-scaling specs only (a switch-study spec runs \
+             its shards with --shard i/N)"
+        );
+    }
+    let mut spec = StudySpec::from_toml_named(text, &a.spec.display().to_string())?;
+    if let Some(b) = a.backend {
+        spec.backend = b;
+    }
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("sweeps").join(&spec.name));
+    if let Some(k) = a.threads {
+        sinklab::budget::check_threads(k)?;
+    }
+    let budget = sinklab::budget::Budget::with(a.max_mem.as_deref(), a.max_time.as_deref())?;
+    let threads = a.threads.unwrap_or_else(rayon::current_num_threads);
+    study::check_budget(&spec, &a.spec.display().to_string(), &budget, threads, true)?;
+    let go = || study::run_on(&spec, &out, a.shard, true, 1);
+    let summary = match a.threads {
+        Some(k) => rayon::ThreadPoolBuilder::new()
+            .num_threads(k)
+            .build()
+            .context("building the thread pool")?
+            .install(go)?,
+        None => go()?,
+    };
+    errln!(
+        "{}: {} points{}, {} already done, {} computed → {}",
+        spec.name,
+        summary.total,
+        a.shard.map_or(String::new(), |s| format!(
+            " in shard {}/{}",
+            s.index, s.count
+        )),
+        summary.skipped,
+        summary.computed,
+        out.join("results.jsonl").display()
+    );
+    if !a.no_analysis {
+        let records = study::read_results(&out.join("results.jsonl"))?;
+        outln!("{}", section::counts_table(&records));
+        let mut tasks: Vec<_> = records.iter().map(|r| r.task).collect();
+        tasks.sort();
+        tasks.dedup();
+        for &t in &tasks {
+            for v in tally::verdicts(&records, t) {
+                outln!("- {v}");
+            }
+            outln!(
+                "{}",
+                section::costs_table(&records, t, spec.k as f64 / spec.n as f64)
+            );
+        }
+        for f in study::figures::write(&records, &out.join("figures"))? {
+            errln!("wrote {}", f.display());
+        }
     }
     if let Some((id, e)) = &summary.first_failure {
         errln!(

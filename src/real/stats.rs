@@ -16,7 +16,7 @@
 use crate::patterns::{self, ValueClass};
 use crate::runtime::forward::{HeadMap, LayerObserver, LayerTensors};
 use crate::runtime::pretrained::Pretrained;
-use faer::Mat;
+use faer::{Mat, MatRef};
 
 /// Statistics of one head.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -166,6 +166,18 @@ pub struct Dims {
 /// (its mean attention of the rows $i \ge 1$ to key 0); `None` when the map has no dominant
 /// column (the head then counts in neither).
 pub fn head_stats(dm: Dims, hh: usize, a: &[f32], v: Option<&[f32]>) -> Option<(HeadStats, f64)> {
+    let am = Mat::<f64>::from_fn(dm.t, dm.t_keys, |i, j| a[i * dm.t_keys + j] as f64);
+    head_stats_of_map(dm, hh, am.as_ref(), v)
+}
+
+/// [`head_stats`] of a map already in f64, `am` `[T, T_k]` (the one definition, for maps from
+/// anywhere: the Python package's `sinklab.patterns.metrics`).
+pub fn head_stats_of_map(
+    dm: Dims,
+    hh: usize,
+    am: MatRef<'_, f64>,
+    v: Option<&[f32]>,
+) -> Option<(HeadStats, f64)> {
     let Dims {
         t,
         t_keys: tk,
@@ -184,9 +196,8 @@ pub fn head_stats(dm: Dims, hh: usize, a: &[f32], v: Option<&[f32]>) -> Option<(
         let q = pos0 + i + 1;
         window.map_or(q, |w| q.min(w))
     };
-    let am = Mat::<f64>::from_fn(t, tk, |i, j| a[i * tk + j] as f64);
     let g = hh / (h / hk);
-    let dom = patterns::dominant_column(am.as_ref(), None)?;
+    let dom = patterns::dominant_column(am, None)?;
     let ratio = v.and_then(|v| {
         let vn: Vec<f64> = (0..tk).map(|j| kv_head_norm(v, hk, dh, g, j)).collect();
         patterns::value_norm_ratio(&vn, dom.col)
@@ -194,7 +205,7 @@ pub fn head_stats(dm: Dims, hh: usize, a: &[f32], v: Option<&[f32]>) -> Option<(
     // Gu's α_0 = (1/T) Σ_i A_{i0} (column 0 of the square causal map).
     let alpha_first = (0..t).map(|i| am[(i, 0)]).sum::<f64>() / t as f64;
     let alpha_first = if tk == t {
-        patterns::gu_alpha(am.as_ref())[0]
+        patterns::gu_alpha(am)[0]
     } else {
         alpha_first
     };
@@ -206,10 +217,10 @@ pub fn head_stats(dm: Dims, hh: usize, a: &[f32], v: Option<&[f32]>) -> Option<(
         min_a: dom.min_a,
         value_norm_ratio: ratio,
         class: ratio.map(patterns::value_class),
-        row_entropy: patterns::mean_row_entropy(am.as_ref(), visible),
+        row_entropy: patterns::mean_row_entropy(am, visible),
     };
     let to_first = if t > 1 {
-        (1..t).map(|i| a[i * tk] as f64).sum::<f64>() / (t - 1) as f64
+        (1..t).map(|i| am[(i, 0)]).sum::<f64>() / (t - 1) as f64
     } else {
         0.0
     };
@@ -242,6 +253,28 @@ pub fn layer_stats(
             .collect()
     });
     layer_stats_of_heads(layer, dm, x_out, heads, k, v)
+}
+
+/// A layer's attention summary from its heads' results ([`head_stats`], in head order).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionSummary {
+    /// [`LayerStats::attn_to_first`]: the heads' shares summed, over the layer's `h` heads.
+    pub attn_to_first: f64,
+    /// Gu's sink rate at ε = 0.3 ([`patterns::sink_rate`] of the heads' α_0).
+    pub sink_gu_eps03: Option<f64>,
+    /// The same at ε = 0.8.
+    pub sink_gu_eps08: Option<f64>,
+}
+
+/// The [`AttentionSummary`] of `heads` in a layer of `h` heads.
+pub fn attention_summary(heads: &[(HeadStats, f64)], h: usize) -> AttentionSummary {
+    let to_first: f64 = heads.iter().map(|(_, f)| f).sum();
+    let alphas: Vec<f64> = heads.iter().map(|(s, _)| s.alpha_first).collect();
+    AttentionSummary {
+        attn_to_first: to_first / h as f64,
+        sink_gu_eps03: patterns::sink_rate(&alphas, 0.3),
+        sink_gu_eps08: patterns::sink_rate(&alphas, 0.8),
+    }
 }
 
 /// [`layer_stats`] with the heads' results already computed (`None`: no attention maps), as
@@ -279,21 +312,12 @@ pub fn layer_stats_of_heads(
             .sum::<f64>()
             / hk as f64
     };
-    let has_maps = heads.is_some();
-    let (heads, to_first): (Vec<HeadStats>, f64) = match heads {
+    let (heads, summary) = match heads {
         Some(hs) => {
-            let to_first = hs.iter().map(|(_, f)| f).sum();
-            (hs.into_iter().map(|(s, _)| s).collect(), to_first)
+            let summary = attention_summary(&hs, h);
+            (hs.into_iter().map(|(s, _)| s).collect(), Some(summary))
         }
-        None => (Vec::new(), 0.0),
-    };
-    let alphas: Vec<f64> = heads.iter().map(|s| s.alpha_first).collect();
-    let sink = |eps: f64| {
-        if has_maps {
-            patterns::sink_rate(&alphas, eps)
-        } else {
-            None
-        }
+        None => (Vec::new(), None),
     };
     let massive = hid
         .iter()
@@ -306,14 +330,14 @@ pub fn layer_stats_of_heads(
         .collect();
     LayerStats {
         layer,
-        attn_to_first: has_maps.then(|| to_first / h as f64),
+        attn_to_first: summary.map(|s| s.attn_to_first),
         bos_cos_mean: cs.map_or(f64::NAN, |c| c.mean),
         bos_cos_frac_nonpos: cs.map_or(f64::NAN, |c| c.frac_nonpos),
         bos_cos_q: cs.map_or([f64::NAN; 3], |c| [c.q10, c.q50, c.q90]),
         hidden_norm_first: norms[0],
         hidden_norm_median: patterns::quantile_sorted(&rest, 0.5),
-        sink_gu_eps03: sink(0.3),
-        sink_gu_eps08: sink(0.8),
+        sink_gu_eps03: summary.and_then(|s| s.sink_gu_eps03),
+        sink_gu_eps08: summary.and_then(|s| s.sink_gu_eps08),
         massive,
         mean_token_cos: mean_pairwise_cos(&hid),
         key_norm_ratio_first: k.map(first_ratio),

@@ -8,7 +8,6 @@ use super::RealError;
 use super::pretrained::Linear;
 use super::weights::{Backing, Bytes, StoredMatrix};
 use candle_core::quantized::gguf_file::{Content, Value};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -165,7 +164,7 @@ fn first_duplicate(names: &[String]) -> Option<&str> {
 impl GgufFile {
     /// Opens and parses the header of a GGUF file.
     pub fn open(path: &Path) -> Result<Self, RealError> {
-        let f = File::open(path).map_err(|e| RealError::io(path, e))?;
+        let f = crate::budget::open_input(path).map_err(|e| RealError::io(path, e))?;
         let map = Arc::new(Backing::map(&f).map_err(|e| RealError::io(path, e))?);
         // What candle would overwrite, ignore or divide by, refused first.
         let mut alignment = candle_core::quantized::gguf_file::DEFAULT_ALIGNMENT;

@@ -172,7 +172,7 @@ fn load_files(path: &Path) -> Result<LoadedModel, RealError> {
     let mut magic = [0u8; 4];
     {
         use std::io::Read;
-        let mut f = std::fs::File::open(path).map_err(|e| RealError::io(path, e))?;
+        let mut f = crate::budget::open_input(path).map_err(|e| RealError::io(path, e))?;
         f.read_exact(&mut magic)
             .map_err(|_| RealError::file(path, "file too short to be a model (under 4 bytes)"))?;
     }

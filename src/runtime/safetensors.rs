@@ -72,7 +72,7 @@ pub struct StFile {
 impl StFile {
     /// Maps a safetensors file and checks its header.
     pub fn open(path: &Path) -> Result<Self, RealError> {
-        let f = std::fs::File::open(path).map_err(|e| RealError::io(path, e))?;
+        let f = crate::budget::open_input(path).map_err(|e| RealError::io(path, e))?;
         let bytes = Arc::new(Backing::map(&f).map_err(|e| RealError::io(path, e))?);
         SafeTensors::deserialize(bytes.bytes())
             .map_err(|e| RealError::file(path, format!("not a valid safetensors file: {e}")))?;

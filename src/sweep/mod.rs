@@ -23,7 +23,9 @@
 //! - **Beyond one machine.** [`jobs`] writes the job files (a plain manifest or a Slurm
 //!   array script) that run the `N` shards elsewhere and merge them.
 //!
-//! The one experiment today is the cost-scaling sweep of claim A5, [`cost_scaling`].
+//! Two experiments run on it: the cost-scaling sweep of claim A5, [`cost_scaling`], and the
+//! switch study of docs/theory.md §11, [`switch_study`] (a spec with
+//! `experiment = "switch_study"`).
 
 pub mod cost_scaling;
 mod engine;
@@ -32,6 +34,7 @@ pub mod lock;
 mod progress;
 mod results;
 mod shard;
+pub mod switch_study;
 
 pub use engine::{RunOptions, RunSummary, run};
 pub use results::{STALE_FILE, done_ids, merge, read_records};

@@ -420,6 +420,33 @@ fn to_f64(m: &Mat<f32>) -> Mat<f64> {
     Mat::from_fn(m.nrows(), m.ncols(), |i, j| m[(i, j)] as f64)
 }
 
+/// The task of `cfg`, its tables drawn from `rng` (the run's generator, first).
+fn make_task(cfg: &TrainConfig, rng: &mut StdRng) -> Result<Task, TrainError> {
+    Ok(match cfg.task {
+        TaskSpec::BigramCopy { n, k, alpha } => Task::Bigram(BigramCopy::new(n, k, alpha, rng)?),
+        TaskSpec::CopyPaste { n, k, family } => Task::Copy(CopyPaste::new(n, k, family)?),
+    })
+}
+
+/// The evaluation set of a run: `eval_batch` sequences from a seed derived from the run's.
+fn eval_set(task: &Task, cfg: &TrainConfig) -> (Vec<u32>, Vec<Sequence>) {
+    let mut erng = StdRng::seed_from_u64(cfg.seed ^ 0x9E37_79B9_7F4A_7C15);
+    batch(task, cfg, cfg.eval_batch, &mut erng)
+}
+
+/// [`SwitchUse`] of every layer of `model` on the evaluation set of `cfg` (the classification
+/// a [`TrainReport`] of this model and configuration carries), for any parameters: a planted
+/// model is classified as a trained one is.
+pub fn switch_use_of(model: &Model<f32>, cfg: &TrainConfig) -> Result<Vec<SwitchUse>, TrainError> {
+    let mut rng = StdRng::seed_from_u64(cfg.seed);
+    let task = make_task(cfg, &mut rng)?;
+    let (toks, seqs) = eval_set(&task, cfg);
+    let cache = model.forward(&toks, cfg.eval_batch, cfg.t)?;
+    Ok((0..cfg.layers)
+        .map(|l| switch_use(&cache, &seqs, cfg.t, l, model.sink_logit(l)))
+        .collect())
+}
+
 /// [`train_on`] the default backend, [`Cpu`]`<f32>` (faer).
 pub fn train(
     cfg: &TrainConfig,
@@ -464,12 +491,7 @@ pub fn train_model_on<B: Backend>(
         ));
     }
     let mut rng = StdRng::seed_from_u64(cfg.seed);
-    let task = match cfg.task {
-        TaskSpec::BigramCopy { n, k, alpha } => {
-            Task::Bigram(BigramCopy::new(n, k, alpha, &mut rng)?)
-        }
-        TaskSpec::CopyPaste { n, k, family } => Task::Copy(CopyPaste::new(n, k, family)?),
-    };
+    let task = make_task(cfg, &mut rng)?;
     let mcfg = ModelConfig {
         vocab: task.vocab(),
         d: cfg.d,
@@ -548,9 +570,7 @@ pub fn train_model_on<B: Backend>(
         let pc = model.forward(ptoks, PROBE_BATCH, cfg.t)?;
         converged = Some(on_accuracy(&model, &pc, pseqs, cfg.t) >= target);
     }
-    // Evaluation on a fresh set drawn from a derived seed.
-    let mut erng = StdRng::seed_from_u64(cfg.seed ^ 0x9E37_79B9_7F4A_7C15);
-    let (toks, seqs) = batch(&task, cfg, cfg.eval_batch, &mut erng);
+    let (toks, seqs) = eval_set(&task, cfg);
     let cache = model.forward(&toks, cfg.eval_batch, cfg.t)?;
     let eval_loss = model.loss(&cache, &weights(cfg.t, cfg.eval_batch));
     let (mut on_ok, mut on_n, mut off_ok, mut off_n, mut bayes_ok) =

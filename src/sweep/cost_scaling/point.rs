@@ -262,7 +262,7 @@ impl PointContext {
     }
 
     /// Trains `c` on this context's device: its GPU when there is one, else the CPU.
-    fn train(&self, c: &TrainConfig) -> Result<train::TrainReport, train::TrainError> {
+    pub(crate) fn train(&self, c: &TrainConfig) -> Result<train::TrainReport, train::TrainError> {
         #[cfg(feature = "gpu")]
         if let Some(g) = &self.gpu {
             return train::train_on(&**g, c, |_, _| {});

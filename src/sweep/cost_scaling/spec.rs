@@ -448,16 +448,17 @@ pub const MAX_DELTA: f64 = 1e6;
 /// the default is 2000).
 pub const MAX_BOOTSTRAP: usize = 1_000_000;
 
-/// Range checks of spec values; errors name the file, the key and the value.
-struct Check<'a> {
-    file: &'a str,
+/// Range checks of spec values; errors name the file, the key and the value (shared with
+/// the other experiments' specs).
+pub(crate) struct Check<'a> {
+    pub(crate) file: &'a str,
 }
 
 impl Check<'_> {
-    fn err(&self, key: &str, value: &str, why: &str) -> SweepError {
+    pub(crate) fn err(&self, key: &str, value: &str, why: &str) -> SweepError {
         SweepError::Spec(format!("{}: `{key}` = {value}: {why}", self.file))
     }
-    fn range(&self, key: &str, v: f64, lo: f64, hi: f64) -> Result<(), SweepError> {
+    pub(crate) fn range(&self, key: &str, v: f64, lo: f64, hi: f64) -> Result<(), SweepError> {
         if !(v >= lo && v <= hi) {
             let why = if hi == f64::MAX {
                 format!("must be at least {lo}")
@@ -468,19 +469,31 @@ impl Check<'_> {
         }
         Ok(())
     }
-    fn open(&self, key: &str, v: f64, lo: f64, hi: f64) -> Result<(), SweepError> {
+    pub(crate) fn open(&self, key: &str, v: f64, lo: f64, hi: f64) -> Result<(), SweepError> {
         if !(v > lo && v < hi) {
             return Err(self.err(key, &v.to_string(), &format!("must lie in ({lo}, {hi})")));
         }
         Ok(())
     }
-    fn positive(&self, key: &str, v: f64) -> Result<(), SweepError> {
+    pub(crate) fn positive(&self, key: &str, v: f64) -> Result<(), SweepError> {
         if !(v > 0.0 && v.is_finite()) {
             return Err(self.err(key, &v.to_string(), "must be positive and finite"));
         }
         Ok(())
     }
-    fn non_empty(&self, key: &str, len: usize) -> Result<(), SweepError> {
+    pub(crate) fn distinct<T: PartialEq + std::fmt::Debug>(
+        &self,
+        key: &str,
+        values: &[T],
+    ) -> Result<(), SweepError> {
+        for (i, v) in values.iter().enumerate() {
+            if values[..i].contains(v) {
+                return Err(self.err(key, &format!("{values:?}"), &format!("{v:?} is repeated")));
+            }
+        }
+        Ok(())
+    }
+    pub(crate) fn non_empty(&self, key: &str, len: usize) -> Result<(), SweepError> {
         if len == 0 {
             return Err(self.err(key, "[]", "must not be empty"));
         }

@@ -1,0 +1,208 @@
+//! Counts of the switch the off-queries use, per (task, variant, frozen, T), over the runs
+//! that reached the common accuracy, and the verdict sentences computed from them.
+
+use super::point::{Record, Task, Variant};
+use std::collections::BTreeMap;
+
+/// The classes of [`crate::train::SwitchUse::switch`], in the order of the figure and tables.
+pub const SWITCHES: [&str; 5] = ["bos_sink", "sink_logit", "gate", "diagonal", "mixed"];
+
+/// A group of runs: (task, variant, frozen).
+pub type Group = (Task, Variant, bool);
+
+/// The runs of one group at one T that reached the accuracy, and the switch each uses.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Cell {
+    /// Converged runs.
+    pub n: usize,
+    /// Runs per class of [`SWITCHES`].
+    pub counts: [usize; 5],
+    /// Runs that failed or missed the accuracy (left out of `n`).
+    pub left_out: usize,
+}
+
+impl Cell {
+    /// Fraction of the converged runs using `switch` (`None` without a converged run).
+    pub fn fraction(&self, switch: &str) -> Option<f64> {
+        let k = SWITCHES.iter().position(|s| *s == switch)?;
+        (self.n > 0).then(|| self.counts[k] as f64 / self.n as f64)
+    }
+}
+
+/// Every (group, T) cell of the records.
+pub fn cells(records: &[Record]) -> BTreeMap<(Group, usize), Cell> {
+    let mut m: BTreeMap<(Group, usize), Cell> = BTreeMap::new();
+    for r in records {
+        let c = m.entry(((r.task, r.variant, r.frozen), r.t)).or_default();
+        match &r.outcome {
+            Some(o) if o.converged => {
+                c.n += 1;
+                let k = SWITCHES
+                    .iter()
+                    .position(|s| *s == o.switch)
+                    .unwrap_or(SWITCHES.len() - 1);
+                c.counts[k] += 1;
+            }
+            _ => c.left_out += 1,
+        }
+    }
+    m
+}
+
+/// `(k, n)`: converged runs of `group` (all T) using `switch`, and converged runs.
+pub fn count(records: &[Record], group: Group, switch: &str) -> (usize, usize) {
+    let runs: Vec<_> = converged(records, group).collect();
+    let k = runs.iter().filter(|o| o.switch == switch).count();
+    (k, runs.len())
+}
+
+/// The outcomes of the converged runs of `group`.
+pub fn converged(
+    records: &[Record],
+    (task, variant, frozen): Group,
+) -> impl Iterator<Item = &super::point::Outcome> {
+    records
+        .iter()
+        .filter(move |r| r.task == task && r.variant == variant && r.frozen == frozen)
+        .filter_map(|r| r.outcome.as_ref())
+        .filter(|o| o.converged)
+}
+
+/// The median of `v` (`None` when empty).
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    })
+}
+
+/// "k of n" with the fraction.
+fn of((k, n): (usize, usize)) -> String {
+    if n == 0 {
+        "no converged run".into()
+    } else {
+        format!("{k} of {n}")
+    }
+}
+
+fn frac((k, n): (usize, usize)) -> Option<f64> {
+    (n > 0).then(|| k as f64 / n as f64)
+}
+
+/// Compares two fractions in words ("fewer", "more", "as many"), `None` when one is missing.
+fn compare(a: (usize, usize), b: (usize, usize)) -> Option<&'static str> {
+    let (fa, fb) = (frac(a)?, frac(b)?);
+    Some(if (fa - fb).abs() < 1e-12 {
+        "as often as"
+    } else if fa < fb {
+        "less often than"
+    } else {
+        "more often than"
+    })
+}
+
+/// The verdict sentences of one task, each computed from the records (the counts and their
+/// comparisons could have come out either way).
+pub fn verdicts(records: &[Record], task: Task) -> Vec<String> {
+    let mut out = Vec::new();
+    let present = |v: Variant, f: bool| converged(records, (task, v, f)).next().is_some();
+    let bos = count(records, (task, Variant::Bos, false), "bos_sink");
+    if present(Variant::Bos, false) {
+        out.push(format!(
+            "**{task}, BOS key alone** (variant bos): the BOS sink switches the off-queries off in \
+             {} runs.",
+            of(bos)
+        ));
+    }
+    if present(Variant::Masked, false) {
+        let diag = count(records, (task, Variant::Masked, false), "diagonal");
+        out.push(format!(
+            "**{task}, BOS key masked**: the diagonal carries the switch in {} runs.",
+            of(diag)
+        ));
+    }
+    let mechanisms = [
+        (Variant::SinkLogit, "a sink logit", "sink_logit", "s = 0"),
+        (Variant::Gate, "a gate", "gate", "its initial W_g, b_g = 0"),
+        (
+            Variant::SinkLogitGate,
+            "a sink logit and a gate",
+            "",
+            "their initial values",
+        ),
+    ];
+    for (v, what, own, init) in mechanisms {
+        if !present(v, false) {
+            continue;
+        }
+        let trained = count(records, (task, v, false), "bos_sink");
+        let mut s = format!(
+            "**{task}, {v}**: with {what} available, the BOS sink forms in {} runs against {} \
+             with the BOS key alone",
+            of(trained),
+            of(bos)
+        );
+        if let Some(c) = compare(trained, bos) {
+            s.push_str(&format!(" ({c} without the mechanism)"));
+        }
+        let owns: Vec<(&str, (usize, usize))> = if own.is_empty() {
+            vec![
+                (
+                    "the learned sink logit",
+                    count(records, (task, v, false), "sink_logit"),
+                ),
+                ("the gate", count(records, (task, v, false), "gate")),
+            ]
+        } else {
+            vec![(
+                if own == "gate" {
+                    "the gate"
+                } else {
+                    "the learned sink logit"
+                },
+                count(records, (task, v, false), own),
+            )]
+        };
+        for (name, c) in &owns {
+            s.push_str(&format!("; {name} carries it in {}", of(*c)));
+        }
+        s.push('.');
+        if present(v, true) {
+            let frozen = count(records, (task, v, true), "bos_sink");
+            s.push_str(&format!(
+                " Frozen control ({init}): the BOS sink forms in {} runs",
+                of(frozen)
+            ));
+            for (name, _) in &owns {
+                let key = if name.contains("gate") {
+                    "gate"
+                } else {
+                    "sink_logit"
+                };
+                s.push_str(&format!(
+                    ", {name} carries it in {}",
+                    of(count(records, (task, v, true), key))
+                ));
+            }
+            match compare(trained, frozen) {
+                Some("as often as") => s.push_str(
+                    "; training the mechanism does not change how often the BOS sink forms.",
+                ),
+                Some(c) => s.push_str(&format!(
+                    "; with the mechanism trained the BOS sink forms {c} with it frozen, a \
+                     change attributable to training it."
+                )),
+                None => s.push('.'),
+            }
+        }
+        out.push(s);
+    }
+    out
+}
