@@ -342,3 +342,77 @@ fn measured_points_fill_their_cells() {
     );
     assert!(md.contains("**Verdict.**"));
 }
+
+/// The measured cells behind docs/theory.md §6's table: the cache `sinklab cost --definitions
+/// --out tests/data` wrote (the file name is the options' hash, so a change of grid, seeds or
+/// solver options finds no cache and fails here instead of quietly solving).
+const FIXTURE_OUT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
+
+/// docs/theory.md §6 quotes the table and the verdict `sinklab cost --definitions` computes: every
+/// table row and the verdict line of the markdown rebuilt from the cached measured points (trained
+/// and real cells unpriced, as in a fresh output directory) appear verbatim in the doc. The cache is
+/// checked against the solver: its T = 8 points solved again agree within their brackets.
+#[test]
+fn theory_doc_quotes_the_computed_table_and_verdict() {
+    let out = std::path::Path::new(FIXTURE_OUT);
+    let o = sinklab::claims::cost_definitions::options(false);
+    let (pts, cached) = sinklab::claims::cost_definitions::measured(out, &o).unwrap();
+    assert!(
+        cached,
+        "no cache for the current options in {FIXTURE_OUT}/cost_definitions: regenerate it with \
+         `sinklab cost --definitions --out tests/data` and update docs/theory.md §6"
+    );
+    // Two upper ends of one program, each within a relative bracket g of the optimum, differ by
+    // at most max(g₁, g₂) relatively; 1e-12 covers the rounding of the recomputed ends (a
+    // closed bracket can come out as a gap of −1e-16).
+    let again = definitions::measure(&MeasureOptions {
+        grid: vec![8],
+        grid_nuclear: vec![8],
+        seeds: vec![0],
+        ..o.clone()
+    });
+    assert!(!again.is_empty());
+    for a in &again {
+        let c = pts
+            .iter()
+            .find(|p| {
+                (p.part, p.family, p.norm, p.pattern, p.t, p.seed)
+                    == (a.part, a.family, a.norm, a.pattern, a.t, a.seed)
+            })
+            .unwrap_or_else(|| panic!("{a:?} not in the cache"));
+        let (Some(va), Some(vc)) = (a.value, c.value) else {
+            assert_eq!(a.value, c.value, "{a:?} vs {c:?}");
+            continue;
+        };
+        let g = a.rel_gap.unwrap().max(c.rel_gap.unwrap()).max(0.0) + 1e-12;
+        assert!(
+            (va - vc).abs() <= g * va.max(vc) * (1.0 + 1e-9),
+            "{a:?} vs cached {c:?}"
+        );
+    }
+    let t = definitions::build(
+        &o,
+        &pts,
+        &External::default(),
+        sinklab::claims::cost_definitions::EPS,
+        sinklab::claims::cost_definitions::N_BOOT,
+        0,
+    )
+    .unwrap();
+    let md = definitions::markdown(&t);
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/theory.md")).unwrap();
+    let mut n = 0;
+    for line in md
+        .lines()
+        .filter(|l| l.starts_with("| ") || l.starts_with("**Verdict.**"))
+    {
+        assert!(
+            doc.contains(line),
+            "docs/theory.md §6 does not quote the computed line\n{line}"
+        );
+        n += 1;
+    }
+    // The header, 30 rows, the verdict.
+    assert_eq!(n, 32, "{md}");
+}

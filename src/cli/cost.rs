@@ -124,7 +124,7 @@ pub struct Args {
     /// Output directory of the report, whose caches --definitions reads and writes (default out).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// Smaller grids (--definitions): Frobenius T ≤ 32, nuclear T ≤ 16, two seeds.
+    /// One seed instead of two (--definitions).
     #[arg(long)]
     quick: bool,
     /// Memory limit (e.g. 64G; default 80% of the machine's memory).

@@ -252,6 +252,14 @@ impl Exponent {
     }
 }
 
+/// The norm as the table names it.
+fn norm_name(n: NormKind) -> &'static str {
+    match n {
+        NormKind::Fro => "Frobenius",
+        NormKind::Nuclear => "nuclear",
+    }
+}
+
 /// Least-squares slope of $\ln y$ on $\ln T$.
 fn ls_slope(pts: &[(usize, f64)]) -> f64 {
     let x: Vec<f64> = pts.iter().map(|p| (p.0 as f64).ln()).collect();
@@ -383,10 +391,7 @@ impl Entry {
         format!(
             "{} {}{}, {}, {}",
             self.part,
-            match self.norm {
-                NormKind::Fro => "Frobenius",
-                NormKind::Nuclear => "nuclear",
-            },
+            norm_name(self.norm),
             if self.variant.squared { " squared" } else { "" },
             if self.variant.eps.is_some() {
                 "Δ(T,ε)"
@@ -444,11 +449,12 @@ pub fn verdict(entries: &[Entry]) -> String {
         .filter(|e| e.pair_holds == Some(true))
         .collect();
     let missing = entries.len() - priced.len();
-    let sink_one = priced
+    // Each half of the pair counted wherever its own cell decides (the other may not).
+    let sink_one = entries
         .iter()
         .filter(|e| e.sink.matches(1.0) == Some(true))
         .count();
-    let diag_three_halves = priced
+    let diag_three_halves = entries
         .iter()
         .filter(|e| e.diagonal.matches(1.5) == Some(true))
         .count();
@@ -471,9 +477,11 @@ pub fn verdict(entries: &[Entry]) -> String {
     };
     let _ = write!(
         s,
-        " (sink exponent 1 under {sink_one}, diagonal exponent 3/2 under {diag_three_halves}; \
-         exact asymptotes compared exactly, fits by their 95% CIs; {missing} definitions undecided: \
-         {wide} with a CI {MAX_CI_WIDTH} wide or wider, the rest not priced)."
+        " (of all {} definitions, the sink exponent is 1 under {sink_one} and the diagonal \
+         exponent 3/2 under {diag_three_halves}, each where its own cell decides; exact asymptotes \
+         compared exactly, fits by their 95% CIs; {missing} definitions undecided as a pair: \
+         {wide} with a CI {MAX_CI_WIDTH} wide or wider, the rest with a cell not priced).",
+        entries.len()
     );
     s
 }
@@ -766,16 +774,8 @@ pub fn markdown(t: &Table) -> String {
     let mut notes = Vec::new();
     for chunk in entries.chunks(vars.len()) {
         let e0 = &chunk[0];
-        let _ = write!(
-            md,
-            "| {} | {} | {} |",
-            e0.part,
-            e0.family,
-            match e0.norm {
-                NormKind::Fro => "Frobenius",
-                NormKind::Nuclear => "nuclear",
-            }
-        );
+        let norm = norm_name(e0.norm);
+        let _ = write!(md, "| {} | {} | {norm} |", e0.part, e0.family);
         for e in chunk {
             let _ = write!(md, " {} | {} |", e.sink.cell(), e.diagonal.cell());
         }
@@ -783,13 +783,12 @@ pub fn markdown(t: &Table) -> String {
         for (pat, x) in [("sink", &e0.sink), ("diagonal", &e0.diagonal)] {
             match x {
                 Exponent::Missing(why) => {
-                    notes.push(format!("{} {} {} {pat}: {why}", e0.part, e0.family, e0.norm))
+                    notes.push(format!("{} {} {norm} {pat}: {why}", e0.part, e0.family))
                 }
                 Exponent::Measured { excluded, .. } if *excluded > 0 => notes.push(format!(
-                    "{} {} {} {pat}: {excluded} points left out (certified infeasible or bracket wider than {:.0}%)",
+                    "{} {} {norm} {pat}: {excluded} points left out (certified infeasible or bracket wider than {:.0}%)",
                     e0.part,
                     e0.family,
-                    e0.norm,
                     MAX_FIT_GAP * 100.0
                 )),
                 _ => {}

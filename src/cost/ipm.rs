@@ -387,6 +387,8 @@ fn certify(
             }
             let best_w = w * faer::Scale(p.delta / gmin);
             let upper = norm_of(kind, best_w.as_ref(), par);
+            // Weak duality needs λ ≥ 0 (clamping guards against rounding of the iterate).
+            let lam: Vec<f64> = lam.iter().map(|l| l.max(0.0)).collect();
             let s: f64 = lam.iter().sum();
             let z = p.adjoint(&lam, par);
             let dn = dual_norm(kind, z.as_ref(), par);

@@ -63,7 +63,15 @@ pub fn solve(p: &GapProgram, opts: SolveOptions) -> Result<CostSolution, String>
     for round in 0..MAX_ROUNDS {
         let idx: Vec<usize> = (0..m).filter(|&c| in_s[c]).collect();
         let sub = p.subset(&idx);
-        let raw = super::ipm::fro_raw(&sub, &opts)?;
+        // A failed relaxed solve after the first round keeps the certified bracket so far.
+        let raw = match super::ipm::fro_raw(&sub, &opts) {
+            Ok(r) => r,
+            Err(e) if best.is_some() => {
+                why_stopped = format!("working set: round {} failed ({e})", round + 1);
+                break;
+            }
+            Err(e) => return Err(e),
+        };
         let (w, lam, it) = match raw {
             super::ipm::Raw::Infeasible { lam, iterations } => {
                 let c = super::ipm::certificate(&sub, &lam, par)
@@ -80,6 +88,9 @@ pub fn solve(p: &GapProgram, opts: SolveOptions) -> Result<CostSolution, String>
         iterations += it;
         let gaps = p.forward(w.as_ref(), par);
         let gmin = gaps.iter().copied().fold(f64::INFINITY, f64::min);
+        // Weak duality needs λ ≥ 0: the solver's iterate is interior, clamping only guards
+        // against rounding.
+        let lam: Vec<f64> = lam.iter().map(|l| l.max(0.0)).collect();
         let s: f64 = lam.iter().sum();
         let z = sub.adjoint(&lam, par);
         let zn = linalg::fro_norm(z.as_ref());
