@@ -156,11 +156,11 @@ pub struct Args {
     /// and the diagonal/sink ratio verdict. Progress on stderr.
     ///
     /// JSON (--json): {model, content_hash, options: {t_min, t_max_fro, t_max_nuclear,
-    /// delta, tol, max_iter, max_fit_gap, n_boot, seed}, n_tokens, d, layers, seconds,
+    /// delta, tol, max_iter, max_fit_gap, n_boot, seed, solver}, n_tokens, d, layers, seconds,
     /// points: [{layer, t, pattern, norm, feasible, upper, lower (certified bracket),
     /// rel_gap, certificate_verified (infeasible only), undetermined (no witness nor
     /// certificate within the feasibility budget; ends the series), iterations, rank (of
-    /// the T rows), seconds}], fits: [{layer, norm, t_sink, t_diagonal (T entering each
+    /// the T rows), seconds, solver}], fits: [{layer, norm, t_sink, t_diagonal (T entering each
     /// fit), sink, diagonal, ratio (diag/sink): {exponent, intercept, ci_low, ci_high,
     /// level, n, n_x, resid_sd} or null, synthetic: [sink, diagonal] (exact orthonormal
     /// slopes over the same grid), verdict}]}.
