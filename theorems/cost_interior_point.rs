@@ -190,47 +190,46 @@ fn beyond_the_dense_cap_a_working_set_prices_the_frobenius_program() {
         ..SolveOptions::default()
     };
     // The sink pattern alone: the diagonal's program has the same size and the same code path.
-    for (pattern, seed) in [(Pattern::Sink, 5u64)] {
-        let what = format!("T={t} d={d} {pattern}");
-        let x = embeddings(EmbeddingKind::Gaussian, t, d, seed).unwrap();
-        let p = GapProgram::for_pattern(x.as_ref(), pattern, 2.0).unwrap();
-        let (rq, rk) = p.dim();
-        assert!(
-            (rq * rk).min(p.n_constraints()) > cost::ipm::MAX_DENSE,
-            "{what}"
-        );
-        assert!(
-            cost::ipm::solve(&p, NormKind::Fro, ipm()).is_err(),
-            "{what}"
-        );
-        let opts = SolveOptions {
-            rel_gap: 1e-6,
-            ..ipm()
-        };
-        let s = solve(&p, NormKind::Fro, opts).unwrap();
-        assert_eq!(s.solver, Method::IpmWorkingSet, "{what}: {:?}", s.fallback);
-        assert!(s.fallback.is_none(), "{what}: {:?}", s.fallback);
-        let (lo, up) = (s.lower.unwrap(), s.value.unwrap());
-        assert!((up - lo) / up <= 1e-6, "{what}: [{lo}, {up}]");
-        // The upper end is a point of the full program: every gap ≥ Δ (1e-12: the rescaling's
-        // rounding) and its norm is the value.
-        let w = s.w.as_ref().expect("the upper end's point");
-        let gmin = p
-            .forward(w.as_ref(), faer::Par::Seq)
-            .into_iter()
-            .fold(f64::INFINITY, f64::min);
-        assert!(gmin >= 2.0 * (1.0 - 1e-12), "{what}: smallest gap {gmin}");
-        let norm = w.norm_l2();
-        assert!(
-            (norm - up).abs() <= 1e-12 * up,
-            "{what}: ‖W‖ {norm} vs {up}"
-        );
-        // Two certified brackets of one program intersect.
-        let b = solve(&p, NormKind::Fro, fo).unwrap();
-        let (bl, bu) = (b.lower.unwrap(), b.value.unwrap());
-        assert!(
-            lo <= bu * (1.0 + 1e-9) && bl <= up * (1.0 + 1e-9),
-            "{what}: working set [{lo}, {up}] vs first-order [{bl}, {bu}]"
-        );
-    }
+    let (pattern, seed) = (Pattern::Sink, 5u64);
+    let what = format!("T={t} d={d} {pattern}");
+    let x = embeddings(EmbeddingKind::Gaussian, t, d, seed).unwrap();
+    let p = GapProgram::for_pattern(x.as_ref(), pattern, 2.0).unwrap();
+    let (rq, rk) = p.dim();
+    assert!(
+        (rq * rk).min(p.n_constraints()) > cost::ipm::MAX_DENSE,
+        "{what}"
+    );
+    assert!(
+        cost::ipm::solve(&p, NormKind::Fro, ipm()).is_err(),
+        "{what}"
+    );
+    let opts = SolveOptions {
+        rel_gap: 1e-6,
+        ..ipm()
+    };
+    let s = solve(&p, NormKind::Fro, opts).unwrap();
+    assert_eq!(s.solver, Method::IpmWorkingSet, "{what}: {:?}", s.fallback);
+    assert!(s.fallback.is_none(), "{what}: {:?}", s.fallback);
+    let (lo, up) = (s.lower.unwrap(), s.value.unwrap());
+    assert!((up - lo) / up <= 1e-6, "{what}: [{lo}, {up}]");
+    // The upper end is a point of the full program: every gap ≥ Δ (1e-12: the rescaling's
+    // rounding) and its norm is the value.
+    let w = s.w.as_ref().expect("the upper end's point");
+    let gmin = p
+        .forward(w.as_ref(), faer::Par::Seq)
+        .into_iter()
+        .fold(f64::INFINITY, f64::min);
+    assert!(gmin >= 2.0 * (1.0 - 1e-12), "{what}: smallest gap {gmin}");
+    let norm = w.norm_l2();
+    assert!(
+        (norm - up).abs() <= 1e-12 * up,
+        "{what}: ‖W‖ {norm} vs {up}"
+    );
+    // Two certified brackets of one program intersect.
+    let b = solve(&p, NormKind::Fro, fo).unwrap();
+    let (bl, bu) = (b.lower.unwrap(), b.value.unwrap());
+    assert!(
+        lo <= bu * (1.0 + 1e-9) && bl <= up * (1.0 + 1e-9),
+        "{what}: working set [{lo}, {up}] vs first-order [{bl}, {bu}]"
+    );
 }
