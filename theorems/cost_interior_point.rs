@@ -12,7 +12,8 @@
 //!    program must intersect) and is $10^{-8}$ wide;
 //! 3. when the half-space conditions fail it reports the program infeasible with convex weights
 //!    $\lambda$ whose combination $\sum_c \lambda_c A_c$ vanishes, re-verified here by arithmetic;
-//! 4. beyond its size caps it falls back on the first-order solver and says why;
+//! 4. beyond its size caps it falls back on the first-order solver and says why (a nuclear
+//!    program started from the interior-point Frobenius optimum, whose lower end it keeps);
 //! 5. a Frobenius program beyond the dense cap is solved by a working set of constraints: its
 //!    bracket is 1e-6 wide, its upper end is a point feasible for the *full* program (every gap
 //!    recomputed here), and it meets the first-order solver's certified bracket.
@@ -178,6 +179,16 @@ fn beyond_its_caps_the_first_order_solver_answers() {
     assert!(why.contains("too large"), "{why}");
     let exact = exact_orthonormal(Pattern::Sink, NormKind::Nuclear, t, 1.0);
     assert!(s.lower.unwrap() <= exact * (1.0 + 1e-9) && exact <= s.value.unwrap() * (1.0 + 1e-9));
+    // Feasibility and the start came from the interior-point Frobenius program, whose lower end
+    // (the Frobenius optimum Δ√(T − H_T) to its 1e-8 bracket) bounds the nuclear optimum:
+    // ‖W‖_* ≥ ‖W‖_F.
+    assert!(why.contains("interior-point Frobenius optimum"), "{why}");
+    let fro = cost::fro_orthonormal(t, 1.0);
+    assert!(
+        s.lower.unwrap() >= fro * (1.0 - 1e-8),
+        "lower end {} below the Frobenius optimum {fro}",
+        s.lower.unwrap()
+    );
 }
 
 #[test]

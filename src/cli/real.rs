@@ -183,7 +183,8 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     a5_max_iter: Option<usize>,
     /// Solver of --a5: ipm (interior point; Frobenius beyond the dense cap by a working set of
-    /// constraints, nuclear beyond the SDP cap by the first-order solver) or first-order
+    /// constraints, nuclear beyond the SDP cap by the first-order solver started from the
+    /// interior-point Frobenius optimum) or first-order
     /// (default: ipm when built with it).
     #[arg(
         long,

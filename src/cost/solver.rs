@@ -175,6 +175,40 @@ fn solve_ipm_first(
                 Err(w) => return first_order(format!("{why}; {w}")),
             }
         }
+        // Nuclear beyond the SDP cap: the Frobenius program by the interior-point solver (direct
+        // or by a working set) settles feasibility — a certificate, or a point with every gap
+        // ≥ Δ that starts the first-order nuclear iterations — and, as ‖W‖_* ≥ ‖W‖_F, its lower
+        // end bounds the nuclear optimum too.
+        Err(why) if kind == NormKind::Nuclear => {
+            let fro = match super::ipm::solve(p, NormKind::Fro, opts) {
+                Ok(f) => Some(f),
+                Err(_) if p.e.is_some() => super::working_set::solve(p, opts).ok(),
+                Err(_) => None,
+            };
+            let Some(f) = fro else {
+                return first_order(why);
+            };
+            if !f.feasible {
+                return Ok(CostSolution {
+                    fallback: Some(why),
+                    ..f
+                });
+            }
+            let Some(wf) = f.w.clone() else {
+                return first_order(why);
+            };
+            let (s, _) = solve_from(p, kind, opts, wf)?;
+            let lower = s.lower.unwrap_or(0.0).max(f.lower.unwrap_or(0.0));
+            return Ok(CostSolution {
+                lower: Some(lower),
+                rel_gap: s.value.map(|u| (u - lower) / u),
+                iterations: s.iterations + f.iterations,
+                fallback: Some(format!(
+                    "{why}; the first-order solver from the interior-point Frobenius optimum"
+                )),
+                ..s
+            });
+        }
         Err(why) => return first_order(why),
     };
     if !s.feasible || s.rel_gap.is_some_and(|g| g <= opts.rel_gap) {

@@ -59,7 +59,8 @@ pub struct Options {
     /// Seed of the bootstrap.
     pub seed: u64,
     /// The solver: the interior-point method first (Frobenius beyond its dense cap by a working
-    /// set of constraints, nuclear beyond its SDP cap by the first-order solver), or the
+    /// set of constraints, nuclear beyond its SDP cap by the first-order solver started from the
+    /// interior-point Frobenius optimum), or the
     /// first-order solver alone. Results written before the field existed were first-order.
     #[serde(default = "first_order")]
     pub solver: cost::Method,
