@@ -156,6 +156,13 @@ pub fn solve(p: &GapProgram, opts: SolveOptions) -> Result<CostSolution, String>
         why_stopped = format!("working set: {MAX_ROUNDS} rounds");
     }
     let mut s = best.ok_or("working set: no round ran")?;
+    // No round gave a point with every gap of the full program positive: that is no evidence
+    // of infeasibility (only a relaxed program's certificate is), so the caller falls back.
+    if !s.feasible {
+        return Err(format!(
+            "working set: no rescalable point of the full program ({why_stopped})"
+        ));
+    }
     if let Some(w) = &s.w {
         let sv = linalg::singular_values_par(w.as_ref(), par);
         s.rank = Some(sv.iter().filter(|&&x| x > 1e-6 * sv[0]).count());
