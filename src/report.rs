@@ -24,6 +24,7 @@ pub fn sections() -> Vec<(&'static str, SectionFn)> {
         crate::sweep::switch_study::section::report_section,
     ));
     v.push(("real_models", crate::real::section::section));
+    v.push(("cost_definitions", crate::claims::cost_definitions::section));
     v.push(("switches", crate::claims::switch::section));
     v.push(("secondary", crate::secondary::section::section));
     v.push(("half_space", crate::claims::half_space::section));

@@ -247,8 +247,45 @@ fn a_dependent_option_without_its_main_option_is_refused() {
             ["--a5-max-iter", "--a5"],
         ),
         (
+            vec![
+                "real",
+                "--activations",
+                "a.safetensors",
+                "--a5-solver",
+                "ipm",
+            ],
+            ["--a5-solver", "--a5"],
+        ),
+        (
             vec!["real", "--activations", "a.safetensors", "--what", "hidden"],
             ["--what", "--dump"],
+        ),
+        (
+            vec![
+                "cost",
+                "--pattern",
+                "sink",
+                "--norm",
+                "fro",
+                "--t",
+                "8",
+                "--quick",
+            ],
+            ["--quick", "--definitions"],
+        ),
+        (
+            vec![
+                "cost",
+                "--pattern",
+                "sink",
+                "--norm",
+                "fro",
+                "--t",
+                "8",
+                "--out",
+                "o",
+            ],
+            ["--out", "--definitions"],
         ),
         (
             vec![

@@ -12,7 +12,11 @@
 //!    program must intersect) and is $10^{-8}$ wide;
 //! 3. when the half-space conditions fail it reports the program infeasible with convex weights
 //!    $\lambda$ whose combination $\sum_c \lambda_c A_c$ vanishes, re-verified here by arithmetic;
-//! 4. beyond its size caps it falls back on the first-order solver and says why.
+//! 4. beyond its size caps it falls back on the first-order solver and says why (a nuclear
+//!    program started from the interior-point Frobenius optimum, whose lower end it keeps);
+//! 5. a Frobenius program beyond the dense cap is solved by a working set of constraints: its
+//!    bracket is 1e-6 wide, its upper end is a point feasible for the *full* program (every gap
+//!    recomputed here), and it meets the first-order solver's certified bracket.
 #![cfg(feature = "ipm")]
 
 use sinklab::cost::{
@@ -175,4 +179,68 @@ fn beyond_its_caps_the_first_order_solver_answers() {
     assert!(why.contains("too large"), "{why}");
     let exact = exact_orthonormal(Pattern::Sink, NormKind::Nuclear, t, 1.0);
     assert!(s.lower.unwrap() <= exact * (1.0 + 1e-9) && exact <= s.value.unwrap() * (1.0 + 1e-9));
+    // Feasibility and the start came from the interior-point Frobenius program, whose lower end
+    // (the Frobenius optimum Δ√(T − H_T) to its 1e-8 bracket) bounds the nuclear optimum:
+    // ‖W‖_* ≥ ‖W‖_F.
+    assert!(why.contains("interior-point Frobenius optimum"), "{why}");
+    let fro = cost::fro_orthonormal(t, 1.0);
+    assert!(
+        s.lower.unwrap() >= fro * (1.0 - 1e-8),
+        "lower end {} below the Frobenius optimum {fro}",
+        s.lower.unwrap()
+    );
+}
+
+#[test]
+fn beyond_the_dense_cap_a_working_set_prices_the_frobenius_program() {
+    // Gaussian T = 100, d = 80: n = 80² = 6400 and m = 4950 rows, so the dense block min(n, m) exceeds MAX_DENSE and the direct QP is refused.
+    let (t, d) = (100usize, 80usize);
+    let fo = SolveOptions {
+        rel_gap: 1e-3,
+        max_iter: 100_000,
+        ..SolveOptions::default()
+    };
+    // The sink pattern alone: the diagonal's program has the same size and the same code path.
+    let (pattern, seed) = (Pattern::Sink, 5u64);
+    let what = format!("T={t} d={d} {pattern}");
+    let x = embeddings(EmbeddingKind::Gaussian, t, d, seed).unwrap();
+    let p = GapProgram::for_pattern(x.as_ref(), pattern, 2.0).unwrap();
+    let (rq, rk) = p.dim();
+    assert!(
+        (rq * rk).min(p.n_constraints()) > cost::ipm::MAX_DENSE,
+        "{what}"
+    );
+    assert!(
+        cost::ipm::solve(&p, NormKind::Fro, ipm()).is_err(),
+        "{what}"
+    );
+    let opts = SolveOptions {
+        rel_gap: 1e-6,
+        ..ipm()
+    };
+    let s = solve(&p, NormKind::Fro, opts).unwrap();
+    assert_eq!(s.solver, Method::IpmWorkingSet, "{what}: {:?}", s.fallback);
+    assert!(s.fallback.is_none(), "{what}: {:?}", s.fallback);
+    let (lo, up) = (s.lower.unwrap(), s.value.unwrap());
+    assert!((up - lo) / up <= 1e-6, "{what}: [{lo}, {up}]");
+    // The upper end is a point of the full program: every gap ≥ Δ (1e-12: the rescaling's
+    // rounding) and its norm is the value.
+    let w = s.w.as_ref().expect("the upper end's point");
+    let gmin = p
+        .forward(w.as_ref(), faer::Par::Seq)
+        .into_iter()
+        .fold(f64::INFINITY, f64::min);
+    assert!(gmin >= 2.0 * (1.0 - 1e-12), "{what}: smallest gap {gmin}");
+    let norm = w.norm_l2();
+    assert!(
+        (norm - up).abs() <= 1e-12 * up,
+        "{what}: ‖W‖ {norm} vs {up}"
+    );
+    // Two certified brackets of one program intersect.
+    let b = solve(&p, NormKind::Fro, fo).unwrap();
+    let (bl, bu) = (b.lower.unwrap(), b.value.unwrap());
+    assert!(
+        lo <= bu * (1.0 + 1e-9) && bl <= up * (1.0 + 1e-9),
+        "{what}: working set [{lo}, {up}] vs first-order [{bl}, {bu}]"
+    );
 }

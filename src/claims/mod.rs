@@ -13,6 +13,9 @@
 //! Sections of the experiments (the cost-scaling sweep, real models, secondary
 //! sinks) live with their experiment and are registered the same way.
 
+/// Needs the real-model results (`runtime`).
+#[cfg(feature = "runtime")]
+pub mod cost_definitions;
 pub mod half_space;
 pub mod oversmoothing;
 pub mod switch;

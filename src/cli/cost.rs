@@ -1,6 +1,8 @@
 //! `sinklab cost --pattern sink|diagonal --norm fro|nuclear --embedding orthonormal|gaussian|trained
 //! --t T [--d D] [--delta X | --eps E] [--seed S] [--scope qk|head [--on-rate R]] [--json]`:
-//! one minimal cost (docs/theory.md §6), of W_QK alone or of the whole head on copy-paste.
+//! one minimal cost (docs/theory.md §6), of W_QK alone or of the whole head on copy-paste;
+//! `sinklab cost --definitions [--quick] [--out DIR] [--seed S] [--json]`: the map of cost
+//! definitions and its A5 verdict.
 
 use anyhow::{Context, Result, bail};
 use sinklab::cost::{
@@ -30,9 +32,10 @@ pub struct Args {
         long,
         value_enum,
         hide_possible_values = true,
-        value_name = "sink|diagonal"
+        value_name = "sink|diagonal",
+        required_unless_present = "definitions"
     )]
-    pattern: Pattern,
+    pattern: Option<Pattern>,
     /// Cost definition: fro or nuclear
     ///
     /// fro: the Frobenius norm of W. nuclear: the nuclear norm of W (the sum of its
@@ -42,9 +45,10 @@ pub struct Args {
         long,
         value_enum,
         hide_possible_values = true,
-        value_name = "fro|nuclear"
+        value_name = "fro|nuclear",
+        required_unless_present = "definitions"
     )]
-    norm: NormKind,
+    norm: Option<NormKind>,
     /// Embeddings: orthonormal|gaussian|trained
     ///
     /// orthonormal: orthonormal rows, a seeded random rotation (needs d ≥ T). gaussian:
@@ -103,6 +107,26 @@ pub struct Args {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// The map of cost definitions: sink and diagonal exponents, and the A5 verdict
+    ///
+    /// Every definition (W_QK, W_VO or the head; Frobenius or nuclear, squared or not; fixed Δ
+    /// or Δ(T,ε); orthonormal, Gaussian, trained, real embeddings): closed forms exact, the rest
+    /// fitted. Trained and real cells come from the results `sinklab report` left in --out;
+    /// --seed is the bootstrap's seed.
+    #[arg(
+        long,
+        conflicts_with_all = [
+            "pattern", "norm", "embedding", "embeddings", "t", "d", "solver", "delta", "eps",
+            "scope", "on_rate", "tol", "max_iter", "max_mem", "max_time"
+        ]
+    )]
+    definitions: bool,
+    /// Output directory of the report, whose caches --definitions reads and writes (default out).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// One seed instead of two (--definitions).
+    #[arg(long)]
+    quick: bool,
     /// Memory limit (e.g. 64G; default 80% of the machine's memory).
     #[arg(long, value_name = "SIZE")]
     max_mem: Option<String>,
@@ -111,7 +135,50 @@ pub struct Args {
     max_time: Option<String>,
 }
 
+impl Args {
+    /// The pattern (checked present at the start of [`run`]; --definitions returns before).
+    fn pattern(&self) -> Pattern {
+        self.pattern.expect("--pattern is checked in run")
+    }
+    /// The norm (checked present at the start of [`run`]).
+    fn norm(&self) -> NormKind {
+        self.norm.expect("--norm is checked in run")
+    }
+}
+
+/// `--definitions`: the map of cost definitions and its verdict.
+fn run_definitions(a: &Args) -> Result<i32> {
+    let out = a.out.clone().unwrap_or_else(|| PathBuf::from("out"));
+    let (table, cached) = sinklab::claims::cost_definitions::table(&out, a.quick, a.seed)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if a.json {
+        let entries = table.entries();
+        let v = serde_json::json!({
+            "grid": table.grid,
+            "grid_nuclear": table.grid_nuclear,
+            "eps": table.eps,
+            "measured_from_cache": cached,
+            "entries": entries,
+            "verdict": sinklab::cost::definitions::verdict(&entries),
+        });
+        outln!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        outln!("{}", sinklab::cost::definitions::markdown(&table));
+    }
+    Ok(0)
+}
+
 pub fn run(mut a: Args) -> Result<i32> {
+    super::only_with(
+        ("--definitions", a.definitions),
+        &[("--out", a.out.is_some()), ("--quick", a.quick)],
+    )?;
+    if a.definitions {
+        return run_definitions(&a);
+    }
+    if a.pattern.is_none() || a.norm.is_none() {
+        bail!("--pattern and --norm are required (or --definitions)");
+    }
     if a.solver == Method::Ipm && !cfg!(feature = "ipm") {
         bail!("--solver ipm: this build has no interior-point solver (the `ipm` feature is off)");
     }
@@ -174,13 +241,17 @@ pub fn run(mut a: Args) -> Result<i32> {
     }
     // Sizes before work: the estimate is checked before anything is allocated.
     let budget = sinklab::budget::Budget::with(a.max_mem.as_deref(), a.max_time.as_deref())?;
-    let one = sinklab::budget::cost_program(t, d, a.norm == NormKind::Nuclear);
+    let one = sinklab::budget::cost_program(t, d, a.norm() == NormKind::Nuclear);
     // The whole-head programs (W_QK, then W_VO) run to their iteration budget on the cases
     // measured (nuclear, 2 shared cores: T = 64 in 1.9 s, T = 128 over 120 s), so they are
     // checked at that worst case, not at the 200-iteration lower bound of one W_QK program.
     let mut est = if a.scope == Scope::Head {
-        let worst =
-            sinklab::budget::cost_program_iterations(t, d, a.norm == NormKind::Nuclear, a.max_iter);
+        let worst = sinklab::budget::cost_program_iterations(
+            t,
+            d,
+            a.norm() == NormKind::Nuclear,
+            a.max_iter,
+        );
         worst.then(worst)
     } else {
         one
@@ -192,8 +263,12 @@ pub fn run(mut a: Args) -> Result<i32> {
     budget.check(&format!("cost --t {t} --d {d}"), est, true)?;
     if a.max_iter > SolveOptions::default().max_iter {
         // A raised iteration budget: nothing else bounds the run, so its worst case must fit.
-        let one =
-            sinklab::budget::cost_program_iterations(t, d, a.norm == NormKind::Nuclear, a.max_iter);
+        let one = sinklab::budget::cost_program_iterations(
+            t,
+            d,
+            a.norm() == NormKind::Nuclear,
+            a.max_iter,
+        );
         let worst = if a.scope == Scope::Head {
             one.then(one)
         } else {
@@ -210,8 +285,8 @@ pub fn run(mut a: Args) -> Result<i32> {
         (None, e) => delta_eps(t - 1, e.unwrap_or(0.01))?,
     };
     let q = CostQuery {
-        pattern: a.pattern,
-        norm: a.norm,
+        pattern: a.pattern(),
+        norm: a.norm(),
         embedding: a.embedding,
         t,
         d,
@@ -246,13 +321,14 @@ pub fn run(mut a: Args) -> Result<i32> {
         return run_head(&a, &q, opts, &trained);
     }
     let sol = solve_query(&q, opts, &trained).context("solving the gap program")?;
-    let reference = match (a.embedding, a.norm) {
+    let reference = match (a.embedding, a.norm()) {
         (EmbeddingKind::Orthonormal, NormKind::Fro) => {
             Some(("closed_form", fro_orthonormal(t, delta)))
         }
-        (EmbeddingKind::Orthonormal, NormKind::Nuclear) => {
-            Some(("witness_upper_bound", nuclear_witness(a.pattern, t, delta)))
-        }
+        (EmbeddingKind::Orthonormal, NormKind::Nuclear) => Some((
+            "witness_upper_bound",
+            nuclear_witness(a.pattern(), t, delta),
+        )),
         _ => None,
     };
     if a.json {
@@ -268,8 +344,8 @@ pub fn run(mut a: Args) -> Result<i32> {
     } else if sol.feasible {
         outln!(
             "{} {} cost ({} embeddings, T = {}, d = {d}, Δ = {delta:.6}): {:.6}  (certified bracket [{:.6}, {:.6}], relative gap {:.2e}, {} {} iterations, rank {})",
-            a.pattern,
-            a.norm,
+            a.pattern(),
+            a.norm(),
             a.embedding,
             t,
             sol.value.unwrap_or(f64::NAN),
@@ -300,7 +376,7 @@ fn run_head(
 ) -> Result<i32> {
     let h = solve_head_query(q, opts, trained).context("solving the whole-head programs")?;
     let pi = head::sources(q.t, q.on_rate, q.seed)?;
-    let reference = match (a.embedding, a.norm) {
+    let reference = match (a.embedding, a.norm()) {
         (EmbeddingKind::Orthonormal, NormKind::Fro) => {
             let (cq, cv) = head::fro_orthonormal(q.t, h.sources, q.delta);
             Some(("closed_form", cq, cv))

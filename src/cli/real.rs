@@ -156,11 +156,11 @@ pub struct Args {
     /// and the diagonal/sink ratio verdict. Progress on stderr.
     ///
     /// JSON (--json): {model, content_hash, options: {t_min, t_max_fro, t_max_nuclear,
-    /// delta, tol, max_iter, max_fit_gap, n_boot, seed}, n_tokens, d, layers, seconds,
+    /// delta, tol, max_iter, max_fit_gap, n_boot, seed, solver}, n_tokens, d, layers, seconds,
     /// points: [{layer, t, pattern, norm, feasible, upper, lower (certified bracket),
     /// rel_gap, certificate_verified (infeasible only), undetermined (no witness nor
     /// certificate within the feasibility budget; ends the series), iterations, rank (of
-    /// the T rows), seconds}], fits: [{layer, norm, t_sink, t_diagonal (T entering each
+    /// the T rows), seconds, solver}], fits: [{layer, norm, t_sink, t_diagonal (T entering each
     /// fit), sink, diagonal, ratio (diag/sink): {exponent, intercept, ci_low, ci_high,
     /// level, n, n_x, resid_sd} or null, synthetic: [sink, diagonal] (exact orthonormal
     /// slopes over the same grid), verdict}]}.
@@ -182,6 +182,17 @@ pub struct Args {
     /// A point whose certified bracket is left wider than 5 % is reported, not fitted.
     #[arg(long, value_name = "N")]
     a5_max_iter: Option<usize>,
+    /// Solver of --a5: ipm (interior point; Frobenius beyond the dense cap by a working set of
+    /// constraints, nuclear beyond the SDP cap by the first-order solver started from the
+    /// interior-point Frobenius optimum) or first-order
+    /// (default: ipm when built with it).
+    #[arg(
+        long,
+        value_enum,
+        hide_possible_values = true,
+        value_name = "ipm|first-order"
+    )]
+    a5_solver: Option<sinklab::cost::Method>,
     /// Print the full JSON report.
     #[arg(long)]
     json: bool,
@@ -237,6 +248,7 @@ fn run_a5(a: &Args, lm: &sinklab::runtime::LoadedModel, path: &std::path::Path) 
         t_max_fro: a.a5_t_max_fro.unwrap_or(d.t_max_fro),
         t_max_nuclear: a.a5_t_max_nuclear.unwrap_or(d.t_max_nuclear),
         max_iter: a.a5_max_iter.unwrap_or(d.max_iter),
+        solver: a.a5_solver.unwrap_or(d.solver),
         threads: rayon::current_num_threads(),
         ..d
     };
@@ -327,6 +339,7 @@ pub fn run(a: Args) -> Result<i32> {
             ("--a5-t-max-fro", a.a5_t_max_fro.is_some()),
             ("--a5-t-max-nuclear", a.a5_t_max_nuclear.is_some()),
             ("--a5-max-iter", a.a5_max_iter.is_some()),
+            ("--a5-solver", a.a5_solver.is_some()),
         ],
     )?;
     super::only_with(

@@ -118,7 +118,7 @@ fn csc(m: usize, cols: Vec<Vec<(usize, f64)>>) -> CscMatrix<f64> {
 
 /// The raw outcome of one conic solve: a primal $W$ and multipliers $\lambda$, or an
 /// infeasibility ray $\lambda$.
-enum Raw {
+pub(super) enum Raw {
     Solved {
         w: Mat<f64>,
         lam: Vec<f64>,
@@ -135,7 +135,7 @@ fn status_error(s: SolverStatus) -> String {
 }
 
 /// Frobenius QP (primal or dual form, see the module docs).
-fn fro_raw(p: &GapProgram, opts: &SolveOptions) -> Result<Raw, String> {
+pub(super) fn fro_raw(p: &GapProgram, opts: &SolveOptions) -> Result<Raw, String> {
     let m = p.n_constraints();
     let (rq, rk) = p.dim();
     let n = rq * rk;
@@ -387,6 +387,8 @@ fn certify(
             }
             let best_w = w * faer::Scale(p.delta / gmin);
             let upper = norm_of(kind, best_w.as_ref(), par);
+            // Weak duality needs λ ≥ 0 (clamping guards against rounding of the iterate).
+            let lam: Vec<f64> = lam.iter().map(|l| l.max(0.0)).collect();
             let s: f64 = lam.iter().sum();
             let z = p.adjoint(&lam, par);
             let dn = dual_norm(kind, z.as_ref(), par);
@@ -420,7 +422,7 @@ fn certify(
 /// Convex weights from an infeasibility ray $\lambda \ge 0$, re-checked: `None` unless
 /// $\lVert\sum_c \lambda_c A_c\rVert_F \le 10^{-4}\max_c\lVert A_c\rVert_F$ (the first-order test's
 /// threshold; `verified` at $10^{-6}$).
-fn certificate(p: &GapProgram, lam: &[f64], par: Par) -> Option<Certificate> {
+pub(super) fn certificate(p: &GapProgram, lam: &[f64], par: Par) -> Option<Certificate> {
     let s: f64 = lam.iter().map(|l| l.max(0.0)).sum();
     if !(s > 0.0 && s.is_finite()) {
         return None;

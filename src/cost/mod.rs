@@ -37,12 +37,15 @@
 //! (Gordan), `solver` (primal–dual with certified brackets), `closed_form`
 //! (§6 closed forms and witnesses), `hildreth` (independent Frobenius solver),
 //! `embeddings` (seeded families), `check` (registered check `cost_closed_form`),
-//! `ipm` (the interior-point solver, feature `ipm`),
+//! `ipm` (the interior-point solver, feature `ipm`), `working_set` (its Frobenius programs
+//! beyond the dense cap, by constraint generation), [`definitions`] (the map of cost
+//! definitions and the A5 verdict over it),
 //! [`head`] (the whole head on copy-paste); this file holds the shared types and
 //! [`CostQuery`].
 
 mod check;
 mod closed_form;
+pub mod definitions;
 mod embeddings;
 pub mod exact;
 mod feasibility;
@@ -52,6 +55,8 @@ mod hildreth;
 pub mod ipm;
 mod program;
 mod solver;
+#[cfg(feature = "ipm")]
+pub mod working_set;
 
 pub use check::*;
 pub use closed_form::*;

@@ -172,6 +172,19 @@ impl GapProgram {
         Self::new(x, &pattern_targets(pattern, x.nrows()), delta)
     }
 
+    /// The program on the constraints `idx` (indices into this program's constraints) alone:
+    /// a relaxation (its value is at most this program's).
+    pub(super) fn subset(&self, idx: &[usize]) -> Self {
+        Self {
+            e: self.e.clone(),
+            t: self.t,
+            targets: self.targets.clone(),
+            cons: idx.iter().map(|&c| self.cons[c]).collect(),
+            delta: self.delta,
+            op_norm: self.op_norm,
+        }
+    }
+
     /// Number of gap constraints.
     pub fn n_constraints(&self) -> usize {
         self.cons.len()

@@ -35,6 +35,10 @@ pub enum Method {
     /// larger lower end and the smaller upper end).
     #[cfg_attr(feature = "cli", value(skip))]
     IpmAndFirstOrder,
+    /// The interior-point solver on a working set of constraints grown by the violated ones
+    /// (Frobenius beyond its dense cap, see [`super::working_set`]).
+    #[cfg_attr(feature = "cli", value(skip))]
+    IpmWorkingSet,
 }
 
 impl Method {
@@ -54,6 +58,7 @@ impl std::fmt::Display for Method {
             Method::Ipm => "ipm",
             Method::FirstOrder => "first-order",
             Method::IpmAndFirstOrder => "ipm+first-order",
+            Method::IpmWorkingSet => "ipm-working-set",
         })
     }
 }
@@ -129,7 +134,9 @@ pub fn solve(
 ) -> Result<CostSolution, CostError> {
     match opts.method {
         Method::FirstOrder => solve_with_dual(p, kind, opts).map(|(s, _)| s),
-        Method::Ipm | Method::IpmAndFirstOrder => solve_ipm_first(p, kind, opts),
+        Method::Ipm | Method::IpmAndFirstOrder | Method::IpmWorkingSet => {
+            solve_ipm_first(p, kind, opts)
+        }
     }
 }
 
@@ -161,6 +168,47 @@ fn solve_ipm_first(
     };
     let s = match super::ipm::solve(p, kind, opts) {
         Ok(s) => s,
+        // Frobenius beyond the dense cap: constraint generation over the same solver.
+        Err(why) if kind == NormKind::Fro && p.e.is_some() => {
+            match super::working_set::solve(p, opts) {
+                Ok(s) => s,
+                Err(w) => return first_order(format!("{why}; {w}")),
+            }
+        }
+        // Nuclear beyond the SDP cap: the Frobenius program by the interior-point solver (direct
+        // or by a working set) settles feasibility — a certificate, or a point with every gap
+        // ≥ Δ that starts the first-order nuclear iterations — and, as ‖W‖_* ≥ ‖W‖_F, its lower
+        // end bounds the nuclear optimum too.
+        Err(why) if kind == NormKind::Nuclear => {
+            let fro = match super::ipm::solve(p, NormKind::Fro, opts) {
+                Ok(f) => Some(f),
+                Err(_) if p.e.is_some() => super::working_set::solve(p, opts).ok(),
+                Err(_) => None,
+            };
+            let Some(f) = fro else {
+                return first_order(why);
+            };
+            if !f.feasible {
+                return Ok(CostSolution {
+                    fallback: Some(why),
+                    ..f
+                });
+            }
+            let Some(wf) = f.w.clone() else {
+                return first_order(why);
+            };
+            let (s, _) = solve_from(p, kind, opts, wf)?;
+            let lower = s.lower.unwrap_or(0.0).max(f.lower.unwrap_or(0.0));
+            return Ok(CostSolution {
+                lower: Some(lower),
+                rel_gap: s.value.map(|u| (u - lower) / u),
+                iterations: s.iterations + f.iterations,
+                fallback: Some(format!(
+                    "{why}; the first-order solver from the interior-point Frobenius optimum"
+                )),
+                ..s
+            });
+        }
         Err(why) => return first_order(why),
     };
     if !s.feasible || s.rel_gap.is_some_and(|g| g <= opts.rel_gap) {

@@ -58,6 +58,12 @@ pub struct Options {
     pub n_boot: usize,
     /// Seed of the bootstrap.
     pub seed: u64,
+    /// The solver: the interior-point method first (Frobenius beyond its dense cap by a working
+    /// set of constraints, nuclear beyond its SDP cap by the first-order solver started from the
+    /// interior-point Frobenius optimum), or the
+    /// first-order solver alone. Results written before the field existed were first-order.
+    #[serde(default = "first_order")]
+    pub solver: cost::Method,
     /// Threads of each program's products and SVDs (0 or 1: sequential). Not part of the
     /// results (they do not depend on it), so not serialised: the report's cache key ignores it.
     #[serde(skip)]
@@ -76,10 +82,19 @@ impl Default for Options {
             max_fit_gap: 0.05,
             n_boot: 2000,
             seed: 0,
+            solver: cost::Method::preferred(),
             threads: 1,
         }
     }
 }
+
+fn first_order() -> cost::Method {
+    cost::Method::FirstOrder
+}
+
+/// The relative bracket the interior-point Frobenius solve is asked for (the first-order
+/// solver's [`Options::tol`] is far looser: it would stop the working set early).
+pub const IPM_FRO_TOL: f64 = 1e-6;
 
 impl Options {
     /// Refuses options outside their domain, naming the field.
@@ -149,6 +164,10 @@ pub struct Point {
     pub rank: usize,
     /// Wall time of the solve, seconds.
     pub seconds: f64,
+    /// The solver behind the bracket (`None`: feasibility undetermined, or written before the
+    /// field existed).
+    #[serde(default)]
+    pub solver: Option<cost::Method>,
 }
 
 impl Point {
@@ -300,9 +319,15 @@ pub fn solve_point(
     let start = std::time::Instant::now();
     let xt = x.subrows(0, t);
     let p = GapProgram::for_pattern(xt, pattern, o.delta).map_err(err)?;
+    let ipm_fro = norm == NormKind::Fro && o.solver != cost::Method::FirstOrder;
     let opts = SolveOptions {
-        rel_gap: o.tol,
+        rel_gap: if ipm_fro {
+            o.tol.min(IPM_FRO_TOL)
+        } else {
+            o.tol
+        },
         max_iter: o.max_iter,
+        method: o.solver,
         par: if o.threads > 1 {
             faer::Par::rayon(o.threads)
         } else {
@@ -327,6 +352,7 @@ pub fn solve_point(
                 iterations: it,
                 rank: p.dim().1,
                 seconds: start.elapsed().as_secs_f64(),
+                solver: None,
             });
         }
         Err(e) => return Err(err(e)),
@@ -345,6 +371,7 @@ pub fn solve_point(
         iterations: s.iterations,
         rank: p.dim().1,
         seconds: start.elapsed().as_secs_f64(),
+        solver: Some(s.solver),
     })
 }
 

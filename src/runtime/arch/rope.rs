@@ -97,7 +97,7 @@ pub fn params(
 /// $\ell = \max(0, c(\beta_{fast}))$, $h = \min(d_r - 1, c(\beta_{slow}))$ (floored and
 /// ceiled first when `truncate`, as transformers by default and llama.cpp always),
 /// $r_j = \mathrm{clamp}((j - \ell)/(h - \ell), 0, 1)$ and
-/// $\omega'_j = r_j\thinspace\omega_j / f + (1 - r_j)\thinspace\omega_j$.
+/// $\tilde\omega_j = r_j\thinspace\omega_j / f + (1 - r_j)\thinspace\omega_j$.
 pub fn yarn_blend(
     inv_freq: &mut [f32],
     theta: f64,

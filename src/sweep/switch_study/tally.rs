@@ -98,7 +98,7 @@ fn frac((k, n): (usize, usize)) -> Option<f64> {
 
 /// Two-sided Fisher exact test of $k_a/n_a$ against $k_b/n_b$: the probability, under the
 /// hypergeometric law of the first group's count given both margins, of a table at most as
-/// likely as the observed one, $p = \sum_{x:\,P(x) \le P(k_a)} P(x)$ with
+/// likely as the observed one, $p = \sum_{x:\thinspace P(x) \le P(k_a)} P(x)$ with
 /// $P(x) = \binom{K}{x}\binom{N-K}{n_a-x}/\binom{N}{n_a}$, $K = k_a + k_b$, $N = n_a + n_b$.
 /// 1 when either group is empty.
 pub fn fisher_exact((ka, na): (usize, usize), (kb, nb): (usize, usize)) -> f64 {
