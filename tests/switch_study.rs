@@ -266,7 +266,7 @@ fn the_verdicts_count_what_the_records_hold() {
     assert!(!sl.contains("attributable"), "{sl}");
     // 0 of 10 trained against 10 of 10 frozen: p = 2/C(20,10) ≈ 1.1e-5, attributed.
     let mut many = recs.clone();
-    many.retain(|r| !(r.variant == Variant::SinkLogit));
+    many.retain(|r| r.variant != Variant::SinkLogit);
     for _ in 0..10 {
         many.push(planted(b, Variant::SinkLogit, false, "sink_logit", true));
         many.push(planted(b, Variant::SinkLogit, true, "bos_sink", true));
