@@ -107,7 +107,7 @@ pub struct Args {
     /// Print JSON.
     #[arg(long)]
     json: bool,
-    /// The map of cost definitions: sink and diagonal exponents, and the A5 verdict
+    /// Exponents under every cost definition, and the A5 verdict
     ///
     /// Every definition (W_QK, W_VO or the head; Frobenius or nuclear, squared or not; fixed Δ
     /// or Δ(T,ε); orthonormal, Gaussian, trained, real embeddings): closed forms exact, the rest
@@ -121,7 +121,7 @@ pub struct Args {
         ]
     )]
     definitions: bool,
-    /// Output directory of the report, whose caches --definitions reads and writes (default out).
+    /// Report directory holding the caches of --definitions (default out).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// One seed instead of two (--definitions).

@@ -182,10 +182,11 @@ pub struct Args {
     /// A point whose certified bracket is left wider than 5 % is reported, not fitted.
     #[arg(long, value_name = "N")]
     a5_max_iter: Option<usize>,
-    /// Solver of --a5: ipm (interior point; Frobenius beyond the dense cap by a working set of
-    /// constraints, nuclear beyond the SDP cap by the first-order solver started from the
-    /// interior-point Frobenius optimum) or first-order
-    /// (default: ipm when built with it).
+    /// Solver of --a5: ipm (the default when built) or first-order
+    ///
+    /// ipm: interior point; Frobenius beyond the dense cap by a working set of constraints,
+    /// nuclear beyond the SDP cap by the first-order solver started from the interior-point
+    /// Frobenius optimum.
     #[arg(
         long,
         value_enum,
