@@ -86,6 +86,7 @@ class Model:
         attention: bool = False,
         qkv: bool = False,
         mlp: bool = False,
+        nll: bool = True,
         max_mem=None,
     ) -> Run:
         """Runs the model once on ``tokens`` and returns the requested tensors as float32
@@ -97,13 +98,15 @@ class Model:
         - ``queries`` ``[L, H, T, d_head]``, ``keys``/``values`` ``[L, H_kv, T, d_head]``
           (``qkv=True``): after q/k norms and RoPE;
         - ``mlp_out`` ``[L, T, d]`` (``mlp=True``): the MLP's contribution to the residual;
-        - ``nll`` ``[T-1]`` float64: next-token loss in nats (None without an LM head).
+        - ``nll`` ``[T-1]`` float64 (``nll=True``): next-token loss in nats (None without an LM
+          head); it runs the LM head over every position, for a small model a large part of
+          the forward, so ``nll=False`` skips it.
 
         The memory the tensors need is checked first (limit: ``max_mem`` such as ``"16G"``,
         else ``SINKLAB_MAX_MEM``, else 80 % of the machine's memory); a run over it is refused
         with its size named."""
         return self._m.run(
-            _as_tokens("tokens", tokens), bool(hidden), bool(attention), bool(qkv), bool(mlp), max_mem
+            _as_tokens("tokens", tokens), bool(hidden), bool(attention), bool(qkv), bool(mlp), bool(nll), max_mem
         )
 
     def generate(self, tokens, n: int) -> list:

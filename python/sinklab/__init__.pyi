@@ -60,6 +60,7 @@ class Model:
         attention: bool = False,
         qkv: bool = False,
         mlp: bool = False,
+        nll: bool = True,
         max_mem: Optional[str] = None,
     ) -> Run: ...
     def generate(self, tokens: Tokens, n: int) -> list[int]: ...

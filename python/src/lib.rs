@@ -285,7 +285,7 @@ impl Model {
     }
 
     /// Runs the model once on `tokens` and returns the requested tensors.
-    #[pyo3(signature = (tokens, hidden = true, attention = false, qkv = false, mlp = false, max_mem = None))]
+    #[pyo3(signature = (tokens, hidden = true, attention = false, qkv = false, mlp = false, nll = true, max_mem = None))]
     #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
@@ -295,6 +295,7 @@ impl Model {
         attention: bool,
         qkv: bool,
         mlp: bool,
+        nll: bool,
         max_mem: Option<String>,
     ) -> PyResult<Run> {
         use sinklab::runtime::tensors::{TensorRequest, run_tensors};
@@ -304,6 +305,7 @@ impl Model {
             attention,
             qkv,
             mlp,
+            nll,
         };
         let lm = &*self.lm;
         let x = compute(py, || {

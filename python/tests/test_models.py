@@ -91,6 +91,10 @@ def test_run_contract(tiny):
     assert r.queries.shape == (L, H, T, dh) and r.keys.shape == (L, Hk, T, dh)
     assert r.values.shape == (L, Hk, T, dh) and r.mlp_out.shape == (L, T, d)
     assert r.nll.shape == (T - 1,) and np.all(r.nll > 0)
+    # nll=False skips the LM head and leaves the other tensors as they were.
+    r2 = tiny.run(TOKS, hidden=True, attention=True, nll=False)
+    assert r2.nll is None
+    assert np.array_equal(r2.hidden, r.hidden) and np.array_equal(r2.attention, r.attention)
     # The attention is softmax(scale · q kᵀ) under the causal mask, from the returned q and k.
     g = H // Hk
     s = c["attn_scale"]

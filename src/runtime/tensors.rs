@@ -42,6 +42,9 @@ pub struct TensorRequest {
     pub qkv: bool,
     /// `mlp_out` `[L, T, d]`.
     pub mlp: bool,
+    /// `nll` `[T-1]`: the language-model head over every position (for small models as costly
+    /// as a large part of the forward).
+    pub nll: bool,
 }
 
 impl Default for TensorRequest {
@@ -52,6 +55,7 @@ impl Default for TensorRequest {
             attention: false,
             qkv: false,
             mlp: false,
+            nll: true,
         }
     }
 }
@@ -64,6 +68,7 @@ impl TensorRequest {
             attention: true,
             qkv: true,
             mlp: true,
+            nll: true,
         }
     }
 
@@ -75,6 +80,7 @@ impl TensorRequest {
             attention: false,
             qkv: false,
             mlp: false,
+            nll: true,
         };
         for w in s.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             match w {
@@ -266,7 +272,7 @@ pub fn run_tensors(
         .map_err(|e| RealError::Input(e.to_string()))?;
     let mut w = TensorWriter::new(m, tokens, r);
     let out = m.forward(tokens, &mut w, None)?;
-    if m.has_lm_head && m.cfg.causal && t > 1 {
+    if r.nll && m.has_lm_head && m.cfg.causal && t > 1 {
         w.out.nll = Some(m.next_token_nll(&out.normed, tokens)?);
     }
     Ok(w.out)
