@@ -173,7 +173,8 @@ impl GapProgram {
     }
 
     /// The program on the constraints `idx` (indices into this program's constraints) alone:
-    /// a relaxation (its value is at most this program's).
+    /// a relaxation (its value is at most this program's). Used by the working set (`ipm`).
+    #[cfg(feature = "ipm")]
     pub(super) fn subset(&self, idx: &[usize]) -> Self {
         Self {
             e: self.e.clone(),
