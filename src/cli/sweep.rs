@@ -3,9 +3,9 @@
 //! `sinklab merge --out DIR SHARD_DIR...`.
 
 use anyhow::{Context, Result, bail};
-use sinklab::sweep::Shard;
 use sinklab::sweep::cost_scaling::{self as sweep, SweepSpec};
-use std::path::PathBuf;
+use sinklab::sweep::{RunSummary as Summary, Shard, SweepError};
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = "EXAMPLES:
@@ -158,33 +158,8 @@ pub fn run(a: Args) -> Result<i32> {
         a.shard,
     )?;
     let go = || sweep::run_on(&spec, &out, a.shard, true, threads);
-    let summary = match a.threads {
-        Some(k) => rayon::ThreadPoolBuilder::new()
-            .num_threads(k)
-            .build()
-            .context("building the thread pool")?
-            .install(go)?,
-        None => go()?,
-    };
-    errln!(
-        "{}: {} points{}, {} already done, {} computed → {}",
-        spec.name,
-        summary.total,
-        a.shard.map_or(String::new(), |s| format!(
-            " in shard {}/{}",
-            s.index, s.count
-        )),
-        summary.skipped,
-        summary.computed,
-        out.join("results.jsonl").display()
-    );
-    if summary.stale > 0 {
-        errln!(
-            "{} records of points this spec no longer has moved to {}",
-            summary.stale,
-            out.join(sinklab::sweep::STALE_FILE).display()
-        );
-    }
+    let summary = in_pool(a.threads, go)?;
+    print_summary(&spec.name, &summary, a.shard, &out);
     if !a.no_analysis {
         let (fits, figs) = sweep::analyze(&out, &out.join("figures"), spec.bootstrap, a.seed)?;
         outln!("{}", sweep::verdict_markdown(&fits));
@@ -193,15 +168,7 @@ pub fn run(a: Args) -> Result<i32> {
         }
         errln!("wrote {}", out.join("fit.json").display());
     }
-    if let Some((id, e)) = &summary.first_failure {
-        errln!(
-            "error: {} of {} points computed now failed (rerun to retry them); first: {id}: {e}",
-            summary.failed,
-            summary.computed
-        );
-        return Ok(1);
-    }
-    Ok(0)
+    Ok(exit_code(&summary))
 }
 
 /// `sinklab sweep` on a switch-study spec (`experiment = "switch_study"`): runs or resumes
@@ -229,26 +196,8 @@ fn run_switch_study(a: Args, text: &str) -> Result<i32> {
     let threads = a.threads.unwrap_or_else(rayon::current_num_threads);
     study::check_budget(&spec, &a.spec.display().to_string(), &budget, threads, true)?;
     let go = || study::run_on(&spec, &out, a.shard, true, 1);
-    let summary = match a.threads {
-        Some(k) => rayon::ThreadPoolBuilder::new()
-            .num_threads(k)
-            .build()
-            .context("building the thread pool")?
-            .install(go)?,
-        None => go()?,
-    };
-    errln!(
-        "{}: {} points{}, {} already done, {} computed → {}",
-        spec.name,
-        summary.total,
-        a.shard.map_or(String::new(), |s| format!(
-            " in shard {}/{}",
-            s.index, s.count
-        )),
-        summary.skipped,
-        summary.computed,
-        out.join("results.jsonl").display()
-    );
+    let summary = in_pool(a.threads, go)?;
+    print_summary(&spec.name, &summary, a.shard, &out);
     if !a.no_analysis {
         let records = study::read_results(&out.join("results.jsonl"))?;
         outln!("{}", section::counts_table(&records));
@@ -268,15 +217,63 @@ fn run_switch_study(a: Args, text: &str) -> Result<i32> {
             errln!("wrote {}", f.display());
         }
     }
-    if let Some((id, e)) = &summary.first_failure {
+    Ok(exit_code(&summary))
+}
+
+/// Runs `go` on a pool of `threads` workers (the global pool without `--threads`).
+fn in_pool<T>(
+    threads: Option<usize>,
+    go: impl FnOnce() -> Result<T, SweepError> + Send,
+) -> Result<T>
+where
+    T: Send,
+{
+    Ok(match threads {
+        Some(k) => rayon::ThreadPoolBuilder::new()
+            .num_threads(k)
+            .build()
+            .context("building the thread pool")?
+            .install(go)?,
+        None => go()?,
+    })
+}
+
+/// The run's counts on stderr, and the stale records moved aside.
+fn print_summary(name: &str, summary: &Summary, shard: Option<Shard>, out: &Path) {
+    errln!(
+        "{}: {} points{}, {} already done, {} computed → {}",
+        name,
+        summary.total,
+        shard.map_or(String::new(), |s| format!(
+            " in shard {}/{}",
+            s.index, s.count
+        )),
+        summary.skipped,
+        summary.computed,
+        out.join("results.jsonl").display()
+    );
+    if summary.stale > 0 {
         errln!(
-            "error: {} of {} points computed now failed (rerun to retry them); first: {id}: {e}",
-            summary.failed,
-            summary.computed
+            "{} records of points this spec no longer has moved to {}",
+            summary.stale,
+            out.join(sinklab::sweep::STALE_FILE).display()
         );
-        return Ok(1);
     }
-    Ok(0)
+}
+
+/// 1 (with the first failure on stderr) when points computed now failed, else 0.
+fn exit_code(summary: &Summary) -> i32 {
+    match &summary.first_failure {
+        Some((id, e)) => {
+            errln!(
+                "error: {} of {} points computed now failed (rerun to retry them); first: {id}: {e}",
+                summary.failed,
+                summary.computed
+            );
+            1
+        }
+        None => 0,
+    }
 }
 
 pub fn merge(a: MergeArgs) -> Result<i32> {
