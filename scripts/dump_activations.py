@@ -20,8 +20,33 @@ Example:
       --out llama.safetensors && sinklab real --activations llama.safetensors --json
 """
 import argparse
+import json
 import torch
 from safetensors.torch import save_file
+
+
+def layout_metadata(model, layers, encoder: bool) -> dict:
+    """How the model attends (the schema's metadata `causal`, `sliding_window`, `learned_sinks`,
+    docs/activations.md), from its config: per layer the window of a `sliding_attention` layer
+    in `layer_types`, or the config's `sliding_window` on every layer when it has no
+    `layer_types` and does not switch the window off (`use_sliding_window`)."""
+    cfg = getattr(model.config, "text_config", None) or model.config
+    w = getattr(cfg, "sliding_window", None)
+    types = getattr(cfg, "layer_types", None)
+    if types is not None:
+        if len(types) != len(layers):
+            raise SystemExit(f"config layer_types has {len(types)} entries for {len(layers)} layers")
+        wins = [w if t == "sliding_attention" else None for t in types]
+    elif w is not None and getattr(cfg, "use_sliding_window", True):
+        wins = [w] * len(layers)
+    else:
+        wins = [None] * len(layers)
+    sinks = any(getattr(getattr(l, "self_attn", None), "sinks", None) is not None for l in layers)
+    meta = {"causal": "false" if encoder else "true", "sliding_window": json.dumps(wins),
+            "learned_sinks": "true" if sinks else "false"}
+    if getattr(cfg, "vocab_size", None):
+        meta["vocab_size"] = str(cfg.vocab_size)
+    return meta
 
 
 def main():
@@ -82,7 +107,8 @@ def main():
             out[f"values.{l}"] = v[0].detach().float().cpu()
     if a.dtype != "float32":
         out = {k: (v.to(getattr(torch, a.dtype)) if v.is_floating_point() else v) for k, v in out.items()}
-    save_file({k: v.contiguous() for k, v in out.items()}, a.out)
+    save_file({k: v.contiguous() for k, v in out.items()}, a.out,
+              metadata=layout_metadata(model, layers, a.encoder))
     print(f"wrote {a.out}: {len(layers)} layers, T = {out['tokens'].shape[0]}")
 
 

@@ -8,9 +8,10 @@
 //! - `sinklab real --dump F` read back with `sinklab real --activations F` gives the native
 //!   run's per-layer statistics. Both sides hold the same f32 tensors and compute the statistics
 //!   by the same function (`real::stats::layer_stats`), so they agree to the f64 rounding of
-//!   the reductions (1e-9 relative, far below any statistic's meaningful digits). The schema
-//!   carries no sliding window, so the models here attend to every earlier key (a windowed
-//!   model's read-back entropies are normalised over all causal keys instead of the window);
+//!   the reductions (1e-9 relative, far below any statistic's meaningful digits). This holds
+//!   for models with sliding windows that bind and with learned sinks because the dump states
+//!   how the model attends in its metadata (`causal`, `sliding_window`, `learned_sinks`);
+//!   without it the same tensors read back give other statistics (the control below);
 //! - a run over the memory budget is refused, with the size named, before allocation.
 
 use sinklab::budget::Budget;
@@ -162,7 +163,14 @@ fn close(a: &serde_json::Value, b: &serde_json::Value, at: &str) {
 #[test]
 fn a_dump_read_back_gives_the_native_statistics() {
     let dir = tempfile::tempdir().unwrap();
-    for model in ["llama_default", "qwen2", "qwen3"] {
+    // Windows of 5 and 4 keys bind at T = 10; gpt-oss's rows sum to 1 − p_sink.
+    for model in [
+        "llama_default",
+        "qwen2",
+        "qwen3",
+        "mistral_window",
+        "gpt_oss_strong_sink",
+    ] {
         let f = dir.path().join(format!("{model}.safetensors"));
         let toks = "1,5,9,13,2,7,33,60,4,11";
         let m = tiny(model);
@@ -219,6 +227,100 @@ fn a_dump_read_back_gives_the_native_statistics() {
                 .iter()
                 .any(|n| n.starts_with("keys.") || n.starts_with("mlp_out."))
         );
+    }
+}
+
+/// Rewrites a safetensors file with its metadata replaced by `meta`.
+fn with_metadata(src: &std::path::Path, dst: &std::path::Path, meta: Option<Vec<(&str, &str)>>) {
+    let bytes = std::fs::read(src).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let tensors: Vec<(String, safetensors::tensor::TensorView<'_>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n.to_string(), v))
+        .collect();
+    let meta = meta.map(|m| {
+        m.into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    });
+    std::fs::write(dst, safetensors::serialize(tensors, meta).unwrap()).unwrap();
+}
+
+#[test]
+fn the_dump_states_how_the_model_attends() {
+    // Control: the windowed model's dump without its layout metadata is read as a model that
+    // sees every earlier key, so its normalised row entropies differ from the native run's;
+    // the gpt-oss dump without `learned_sinks` is refused (its rows sum to less than 1).
+    let dir = tempfile::tempdir().unwrap();
+    let toks = "1,5,9,13,2,7,33,60,4,11";
+    let dump = |model: &str| {
+        let f = dir.path().join(format!("{model}.safetensors"));
+        let native = sinklab(&[
+            "real",
+            "--model",
+            tiny(model).to_str().unwrap(),
+            "--tokens",
+            toks,
+            "--bos",
+            "no",
+            "--json",
+            "--dump",
+            f.to_str().unwrap(),
+        ]);
+        (f, native)
+    };
+    let (f, native) = dump("mistral_window");
+    let bare = dir.path().join("bare.safetensors");
+    with_metadata(&f, &bare, None);
+    let back = sinklab(&["real", "--activations", bare.to_str().unwrap(), "--json"]);
+    let differs = native["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(back["layers"].as_array().unwrap())
+        .flat_map(|(a, b)| {
+            a["heads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .zip(b["heads"].as_array().unwrap())
+        })
+        .any(|(a, b)| {
+            let (x, y) = (
+                a["row_entropy"].as_f64().unwrap(),
+                b["row_entropy"].as_f64().unwrap(),
+            );
+            (x - y).abs() > 1e-6
+        });
+    assert!(
+        differs,
+        "a binding window must change the read-back entropies"
+    );
+    let refused = |file: &std::path::Path, needle: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_sinklab"))
+            .args(["real", "--activations", file.to_str().unwrap(), "--json"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!out.status.success(), "{} read", file.display());
+        assert!(err.contains(needle), "{err}");
+    };
+    let (g, _) = dump("gpt_oss_strong_sink");
+    let bare = dir.path().join("bare_sinks.safetensors");
+    with_metadata(&g, &bare, Some(vec![("causal", "true")]));
+    refused(&bare, "attention rows sum to 1");
+    // A layout entry that does not parse is refused by name, never guessed.
+    for (k, v) in [
+        ("sliding_window", "[5]"),
+        ("sliding_window", "[0, 0]"),
+        ("sliding_window", "five"),
+        ("learned_sinks", "yes"),
+        ("causal", "1"),
+    ] {
+        let h = dir.path().join("bad.safetensors");
+        with_metadata(&f, &h, Some(vec![(k, v)]));
+        refused(&h, &format!("metadata `{k}`"));
     }
 }
 

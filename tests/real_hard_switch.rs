@@ -35,18 +35,19 @@ fn check_run(m: &Pretrained, r: &Run) {
         assert!(s.top_key_mode.1 <= s.n);
         if s.n > 0 {
             assert!(
-                (s.sink + s.low_value + s.spread - 1.0).abs() < 1e-9,
+                (s.sink + s.learned_sink + s.low_value + s.spread - 1.0).abs() < 1e-9,
                 "{s:?}"
             );
             assert!((0.0..=1.0).contains(&s.entropy_norm), "{s:?}");
         }
     }
     let ok = |p: &PairMass, off: bool| {
-        (p.sink + p.low_value + p.spread - 1.0).abs() < 1e-12
-            && [p.sink, p.low_value, p.spread, p.zero_value]
+        (p.sink + p.learned_sink + p.low_value + p.spread - 1.0).abs() < 1e-12
+            && [p.sink, p.learned_sink, p.low_value, p.spread, p.zero_value]
                 .iter()
                 .all(|x| (0.0..=1.0 + 1e-12).contains(x))
-            && p.zero_value <= p.sink + p.low_value + 1e-12
+            && p.zero_value <= p.sink + p.learned_sink + p.low_value + 1e-12
+            && (m.layers[p.layer].sinks.is_some() || p.learned_sink == 0.0)
             && p.attended_value >= p.size * (1.0 - 1e-4)
             && (!off || p.size <= SMALL)
             && p.query >= 1
@@ -76,6 +77,13 @@ fn check_against_capture(m: &Pretrained, tokens: &[u32], r: &Run) {
     let a = cap.layers[p.layer].attn.as_ref().unwrap();
     let row = &a[(p.head * t + p.query) * t..(p.head * t + p.query) * t + p.query + 1];
     let total: f64 = row.iter().map(|&x| x as f64).sum();
+    // A head with a learned sink keeps its row as it is (the rest is the sink logit's).
+    let total = if m.layers[p.layer].sinks.is_some() {
+        assert!((1.0 - total - p.learned_sink).abs() < 1e-12, "{p:?}");
+        1.0
+    } else {
+        total
+    };
     assert!(
         (row[0] as f64 / total - p.sink).abs() < 1e-12,
         "{p:?} against {}",
@@ -101,6 +109,30 @@ fn invariants_on_a_tiny_model() {
     );
     // Too short an input is refused.
     assert!(analyze(&lm.model, &toks[..2], 5).is_err());
+}
+
+/// gpt-oss with a strong learned sink: every pair's learned-sink share is its row's missing
+/// mass (checked against the captured maps), shares still sum to 1, and the learned sink is the
+/// dominant destination of some pairs; the same weights with sink logits of −1e4 report none.
+#[test]
+fn a_learned_sink_is_a_destination_on_gpt_oss() {
+    let fixture = |n: &str| {
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("tests/fixtures/tiny/{n}"))
+    };
+    let toks: Vec<u32> = (0..12).map(|i| 1 + (i * 5) % 37).collect();
+    let lm = load(&fixture("gpt_oss_strong_sink")).unwrap();
+    let r = analyze(&lm.model, &toks, 3).unwrap();
+    check_run(&lm.model, &r);
+    check_against_capture(&lm.model, &toks, &r);
+    assert!(r.random.learned_sink > 0.05, "{:?}", r.random);
+    assert!(r.random.dominant[1] > 0, "{:?}", r.random);
+    let lm = load(&fixture("gpt_oss_no_sink")).unwrap();
+    let r = analyze(&lm.model, &toks, 3).unwrap();
+    check_run(&lm.model, &r);
+    // Sink logits of −1e4: rows sum to 1 up to f32 rounding (a few ulps over 12 keys).
+    assert!(r.random.learned_sink < 1e-6, "{:?}", r.random);
+    assert_eq!(r.random.dominant[1], 0);
 }
 
 /// Qwen2.5-Coder-0.5B, the report's text with `<|endoftext|>` (no sink) as the control: both

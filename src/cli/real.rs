@@ -664,11 +664,14 @@ fn dump(
     r.hidden = true;
     let budget = sinklab::budget::Budget::default();
     let x = run_tensors(&lm.model, tokens, r, &budget).context("--dump")?;
+    let layout = sinklab::runtime::activation_file::AttentionLayout::of(&lm.model);
     let meta = [
         ("model".to_string(), lm.path.display().to_string()),
         ("vocab_size".to_string(), lm.model.cfg.vocab.to_string()),
     ]
-    .into();
+    .into_iter()
+    .chain(layout.metadata())
+    .collect();
     x.write(f, meta).context("--dump")?;
     errln!("wrote {} ({} tokens)", f.display(), tokens.len());
     Ok(())

@@ -5,7 +5,10 @@
 //! - `attn.{l}` `[H, T, T]`: attention probabilities (optional);
 //! - `mlp_out.{l}` `[T, d]`: MLP output (optional; carried, not used by the per-layer stats);
 //! - `keys.{l}`, `values.{l}` `[H_kv, T, d_head]` (optional);
-//! - `tokens` `[T]` (optional, any integer or float dtype).
+//! - `tokens` `[T]` (optional, any integer or float dtype);
+//! - metadata `causal`, `sliding_window`, `learned_sinks` (optional: how the model attends,
+//!   [`crate::runtime::activation_file::AttentionLayout`]; absent, a causal model with full
+//!   windows and no learned sinks).
 //!
 //! A missing optional tensor only removes the statistics that need it (they become `null`).
 
@@ -48,6 +51,9 @@ pub fn analyze_file(path: &Path) -> Result<ActivationsReport, RealError> {
         e => RealError::file(path, e.to_string()),
     })?;
     let (n_layer, t, d) = (a.hidden.layers(), a.hidden.tokens(), a.hidden.dim());
+    let layout = a
+        .layout()
+        .map_err(|e| RealError::file(path, e.to_string()))?;
     let tokens = a
         .tokens
         .as_ref()
@@ -80,11 +86,10 @@ pub fn analyze_file(path: &Path) -> Result<ActivationsReport, RealError> {
             h,
             h_kv: hk,
             d_head: dh,
-            causal: true,
-            window: None,
+            causal: layout.causal,
+            window: layout.windows[l],
             pos0: 0,
-            // An activation file does not say whether the model has learned sinks.
-            learned_sink: false,
+            learned_sink: layout.learned_sinks,
         };
         layers.push(layer_stats(
             l,

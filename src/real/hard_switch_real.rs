@@ -9,17 +9,23 @@
 //! `switch_real`). A key $j \ge 1$ is **low-value** when $\lVert v_j\rVert / V \le$ SMALL. The
 //! row's mass (renormalised to sum 1 over the keys it sees) is split into
 //! - sink $= A_{i0}$ (position 0, whatever its value),
+//! - learned sink $= 1 - \sum_j A_{ij}$ for heads with a learned sink logit (gpt-oss; their rows
+//!   sum to less than 1 and are not renormalised: the sink logit is a destination of its own,
+//!   one with no value), 0 for every other head,
 //! - low-value $= \sum_{j \ge 1,\ \lVert v_j\rVert \le \text{SMALL}\cdot V} A_{ij}$,
-//! - spread $= 1 - \text{sink} - \text{low-value}$ (keys with an ordinary value);
+//! - spread $= 1 - \text{sink} - \text{learned sink} - \text{low-value}$ (keys with an
+//!   ordinary value);
 //!
 //! beside it the theorem's own quantities: the mass on ≈ 0-value keys including position 0 when
-//! its value is low, $m^0_i = \sum_{j:\ \lVert v_j\rVert \le \text{SMALL}\cdot V} A_{ij}$, and the
+//! its value is low, and the learned sink's, $m^0_i = \sum_{j:\ \lVert v_j\rVert \le
+//! \text{SMALL}\cdot V} A_{ij} + \text{learned sink}$, and the
 //! attended value norm $a_i = \sum_j A_{ij}\lVert v_j\rVert / V \ge z_i$ (triangle inequality).
 //! Under docs/theory.md §4's cone condition $u \cdot v_j \ge \gamma\lVert v_j\rVert$, $a_i \le z_i/\gamma$:
 //! an off pair with a large $a_i$ is a zero reached by cancellation between values (the
 //! theorem's counterexample $v_1 = -v_2$), not by routing to ≈ 0 values. The attention entropy
-//! $H_i = -\sum_j A_{ij}\ln A_{ij}$ (nats) is reported with $H_i / \ln n_i$, $n_i$ the keys the
-//! query sees ($i + 1$ causal, T bidirectional; a sliding window is not subtracted).
+//! $H_i = -\sum_j A_{ij}\ln A_{ij}$ (nats, the learned sink one more destination) is reported
+//! with $H_i / \ln n_i$, $n_i$ the destinations the query sees ($\min(i + 1, w)$ keys causal
+//! with a sliding window $w$, T bidirectional; one more with a learned sink).
 //!
 //! Controls: a seeded uniform sample of [`RANDOM_PAIRS`] (head, query) pairs of the same run
 //! (off or not), and a run of the same model with a first token on which no sink forms
@@ -55,11 +61,14 @@ pub struct PairMass {
     pub size: f64,
     /// Mass on position 0.
     pub sink: f64,
+    /// Mass on the learned sink logit, $1 - \sum_j A_{ij}$ (0 for heads without one).
+    pub learned_sink: f64,
     /// Mass on low-value keys $j \ge 1$.
     pub low_value: f64,
     /// The rest: keys $j \ge 1$ with an ordinary value.
     pub spread: f64,
-    /// $m^0_i$: mass on every key with a low value (position 0 included when its value is low).
+    /// $m^0_i$: mass on every key with a low value (position 0 included when its value is low)
+    /// and on the learned sink.
     pub zero_value: f64,
     /// $a_i = \sum_j A_{ij}\lVert v_j\rVert / V$.
     pub attended_value: f64,
@@ -71,15 +80,31 @@ pub struct PairMass {
     pub top_key: usize,
 }
 
-/// The mass split of one attention row. `row` holds the probabilities of the keys the query
-/// sees (key 0 first), `v_rel` their value norms over the head's mean value norm, `size` the
-/// pair's $z_i$. Refuses rows of unequal length, empty rows, and rows with a negative,
-/// non-finite or zero total mass.
+/// What a query sees: the number of keys in its window, and whether its head has a learned
+/// sink logit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    /// Keys visible to the query (≥ 1).
+    pub keys: usize,
+    /// The head has a learned sink logit: its row sums to $1 - p_{\mathrm{sink}}$.
+    pub learned_sink: bool,
+}
+
+/// Tolerance on the row sum of a head with a learned sink: f32 probabilities summed over at
+/// most a few thousand keys (each rounded by $2^{-24}$ relative).
+const ROW_SUM_TOL: f64 = 1e-3;
+
+/// The mass split of one attention row. `row` holds the probabilities of keys 0 to i (key 0
+/// first; keys outside the query's window hold 0), `v_rel` their value norms over the head's
+/// mean value norm, `size` the pair's $z_i$, `seen` what the query sees. Refuses rows of
+/// unequal length, empty rows, rows with a negative or non-finite entry, rows with zero mass
+/// (no learned sink) and rows summing to more than 1 (learned sink).
 pub fn split_row(
     (layer, head, query): (usize, usize, usize),
     row: &[f64],
     v_rel: &[f64],
     size: f64,
+    seen: Seen,
 ) -> Result<PairMass, String> {
     if row.is_empty() || row.len() != v_rel.len() {
         return Err(format!(
@@ -92,9 +117,20 @@ pub fn split_row(
         return Err("non-finite or negative attention or norm".into());
     }
     let total: f64 = row.iter().sum();
-    if total <= 0.0 {
-        return Err("attention row with zero mass".into());
-    }
+    let (total, learned_sink) = if seen.learned_sink {
+        if total > 1.0 + ROW_SUM_TOL {
+            return Err(format!(
+                "attention row of a head with a learned sink sums to {total} > 1"
+            ));
+        }
+        // The sink logit takes what the keys do not; the row is not renormalised.
+        (total.max(1.0), (1.0 - total).max(0.0))
+    } else {
+        if total <= 0.0 {
+            return Err("attention row with zero mass".into());
+        }
+        (total, 0.0)
+    };
     let p = |j: usize| row[j] / total;
     let sink = p(0);
     // `+ 0.0`: an empty f64 sum is −0.
@@ -109,26 +145,33 @@ pub fn split_row(
         .sum::<f64>()
         + 0.0;
     let top_key = (0..row.len()).fold(0, |b, j| if row[j] > row[b] { j } else { b });
-    let zero_value = low_value + if v_rel[0] <= SMALL { sink } else { 0.0 };
+    let zero_value = low_value + learned_sink + if v_rel[0] <= SMALL { sink } else { 0.0 };
     let attended_value = (0..row.len()).map(|j| p(j) * v_rel[j]).sum();
     let entropy: f64 = (0..row.len())
         .map(p)
+        .chain([learned_sink])
         .filter(|&a| a > 0.0)
         .map(|a| -a * a.ln())
         .sum();
-    let n = row.len() as f64;
+    // Destinations: the keys in the window, and the learned sink.
+    let n = seen.keys.clamp(1, row.len()) + usize::from(seen.learned_sink);
     Ok(PairMass {
         layer,
         head,
         query,
         size,
         sink,
+        learned_sink,
         low_value,
         spread,
         zero_value,
         attended_value,
         entropy,
-        entropy_norm: if row.len() > 1 { entropy / n.ln() } else { 0.0 },
+        entropy_norm: if n > 1 {
+            entropy / (n as f64).ln()
+        } else {
+            0.0
+        },
         top_key,
     })
 }
@@ -161,6 +204,8 @@ impl LayerObserver for Collector {
         }
         let c = &m.cfg;
         let (h, hk, dh, tk) = (c.n_head, c.n_kv_head, c.head_dim, t.t_keys);
+        let ly = &m.layers[t.layer];
+        let learned_sink = ly.sinks.is_some();
         if t.pos0 != 0 || t.t != tk {
             self.error = Some("A3 needs one forward pass without a cache".into());
             return;
@@ -181,10 +226,19 @@ impl LayerObserver for Collector {
             });
             for i in 1..t.t {
                 let o = &t.head_out[i * h * dh + hh * dh..i * h * dh + (hh + 1) * dh];
-                let seen = if c.causal { i + 1 } else { tk };
-                let a = &t.attn[(hh * t.t + i) * tk..(hh * t.t + i) * tk + seen];
+                let upto = if c.causal { i + 1 } else { tk };
+                let seen = Seen {
+                    keys: if c.causal {
+                        ly.window.map_or(upto, |w| upto.min(w))
+                    } else {
+                        tk
+                    },
+                    learned_sink,
+                };
+                let a = &t.attn[(hh * t.t + i) * tk..(hh * t.t + i) * tk + upto];
                 let row: Vec<f64> = a.iter().map(|&x| x as f64).collect();
-                match split_row((t.layer, hh, i), &row, &v_rel[..seen], norm(o) / vmean) {
+                let size = norm(o) / vmean;
+                match split_row((t.layer, hh, i), &row, &v_rel[..upto], size, seen) {
                     Ok(p) => self.pairs.push(p),
                     Err(e) => {
                         self.error = Some(format!("layer {} head {hh} query {i}: {e}", t.layer));
@@ -203,9 +257,11 @@ pub struct Summary {
     pub n: usize,
     /// Mean sink fraction.
     pub sink: f64,
+    /// Mean learned-sink fraction (0 without learned sinks).
+    pub learned_sink: f64,
     /// Mean low-value fraction.
     pub low_value: f64,
-    /// Mean spread fraction (the three means sum to 1).
+    /// Mean spread fraction (the four means sum to 1).
     pub spread: f64,
     /// Mean $m^0_i$.
     pub zero_value: f64,
@@ -217,8 +273,9 @@ pub struct Summary {
     pub entropy: f64,
     /// Mean $H_i / \ln n_i$.
     pub entropy_norm: f64,
-    /// Pairs whose largest share is the sink, low-value keys, spread (ties to the first).
-    pub dominant: [usize; 3],
+    /// Pairs whose largest share is the sink, the learned sink, low-value keys, spread (ties to
+    /// the first).
+    pub dominant: [usize; 4],
     /// The most frequent [`PairMass::top_key`] and its count (the smaller key of equals).
     pub top_key_mode: (usize, usize),
 }
@@ -230,15 +287,10 @@ pub fn summarise(ps: &[&PairMass]) -> Summary {
         return Summary::default();
     }
     let mean = |f: fn(&PairMass) -> f64| ps.iter().map(|p| f(p)).sum::<f64>() / n as f64;
-    let mut dominant = [0usize; 3];
+    let mut dominant = [0usize; 4];
     for p in ps {
-        let k = if p.sink >= p.low_value && p.sink >= p.spread {
-            0
-        } else if p.low_value >= p.spread {
-            1
-        } else {
-            2
-        };
+        let shares = [p.sink, p.learned_sink, p.low_value, p.spread];
+        let k = (0..4).fold(0, |b, k| if shares[k] > shares[b] { k } else { b });
         dominant[k] += 1;
     }
     let mut keys: Vec<usize> = ps.iter().map(|p| p.top_key).collect();
@@ -254,6 +306,7 @@ pub fn summarise(ps: &[&PairMass]) -> Summary {
     Summary {
         n,
         sink: mean(|p| p.sink),
+        learned_sink: mean(|p| p.learned_sink),
         low_value: mean(|p| p.low_value),
         spread: mean(|p| p.spread),
         zero_value: mean(|p| p.zero_value),
@@ -376,6 +429,8 @@ fn compare(name: &'static str, a: &[PairMass], b: &[PairMass], seed: u64) -> Com
 pub struct HardSwitch {
     /// [`SMALL`].
     pub threshold: f64,
+    /// Some head of the model has a learned sink logit (its mass is a destination of its own).
+    pub learned_sinks: bool,
     /// The run with the input as given.
     pub sink: Run,
     /// The run with the no-sink first token (absent when none was given).
@@ -417,6 +472,7 @@ pub fn study(
         None => None,
     };
     let mut s = assemble(sink, nosink, seed);
+    s.learned_sinks = m.layers.iter().any(|l| l.sinks.is_some());
     s.seconds = t0.elapsed().as_secs_f64();
     Ok(s)
 }
@@ -444,6 +500,7 @@ fn assemble(sink: Run, nosink: Option<Run>, seed: u64) -> HardSwitch {
     }
     HardSwitch {
         threshold: SMALL,
+        learned_sinks: false,
         sink,
         nosink,
         comparisons,
@@ -457,18 +514,44 @@ pub fn markdown(s: &HardSwitch, names: (&str, Option<&str>)) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "**A3 (hard switch ⇒ sink, docs/theory.md §4).** (Head, query) pairs whose output is ≈ 0 (‖o_i‖ ≤ {SMALL} × the head's mean value norm: off) against {RANDOM_PAIRS} seeded random pairs of the same run (T = {}); where the attention mass goes (position 0 / keys j ≥ 1 with a value norm ≤ {SMALL} × the mean / the rest), the mass on all ≈ 0-value keys m⁰, the attended value norm a = Σ_j A_ij‖v_j‖ / mean (≥ z; large a with z ≈ 0 is a zero by cancellation), and the entropy normalised by ln(keys seen):\n",
-        s.sink.n_tokens
+        "**A3 (hard switch ⇒ sink, docs/theory.md §4).** (Head, query) pairs whose output is ≈ 0 (‖o_i‖ ≤ {SMALL} × the head's mean value norm: off) against {RANDOM_PAIRS} seeded random pairs of the same run (T = {}); where the attention mass goes (position 0 /{} keys j ≥ 1 with a value norm ≤ {SMALL} × the mean / the rest), the mass on all ≈ 0-value {}m⁰, the attended value norm a = Σ_j A_ij‖v_j‖ / mean (≥ z; large a with z ≈ 0 is a zero by cancellation), and the entropy normalised by ln(destinations seen):\n",
+        s.sink.n_tokens,
+        if s.learned_sinks {
+            " the learned sink logit, a destination with no value, 1 − Σ_j A_ij /"
+        } else {
+            ""
+        },
+        if s.learned_sinks {
+            "destinations (the learned sink included) "
+        } else {
+            "keys "
+        }
+    );
+    // The learned-sink column only for models that have one.
+    let ls = s.learned_sinks;
+    let _ = writeln!(
+        md,
+        "| pairs | n | sink |{} low-value | spread | m⁰ | a (median) | H / ln n | dominant sink /{} low / spread | most frequent top key (pairs) |",
+        if ls { " learned sink |" } else { "" },
+        if ls { " learned /" } else { "" }
     );
     let _ = writeln!(
         md,
-        "| pairs | n | sink | low-value | spread | m⁰ | a (median) | H / ln n | dominant sink / low / spread | most frequent top key (pairs) |"
+        "|---|---|---|{}---|---|---|---|---|---|---|",
+        if ls { "---|" } else { "" }
     );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
     let row = |md: &mut String, what: String, x: &Summary| {
+        let (learned, learned_dom) = if ls {
+            (
+                format!(" {:.3} |", x.learned_sink),
+                format!(" {} /", x.dominant[1]),
+            )
+        } else {
+            (String::new(), String::new())
+        };
         let _ = writeln!(
             md,
-            "| {what} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} / {} / {} | {} ({}) |",
+            "| {what} | {} | {:.3} |{learned} {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} /{learned_dom} {} / {} | {} ({}) |",
             x.n,
             x.sink,
             x.low_value,
@@ -477,8 +560,8 @@ pub fn markdown(s: &HardSwitch, names: (&str, Option<&str>)) -> String {
             x.attended_value_median,
             x.entropy_norm,
             x.dominant[0],
-            x.dominant[1],
             x.dominant[2],
+            x.dominant[3],
             x.top_key_mode.0,
             x.top_key_mode.1
         );
@@ -551,8 +634,20 @@ pub fn verdict(s: &HardSwitch) -> String {
             .and_then(|x| x.separations.iter().find(|y| y.statistic == st))
     };
     let zv = get("off_vs_random", "zero_value").map_or("untested", |x| x.label);
-    let dom = ["the sink", "low-value keys", "ordinary (spread) keys"];
-    let k = (0..3).max_by_key(|&k| off.dominant[k]).unwrap_or(0);
+    let dom = [
+        "the sink",
+        "the learned sink",
+        "low-value keys",
+        "ordinary (spread) keys",
+    ];
+    // The first of equal counts.
+    let k = (0..4).fold(0, |b, k| {
+        if off.dominant[k] > off.dominant[b] {
+            k
+        } else {
+            b
+        }
+    });
     format!(
         "{} off pairs; their mass on ≈ 0-value keys m⁰ = {:.3} against {:.3} on random pairs ({}); the largest share is on {} for {}/{} of them. docs/theory.md §4 predicts m⁰ → 1 as the output → 0 under its cone condition on the values: {}.",
         off.n,
@@ -605,6 +700,14 @@ pub fn nosink_sentence(n: &Run, first: &str) -> String {
 mod tests {
     use super::*;
 
+    /// Every key of the row visible, no learned sink.
+    fn all_keys(keys: usize) -> Seen {
+        Seen {
+            keys,
+            learned_sink: false,
+        }
+    }
+
     /// A head that attends (almost) only to a zero-value key at position 0: its output is ≈ 0
     /// and the split says "sink"; with the zero-value key at j = 2 it says "low-value".
     #[test]
@@ -619,7 +722,7 @@ mod tests {
         let v_rel: Vec<f64> = vn.iter().map(|x| x / vmean).collect();
         let row = [0.97, 0.01, 0.01, 0.01];
         let o: f64 = row.iter().zip(&v).map(|(a, x)| a * x[0]).sum();
-        let p = split_row((0, 0, 3), &row, &v_rel, o / vmean).unwrap();
+        let p = split_row((0, 0, 3), &row, &v_rel, o / vmean, all_keys(4)).unwrap();
         assert!(p.size <= SMALL, "{}", p.size);
         assert!((p.sink - 0.97).abs() < 1e-12 && (p.low_value - 0.01).abs() < 1e-12);
         assert!((p.sink + p.low_value + p.spread - 1.0).abs() < 1e-12);
@@ -630,7 +733,7 @@ mod tests {
         // The same mass on the zero value at j = 2: low-value, not sink.
         let row2 = [0.01, 0.01, 0.97, 0.01];
         let o2: f64 = row2.iter().zip(&v).map(|(a, x)| a * x[0]).sum();
-        let q = split_row((0, 0, 3), &row2, &v_rel, o2 / vmean).unwrap();
+        let q = split_row((0, 0, 3), &row2, &v_rel, o2 / vmean, all_keys(4)).unwrap();
         assert!(q.size <= SMALL, "{}", q.size);
         assert!((q.low_value - 0.97).abs() < 1e-12 && (q.sink - 0.01).abs() < 1e-12);
         assert!((q.zero_value - 0.98).abs() < 1e-12);
@@ -644,19 +747,65 @@ mod tests {
     #[test]
     fn cancellation_is_spread() {
         let v_rel = [1.0, 1.0, 1.0];
-        let p = split_row((1, 2, 2), &[0.0, 0.5, 0.5], &v_rel, 0.0).unwrap();
+        let p = split_row((1, 2, 2), &[0.0, 0.5, 0.5], &v_rel, 0.0, all_keys(3)).unwrap();
         assert_eq!((p.sink, p.low_value, p.zero_value), (0.0, 0.0, 0.0));
         assert!((p.spread - 1.0).abs() < 1e-15);
         assert!((p.attended_value - 1.0).abs() < 1e-15);
         assert!((p.entropy - 2f64.ln()).abs() < 1e-15);
         // Uniform on all three keys: normalised entropy 1.
-        let u = split_row((1, 2, 2), &[1.0, 1.0, 1.0], &v_rel, 0.0).unwrap();
+        let u = split_row((1, 2, 2), &[1.0, 1.0, 1.0], &v_rel, 0.0, all_keys(3)).unwrap();
         assert!((u.entropy_norm - 1.0).abs() < 1e-12 && (u.sink - 1.0 / 3.0).abs() < 1e-15);
         // Refusals.
-        assert!(split_row((0, 0, 0), &[], &[], 0.0).is_err());
-        assert!(split_row((0, 0, 0), &[1.0], &[1.0, 2.0], 0.0).is_err());
-        assert!(split_row((0, 0, 0), &[0.0, 0.0], &[1.0, 1.0], 0.0).is_err());
-        assert!(split_row((0, 0, 0), &[f64::NAN, 1.0], &[1.0, 1.0], 0.0).is_err());
+        assert!(split_row((0, 0, 0), &[], &[], 0.0, all_keys(0)).is_err());
+        assert!(split_row((0, 0, 0), &[1.0], &[1.0, 2.0], 0.0, all_keys(1)).is_err());
+        assert!(split_row((0, 0, 0), &[0.0, 0.0], &[1.0, 1.0], 0.0, all_keys(2)).is_err());
+        assert!(split_row((0, 0, 0), &[f64::NAN, 1.0], &[1.0, 1.0], 0.0, all_keys(2)).is_err());
+    }
+
+    /// A head with a learned sink that sends 0.9 of a row to it: the split names the learned
+    /// sink (not renormalised onto the keys), m⁰ counts it, and the entropy counts it as one
+    /// more destination. Read as a head without one (the assumption dropped), the same row is
+    /// renormalised and credits position 0 with half the mass, the BOS sink it is not.
+    #[test]
+    fn a_learned_sink_is_its_own_destination() {
+        let v_rel = [1.0, 1.0, 1.0];
+        let row = [0.05, 0.02, 0.03];
+        let learned = Seen {
+            keys: 3,
+            learned_sink: true,
+        };
+        let p = split_row((0, 0, 2), &row, &v_rel, 0.1, learned).unwrap();
+        assert!((p.learned_sink - 0.9).abs() < 1e-12, "{}", p.learned_sink);
+        assert!((p.sink - 0.05).abs() < 1e-12 && (p.spread - 0.05).abs() < 1e-12);
+        assert!((p.sink + p.learned_sink + p.low_value + p.spread - 1.0).abs() < 1e-12);
+        assert!((p.zero_value - 0.9).abs() < 1e-12);
+        let h: f64 = [0.05, 0.02, 0.03, 0.9]
+            .iter()
+            .map(|a: &f64| -a * a.ln())
+            .sum();
+        assert!((p.entropy - h).abs() < 1e-12 && (p.entropy_norm - h / 4f64.ln()).abs() < 1e-12);
+        let s = summarise(&[&p]);
+        assert_eq!(s.dominant, [0, 1, 0, 0]);
+        let q = split_row((0, 0, 2), &row, &v_rel, 0.1, all_keys(3)).unwrap();
+        assert!((q.sink - 0.5).abs() < 1e-12 && q.learned_sink == 0.0);
+        assert_eq!(summarise(&[&q]).dominant, [1, 0, 0, 0]);
+        // All of a row on the learned sink is a valid row; more than 1 in all is not.
+        let z = split_row((0, 0, 2), &[0.0; 3], &v_rel, 0.0, learned).unwrap();
+        assert_eq!((z.learned_sink, z.entropy), (1.0, 0.0));
+        assert!(split_row((0, 0, 2), &[0.5, 0.4, 0.2], &v_rel, 0.0, learned).is_err());
+        // A window of 2 keys: the entropy is normalised by ln 2 (+ the learned sink: ln 3).
+        let w = split_row(
+            (0, 0, 2),
+            &[0.0, 0.5, 0.5],
+            &v_rel,
+            1.0,
+            Seen {
+                keys: 2,
+                learned_sink: false,
+            },
+        )
+        .unwrap();
+        assert!((w.entropy_norm - 1.0).abs() < 1e-12, "{}", w.entropy_norm);
     }
 
     fn pair(head: usize, query: usize, size: f64, sink: f64) -> PairMass {
@@ -666,6 +815,7 @@ mod tests {
             query,
             size,
             sink,
+            learned_sink: 0.0,
             low_value: 0.0,
             spread: 1.0 - sink,
             zero_value: sink,
@@ -692,7 +842,7 @@ mod tests {
         let r = run_from(&[1, 2, 3], ps, heads.clone(), 7);
         assert_eq!((r.off.n, r.random.n, r.n_pairs), (40, RANDOM_PAIRS, 2040));
         assert_eq!(r.off_sink_value_low, 40);
-        assert_eq!(r.off.dominant, [40, 0, 0]);
+        assert_eq!(r.off.dominant, [40, 0, 0, 0]);
         assert_eq!(r.off.top_key_mode, (0, 40));
         assert_eq!(r.random.top_key_mode.0, 1);
         let s = assemble(r, None, 3);

@@ -10,6 +10,13 @@
 //! computes its per-layer statistics from it; tensors are decoded by
 //! [`crate::runtime::safetensors::decode`], the decoder of the model weights.
 //! Layers must be contiguous from 0 and hidden states finite.
+//!
+//! How the model attends, which the tensors alone do not say, is in the file's string
+//! metadata ([`AttentionLayout`]): `causal` (`true`/`false`), `sliding_window` (a JSON list
+//! with one entry per layer, the window $w$ — query $i$ sees keys $j$ with
+//! $i - w < j \le i$ — or `null`), `learned_sinks` (`true` when rows sum to
+//! $1 - p_{\mathrm{sink}}$). A file without them is read as a causal model with full windows
+//! and no learned sinks; a present entry that does not parse is refused.
 
 use super::hidden::{HiddenStates, ShapeError};
 use safetensors::{Dtype, SafeTensors, tensor::TensorView};
@@ -115,6 +122,93 @@ pub struct Activations {
     pub metadata: HashMap<String, String>,
 }
 
+/// Metadata keys of [`AttentionLayout`].
+pub const META_CAUSAL: &str = "causal";
+/// See [`META_CAUSAL`].
+pub const META_SLIDING_WINDOW: &str = "sliding_window";
+/// See [`META_CAUSAL`].
+pub const META_LEARNED_SINKS: &str = "learned_sinks";
+
+/// How the model that wrote an activation file attends: what the per-layer statistics need
+/// beyond the tensors (the number of keys query $i$ sees, and whether its row may sum to less
+/// than 1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttentionLayout {
+    /// Queries see only earlier keys (and themselves).
+    pub causal: bool,
+    /// Per layer, the sliding window $w$ (`None`: every key).
+    pub windows: Vec<Option<usize>>,
+    /// Rows sum to $1 - p_{\mathrm{sink}}$ (a learned sink logit per head).
+    pub learned_sinks: bool,
+}
+
+impl AttentionLayout {
+    /// The layout of `m`, for a file it writes.
+    pub fn of(m: &crate::runtime::pretrained::Pretrained) -> Self {
+        AttentionLayout {
+            causal: m.cfg.causal,
+            windows: m.layers.iter().map(|l| l.window).collect(),
+            learned_sinks: m.layers.iter().any(|l| l.sinks.is_some()),
+        }
+    }
+
+    /// The metadata entries that state this layout.
+    pub fn metadata(&self) -> [(String, String); 3] {
+        let w: Vec<serde_json::Value> = self.windows.iter().map(|w| (*w).into()).collect();
+        [
+            (META_CAUSAL.into(), self.causal.to_string()),
+            (
+                META_SLIDING_WINDOW.into(),
+                serde_json::Value::Array(w).to_string(),
+            ),
+            (META_LEARNED_SINKS.into(), self.learned_sinks.to_string()),
+        ]
+    }
+
+    /// The layout stated in `meta` for a file of `layers` layers (the defaults where an entry
+    /// is absent); an entry that does not parse, or a window list of another length, is an
+    /// error naming the key.
+    pub fn from_metadata(
+        meta: &HashMap<String, String>,
+        layers: usize,
+    ) -> Result<Self, ActivationError> {
+        let flag = |k: &str| -> Result<bool, ActivationError> {
+            match meta.get(k).map(String::as_str) {
+                None | Some("false") => Ok(false),
+                Some("true") => Ok(true),
+                Some(v) => Err(ActivationError::Format(format!(
+                    "metadata `{k}` is `{v}`: expected `true` or `false`"
+                ))),
+            }
+        };
+        let causal = !meta.contains_key(META_CAUSAL) || flag(META_CAUSAL)?;
+        let learned_sinks = flag(META_LEARNED_SINKS)?;
+        let windows = match meta.get(META_SLIDING_WINDOW) {
+            None => vec![None; layers],
+            Some(v) => {
+                let bad = || {
+                    ActivationError::Format(format!(
+                        "metadata `{META_SLIDING_WINDOW}` is `{v}`: expected a JSON list of \
+                         {layers} entries (one per layer), each a window ≥ 1 or null"
+                    ))
+                };
+                let list: Vec<Option<u64>> = serde_json::from_str(v).map_err(|_| bad())?;
+                if list.len() != layers || list.contains(&Some(0)) {
+                    return Err(bad());
+                }
+                list.into_iter()
+                    .map(|w| w.map(|w| usize::try_from(w).map_err(|_| bad())).transpose())
+                    .collect::<Result<_, _>>()?
+            }
+        };
+        Ok(AttentionLayout {
+            causal,
+            windows,
+            learned_sinks,
+        })
+    }
+}
+
 fn floats(name: &str, v: &TensorView<'_>) -> Result<Vec<f32>, ActivationError> {
     let dtype = v.dtype();
     if !matches!(dtype, Dtype::F32 | Dtype::F64 | Dtype::F16 | Dtype::BF16) {
@@ -198,8 +292,14 @@ fn finite(name: &str, data: &[f32]) -> Result<(), ActivationError> {
 }
 
 /// Every row of `[H, T, T]` attention is a probability vector: entries in [0, 1] and the sum 1
-/// within [`attn_row_tolerance`].
-fn probabilities(name: &str, h: &HeadTensor, dtype: Dtype) -> Result<(), ActivationError> {
+/// within [`attn_row_tolerance`] (with learned sinks, a sum in $[0, 1]$: the rest is the
+/// sink's).
+fn probabilities(
+    name: &str,
+    h: &HeadTensor,
+    dtype: Dtype,
+    learned_sinks: bool,
+) -> Result<(), ActivationError> {
     let tol = attn_row_tolerance(dtype);
     for hh in 0..h.heads {
         for i in 0..h.tokens {
@@ -211,9 +311,13 @@ fn probabilities(name: &str, h: &HeadTensor, dtype: Dtype) -> Result<(), Activat
                 )));
             }
             let sum: f64 = row.iter().map(|&p| p as f64).sum();
+            if learned_sinks && sum <= 1.0 + tol {
+                continue;
+            }
             if (sum - 1.0).abs() > tol {
+                let to = if learned_sinks { "at most 1" } else { "1" };
                 return Err(ActivationError::Format(format!(
-                    "`{name}` head {hh} row {i} sums to {sum}: attention rows sum to 1 (tolerance {tol} for {dtype:?})"
+                    "`{name}` head {hh} row {i} sums to {sum}: attention rows sum to {to} (tolerance {tol} for {dtype:?})"
                 )));
             }
         }
@@ -265,6 +369,8 @@ impl Activations {
                  detector and every per-position statistic need at least 2"
             )));
         }
+        let metadata = meta.metadata().clone().unwrap_or_default();
+        let layout = AttentionLayout::from_metadata(&metadata, layers)?;
         // The per-layer analyses hold T × T matrices: check their size before any work.
         crate::budget::Budget::default()
             .check(
@@ -328,7 +434,7 @@ impl Activations {
                     };
                     finite(&name, &h.data)?;
                     if square {
-                        probabilities(&name, &h, v.dtype())?;
+                        probabilities(&name, &h, v.dtype(), layout.learned_sinks)?;
                     }
                     out.push(h);
                 }
@@ -399,8 +505,13 @@ impl Activations {
             keys,
             values,
             tokens,
-            metadata: meta.metadata().clone().unwrap_or_default(),
+            metadata,
         })
+    }
+
+    /// How the model that wrote the file attends (from its metadata; checked when read).
+    pub fn layout(&self) -> Result<AttentionLayout, ActivationError> {
+        AttentionLayout::from_metadata(&self.metadata, self.hidden.layers())
     }
 
     /// Reads an activation file.
