@@ -139,6 +139,7 @@ fn synthetic(l_n: usize, h_n: usize, t: usize, tokens: Vec<String>) -> ViewData 
                 layer: l,
                 head: hh,
                 q8: q8.clone(),
+                sink_q8: None,
             });
         }
         // α₀ = (1/T)(1 + (T − 1) s) for every head of the layer.
@@ -160,6 +161,7 @@ fn synthetic(l_n: usize, h_n: usize, t: usize, tokens: Vec<String>) -> ViewData 
         layers,
         maps_q8,
         exact,
+        sink_q8: None,
         detector: DetectorView::unavailable("synthetic page: no hidden states".into()),
         token_curves: None,
         realised: None,
@@ -258,6 +260,18 @@ fn learned_sink_mass_is_a_grid_statistic_when_present() {
     assert_selftest_ok(&v);
     assert_eq!(v["checks"]["grid_shows_sink_mass"], true, "{v:#}");
     assert_eq!(v["checks"]["grid_back_from_sink_mass"], true, "{v:#}");
+    assert!(v["checks"].get("sink_column_drawn").is_none(), "{v:#}");
+    // With per-row sink masses each map gets a column beside it: drawn, and its hover names
+    // the learned sink with the row's value (row 3 of head 0's column: 0.75).
+    let cols: Vec<u8> = maps::quantise(&[0.0, 0.25, 0.5, 0.75]);
+    d.sink_q8 = Some(vec![sinklab::view::base64(&cols); 2 * 3]);
+    let page = dir.path().join("column.html");
+    std::fs::write(&page, sinklab::view::render(&d).unwrap()).unwrap();
+    let (v, _) = selftest(&b, &page);
+    assert_selftest_ok(&v);
+    assert_eq!(v["checks"]["sink_column_drawn"], true, "{v:#}");
+    assert_eq!(v["checks"]["sink_column_hover"], true, "{v:#}");
+    assert!(v["sink_hover"].as_str().unwrap().contains("0.749"), "{v:#}");
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! on the states `secondary::native::capture` takes (the last one after the final norm).
 
 use super::maps::MapObserver;
-use super::{DetectorView, ViewData, encode_maps, token_curves};
+use super::{DetectorView, ViewData, encode_maps, encode_sink_columns, token_curves};
 use crate::real::stats::LayerStats;
 use crate::runtime::LoadedModel;
 use crate::runtime::forward::{LayerObserver, LayerTensors};
@@ -120,6 +120,7 @@ fn pooled(
         layers,
         maps_q8,
         exact,
+        sink_q8: encode_sink_columns(obs),
         detector: det,
         token_curves: Some(token_curves(&act.hidden, bos)),
         realised: None,
@@ -149,6 +150,10 @@ pub fn from_activations(
     let causal = attn.iter().all(|a| {
         (0..a.heads).all(|hh| (0..t).all(|i| a.row(hh, i)[i + 1..].iter().all(|&p| p == 0.0)))
     });
+    let learned_sinks = act
+        .layout()
+        .map_err(|e| ViewError::Input(format!("{}: {e}", path.display())))?
+        .learned_sinks;
     let mut obs = MapObserver::new(max_res, exact);
     for (l, a) in attn.iter().enumerate() {
         if a.heads != h || a.tokens != t || a.width != t {
@@ -160,7 +165,7 @@ pub fn from_activations(
                 a.width
             )));
         }
-        obs.add_layer(l, &a.data, h, t, causal);
+        obs.add_layer(l, &a.data, (h, t), causal, learned_sinks);
     }
     let mut v = pooled(&obs, &act, rep.layers, (nl, h, t, causal), max_res);
     v.source = rep.file.clone();

@@ -8,6 +8,10 @@
 //! read back as $q/255$ with an error of at most $1/510$. Causal maps keep the cells $c \le r$
 //! only (row-major lower triangle, $R(R+1)/2$ bytes): a cell above the diagonal covers keys
 //! after all its queries, so it is zero.
+//!
+//! Heads with a learned sink logit (gpt-oss) also get a column: per query row the mass the
+//! sink logit takes, $1 - \sum_j A_{ij}$, max-pooled over the rows of each bin and quantised as
+//! the cells are.
 
 use crate::runtime::forward::{LayerObserver, LayerTensors};
 use crate::runtime::pretrained::Pretrained;
@@ -55,6 +59,20 @@ pub fn max_pool(a: &[f32], t: usize, r: usize, causal: bool) -> Vec<f32> {
     out
 }
 
+/// The learned sink's mass of every row of one `t × t` map, $1 - \sum_j A_{ij}$ (clamped to
+/// [0, 1] against f32 rounding), max-pooled to `r` bins of rows.
+pub fn row_sink_mass(a: &[f32], t: usize, r: usize) -> Vec<f32> {
+    assert_eq!(a.len(), t * t, "row_sink_mass: a {t} × {t} map");
+    let mut out = vec![0f32; r];
+    for i in 0..t {
+        let total: f64 = a[i * t..(i + 1) * t].iter().map(|&p| p as f64).sum();
+        let m = (1.0 - total).clamp(0.0, 1.0) as f32;
+        let b = bin(i, t, r);
+        out[b] = out[b].max(m);
+    }
+    out
+}
+
 /// 8-bit quantisation of probabilities: `round(255 p)`, p clamped to [0, 1].
 pub fn quantise(p: &[f32]) -> Vec<u8> {
     p.iter()
@@ -83,6 +101,8 @@ pub struct PooledHead {
     pub head: usize,
     /// Quantised cells in the stored layout.
     pub q8: Vec<u8>,
+    /// With a learned sink: [`row_sink_mass`] quantised, one byte per bin of rows.
+    pub sink_q8: Option<Vec<u8>>,
 }
 
 /// One exactly kept head.
@@ -123,18 +143,30 @@ impl MapObserver {
         }
     }
 
-    /// Pools (and where asked keeps) the `h` heads of one layer's `[H, T, T]` maps.
-    pub fn add_layer(&mut self, layer: usize, attn: &[f32], h: usize, t: usize, causal: bool) {
+    /// Pools (and where asked keeps) the `h` heads of one layer's `[H, T, T]` maps; with
+    /// `learned_sink`, each head's column of sink mass too.
+    pub fn add_layer(
+        &mut self,
+        layer: usize,
+        attn: &[f32],
+        (h, t): (usize, usize),
+        causal: bool,
+        learned_sink: bool,
+    ) {
         use rayon::prelude::*;
         self.t = t;
         self.causal = causal;
         let r = resolution(t, self.max_res);
         let heads: Vec<PooledHead> = (0..h)
             .into_par_iter()
-            .map(|hh| PooledHead {
-                layer,
-                head: hh,
-                q8: quantise(&max_pool(&attn[hh * t * t..(hh + 1) * t * t], t, r, causal)),
+            .map(|hh| {
+                let a = &attn[hh * t * t..(hh + 1) * t * t];
+                PooledHead {
+                    layer,
+                    head: hh,
+                    q8: quantise(&max_pool(a, t, r, causal)),
+                    sink_q8: learned_sink.then(|| quantise(&row_sink_mass(a, t, r))),
+                }
             })
             .collect();
         self.pooled.extend(heads);
@@ -154,7 +186,14 @@ impl LayerObserver for MapObserver {
     fn layer(&mut self, m: &Pretrained, lt: &LayerTensors<'_>) {
         // One pass without a cache: square maps, T_n = T_k.
         if lt.pos0 == 0 && lt.t == lt.t_keys {
-            self.add_layer(lt.layer, lt.attn, m.cfg.n_head, lt.t, m.cfg.causal);
+            let learned_sink = m.layers[lt.layer].sinks.is_some();
+            self.add_layer(
+                lt.layer,
+                lt.attn,
+                (m.cfg.n_head, lt.t),
+                m.cfg.causal,
+                learned_sink,
+            );
         }
     }
 }
@@ -206,6 +245,35 @@ mod tests {
         assert_eq!(p[cell_index(bin(30, t, r), bin(3, t, r), r, true)], 0.9);
         // Bidirectional layout: the full square.
         assert_eq!(max_pool(&a, t, r, false).len(), 64);
+    }
+
+    #[test]
+    fn the_sink_column_is_the_missing_row_mass_max_pooled() {
+        // Rows summing to 1 − m_i with m = (0, 0.5, 0.2, 0.9): at full resolution the column
+        // is m; pooled to 2 bins of two rows, (max(0, 0.5), max(0.2, 0.9)).
+        let t = 4;
+        let m = [0.0f32, 0.5, 0.2, 0.9];
+        let mut a = vec![0f32; t * t];
+        for i in 0..t {
+            for j in 0..=i {
+                a[i * t + j] = (1.0 - m[i]) / (i + 1) as f32;
+            }
+        }
+        let full = row_sink_mass(&a, t, t);
+        for (x, y) in full.iter().zip(m) {
+            assert!((x - y).abs() < 1e-6, "{full:?}");
+        }
+        let pooled = row_sink_mass(&a, t, 2);
+        assert!((pooled[0] - 0.5).abs() < 1e-6 && (pooled[1] - 0.9).abs() < 1e-6);
+        // A head without a learned sink gets no column.
+        let mut obs = MapObserver::new(2, vec![]);
+        obs.add_layer(0, &a, (1, t), true, false);
+        assert!(obs.pooled[0].sink_q8.is_none());
+        obs.add_layer(1, &a, (1, t), true, true);
+        assert_eq!(
+            obs.pooled[1].sink_q8.as_deref(),
+            Some(&quantise(&pooled)[..])
+        );
     }
 
     #[test]

@@ -52,6 +52,10 @@ pub struct ViewData {
     pub maps_q8: Vec<String>,
     /// Exact maps of the `--heads` heads.
     pub exact: Vec<ExactView>,
+    /// Models with learned sink logits: per head (index `l·H + h`), base64 of the 8-bit column
+    /// of each row's sink mass $1 - \sum_j A_{ij}$, pooled to R rows ([`maps::row_sink_mass`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sink_q8: Option<Vec<String>>,
     /// Paper B's detector on the run.
     pub detector: DetectorView,
     /// Per token and layer: the detector's states' norms and cosines with the BOS state.
@@ -254,6 +258,22 @@ pub fn encode_maps(obs: &maps::MapObserver) -> (Vec<String>, Vec<ExactView>) {
                 head: e.head,
                 f32: base64_f32(&e.p),
             })
+            .collect(),
+    )
+}
+
+/// The learned-sink columns of a [`maps::MapObserver`] (`l·H + h` order), `None` when no head
+/// has one.
+pub fn encode_sink_columns(obs: &maps::MapObserver) -> Option<Vec<String>> {
+    let mut pooled: Vec<&maps::PooledHead> = obs.pooled.iter().collect();
+    pooled.sort_by_key(|p| (p.layer, p.head));
+    if pooled.iter().all(|p| p.sink_q8.is_none()) {
+        return None;
+    }
+    Some(
+        pooled
+            .iter()
+            .map(|p| p.sink_q8.as_deref().map(base64).unwrap_or_default())
             .collect(),
     )
 }
