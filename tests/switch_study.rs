@@ -153,6 +153,7 @@ fn a_sink_logit_frozen_at_minus_infinity_is_never_a_learned_sink() {
             let switches = Switches {
                 sink_logit: true,
                 gate: GateForm::Off,
+                ..Switches::OFF
             };
             let cfg = TrainConfig {
                 task,

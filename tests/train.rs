@@ -293,7 +293,11 @@ fn switch_settings() -> Vec<sinklab::train::Switches> {
     let mut v = Vec::new();
     for sink_logit in [false, true] {
         for gate in [GateForm::Off, GateForm::Head, GateForm::Elementwise] {
-            let s = Switches { sink_logit, gate };
+            let s = Switches {
+                sink_logit,
+                gate,
+                ..Switches::OFF
+            };
             if !s.is_off() {
                 v.push(s);
             }
@@ -452,7 +456,11 @@ fn each_switch_trains_and_is_classified() {
         eval_batch: 16,
         ..TrainConfig::default()
     };
-    let on = |sink_logit, gate| Switches { sink_logit, gate };
+    let on = |sink_logit, gate| Switches {
+        sink_logit,
+        gate,
+        ..Switches::OFF
+    };
     let variants = [
         ("bos", Switches::OFF, false),
         ("masked", Switches::OFF, true),
@@ -524,6 +532,7 @@ fn frozen_switches_keep_their_initial_values() {
         switches: Switches {
             sink_logit: true,
             gate: GateForm::Head,
+            ..Switches::OFF
         },
         freeze_switches: true,
         ..TrainConfig::default()
@@ -556,6 +565,28 @@ fn frozen_switches_keep_their_initial_values() {
     assert!(b.col_iter().all(|c| c.iter().all(|&x| x == 0.0)));
     assert_eq!(w, w1, "W_g moved although frozen");
     assert_ne!(live.gate_params(0).unwrap().0, w1, "an unfrozen W_g trains");
+    // A sink logit started elsewhere: frozen, it stays at its start exactly; the start at
+    // the switching value ln(T(1−ε)/ε) is ln(10 · 9) at T = 10, ε = 0.1.
+    let s0 = sinklab::train::SinkLogitInit::parse("switching")
+        .unwrap()
+        .value(cfg.t);
+    assert!((s0 - 90f64.ln()).abs() < 1e-12, "{s0}");
+    let (_, started) = train_model(
+        &TrainConfig {
+            switches: cfg.switches.with_sink_logit_init(s0),
+            ..cfg.clone()
+        },
+        |_, _| {},
+    )
+    .unwrap();
+    // Training runs in f32: the start is s0 rounded to f32, kept exactly.
+    assert_eq!(started.sink_logit(0), Some(s0 as f32 as f64));
+    // The start is written only when set: a configuration without it serialises as before.
+    let text = serde_json::to_string(&cfg.switches).unwrap();
+    assert!(!text.contains("sink_logit_init"), "{text}");
+    let moved = serde_json::to_string(&cfg.switches.with_sink_logit_init(s0)).unwrap();
+    assert!(moved.contains("sink_logit_init"), "{moved}");
+    assert!(sinklab::train::SinkLogitInit::parse("inf").is_err());
     let bad = TrainConfig {
         switches: Switches::OFF,
         ..cfg

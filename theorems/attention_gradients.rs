@@ -251,6 +251,7 @@ fn switch_config(v: u8) -> ModelConfig {
         switches: Switches {
             sink_logit: v & 1 != 0,
             gate,
+            ..Switches::OFF
         },
     }
 }

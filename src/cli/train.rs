@@ -77,6 +77,10 @@ pub struct Args {
     /// trains: the control that attributes a change to the mechanism. Needs --switch.
     #[arg(long)]
     freeze_switch: bool,
+    /// Initial value of the sink logit s (default 0); `switching` sets ln(T(1−ε)/ε), the
+    /// value that switches off every row with W_QK = 0 (docs/theory.md §11, ε = 0.1).
+    #[arg(long, value_name = "S")]
+    sink_logit_init: Option<String>,
     /// Drop BOS from the sequences altogether.
     #[arg(long)]
     no_bos: bool,
@@ -182,6 +186,15 @@ pub fn run(a: Args) -> Result<i32> {
     if a.freeze_switch && matches!(a.switch, SwitchArg::Bos | SwitchArg::Masked) {
         bail!("--freeze-switch needs --switch sink-logit, gate or sink-logit+gate");
     }
+    let sink_logit_init = match &a.sink_logit_init {
+        None => 0.0,
+        Some(_) if !matches!(a.switch, SwitchArg::SinkLogit | SwitchArg::SinkLogitGate) => {
+            bail!("--sink-logit-init needs --switch sink-logit or sink-logit+gate")
+        }
+        Some(v) => sinklab::train::SinkLogitInit::parse(v)
+            .map_err(|e| anyhow::anyhow!("--sink-logit-init: {e}"))?
+            .value(a.t),
+    };
     if a.gate_form != GateForm::Head
         && !matches!(a.switch, SwitchArg::Gate | SwitchArg::SinkLogitGate)
     {
@@ -192,15 +205,17 @@ pub fn run(a: Args) -> Result<i32> {
         SwitchArg::Bos | SwitchArg::Masked => Switches::OFF,
         SwitchArg::SinkLogit => Switches {
             sink_logit: true,
-            gate: GateForm::Off,
+            sink_logit_init,
+            ..Switches::OFF
         },
         SwitchArg::Gate => Switches {
-            sink_logit: false,
             gate,
+            ..Switches::OFF
         },
         SwitchArg::SinkLogitGate => Switches {
             sink_logit: true,
             gate,
+            sink_logit_init,
         },
     };
     let cfg = TrainConfig {

@@ -28,7 +28,9 @@ pub mod embeddings;
 pub mod kernels;
 pub mod model;
 
-pub use model::{AttnForm, GateForm, Model, ModelConfig, ModelError, Switches};
+pub use model::{
+    AttnForm, GateForm, Model, ModelConfig, ModelError, SinkLogitInit, SinkLogitInitName, Switches,
+};
 
 use crate::backend::{AdamWHyper, Backend, Cpu};
 use crate::linalg;

@@ -62,7 +62,7 @@ pub enum GateForm {
 
 /// Explicit switches of every head (docs/theory.md §11); all off by default, and off
 /// they change no arithmetic of the model.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Switches {
     /// A learned sink logit $s$ per head: $A_{ij} = e^{z_{ij}} / (e^{s} + \sum_{k\ \rm visible} e^{z_{ik}})$,
@@ -70,6 +70,65 @@ pub struct Switches {
     pub sink_logit: bool,
     /// The output gate.
     pub gate: GateForm,
+    /// The sink logit's initial value $s_0$ (0 unless set; with [`Self::sink_logit`] only).
+    /// Not written when 0, so configurations without it keep their serialised form.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sink_logit_init: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
+/// How the sink logit starts: a value, or the switching value of the context,
+/// $s^\ast(T) = \ln\frac{T(1-\varepsilon)}{\varepsilon}$ with $\varepsilon$ =
+/// [`super::SWITCH_EPS`] (docs/theory.md §11: with $W_{QK} = 0$ it switches off every row of a
+/// context of length $\le T$, and no smaller value switches off the row that sees $T$ keys).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SinkLogitInit {
+    /// This value.
+    Value(f64),
+    /// `"switching"`: $s^\ast(T)$.
+    Named(SinkLogitInitName),
+}
+
+/// The named initial values of [`SinkLogitInit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SinkLogitInitName {
+    /// $s^\ast(T)$.
+    #[serde(rename = "switching")]
+    Switching,
+}
+
+impl Default for SinkLogitInit {
+    fn default() -> Self {
+        SinkLogitInit::Value(0.0)
+    }
+}
+
+impl SinkLogitInit {
+    /// Parses `switching` or a finite number.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if s == "switching" {
+            return Ok(SinkLogitInit::Named(SinkLogitInitName::Switching));
+        }
+        match s.parse::<f64>() {
+            Ok(v) if v.is_finite() => Ok(SinkLogitInit::Value(v)),
+            _ => Err(format!("`{s}` is neither a finite number nor `switching`")),
+        }
+    }
+
+    /// The initial logit for a context of `t` positions.
+    pub fn value(self, t: usize) -> f64 {
+        match self {
+            SinkLogitInit::Value(v) => v,
+            SinkLogitInit::Named(SinkLogitInitName::Switching) => {
+                let e = super::SWITCH_EPS;
+                (t as f64 * (1.0 - e) / e).ln()
+            }
+        }
+    }
 }
 
 impl Switches {
@@ -77,7 +136,16 @@ impl Switches {
     pub const OFF: Switches = Switches {
         sink_logit: false,
         gate: GateForm::Off,
+        sink_logit_init: 0.0,
     };
+
+    /// These switches with the sink logit starting at `s0` (no change without a sink logit).
+    pub fn with_sink_logit_init(self, s0: f64) -> Self {
+        Switches {
+            sink_logit_init: if self.sink_logit { s0 } else { 0.0 },
+            ..self
+        }
+    }
 
     /// Whether neither switch is on.
     pub fn is_off(&self) -> bool {
@@ -402,10 +470,10 @@ impl<F: Real> Model<F> {
             // The switches, only when asked for (off, the parameters and the draws
             // from `rng` are those of a model without them). The sink logit and W_g
             // are decayed (their size is the cost of the switch, §6); b_g is a bias.
-            let sink = cfg
-                .switches
-                .sink_logit
-                .then(|| push(format!("l{l}.sink"), Mat::zeros(1, 1), true, &mut params));
+            let sink = cfg.switches.sink_logit.then(|| {
+                let s0 = Mat::from_fn(1, 1, |_, _| F::from_f64(cfg.switches.sink_logit_init));
+                push(format!("l{l}.sink"), s0, true, &mut params)
+            });
             let gw = match cfg.switches.gate {
                 GateForm::Off => 0,
                 GateForm::Head => 1,

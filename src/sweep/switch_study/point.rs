@@ -66,15 +66,16 @@ impl Variant {
             Variant::Bos | Variant::Masked => Switches::OFF,
             Variant::SinkLogit => Switches {
                 sink_logit: true,
-                gate: GateForm::Off,
+                ..Switches::OFF
             },
             Variant::Gate => Switches {
-                sink_logit: false,
                 gate: gate_form,
+                ..Switches::OFF
             },
             Variant::SinkLogitGate => Switches {
                 sink_logit: true,
                 gate: gate_form,
+                ..Switches::OFF
             },
         }
     }
@@ -129,11 +130,17 @@ impl StudyPoint {
             config: &self.config,
         };
         let canonical = serde_json::to_string(&identity).unwrap_or_default();
+        let s0 = self.config.switches.sink_logit_init;
         format!(
-            "switch/{}/{}{}/t{}/s{}#{}",
+            "switch/{}/{}{}{}/t{}/s{}#{}",
             self.task,
             self.variant,
             if self.frozen { "-frozen" } else { "" },
+            if s0 != 0.0 {
+                format!("@s0={s0:.3}")
+            } else {
+                String::new()
+            },
             self.config.t,
             self.config.seed,
             crate::sweep::hash_hex(&canonical, 16)

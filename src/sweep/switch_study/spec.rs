@@ -4,7 +4,7 @@ use super::point::{StudyPoint, Task, Variant};
 use crate::sweep::cost_scaling::spec::Check;
 use crate::sweep::{SweepError, io};
 use crate::tasks::SourceFamily;
-use crate::train::{AttnForm, GateForm, TaskSpec, TrainConfig};
+use crate::train::{AttnForm, GateForm, SinkLogitInit, TaskSpec, TrainConfig};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -34,6 +34,10 @@ pub struct StudySpec {
     /// Gate form of the variants with a gate: `head` (default) or `elementwise`.
     #[serde(default = "default_gate_form")]
     pub gate_form: GateForm,
+    /// Initial value of the sink logit of the variants with one: a number (default 0) or
+    /// `"switching"`, $\ln(T(1-\varepsilon)/\varepsilon)$ at each T (the frozen controls keep it).
+    #[serde(default)]
+    pub sink_logit_init: SinkLogitInit,
     /// Context lengths.
     pub t: Vec<usize>,
     /// Seeds.
@@ -149,6 +153,11 @@ impl StudySpec {
                 "the gate form is head or elementwise",
             ));
         }
+        if let SinkLogitInit::Value(v) = self.sink_logit_init {
+            if !v.is_finite() {
+                return Err(c.err("sink_logit_init", &v.to_string(), "a finite number"));
+            }
+        }
         c.range("d", self.d as f64, 1.0, 1024.0)?;
         c.range("r", self.r as f64, 1.0, 1024.0)?;
         c.range("steps", self.steps as f64, 1.0, 1e7)?;
@@ -234,7 +243,9 @@ impl StudySpec {
                                     seed,
                                     eval_batch: self.eval_batch,
                                     target_acc_on: Some(self.target_acc_on),
-                                    switches: variant.switches(self.gate_form),
+                                    switches: variant
+                                        .switches(self.gate_form)
+                                        .with_sink_logit_init(self.sink_logit_init.value(t)),
                                     freeze_switches: frozen,
                                 },
                             });
