@@ -199,6 +199,7 @@ fn a_sink_logit_frozen_at_minus_infinity_is_never_a_learned_sink() {
 
 fn planted(task: Task, variant: Variant, frozen: bool, switch: &str, converged: bool) -> Record {
     Record {
+        sink_logit_init: None,
         id: format!("{task}/{variant}/{frozen}/{switch}/{converged}"),
         task,
         variant,
@@ -284,6 +285,23 @@ fn the_verdicts_count_what_the_records_hold() {
     let sl = v.iter().find(|s| s.contains("sink-logit")).unwrap();
     assert!(sl.contains("does not change how often"), "{sl}");
     assert!(sl.contains("more often than without"), "{sl}");
+    // A study without the bos variant, its sink logit started at 4.28 (trained) and kept there
+    // (frozen): the sentence names the start and compares with no absent variant.
+    let started: Vec<Record> = [(false, "sink_logit"), (true, "sink_logit")]
+        .into_iter()
+        .map(|(frozen, sw)| Record {
+            sink_logit_init: Some(4.28),
+            ..planted(b, Variant::SinkLogit, frozen, sw, true)
+        })
+        .collect();
+    let v = tally::verdicts(&started, b);
+    let sl = v.iter().find(|s| s.contains("sink-logit")).unwrap();
+    assert!(sl.contains("(its sink logit started at s₀ = 4.28)"), "{sl}");
+    assert!(
+        sl.contains("Frozen control (the sink logit kept at its start, s₀ = 4.28)"),
+        "{sl}"
+    );
+    assert!(!sl.contains("with the BOS key alone"), "{sl}");
 }
 
 /// The committed results (`sims/switch_study.results.jsonl`) hold a finished record of every

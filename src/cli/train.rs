@@ -77,8 +77,10 @@ pub struct Args {
     /// trains: the control that attributes a change to the mechanism. Needs --switch.
     #[arg(long)]
     freeze_switch: bool,
-    /// Initial value of the sink logit s (default 0); `switching` sets ln(T(1−ε)/ε), the
-    /// value that switches off every row with W_QK = 0 (docs/theory.md §11, ε = 0.1).
+    /// Initial value of the sink logit s: a number (default 0) or switching
+    ///
+    /// switching: ln(T(1−ε)/ε) with ε = 0.1, the value that switches off every row with
+    /// W_QK = 0 (docs/theory.md §11). Needs --switch sink-logit or sink-logit+gate.
     #[arg(long, value_name = "S")]
     sink_logit_init: Option<String>,
     /// Drop BOS from the sequences altogether.

@@ -225,6 +225,9 @@ pub struct Record {
     pub t: usize,
     /// Seed.
     pub seed: u64,
+    /// The sink logit's initial value when it is not 0 (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink_logit_init: Option<f64>,
     /// The measurements (`None` when the run failed).
     pub outcome: Option<Outcome>,
     /// Why the run failed.
@@ -298,10 +301,12 @@ pub fn compute(p: &StudyPoint, ctx: &PointContext) -> Record {
         Ok(o) => (Some(o), None),
         Err(e) => (None, Some(e)),
     };
+    let s0 = p.config.switches.sink_logit_init;
     Record {
         id: p.id(),
         task: p.task,
         variant: p.variant,
+        sink_logit_init: (s0 != 0.0).then_some(s0),
         frozen: p.frozen,
         t: p.config.t,
         seed: p.config.seed,

@@ -141,6 +141,23 @@ fn compare(a: (usize, usize), b: (usize, usize)) -> Option<&'static str> {
     })
 }
 
+/// The sink logit's start of a group's runs, `"s₀ = a"` or `"s₀ = a–b over T"`, when they
+/// started it elsewhere than 0.
+fn started(records: &[Record], (task, v, frozen): (Task, Variant, bool)) -> Option<String> {
+    let s0: Vec<f64> = records
+        .iter()
+        .filter(|r| r.task == task && r.variant == v && r.frozen == frozen)
+        .filter_map(|r| r.sink_logit_init)
+        .collect();
+    let lo = s0.iter().copied().reduce(f64::min)?;
+    let hi = s0.iter().copied().reduce(f64::max)?;
+    Some(if lo == hi {
+        format!("s₀ = {lo:.2}")
+    } else {
+        format!("s₀ = {lo:.2}–{hi:.2} over T")
+    })
+}
+
 /// The verdict sentences of one task, each computed from the records (the counts and their
 /// comparisons could have come out either way).
 pub fn verdicts(records: &[Record], task: Task) -> Vec<String> {
@@ -177,12 +194,19 @@ pub fn verdicts(records: &[Record], task: Task) -> Vec<String> {
         }
         let trained = count(records, (task, v, false), "bos_sink");
         let mut s = format!(
-            "**{task}, {v}**: with {what} available, the BOS sink forms in {} runs against {} \
-             with the BOS key alone",
+            "**{task}, {v}**: with {what} available{}, the BOS sink forms in {} runs",
+            started(records, (task, v, false))
+                .map(|x| format!(" (its sink logit started at {x})"))
+                .unwrap_or_default(),
             of(trained),
-            of(bos)
         );
-        if let Some(c) = compare(trained, bos) {
+        if present(Variant::Bos, false) {
+            s.push_str(&format!(" against {} with the BOS key alone", of(bos)));
+        }
+        if let Some(c) = present(Variant::Bos, false)
+            .then(|| compare(trained, bos))
+            .flatten()
+        {
             s.push_str(&format!(
                 " ({c} without the mechanism; Fisher's exact test p = {})",
                 p_value(fisher_exact(trained, bos))
@@ -212,6 +236,9 @@ pub fn verdicts(records: &[Record], task: Task) -> Vec<String> {
         s.push('.');
         if present(v, true) {
             let frozen = count(records, (task, v, true), "bos_sink");
+            let init = started(records, (task, v, true))
+                .map(|x| format!("the sink logit kept at its start, {x}"))
+                .unwrap_or_else(|| init.to_string());
             s.push_str(&format!(
                 " Frozen control ({init}): the BOS sink forms in {} runs",
                 of(frozen)
