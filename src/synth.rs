@@ -813,7 +813,8 @@ pub fn estimate_seconds(s: &SynthShape, seed: u64, threads: usize) -> f64 {
 }
 
 /// One tensor for [`write_tensors_gguf`]: its name, dims in PyTorch order (outermost first; the
-/// file stores them innermost first), row-major values and storage (`F32` or `F16`).
+/// file stores them innermost first), row-major values and storage (`F32` or `F16`), or MXFP4
+/// blocks given as bytes.
 #[derive(Debug, Clone)]
 pub struct GgufTensor {
     /// Tensor name (`blk.0.ffn_gate_exps.weight`, …).
@@ -824,12 +825,19 @@ pub struct GgufTensor {
     pub data: Vec<f32>,
     /// Storage: [`GgmlDType::F32`] or [`GgmlDType::F16`] (rounded to nearest).
     pub dtype: GgmlDType,
+    /// MXFP4 blocks in ggml's packing ([`crate::quant::mxfp4`], GGML type 39), written as
+    /// given instead of `data` (which is then empty; `dtype` is not read).
+    pub mxfp4: Option<Vec<u8>>,
 }
+
+/// GGML's type id of MXFP4 blocks.
+const GGML_TYPE_MXFP4: u32 = 39;
 
 /// Writes a GGUF v3 file of the given metadata and tensors, in the order given (data aligned to
 /// [`ALIGN`], `general.alignment` written first): the writer of files converted from other
 /// formats (a Hugging Face checkpoint's tensors under llama.cpp's names), which the tests load
-/// back through the GGUF reader. Only plain storage (f32, f16) is written; anything else, a
+/// back through the GGUF reader. Only plain storage (f32, f16) and given MXFP4 blocks are
+/// written; anything else, a
 /// duplicate name or a value count that is not the product of the dims is refused.
 pub fn write_tensors_gguf(
     path: &Path,
@@ -844,6 +852,28 @@ pub fn write_tensors_gguf(
             return Err(err(path, format!("tensor `{}` given twice", t.name)));
         }
         let n: usize = t.dims.iter().product();
+        if let Some(b) = &t.mxfp4 {
+            let cols = t.dims.last().copied().unwrap_or(0);
+            let bs = crate::quant::mxfp4::BLOCK;
+            if n == 0
+                || !t.data.is_empty()
+                || !cols.is_multiple_of(bs)
+                || b.len() != n / bs * crate::quant::mxfp4::GGML_BLOCK_BYTES
+            {
+                return Err(err(
+                    path,
+                    format!(
+                        "tensor `{}`: {} MXFP4 bytes (and {} values) for dims {:?}",
+                        t.name,
+                        b.len(),
+                        t.data.len(),
+                        t.dims
+                    ),
+                ));
+            }
+            blobs.push(b.clone());
+            continue;
+        }
         if t.dims.is_empty() || n != t.data.len() || n == 0 {
             return Err(err(
                 path,
@@ -890,7 +920,11 @@ pub fn write_tensors_gguf(
         for d in t.dims.iter().rev() {
             h.extend_from_slice(&(*d as u64).to_le_bytes());
         }
-        h.extend_from_slice(&t.dtype.to_u32_public().to_le_bytes());
+        let ty = match t.mxfp4 {
+            Some(_) => GGML_TYPE_MXFP4,
+            None => t.dtype.to_u32_public(),
+        };
+        h.extend_from_slice(&ty.to_le_bytes());
         h.extend_from_slice(&(off as u64).to_le_bytes());
         off += b.len() + pad(b.len());
     }

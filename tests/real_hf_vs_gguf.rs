@@ -314,6 +314,7 @@ fn convert(name: &str, out: &Path, experts: Experts, extra: Vec<(String, GValue)
         dims,
         data,
         dtype: GgmlDType::F32,
+        mxfp4: None,
     };
     let stack = |name: String, data: Vec<f32>, dims: Vec<usize>| {
         let (data, dtype) = match experts {
@@ -331,6 +332,7 @@ fn convert(name: &str, out: &Path, experts: Experts, extra: Vec<(String, GValue)
             dims,
             data,
             dtype,
+            mxfp4: None,
         }
     };
     let mut per_expert: std::collections::BTreeMap<(usize, String), Vec<Vec<f32>>> =
