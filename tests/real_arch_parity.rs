@@ -433,13 +433,19 @@ fn gpt_oss_mxfp4_experts_are_read_in_place() {
         let sinklab::runtime::pretrained::Ffn::Moe(moe) = &ly.ffn else {
             panic!("layer {l}: not a mixture");
         };
-        assert_eq!(moe.router.w.dtype(), WeightType::Ggml(candle_core::quantized::GgmlDType::F32));
+        assert_eq!(
+            moe.router.w.dtype(),
+            WeightType::Ggml(candle_core::quantized::GgmlDType::F32)
+        );
         for (e, m) in moe.experts.iter().enumerate() {
             for w in [&m.gate.as_ref().unwrap().w, &m.up.w, &m.down.w] {
                 let Storage::Mxfp4(x) = w.storage() else {
                     panic!("layer {l} expert {e}: not MXFP4");
                 };
-                assert!(x.blocks.is_mapped() && x.scales.is_mapped(), "layer {l} expert {e}");
+                assert!(
+                    x.blocks.is_mapped() && x.scales.is_mapped(),
+                    "layer {l} expert {e}"
+                );
             }
             // Gate and up are the even and odd rows of one stored tensor: a view with step 2.
             let Storage::Mxfp4(g) = m.gate.as_ref().unwrap().w.storage() else {
@@ -458,7 +464,11 @@ fn gpt_oss_mxfp4_config_must_agree_with_the_blocks() {
     });
     refused(
         t.path(),
-        &["experts.down_proj_blocks", "quantization_config", "disagree"],
+        &[
+            "experts.down_proj_blocks",
+            "quantization_config",
+            "disagree",
+        ],
     );
     let t = edited("gpt_oss_mxfp4", |v| {
         v["quantization_config"]["quant_method"] = "fp8".into();
@@ -468,7 +478,14 @@ fn gpt_oss_mxfp4_config_must_agree_with_the_blocks() {
         v["quantization_config"]["modules_to_not_convert"] =
             serde_json::json!(["model.layers.*.mlp.experts", "lm_head"]);
     });
-    refused(t.path(), &["modules_to_not_convert", "model.layers.*.mlp.experts", "disagree"]);
+    refused(
+        t.path(),
+        &[
+            "modules_to_not_convert",
+            "model.layers.*.mlp.experts",
+            "disagree",
+        ],
+    );
     let t = edited("gpt_oss_mxfp4", |v| {
         v["quantization_config"]["group_size"] = 64.into();
     });

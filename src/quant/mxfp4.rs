@@ -42,7 +42,11 @@ pub enum Packing {
 #[inline(always)]
 pub fn scale_half(e: u8) -> f32 {
     let e = e as u32;
-    f32::from_bits(if e < 2 { 0x0020_0000 << e } else { (e - 1) << 23 })
+    f32::from_bits(if e < 2 {
+        0x0020_0000 << e
+    } else {
+        (e - 1) << 23
+    })
 }
 
 /// The 16 values a block of scale `e` can hold, $K[q]\cdot 2^{E-128}$ for each code $q$.
@@ -54,7 +58,11 @@ fn table(e: u8) -> [f32; 16] {
 
 /// Decodes a row of ggml blocks (`blocks.len() = 17 · out.len() / 32`) into `out`.
 pub fn decode_ggml(blocks: &[u8], out: &mut [f32]) {
-    assert_eq!(blocks.len() * BLOCK, out.len() * GGML_BLOCK_BYTES, "MXFP4 row length");
+    assert_eq!(
+        blocks.len() * BLOCK,
+        out.len() * GGML_BLOCK_BYTES,
+        "MXFP4 row length"
+    );
     for (b, o) in blocks
         .chunks_exact(GGML_BLOCK_BYTES)
         .zip(out.chunks_exact_mut(BLOCK))
@@ -140,7 +148,11 @@ pub fn quantize_block_ggml(x: &[f32]) -> [u8; GGML_BLOCK_BYTES] {
 
 /// A ggml block's bytes rewritten in the split packing: (scale, 16 code bytes).
 pub fn ggml_to_split(block: &[u8]) -> (u8, [u8; 16]) {
-    assert_eq!(block.len(), GGML_BLOCK_BYTES, "an MXFP4 ggml block is 17 bytes");
+    assert_eq!(
+        block.len(),
+        GGML_BLOCK_BYTES,
+        "an MXFP4 ggml block is 17 bytes"
+    );
     let q = |j: usize| {
         let b = block[1 + j % 16];
         if j < 16 { b & 0x0f } else { b >> 4 }
@@ -201,7 +213,9 @@ mod tests {
                 assert_eq!(out[j] as f64, want[j], "ggml e {e} value {j}");
             }
             // split: byte j holds values 2j (low) and 2j + 1 (high).
-            let c: Vec<u8> = (0..16).map(|j| codes[2 * j] | (codes[2 * j + 1] << 4)).collect();
+            let c: Vec<u8> = (0..16)
+                .map(|j| codes[2 * j] | (codes[2 * j + 1] << 4))
+                .collect();
             let mut out2 = vec![0f32; 32];
             decode_split(&[e], &c, &mut out2);
             for j in 0..32 {
@@ -237,12 +251,20 @@ mod tests {
             (255, 0x11, true),
             (255, 0x00, true),
         ] {
-            assert_eq!(block_is_finite(e, &[byte; 16]), finite, "E {e} byte {byte:#x}");
+            assert_eq!(
+                block_is_finite(e, &[byte; 16]),
+                finite,
+                "E {e} byte {byte:#x}"
+            );
             let mut out = vec![0f32; 32];
             let mut b = vec![e];
             b.extend([byte; 16]);
             decode_ggml(&b, &mut out);
-            assert_eq!(out.iter().all(|v| v.is_finite()), finite, "E {e} byte {byte:#x}");
+            assert_eq!(
+                out.iter().all(|v| v.is_finite()),
+                finite,
+                "E {e} byte {byte:#x}"
+            );
         }
         let mut out = vec![0f32; 32];
         let mut b = vec![254u8];
@@ -259,13 +281,18 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(5);
         for _ in 0..200 {
             let s = 2f32.powi(rng.random_range(-20..20));
-            let x: Vec<f32> = (0..32).map(|_| s * (rng.random::<f32>() * 2.0 - 1.0)).collect();
+            let x: Vec<f32> = (0..32)
+                .map(|_| s * (rng.random::<f32>() * 2.0 - 1.0))
+                .collect();
             let b = quantize_block_ggml(&x);
             let mut y = vec![0f32; 32];
             decode_ggml(&b, &mut y);
             let xs = e8m0(b[0]);
             let amax = x.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
-            assert!(amax >= 4.0 * xs && amax < 8.0 * xs, "amax {amax} scale {xs}");
+            assert!(
+                amax >= 4.0 * xs && amax < 8.0 * xs,
+                "amax {amax} scale {xs}"
+            );
             for (&a, &q) in x.iter().zip(&y) {
                 let (a, q) = (a as f64, q as f64);
                 if a.abs() <= 6.0 * xs {

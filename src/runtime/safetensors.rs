@@ -421,7 +421,9 @@ impl Checkpoint {
         let shape_err = |n: &str, got: &[usize], want: &[usize]| {
             RealError::file(
                 &self.path,
-                format!("tensor `{n}` has shape {got:?}, expected {want:?} (MXFP4 of [{ne}, {rows}, {cols}])"),
+                format!(
+                    "tensor `{n}` has shape {got:?}, expected {want:?} (MXFP4 of [{ne}, {rows}, {cols}])"
+                ),
             )
         };
         if !cols.is_multiple_of(crate::quant::mxfp4::BLOCK) || cs != [ne, rows, nb, 16] {

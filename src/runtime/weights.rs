@@ -536,7 +536,13 @@ impl StoredMatrix {
             };
         }
         let perm: Vec<usize> = (0..self.rows)
-            .map(|i| if i < n { 2 * i + parity } else { 2 * (i - n) + 1 - parity })
+            .map(|i| {
+                if i < n {
+                    2 * i + parity
+                } else {
+                    2 * (i - n) + 1 - parity
+                }
+            })
             .collect();
         self.permute_rows(&perm).rows(0, n)
     }

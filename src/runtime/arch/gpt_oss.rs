@@ -48,8 +48,7 @@ fn glob(pat: &str, name: &str) -> bool {
         None => pat == name,
         Some((head, rest)) => {
             name.starts_with(head)
-                && (0..=name.len() - head.len())
-                    .any(|k| glob(rest, &name[head.len() + k..]))
+                && (0..=name.len() - head.len()).any(|k| glob(rest, &name[head.len() + k..]))
         }
     }
 }
