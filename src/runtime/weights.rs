@@ -52,7 +52,8 @@ pub enum Matmul {
     #[default]
     Exact,
     /// Activations quantized to 8 bits per block, integer dot products (llama.cpp's scheme).
-    /// Applies to quantized weights only; f32 / f16 / bf16 weights keep the exact product.
+    /// Applies to candle's quantized block types only; f32 / f16 / bf16 and MXFP4 weights keep
+    /// the exact product.
     Q8,
 }
 
