@@ -1,7 +1,7 @@
 //! MXFP4 blocks (the OCP microscaling format with 4-bit elements): 32 values share one E8M0
 //! scale byte $E$, the power of two $2^{E - 127}$, and each value is a 4-bit E2M1 code $q$
 //! (sign bit, two exponent bits, one mantissa bit) of magnitude in
-//! $\{0, \tfrac12, 1, \tfrac32, 2, 3, 4, 6\}$:
+//! $\lbrace 0, \tfrac12, 1, \tfrac32, 2, 3, 4, 6\rbrace$:
 //! $$w_j = \mathrm{e2m1}(q_j)\cdot 2^{E-127} = K[q_j]\cdot 2^{E-128},$$
 //! $K$ = [`KVALUES`] the E2M1 values doubled to integers (ggml's `kvalues_mxfp4`) and
 //! $2^{E-128}$ = [`scale_half`] the scale halved (ggml's `GGML_E8M0_TO_FP32_HALF`, a subnormal
