@@ -1,10 +1,13 @@
 //! Synthetic GGUF models (random weights, seeded), written streaming by one writer: tiny ones
 //! for tests, fuzz seeds and benches that must run without the real model cache
 //! ([`write_gguf`]), and paper-scale ones with a real model's shapes ([`write_paper_gguf`],
-//! `sinklab synth`). The file is a genuine `llama`, `qwen2` or `gemma3` GGUF, read back through
-//! the same loader as the real models.
+//! `sinklab synth`). The file is a genuine `llama`, `qwen2`, `gemma3`, `qwen3moe` or `gpt-oss`
+//! GGUF, read back through the same loader as the real models; the mixtures of experts are
+//! written as llama.cpp lays them out (stacked `ffn_*_exps`, an f32 router `ffn_gate_inp`),
+//! gpt-oss's experts in MXFP4 as its published GGUF stores them.
 
 use crate::runtime::RealError;
+use crate::runtime::weights::WeightType;
 use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
@@ -53,6 +56,24 @@ pub struct SynthShape {
     pub eps: f32,
     /// Storage of the matrices.
     pub dtype: SynthDtype,
+    /// A mixture of experts in every layer's feed-forward sub-layer (`qwen3moe`, `gpt-oss`).
+    pub moe: Option<SynthMoe>,
+    /// Sliding window of gpt-oss's even layers (`attention.sliding_window`).
+    pub window: Option<usize>,
+    /// YaRN RoPE scaling (factor, original context length), written as
+    /// `rope.scaling.{type = yarn, factor, original_context_length}`.
+    pub yarn: Option<(f32, usize)>,
+}
+
+/// The mixture of experts of a synthetic decoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SynthMoe {
+    /// Experts $E$ (`expert_count`).
+    pub n_expert: usize,
+    /// Experts per token $k$ (`expert_used_count`).
+    pub top_k: usize,
+    /// Expert width $d_e$ (`expert_feed_forward_length`).
+    pub d_expert: usize,
 }
 
 impl Default for SynthShape {
@@ -75,6 +96,9 @@ impl Default for SynthShape {
             qkv_bias: false,
             eps: 1e-5,
             dtype: SynthDtype::F32,
+            moe: None,
+            window: None,
+            yarn: None,
         }
     }
 }
@@ -147,6 +171,9 @@ impl SynthShape {
             qkv_bias: false,
             eps: 1e-5,
             dtype: SynthDtype::Q4K,
+            moe: None,
+            window: None,
+            yarn: None,
         }
     }
 
@@ -169,6 +196,72 @@ impl SynthShape {
             qkv_bias: true,
             eps: 1e-6,
             dtype: SynthDtype::Q4K,
+            moe: None,
+            window: None,
+            yarn: None,
+        }
+    }
+
+    /// OpenAI's gpt-oss-20b as its published GGUF (`ggml-org/gpt-oss-20b-GGUF`, MXFP4): 24
+    /// layers, $d = 2880$, 64 heads of 64, 8 key/value heads, q/k/v/o biases and learned sinks,
+    /// 32 experts of width 2880 with 4 per token (router and expert biases), vocabulary 201088,
+    /// $\theta = 150000$ with YaRN (factor 32, original context 4096), a window of 128 on the
+    /// even layers; experts in MXFP4, the other matrices Q8_0, router and vectors f32
+    /// ([`SynthDtype::Mxfp4`]).
+    pub fn gpt_oss_20b() -> Self {
+        SynthShape {
+            name: "gpt-oss-20b".into(),
+            arch: "gpt-oss",
+            n_layer: 24,
+            d: 2880,
+            n_head: 64,
+            n_kv_head: 8,
+            head_dim: 64,
+            d_ff: 2880,
+            vocab: 201088,
+            ctx: 131072,
+            rope_base: 150000.0,
+            llama3_rope: None,
+            qkv_bias: true,
+            eps: 1e-5,
+            dtype: SynthDtype::Mxfp4,
+            moe: Some(SynthMoe {
+                n_expert: 32,
+                top_k: 4,
+                d_expert: 2880,
+            }),
+            window: Some(128),
+            yarn: Some((32.0, 4096)),
+        }
+    }
+
+    /// Qwen3-30B-A3B: 48 layers, $d = 2048$, 32 heads of 128, 4 key/value heads, q/k RMSNorm,
+    /// 128 experts of width 768 with 8 per token (renormalised), vocabulary 151936,
+    /// $\theta = 10^6$; llama.cpp's Q4_K_M mix ([`SynthDtype::Q4KM`]) with an f32 router.
+    pub fn qwen3_30b_a3b() -> Self {
+        SynthShape {
+            name: "qwen3-30b-a3b".into(),
+            arch: "qwen3moe",
+            n_layer: 48,
+            d: 2048,
+            n_head: 32,
+            n_kv_head: 4,
+            head_dim: 128,
+            d_ff: 6144,
+            vocab: 151936,
+            ctx: 40960,
+            rope_base: 1_000_000.0,
+            llama3_rope: None,
+            qkv_bias: false,
+            eps: 1e-6,
+            dtype: SynthDtype::Q4KM,
+            moe: Some(SynthMoe {
+                n_expert: 128,
+                top_k: 8,
+                d_expert: 768,
+            }),
+            window: None,
+            yarn: None,
         }
     }
 
@@ -198,13 +291,63 @@ impl SynthShape {
             "tiny-llama3" => Some(tiny(Self::llama31_8b(), 4, 1, 64)),
             // 7 heads of 256 (d = 1792): the smallest width with GQA 7:1 in whole Q4_K blocks.
             "tiny-qwen2" => Some(tiny(Self::qwen2_7b(), 7, 1, 256)),
+            "gpt-oss-20b" => Some(Self::gpt_oss_20b()),
+            "qwen3-30b-a3b" => Some(Self::qwen3_30b_a3b()),
+            // 3 layers (sliding, full, sliding: window 4), d = 64 (two MXFP4 blocks a row), 4
+            // heads of 16 over 2 key/value heads, 8 experts of 32 with 2 per token.
+            "tiny-gpt-oss" => Some(SynthShape {
+                name: "tiny-gpt-oss".into(),
+                n_layer: 3,
+                d: 64,
+                n_head: 4,
+                n_kv_head: 2,
+                head_dim: 16,
+                d_ff: 32,
+                vocab: 300,
+                ctx: 4096,
+                moe: Some(SynthMoe {
+                    n_expert: 8,
+                    top_k: 2,
+                    d_expert: 32,
+                }),
+                window: Some(4),
+                yarn: Some((32.0, 256)),
+                ..Self::gpt_oss_20b()
+            }),
+            // 2 layers, d = 256 (Q4_K rows), 4 heads of 64 over 1 key/value head, 8 experts of
+            // 256 with 3 per token.
+            "tiny-qwen3moe" => Some(SynthShape {
+                name: "tiny-qwen3moe".into(),
+                n_layer: 2,
+                d: 256,
+                n_head: 4,
+                n_kv_head: 1,
+                head_dim: 64,
+                d_ff: 768,
+                vocab: 300,
+                ctx: 4096,
+                moe: Some(SynthMoe {
+                    n_expert: 8,
+                    top_k: 3,
+                    d_expert: 256,
+                }),
+                ..Self::qwen3_30b_a3b()
+            }),
             _ => None,
         }
     }
 
     /// Names accepted by [`SynthShape::by_name`].
-    pub const NAMES: &'static [&'static str] =
-        &["llama3.1-8b", "qwen2-7b", "tiny-llama3", "tiny-qwen2"];
+    pub const NAMES: &'static [&'static str] = &[
+        "llama3.1-8b",
+        "qwen2-7b",
+        "gpt-oss-20b",
+        "qwen3-30b-a3b",
+        "tiny-llama3",
+        "tiny-qwen2",
+        "tiny-gpt-oss",
+        "tiny-qwen3moe",
+    ];
 }
 
 /// How the matrices are stored.
@@ -224,6 +367,8 @@ pub enum SynthDtype {
     /// The layers' matrices in the given type, the embedding and the vectors in f32 (the tiny
     /// test models' storage).
     Layers(GgmlDType),
+    /// gpt-oss's published storage: expert stacks in MXFP4, every other matrix in Q8_0.
+    Mxfp4,
 }
 
 impl SynthDtype {
@@ -235,26 +380,44 @@ impl SynthDtype {
             "q8_0" | "q8" => Self::Q8_0,
             "f16" => Self::F16,
             "f32" => Self::F32,
+            "mxfp4" => Self::Mxfp4,
             _ => return None,
         })
     }
 
-    /// Storage of matrix `name` (`output.weight`, `blk.{l}.attn_v.weight`, …) in layer `l`.
-    fn of(self, name: &str, layer: Option<usize>, n_layer: usize) -> GgmlDType {
+    /// Storage of matrix `name` (`output.weight`, `blk.{l}.attn_v.weight`, …) in layer `l`: a
+    /// router (`ffn_gate_inp`) is f32 whatever the type, as llama.cpp keeps it.
+    fn of(self, name: &str, layer: Option<usize>, n_layer: usize) -> WeightType {
+        if name.ends_with("ffn_gate_inp.weight") {
+            return WeightType::Ggml(GgmlDType::F32);
+        }
+        if self == Self::Mxfp4 {
+            return if name.contains("_exps.") {
+                WeightType::Mxfp4
+            } else {
+                WeightType::Ggml(GgmlDType::Q8_0)
+            };
+        }
+        WeightType::Ggml(self.of_ggml(name, layer, n_layer))
+    }
+
+    fn of_ggml(self, name: &str, layer: Option<usize>, n_layer: usize) -> GgmlDType {
         match self {
             Self::Q4K => return GgmlDType::Q4K,
             Self::Q8_0 => return GgmlDType::Q8_0,
             Self::F16 => return GgmlDType::F16,
             Self::F32 => return GgmlDType::F32,
             Self::Layers(t) => return if layer.is_some() { t } else { GgmlDType::F32 },
-            Self::Q4KM => {}
+            Self::Q4KM | Self::Mxfp4 => {}
         }
         let more_bits =
             |l: usize| l < n_layer / 8 || l >= 7 * n_layer / 8 || (l - n_layer / 8) % 3 == 2;
         match layer {
             None if name == "output.weight" => GgmlDType::Q6K,
             Some(l)
-                if (name.ends_with("attn_v.weight") || name.ends_with("ffn_down.weight"))
+                if (name.ends_with("attn_v.weight")
+                    || name.ends_with("ffn_down.weight")
+                    || name.ends_with("ffn_down_exps.weight"))
                     && more_bits(l) =>
             {
                 GgmlDType::Q6K
@@ -307,72 +470,144 @@ enum Init {
     Gain,
     /// Uniform on $[-0.02, 0.02]$.
     Bias,
+    /// A learned sink logit: uniform on $[0, 2]$.
+    Sink,
     /// Given values.
     Fixed(Vec<f32>),
 }
 
-/// One tensor of the file: name, shape `[rows, cols]` (`rows = 1` for vectors), storage.
+/// One tensor of the file: name, values generated as `[rows, cols]` (`rows = 1` for vectors),
+/// its GGUF dims (innermost first: `[cols]`, `[cols, rows]`, or `[cols, rows / E, E]` for a
+/// stack of `E` expert matrices), storage.
 #[derive(Debug, Clone)]
 struct Planned {
     name: String,
     rows: usize,
     cols: usize,
-    vector: bool,
-    dtype: GgmlDType,
+    dims: Vec<usize>,
+    dtype: WeightType,
     init: Init,
+}
+
+/// Values per block and bytes per block of a storage type.
+fn block_geometry(t: WeightType) -> (usize, usize) {
+    match t {
+        WeightType::Ggml(g) => (g.block_size(), g.type_size()),
+        WeightType::Mxfp4 => (
+            crate::quant::mxfp4::BLOCK,
+            crate::quant::mxfp4::GGML_BLOCK_BYTES,
+        ),
+    }
+}
+
+/// GGML's type id of a storage type.
+fn type_id(t: WeightType) -> u32 {
+    match t {
+        WeightType::Ggml(g) => g.to_u32_public(),
+        WeightType::Mxfp4 => GGML_TYPE_MXFP4,
+    }
 }
 
 impl Planned {
     fn bytes(&self) -> usize {
-        self.rows * self.cols / self.dtype.block_size() * self.dtype.type_size()
+        let (bs, ts) = block_geometry(self.dtype);
+        self.rows * self.cols / bs * ts
     }
 }
 
 /// The tensors of the file, in file order.
 fn plan(s: &SynthShape, family: Family) -> Vec<Planned> {
     let mut v = Vec::new();
-    let mut mat = |name: String, layer: Option<usize>, rows: usize, cols: usize| {
+    // A matrix `[rows, cols]`, or with `e` > 0 a stack of `e` of them.
+    let mut stack = |name: String, layer: Option<usize>, e: usize, rows: usize, cols: usize| {
         let dtype = s.dtype.of(&name, layer, s.n_layer);
+        let (rows, dims) = if e > 0 {
+            (e * rows, vec![cols, rows, e])
+        } else {
+            (rows, vec![cols, rows])
+        };
         v.push(Planned {
             name,
             rows,
             cols,
-            vector: false,
+            dims,
             dtype,
             init: Init::Matrix,
         });
     };
+    let gpt_oss = s.arch == "gpt-oss";
     let (q, kv) = (s.n_head * s.head_dim, s.n_kv_head * s.head_dim);
-    mat("token_embd.weight".into(), None, s.vocab, s.d);
+    stack("token_embd.weight".into(), None, 0, s.vocab, s.d);
     for l in 0..s.n_layer {
         let p = |x: &str| format!("blk.{l}.{x}");
-        mat(p("attn_q.weight"), Some(l), q, s.d);
-        mat(p("attn_k.weight"), Some(l), kv, s.d);
-        mat(p("attn_v.weight"), Some(l), kv, s.d);
-        mat(p("attn_output.weight"), Some(l), s.d, q);
-        mat(p("ffn_gate.weight"), Some(l), s.d_ff, s.d);
-        mat(p("ffn_up.weight"), Some(l), s.d_ff, s.d);
-        mat(p("ffn_down.weight"), Some(l), s.d, s.d_ff);
+        stack(p("attn_q.weight"), Some(l), 0, q, s.d);
+        stack(p("attn_k.weight"), Some(l), 0, kv, s.d);
+        stack(p("attn_v.weight"), Some(l), 0, kv, s.d);
+        stack(p("attn_output.weight"), Some(l), 0, s.d, q);
+        match s.moe {
+            None => {
+                stack(p("ffn_gate.weight"), Some(l), 0, s.d_ff, s.d);
+                stack(p("ffn_up.weight"), Some(l), 0, s.d_ff, s.d);
+                stack(p("ffn_down.weight"), Some(l), 0, s.d, s.d_ff);
+            }
+            Some(m) => {
+                let (e, de) = (m.n_expert, m.d_expert);
+                stack(p("ffn_gate_inp.weight"), Some(l), 0, e, s.d);
+                stack(p("ffn_gate_exps.weight"), Some(l), e, de, s.d);
+                stack(p("ffn_up_exps.weight"), Some(l), e, de, s.d);
+                stack(p("ffn_down_exps.weight"), Some(l), e, s.d, de);
+            }
+        }
     }
     if family == Family::Paper {
-        mat("output.weight".into(), None, s.vocab, s.d);
+        stack("output.weight".into(), None, 0, s.vocab, s.d);
     }
     let vec_ = |name: String, n: usize, init: Init| Planned {
         name,
         rows: 1,
         cols: n,
-        vector: true,
-        dtype: GgmlDType::F32,
+        dims: vec![n],
+        dtype: WeightType::Ggml(GgmlDType::F32),
         init,
+    };
+    // f32 `[e, n]` values, one row per expert (the experts' biases).
+    let per_expert = |name: String, e: usize, n: usize| Planned {
+        name,
+        rows: e,
+        cols: n,
+        dims: vec![n, e],
+        dtype: WeightType::Ggml(GgmlDType::F32),
+        init: Init::Bias,
     };
     for l in 0..s.n_layer {
         let p = |x: &str| format!("blk.{l}.{x}");
         v.push(vec_(p("attn_norm.weight"), s.d, Init::Gain));
-        v.push(vec_(p("ffn_norm.weight"), s.d, Init::Gain));
+        // gpt-oss's converter names its pre-feed-forward norm `post_attention_norm`.
+        let ffn_norm = if gpt_oss {
+            "post_attention_norm.weight"
+        } else {
+            "ffn_norm.weight"
+        };
+        v.push(vec_(p(ffn_norm), s.d, Init::Gain));
         if s.qkv_bias {
             v.push(vec_(p("attn_q.bias"), q, Init::Bias));
             v.push(vec_(p("attn_k.bias"), kv, Init::Bias));
             v.push(vec_(p("attn_v.bias"), kv, Init::Bias));
+        }
+        if s.arch == "qwen3moe" {
+            v.push(vec_(p("attn_q_norm.weight"), s.head_dim, Init::Gain));
+            v.push(vec_(p("attn_k_norm.weight"), s.head_dim, Init::Gain));
+        }
+        if gpt_oss {
+            v.push(vec_(p("attn_output.bias"), s.d, Init::Bias));
+            v.push(vec_(p("attn_sinks.weight"), s.n_head, Init::Sink));
+            if let Some(m) = s.moe {
+                let (e, de) = (m.n_expert, m.d_expert);
+                v.push(vec_(p("ffn_gate_inp.bias"), e, Init::Bias));
+                v.push(per_expert(p("ffn_gate_exps.bias"), e, de));
+                v.push(per_expert(p("ffn_up_exps.bias"), e, de));
+                v.push(per_expert(p("ffn_down_exps.bias"), e, s.d));
+            }
         }
         if s.arch == "gemma3" {
             v.push(vec_(p("attn_q_norm.weight"), s.head_dim, Init::Gain));
@@ -460,11 +695,31 @@ fn metadata(s: &SynthShape, seed: u64, family: Family) -> Vec<(String, Value)> {
     if paper {
         m.push((k("vocab_size"), Value::U32(s.vocab as u32)));
     }
+    if let Some(e) = s.moe {
+        m.push((k("expert_count"), Value::U32(e.n_expert as u32)));
+        m.push((k("expert_used_count"), Value::U32(e.top_k as u32)));
+        m.push((
+            k("expert_feed_forward_length"),
+            Value::U32(e.d_expert as u32),
+        ));
+    }
+    if let Some(w) = s.window {
+        m.push((k("attention.sliding_window"), Value::U32(w as u32)));
+    }
+    if let Some((f, l0)) = s.yarn {
+        m.push((k("rope.scaling.type"), Value::String("yarn".into())));
+        m.push((k("rope.scaling.factor"), Value::F32(f)));
+        m.push((
+            k("rope.scaling.original_context_length"),
+            Value::U32(l0 as u32),
+        ));
+    }
     // The paper shapes carry the real models' split rules (both known to sinklab's tokenizer
-    // and to llama.cpp).
+    // and to llama.cpp); gpt-oss's own (`gpt-4o`) is not implemented by sinklab's tokenizer,
+    // and Llama 3's stands in for it over the synthetic vocabulary.
     let pre = match s.arch {
         _ if !paper => "gpt2",
-        "qwen2" => "qwen2",
+        "qwen2" | "qwen3moe" => "qwen2",
         _ => "llama-bpe",
     };
     m.extend([
@@ -551,16 +806,11 @@ fn header(meta: &[(String, Value)], tensors: &[Planned], family: Family) -> Vec<
     let mut off = 0usize;
     for t in tensors {
         put_str(&mut h, &t.name);
-        let dims: Vec<usize> = if t.vector {
-            vec![t.cols]
-        } else {
-            vec![t.cols, t.rows]
-        };
-        h.extend_from_slice(&(dims.len() as u32).to_le_bytes());
-        for d in dims {
+        h.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+        for &d in &t.dims {
             h.extend_from_slice(&(d as u64).to_le_bytes());
         }
-        h.extend_from_slice(&t.dtype.to_u32_public().to_le_bytes());
+        h.extend_from_slice(&type_id(t.dtype).to_le_bytes());
         h.extend_from_slice(&(off as u64).to_le_bytes());
         off += t.bytes() + pad(t.bytes());
     }
@@ -618,8 +868,16 @@ fn validate(s: &SynthShape, family: Family, path: &Path) -> Result<(), RealError
             s.head_dim
         ));
     }
+    if let Some(m) = s.moe
+        && (m.n_expert == 0 || m.top_k == 0 || m.top_k > m.n_expert || m.d_expert == 0)
+    {
+        return bad(format!(
+            "{} experts, {} per token, width {}: need 1 ≤ k ≤ E and a positive width",
+            m.n_expert, m.top_k, m.d_expert
+        ));
+    }
     for t in plan(s, family) {
-        let b = t.dtype.block_size();
+        let b = block_geometry(t.dtype).0;
         if t.cols % b != 0 {
             return bad(format!(
                 "`{}` has rows of {} values, not a multiple of the {:?} block length {b}",
@@ -685,13 +943,23 @@ fn chunk_bytes(
         Init::Bias => (0..n)
             .map(|_| (rng.random::<f32>() * 2.0 - 1.0) * 0.02)
             .collect(),
+        Init::Sink => (0..n).map(|_| 2.0 * rng.random::<f32>()).collect(),
         Init::Fixed(f) => f.clone(),
     };
-    if t.dtype == GgmlDType::F32 {
-        return Ok(v.iter().flat_map(|x| x.to_le_bytes()).collect());
-    }
+    let dt = match t.dtype {
+        WeightType::Ggml(GgmlDType::F32) => {
+            return Ok(v.iter().flat_map(|x| x.to_le_bytes()).collect());
+        }
+        WeightType::Mxfp4 => {
+            return Ok(v
+                .chunks_exact(crate::quant::mxfp4::BLOCK)
+                .flat_map(crate::quant::mxfp4::quantize_block_ggml)
+                .collect());
+        }
+        WeightType::Ggml(g) => g,
+    };
     let x = Tensor::from_vec(v, (rows, t.cols), &Device::Cpu)?;
-    Ok(QTensor::quantize(&x, t.dtype)?.data()?.into_owned())
+    Ok(QTensor::quantize(&x, dt)?.data()?.into_owned())
 }
 
 /// Progress of a streaming write: bytes written so far and the total.
@@ -798,7 +1066,7 @@ pub fn estimate_seconds(s: &SynthShape, seed: u64, threads: usize) -> f64 {
     let Some((ti, t)) = tensors
         .iter()
         .enumerate()
-        .find(|(_, t)| t.name.ends_with("ffn_up.weight"))
+        .find(|(_, t)| t.name.ends_with("ffn_up.weight") || t.name.ends_with("ffn_up_exps.weight"))
     else {
         return f64::NAN;
     };
@@ -813,7 +1081,8 @@ pub fn estimate_seconds(s: &SynthShape, seed: u64, threads: usize) -> f64 {
 }
 
 /// One tensor for [`write_tensors_gguf`]: its name, dims in PyTorch order (outermost first; the
-/// file stores them innermost first), row-major values and storage (`F32` or `F16`).
+/// file stores them innermost first), row-major values and storage (`F32` or `F16`), or MXFP4
+/// blocks given as bytes.
 #[derive(Debug, Clone)]
 pub struct GgufTensor {
     /// Tensor name (`blk.0.ffn_gate_exps.weight`, …).
@@ -824,12 +1093,19 @@ pub struct GgufTensor {
     pub data: Vec<f32>,
     /// Storage: [`GgmlDType::F32`] or [`GgmlDType::F16`] (rounded to nearest).
     pub dtype: GgmlDType,
+    /// MXFP4 blocks in ggml's packing ([`crate::quant::mxfp4`], GGML type 39), written as
+    /// given instead of `data` (which is then empty; `dtype` is not read).
+    pub mxfp4: Option<Vec<u8>>,
 }
+
+/// GGML's type id of MXFP4 blocks.
+const GGML_TYPE_MXFP4: u32 = 39;
 
 /// Writes a GGUF v3 file of the given metadata and tensors, in the order given (data aligned to
 /// [`ALIGN`], `general.alignment` written first): the writer of files converted from other
 /// formats (a Hugging Face checkpoint's tensors under llama.cpp's names), which the tests load
-/// back through the GGUF reader. Only plain storage (f32, f16) is written; anything else, a
+/// back through the GGUF reader. Only plain storage (f32, f16) and given MXFP4 blocks are
+/// written; anything else, a
 /// duplicate name or a value count that is not the product of the dims is refused.
 pub fn write_tensors_gguf(
     path: &Path,
@@ -844,6 +1120,28 @@ pub fn write_tensors_gguf(
             return Err(err(path, format!("tensor `{}` given twice", t.name)));
         }
         let n: usize = t.dims.iter().product();
+        if let Some(b) = &t.mxfp4 {
+            let cols = t.dims.last().copied().unwrap_or(0);
+            let bs = crate::quant::mxfp4::BLOCK;
+            if n == 0
+                || !t.data.is_empty()
+                || !cols.is_multiple_of(bs)
+                || b.len() != n / bs * crate::quant::mxfp4::GGML_BLOCK_BYTES
+            {
+                return Err(err(
+                    path,
+                    format!(
+                        "tensor `{}`: {} MXFP4 bytes (and {} values) for dims {:?}",
+                        t.name,
+                        b.len(),
+                        t.data.len(),
+                        t.dims
+                    ),
+                ));
+            }
+            blobs.push(b.clone());
+            continue;
+        }
         if t.dims.is_empty() || n != t.data.len() || n == 0 {
             return Err(err(
                 path,
@@ -890,7 +1188,11 @@ pub fn write_tensors_gguf(
         for d in t.dims.iter().rev() {
             h.extend_from_slice(&(*d as u64).to_le_bytes());
         }
-        h.extend_from_slice(&t.dtype.to_u32_public().to_le_bytes());
+        let ty = match t.mxfp4 {
+            Some(_) => GGML_TYPE_MXFP4,
+            None => t.dtype.to_u32_public(),
+        };
+        h.extend_from_slice(&ty.to_le_bytes());
         h.extend_from_slice(&(off as u64).to_le_bytes());
         off += b.len() + pad(b.len());
     }

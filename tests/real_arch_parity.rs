@@ -1,6 +1,7 @@
 //! Parity of every architecture and variant with Hugging Face transformers on tiny seeded
 //! random models (`tests/fixtures/tiny/<variant>/`, made by `scripts/make_tiny_fixtures.py`;
-//! the mixture-of-experts and learned-sink ones by `scripts/make_moe_fixtures.py`):
+//! the mixture-of-experts and learned-sink ones by `scripts/make_moe_fixtures.py`, the MXFP4
+//! one by `scripts/make_mxfp4_fixtures.py`):
 //! per-layer residual streams, attention maps and logits, on T = 12 fixed token ids.
 //!
 //! Tolerance, derived from f32 rounding. Both sides compute in f32 on identical f32 weights
@@ -15,7 +16,10 @@
 //! tiny random weights, $A \le 4$ (entries $N(0, 0.2^2)$, $\|W\|_2 \approx 0.2(\sqrt{32} +
 //! \sqrt{48}) \approx 2.5$, plus the soft-cap/normalisation gains). Over $L$ layers and the head:
 //! $\tau = (L+1) K N u A$, relative to $\max(1, \max|\text{ref}|)$ of each tensor — about
-//! $2.7\cdot10^{-4}$ for L = 2. Every variant's feature moves the logits by `variant_delta`
+//! $2.7\cdot10^{-4}$ for L = 2. The MXFP4 fixture is wider (d = 64): there $N = d$. Its experts
+//! are MXFP4 blocks, and transformers' reference runs on its own dequantization of them; the
+//! f32 values of the blocks are exact (a small integer times a power of two), so the same bound
+//! holds, and `quant_delta` (the logits' move from the unquantized weights) must exceed it. Every variant's feature moves the logits by `variant_delta`
 //! ≥ 1e-2 (recorded by the script), far above τ, so a wrong convention cannot pass.
 
 use sinklab::runtime::arch;
@@ -57,7 +61,7 @@ fn parity(name: &str) -> f64 {
         .collect();
     let t = tokens.len();
     let (l, dm, h) = (m.cfg.n_layer, m.cfg.d_model, m.cfg.n_head);
-    let tau = (l as f64 + 1.0) * K * N * U * A;
+    let tau = (l as f64 + 1.0) * K * N.max(dm as f64) * U * A;
     let mut cap = Captured::new(Capture {
         hidden: true,
         attn: true,
@@ -101,6 +105,13 @@ fn parity(name: &str) -> f64 {
             e <= tau * s,
             "{name}: logits error {e:.3e} > {:.3e}",
             tau * s
+        );
+    }
+    if let Ok((delta, _)) = fx.tensor("quant_delta") {
+        assert!(
+            delta[0] as f64 > 30.0 * tau,
+            "{name}: the quantization moves the logits by only {}",
+            delta[0]
         );
     }
     if let Ok((delta, _)) = fx.tensor("variant_delta") {
@@ -147,6 +158,7 @@ parity_tests! {
     gpt_oss_strong_learned_sink_binding_window_yarn => "gpt_oss_strong_sink",
     gpt_oss_absent_learned_sink => "gpt_oss_no_sink",
     gpt_oss_three_layers_gqa_binding_swiglu_clamp => "gpt_oss_shapes_clamp",
+    gpt_oss_mxfp4_experts => "gpt_oss_mxfp4",
 }
 
 const VARIANTS: &[&str] = &[
@@ -173,6 +185,7 @@ const VARIANTS: &[&str] = &[
     "gpt_oss_strong_sink",
     "gpt_oss_no_sink",
     "gpt_oss_shapes_clamp",
+    "gpt_oss_mxfp4",
 ];
 
 /// Keys that change the forward pass of some architecture: each must be read by some
@@ -408,6 +421,80 @@ fn gpt_oss_quantization_is_refused_naming_the_method() {
         v["quantization_config"] = serde_json::json!({"quant_method": "fp8"});
     });
     refused(t.path(), &["quantization_config", "fp8", "not implemented"]);
+}
+
+/// The MXFP4 fixture's experts stay MXFP4 views of the mapped file (split packing), gate and
+/// up rows interleaved in one stored tensor; the router and attention stay f32.
+#[test]
+fn gpt_oss_mxfp4_experts_are_read_in_place() {
+    use sinklab::runtime::weights::{Storage, WeightType};
+    let lm = sinklab::runtime::load(&dir("gpt_oss_mxfp4")).unwrap();
+    for (l, ly) in lm.model.layers.iter().enumerate() {
+        let sinklab::runtime::pretrained::Ffn::Moe(moe) = &ly.ffn else {
+            panic!("layer {l}: not a mixture");
+        };
+        assert_eq!(
+            moe.router.w.dtype(),
+            WeightType::Ggml(candle_core::quantized::GgmlDType::F32)
+        );
+        for (e, m) in moe.experts.iter().enumerate() {
+            for w in [&m.gate.as_ref().unwrap().w, &m.up.w, &m.down.w] {
+                let Storage::Mxfp4(x) = w.storage() else {
+                    panic!("layer {l} expert {e}: not MXFP4");
+                };
+                assert!(
+                    x.blocks.is_mapped() && x.scales.is_mapped(),
+                    "layer {l} expert {e}"
+                );
+            }
+            // Gate and up are the even and odd rows of one stored tensor: a view with step 2.
+            let Storage::Mxfp4(g) = m.gate.as_ref().unwrap().w.storage() else {
+                unreachable!()
+            };
+            assert_eq!(g.step, 2);
+        }
+    }
+}
+
+/// What the MXFP4 checkpoint's config must say about its blocks, refused by name otherwise.
+#[test]
+fn gpt_oss_mxfp4_config_must_agree_with_the_blocks() {
+    let t = edited("gpt_oss_mxfp4", |v| {
+        v.as_object_mut().unwrap().remove("quantization_config");
+    });
+    refused(
+        t.path(),
+        &[
+            "experts.down_proj_blocks",
+            "quantization_config",
+            "disagree",
+        ],
+    );
+    let t = edited("gpt_oss_mxfp4", |v| {
+        v["quantization_config"]["quant_method"] = "fp8".into();
+    });
+    refused(t.path(), &["fp8", "not implemented"]);
+    let t = edited("gpt_oss_mxfp4", |v| {
+        v["quantization_config"]["modules_to_not_convert"] =
+            serde_json::json!(["model.layers.*.mlp.experts", "lm_head"]);
+    });
+    refused(
+        t.path(),
+        &[
+            "modules_to_not_convert",
+            "model.layers.*.mlp.experts",
+            "disagree",
+        ],
+    );
+    let t = edited("gpt_oss_mxfp4", |v| {
+        v["quantization_config"]["group_size"] = 64.into();
+    });
+    refused(t.path(), &["quantization_config.group_size"]);
+    // The control: `dequantize` (transformers' loading option) changes nothing here.
+    let t = edited("gpt_oss_mxfp4", |v| {
+        v["quantization_config"]["dequantize"] = true.into();
+    });
+    sinklab::runtime::load(t.path()).expect("dequantize: true loads");
 }
 
 #[test]

@@ -179,6 +179,64 @@ enum Experts {
     F16,
     /// f32 holding the f16-rounded values (the f16 file's numbers, in f32).
     F16Rounded,
+    /// MXFP4 stacks (`*_blocks` / `*_scales` of the checkpoint) repacked into ggml's MXFP4
+    /// blocks as llama.cpp's converter does; with the other modes they are decoded to f32 here.
+    Mxfp4,
+}
+
+/// E2M1 code `q` from its bit fields (sign, 2 exponent bits with bias 1, 1 mantissa bit).
+fn e2m1(q: u8) -> f64 {
+    let (s, e, m) = (q >> 3, (q >> 1) & 3, q & 1);
+    let mag = if e == 0 {
+        0.5 * m as f64
+    } else {
+        2f64.powi(e as i32 - 1) * (1.0 + 0.5 * m as f64)
+    };
+    if s == 1 { -mag } else { mag }
+}
+
+/// An MXFP4 stack of the checkpoint, `name_blocks` U8 `[E, R, nb, 16]` and `name_scales` U8
+/// `[E, R, nb]` (value 2j of a block in the low nibble of byte j, 2j + 1 in the high one, times
+/// 2^(scale − 127)): (R, C = 32 nb, per stored row its scales and codes).
+fn read_mxfp4(file: &Path, name: &str) -> (usize, usize, usize, Vec<(Vec<u8>, Vec<u8>)>) {
+    let bytes = std::fs::read(file).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let b = st.tensor(&format!("{name}_blocks")).unwrap();
+    let sc = st.tensor(&format!("{name}_scales")).unwrap();
+    let (e, r, nb) = (b.shape()[0], b.shape()[1], b.shape()[2]);
+    assert_eq!(sc.shape(), [e, r, nb]);
+    let rows = (0..e * r)
+        .map(|k| {
+            (
+                sc.data()[k * nb..(k + 1) * nb].to_vec(),
+                b.data()[k * nb * 16..(k + 1) * nb * 16].to_vec(),
+            )
+        })
+        .collect();
+    (e, r, 32 * nb, rows)
+}
+
+/// One stored row decoded from the spec.
+fn decode_row((scales, codes): &(Vec<u8>, Vec<u8>)) -> Vec<f32> {
+    let mut out = Vec::with_capacity(codes.len() * 2);
+    for (k, &byte) in codes.iter().enumerate() {
+        let x = 2f64.powi(scales[k / 16] as i32 - 127);
+        out.push((e2m1(byte & 15) * x) as f32);
+        out.push((e2m1(byte >> 4) * x) as f32);
+    }
+    out
+}
+
+/// One stored row as ggml's blocks: per block the scale, then byte j holding values j (low
+/// nibble) and j + 16 (high nibble).
+fn ggml_row((scales, codes): &(Vec<u8>, Vec<u8>)) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (s, c) in scales.iter().zip(codes.chunks(16)) {
+        let q = |v: usize| (c[v / 2] >> (4 * (v % 2))) & 15;
+        out.push(*s);
+        out.extend((0..16).map(|j| q(j) | (q(j + 16) << 4)));
+    }
+    out
 }
 
 /// `[E, a, b]` → `[E, b, a]`.
@@ -314,10 +372,11 @@ fn convert(name: &str, out: &Path, experts: Experts, extra: Vec<(String, GValue)
         dims,
         data,
         dtype: GgmlDType::F32,
+        mxfp4: None,
     };
     let stack = |name: String, data: Vec<f32>, dims: Vec<usize>| {
         let (data, dtype) = match experts {
-            Experts::F32 => (data, GgmlDType::F32),
+            Experts::F32 | Experts::Mxfp4 => (data, GgmlDType::F32),
             Experts::F16 => (data, GgmlDType::F16),
             Experts::F16Rounded => (
                 data.iter()
@@ -331,11 +390,61 @@ fn convert(name: &str, out: &Path, experts: Experts, extra: Vec<(String, GValue)
             dims,
             data,
             dtype,
+            mxfp4: None,
         }
     };
     let mut per_expert: std::collections::BTreeMap<(usize, String), Vec<Vec<f32>>> =
         Default::default();
     for hf in st.names() {
+        if hf.ends_with("_scales") {
+            continue; // read with its blocks
+        }
+        if let Some(base) = hf.strip_suffix("_blocks") {
+            let (ne2, r, c, rows) = read_mxfp4(&d.join("model.safetensors"), base);
+            assert_eq!(ne2, ne);
+            let l: usize = base
+                .strip_prefix("model.layers.")
+                .and_then(|x| x.split('.').next())
+                .unwrap()
+                .parse()
+                .unwrap();
+            // [E, R, C] rows selected by `keep` (row index within an expert), under `gname`.
+            let mut emit = |gname: String, keep: &dyn Fn(usize) -> bool, n: usize| {
+                let sel: Vec<&(Vec<u8>, Vec<u8>)> = rows
+                    .iter()
+                    .enumerate()
+                    .filter(|(k, _)| keep(k % r))
+                    .map(|(_, x)| x)
+                    .collect();
+                let dims = vec![ne, n, c];
+                tensors.push(if experts == Experts::Mxfp4 {
+                    GgufTensor {
+                        name: gname,
+                        dims,
+                        data: Vec::new(),
+                        dtype: GgmlDType::F32,
+                        mxfp4: Some(sel.iter().flat_map(|x| ggml_row(x)).collect()),
+                    }
+                } else {
+                    stack(
+                        gname,
+                        sel.iter().flat_map(|x| decode_row(x)).collect(),
+                        dims,
+                    )
+                });
+            };
+            if base.ends_with("experts.gate_up_proj") {
+                // Gate rows are the even outputs, up rows the odd ones.
+                assert_eq!((r, c), (2 * de, dm));
+                emit(format!("blk.{l}.ffn_gate_exps.weight"), &|i| i % 2 == 0, de);
+                emit(format!("blk.{l}.ffn_up_exps.weight"), &|i| i % 2 == 1, de);
+            } else {
+                assert!(base.ends_with("experts.down_proj"), "{base}");
+                assert_eq!((r, c), (dm, de));
+                emit(format!("blk.{l}.ffn_down_exps.weight"), &|_| true, dm);
+            }
+            continue;
+        }
         let x = st.tensor(&hf).unwrap();
         let top = match hf.as_str() {
             "model.embed_tokens.weight" => Some("token_embd.weight"),
@@ -493,9 +602,13 @@ fn run_diff(a: &(Captured, Vec<f32>), b: &(Captured, Vec<f32>), n_layer: usize) 
 /// The GGUF conversion of `name` equals the Hugging Face load (1e-6) and transformers'
 /// reference (the parity tolerance τ of `tests/real_arch_parity.rs`).
 fn moe_gguf_matches(name: &str) {
+    moe_gguf_matches_as(name, Experts::F32);
+}
+
+fn moe_gguf_matches_as(name: &str, experts: Experts) {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("model.gguf");
-    convert(name, &path, Experts::F32, vec![]);
+    convert(name, &path, experts, vec![]);
     let hf = load(&tiny(name)).unwrap().model;
     let gg = load_gguf(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
     assert_eq!(gg.cfg.arch, hf.cfg.arch);
@@ -528,7 +641,8 @@ fn moe_gguf_matches(name: &str) {
         "{name}: GGUF vs Hugging Face differ by {diff:.3e}"
     );
     // Against transformers: τ = (L + 1) K N u A as derived in tests/real_arch_parity.rs.
-    let tau = (n_layer as f64 + 1.0) * 8.0 * 48.0 * 5.960_464_477_539_063e-8 * 4.0;
+    let n_max = 48f64.max(hf.cfg.d_model as f64);
+    let tau = (n_layer as f64 + 1.0) * 8.0 * n_max * 5.960_464_477_539_063e-8 * 4.0;
     let fx = StFile::open(&tiny(name).join("expected.safetensors")).unwrap();
     let (resid, _) = fx.tensor("resid").unwrap();
     let (attn, _) = fx.tensor("attn").unwrap();
@@ -577,6 +691,54 @@ fn gpt_oss_gguf_without_a_sink_matches() {
     moe_gguf_matches("gpt_oss_no_sink");
 }
 
+/// MXFP4 experts repacked from the checkpoint's split blocks into ggml's (GGUF type 39): the
+/// file loads with them as MXFP4 views of the map and equals the directory and transformers.
+#[test]
+fn gpt_oss_gguf_with_mxfp4_experts_matches() {
+    moe_gguf_matches_as("gpt_oss_mxfp4", Experts::Mxfp4);
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("mx.gguf");
+    convert("gpt_oss_mxfp4", &p, Experts::Mxfp4, vec![]);
+    let m = load_gguf(&p).unwrap();
+    for ly in &m.layers {
+        let sinklab::runtime::pretrained::Ffn::Moe(moe) = &ly.ffn else {
+            panic!("not a mixture")
+        };
+        for x in &moe.experts {
+            for w in [&x.gate.as_ref().unwrap().w, &x.up.w, &x.down.w] {
+                let sinklab::runtime::weights::Storage::Mxfp4(b) = w.storage() else {
+                    panic!("expert not MXFP4: {:?}", w.dtype())
+                };
+                assert!(b.blocks.is_mapped() && b.step == 1);
+            }
+        }
+    }
+}
+
+/// The MXFP4 GGUF gives the numbers of a plain f32 GGUF holding the blocks' values decoded
+/// here from the spec (the plain-weight model of the dequantized weights): 1e-6.
+#[test]
+fn mxfp4_gguf_equals_the_f32_file_of_its_values() {
+    let name = "gpt_oss_mxfp4";
+    let tmp = tempfile::tempdir().unwrap();
+    let (pm, pf) = (tmp.path().join("mx.gguf"), tmp.path().join("f32.gguf"));
+    convert(name, &pm, Experts::Mxfp4, vec![]);
+    convert(name, &pf, Experts::F32, vec![]);
+    let tokens = fixture_tokens(name);
+    let mm = load_gguf(&pm).unwrap();
+    let mf = load_gguf(&pf).unwrap();
+    let diff = run_diff(&run(&mm, &tokens), &run(&mf, &tokens), mm.cfg.n_layer);
+    assert!(diff <= 1e-6, "MXFP4 vs f32 of its values: {diff:.3e}");
+    // And the f32 stacks hold exactly what the MXFP4 ones decode to.
+    let (a, b) = (&mm.layers[1].ffn, &mf.layers[1].ffn);
+    use sinklab::runtime::pretrained::Ffn;
+    let (Ffn::Moe(a), Ffn::Moe(b)) = (a, b) else {
+        panic!()
+    };
+    assert_eq!(a.experts[3].down.w.to_f32(), b.experts[3].down.w.to_f32());
+    assert_eq!(a.experts[2].up.w.to_f32(), b.experts[2].up.w.to_f32());
+}
+
 /// f16 expert stacks load and run: the f16 file gives exactly the numbers of an f32 file holding
 /// the same f16-rounded values, and those differ from the f32 model's (the rounding is seen).
 #[test]
@@ -612,7 +774,8 @@ fn f16_expert_tensors_load_as_their_values() {
 
 /// What a GGUF cannot say for these families is refused by name: a Qwen3-MoE file whose
 /// routing is not renormalised (llama.cpp always renormalises), a gpt-oss clamp other than
-/// llama.cpp's fixed one (written as a key no loader reads), MXFP4 expert blocks.
+/// llama.cpp's fixed one (written as a key no loader reads), an MXFP4 type id on f32 data (the
+/// sizes disagree: refused naming the tensor).
 #[test]
 fn moe_gguf_metadata_that_is_not_implemented_is_refused_by_name() {
     let tmp = tempfile::tempdir().unwrap();
@@ -650,7 +813,7 @@ fn moe_gguf_metadata_that_is_not_implemented_is_refused_by_name() {
         assert!(e.contains(key), "{key}: {e}");
     }
 
-    // The same file with one expert stack's type id set to MXFP4 (39).
+    // The same file with one expert stack's type id set to MXFP4 (39): its bytes are f32.
     let p = tmp.path().join("mxfp4.gguf");
     convert("gpt_oss_no_sink", &p, Experts::F32, vec![]);
     let mut bytes = std::fs::read(&p).unwrap();
@@ -667,7 +830,7 @@ fn moe_gguf_metadata_that_is_not_implemented_is_refused_by_name() {
     std::fs::write(&p, &bytes).unwrap();
     let e = load_gguf(&p).unwrap_err();
     assert!(
-        e.contains("MXFP4") && e.contains("blk.0.ffn_gate_exps.weight"),
+        e.contains("blk.0.ffn_gate_exps.weight") && e.contains("type or shape"),
         "{e}"
     );
 }

@@ -1,5 +1,6 @@
-//! `sinklab synth --shape llama3.1-8b|qwen2-7b --dtype q4k --seed S --out F.gguf`: a synthetic
-//! GGUF with a paper model's shapes and seeded random weights, written streaming.
+//! `sinklab synth --shape llama3.1-8b|qwen2-7b|gpt-oss-20b|qwen3-30b-a3b --dtype q4k --seed S
+//! --out F.gguf`: a synthetic GGUF with a paper model's shapes and seeded random weights,
+//! written streaming.
 
 use anyhow::{Result, bail};
 use sinklab::synth::{SynthDtype, SynthShape, estimate_seconds, paper_size, write_paper_gguf};
@@ -13,14 +14,17 @@ use std::time::Instant;
   A small file for tests, 8-bit blocks, seed 7:
     sinklab synth --shape tiny-qwen2 --dtype q8_0 --seed 7 --out /tmp/tiny.gguf")]
 pub struct Args {
-    /// Shape: llama3.1-8b, qwen2-7b (tiny-llama3, tiny-qwen2 for tests).
+    /// Shape: llama3.1-8b, qwen2-7b, gpt-oss-20b, qwen3-30b-a3b (tiny-llama3, tiny-qwen2,
+    /// tiny-gpt-oss, tiny-qwen3moe for tests).
     #[arg(long, value_name = "SHAPE")]
     shape: String,
-    /// Matrix storage: q4k, q4km, q8_0, f16, f32
+    /// Matrix storage: q4k, q4km, q8_0, f16, f32, mxfp4
     ///
-    /// q4km is llama.cpp's Q4_K_M mix of block formats.
-    #[arg(long, default_value = "q4k", value_name = "DTYPE")]
-    dtype: String,
+    /// Default: the shape's published storage (q4k for llama3.1-8b and qwen2-7b, mxfp4 for
+    /// gpt-oss-20b: MXFP4 experts and Q8_0 elsewhere, q4km for qwen3-30b-a3b: llama.cpp's
+    /// Q4_K_M mix of block formats). A mixture's router is f32 in every case.
+    #[arg(long, value_name = "DTYPE")]
+    dtype: Option<String>,
     /// Seed of the weights (same seed, same bytes).
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -45,11 +49,12 @@ pub fn run(a: Args) -> Result<i32> {
             SynthShape::NAMES.join(", ")
         );
     };
-    let Some(dt) = SynthDtype::parse(&a.dtype) else {
-        bail!(
-            "unknown --dtype `{}` (known: q4k, q4km, q8_0, f16, f32)",
-            a.dtype
-        );
+    let dt = match &a.dtype {
+        None => shape.dtype,
+        Some(d) => match SynthDtype::parse(d) {
+            Some(dt) => dt,
+            None => bail!("unknown --dtype `{d}` (known: q4k, q4km, q8_0, f16, f32, mxfp4)"),
+        },
     };
     shape.dtype = dt;
     if let Some(k) = a.threads {

@@ -5,13 +5,16 @@
 //!   Q5_K, Q6_K), bit-equal to candle's `to_float`;
 //! - [`fused`]: dequantize-and-dot for a few activation rows in f32, each block read once;
 //! - [`q8`]: the `Matmul::Q8` product, llama.cpp's arithmetic (activations quantized to Q8
-//!   blocks, integer dot products).
+//!   blocks, integer dot products);
+//! - [`mxfp4`]: MXFP4 blocks (gpt-oss's expert weights) in ggml's and OpenAI's packings,
+//!   decoded to f32 for the exact product.
 //!
 //! Each kernel is chosen at run time from the CPU's features and has a portable twin that gives
 //! the same bits.
 
 pub mod dequant;
 pub mod fused;
+pub mod mxfp4;
 pub mod q8;
 
 /// Reinterprets bytes as a slice of `B` (a ggml block or a 16-bit float).

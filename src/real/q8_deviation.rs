@@ -12,7 +12,7 @@
 use crate::runtime::RealError;
 use crate::runtime::forward::{LayerObserver, LayerTensors, linear_with};
 use crate::runtime::pretrained::{Linear, Matmul, Pretrained};
-use crate::runtime::weights::q8_bound;
+use crate::runtime::weights::{WeightType, q8_bound};
 use candle_core::quantized::GgmlDType;
 
 /// Deviation of the q8 mode from the exact mode on one input.
@@ -54,7 +54,10 @@ fn ratio_of(lin: &Linear, x: &[f32], t: usize, ratio: &mut f64) {
         );
         for r in 0..lin.out {
             lin.w.row_f32(r, &mut w);
-            let b = q8_bound(lin.w.dtype(), &w, xi);
+            let WeightType::Ggml(dt) = lin.w.dtype() else {
+                return;
+            };
+            let b = q8_bound(dt, &w, xi);
             let dev = (q[r] as f64 - e[r] as f64).abs();
             if dev > 0.0 {
                 *ratio = ratio.max(if b > 0.0 { dev / b } else { f64::INFINITY });
@@ -98,7 +101,9 @@ pub fn measure(m: &mut Pretrained, tokens: &[u32]) -> Result<Q8Deviation, RealEr
     // candle's q8 dot products of Q4_1, Q5_0 and Q5_1 take their blocks two at a time: a row
     // of an odd number of blocks is outside what they compute.
     for (what, w) in m.matrices() {
-        let dt = w.dtype();
+        let WeightType::Ggml(dt) = w.dtype() else {
+            continue;
+        };
         if matches!(dt, GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1)
             && !(w.n_cols() / 32).is_multiple_of(2)
         {

@@ -3,6 +3,10 @@
 //! f16/bf16 reference the map; f32 tensors are copied once). This module only reads files;
 //! which architectures load and with which conventions (e.g. the Llama-only q/k row
 //! permutation) is [`super::arch`]'s business.
+//!
+//! MXFP4 tensors (GGML type 39, which candle's reader does not know) are read too: the header
+//! is parsed from a copy whose type-39 entries carry a placeholder type, the names are kept,
+//! and their extents and matrices use MXFP4's geometry (32 values in 17 bytes).
 
 use super::RealError;
 use super::pretrained::Linear;
@@ -18,6 +22,8 @@ pub struct GgufFile {
     map: Arc<Backing>,
     /// Names of the tensors read so far (an architecture must read every tensor once).
     read: std::cell::RefCell<std::collections::BTreeSet<String>>,
+    /// Tensors stored as MXFP4 (their `tensor_infos` type is a placeholder).
+    mxfp4: std::collections::HashSet<String>,
 }
 
 /// A candle error's message without the backtrace candle may attach to it.
@@ -38,10 +44,18 @@ struct RawHeader {
     tensors: Vec<String>,
     /// The GGML type id of each tensor, in the same order.
     types: Vec<u32>,
+    /// The byte offset of each tensor's type id.
+    type_at: Vec<usize>,
+    /// The byte offset just past the tensor directory.
+    end: usize,
 }
 
 /// GGML's type id of MXFP4 blocks (gpt-oss's published expert weights).
 const GGML_TYPE_MXFP4: u32 = 39;
+
+/// The type id written in place of [`GGML_TYPE_MXFP4`] for candle's header reader (Q4_0: any
+/// type it knows would do; only shapes and offsets are read from it).
+const MXFP4_PLACEHOLDER: u32 = 2;
 
 /// GGUF value type ids (the format's `gguf_metadata_value_type`).
 const GGUF_TYPE_NAMES: [&str; 13] = [
@@ -139,6 +153,8 @@ fn raw_header(b: &[u8]) -> Option<RawHeader> {
         alignment: None,
         tensors: Vec::new(),
         types: Vec::new(),
+        type_at: Vec::new(),
+        end: 0,
     };
     for _ in 0..n_kv {
         let key = c.string()?;
@@ -153,9 +169,11 @@ fn raw_header(b: &[u8]) -> Option<RawHeader> {
         h.tensors.push(c.string()?);
         let n_dims = c.u32()? as usize;
         c.take(n_dims.checked_mul(if c.v1 { 4 } else { 8 })?)?;
+        h.type_at.push(c.pos);
         h.types.push(c.u32()?);
         c.take(8)?;
     }
+    h.end = c.pos;
     Some(h)
 }
 
@@ -175,6 +193,9 @@ impl GgufFile {
         let map = Arc::new(Backing::map(&f).map_err(|e| RealError::io(path, e))?);
         // What candle would overwrite, ignore or divide by, refused first.
         let mut alignment = candle_core::quantized::gguf_file::DEFAULT_ALIGNMENT;
+        let mut mxfp4 = std::collections::HashSet::new();
+        // The header with MXFP4 type ids replaced, when the file has any.
+        let mut patched: Option<Vec<u8>> = None;
         if let Some(raw) = raw_header(map.bytes()) {
             if let Some(k) = first_duplicate(&raw.keys) {
                 return Err(RealError::file(
@@ -182,20 +203,12 @@ impl GgufFile {
                     format!("metadata key `{k}` appears twice"),
                 ));
             }
-            if let Some((t, _)) = raw
-                .tensors
-                .iter()
-                .zip(&raw.types)
-                .find(|(_, ty)| **ty == GGML_TYPE_MXFP4)
-            {
-                return Err(RealError::file(
-                    path,
-                    format!(
-                        "tensor `{t}` is stored as MXFP4 (GGML type {GGML_TYPE_MXFP4}), which \
-                         sinklab does not decode; plain (f32/f16/bf16) or k-quant expert tensors \
-                         load"
-                    ),
-                ));
+            for ((t, &ty), &at) in raw.tensors.iter().zip(&raw.types).zip(&raw.type_at) {
+                if ty == GGML_TYPE_MXFP4 {
+                    let h = patched.get_or_insert_with(|| map.bytes()[..raw.end].to_vec());
+                    h[at..at + 4].copy_from_slice(&MXFP4_PLACEHOLDER.to_le_bytes());
+                    mxfp4.insert(t.clone());
+                }
             }
             if let Some(t) = first_duplicate(&raw.tensors) {
                 return Err(RealError::file(
@@ -225,7 +238,7 @@ impl GgufFile {
                 }
             }
         }
-        let mut reader = std::io::Cursor::new(map.bytes());
+        let mut reader = std::io::Cursor::new(patched.as_deref().unwrap_or(map.bytes()));
         let content = Content::read(&mut reader).map_err(|e| {
             let m = candle_msg(&e);
             let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
@@ -265,10 +278,11 @@ impl GgufFile {
                 .iter()
                 .try_fold(1u64, |a, &d| a.checked_mul(d as u64))
                 .filter(|&n| n > 0);
-            let bs = ti.ggml_dtype.block_size() as u64;
+            let (bs, ts) = geometry(&mxfp4, name, ti.ggml_dtype);
+            let (bs, ts) = (bs as u64, ts as u64);
             let bytes = n
                 .filter(|n| bs > 0 && n % bs == 0)
-                .and_then(|n| (n / bs).checked_mul(ti.ggml_dtype.type_size() as u64));
+                .and_then(|n| (n / bs).checked_mul(ts));
             let end = bytes
                 .and_then(|b| b.checked_add(content.tensor_data_offset))
                 .and_then(|e| e.checked_add(ti.offset));
@@ -288,8 +302,12 @@ impl GgufFile {
                     return Err(RealError::file(
                         path,
                         format!(
-                            "tensor `{name}` has an impossible shape {dims:?} for {:?}",
-                            ti.ggml_dtype
+                            "tensor `{name}` has an impossible shape {dims:?} for {}",
+                            if mxfp4.contains(name) {
+                                "MXFP4".to_string()
+                            } else {
+                                format!("{:?}", ti.ggml_dtype)
+                            }
                         ),
                     ));
                 }
@@ -346,7 +364,13 @@ impl GgufFile {
             content,
             map,
             read: Default::default(),
+            mxfp4,
         })
+    }
+
+    /// Whether tensor `name` is stored as MXFP4.
+    pub fn is_mxfp4(&self, name: &str) -> bool {
+        self.mxfp4.contains(name)
     }
 
     /// The parsed header (metadata and tensor infos).
@@ -448,8 +472,16 @@ impl GgufFile {
         let rows = dims.iter().rev().skip(1).product::<usize>();
         let dt = ti.ggml_dtype;
         // Extents were checked against the file length in `open`.
-        let len = rows * cols / dt.block_size() * dt.type_size();
+        let (bs, ts) = geometry(&self.mxfp4, name, dt);
+        let len = rows * cols / bs * ts;
         let start = self.content.tensor_data_offset as usize + ti.offset as usize;
+        if self.mxfp4.contains(name) {
+            let bytes = Bytes::new_unaligned(self.map.clone(), start, len)
+                .ok_or_else(|| self.err(format!("tensor `{name}`: truncated")))?;
+            let w = StoredMatrix::mxfp4_ggml(bytes, rows, cols)
+                .map_err(|m| self.err(format!("tensor `{name}`: {m}")))?;
+            return Ok((w, dims));
+        }
         let bytes = Bytes::new(self.map.clone(), start, len).ok_or_else(|| {
             self.err(format!(
                 "tensor `{name}`: truncated: the file ends inside this tensor's data"
@@ -509,6 +541,22 @@ impl GgufFile {
             None
         };
         Ok(Linear { w, out, inp, b })
+    }
+}
+
+/// Values per block and bytes per block of tensor `name` (MXFP4 when listed in `mxfp4`).
+fn geometry(
+    mxfp4: &std::collections::HashSet<String>,
+    name: &str,
+    dt: candle_core::quantized::GgmlDType,
+) -> (usize, usize) {
+    if mxfp4.contains(name) {
+        (
+            crate::quant::mxfp4::BLOCK,
+            crate::quant::mxfp4::GGML_BLOCK_BYTES,
+        )
+    } else {
+        (dt.block_size(), dt.type_size())
     }
 }
 

@@ -181,6 +181,27 @@ impl StFile {
         Ok(out)
     }
 
+    /// A `U8` tensor's bytes (a view of the map) and its shape.
+    fn bytes_u8(&self, name: &str) -> Result<(Bytes, Vec<usize>), RealError> {
+        let st = self.st();
+        let t = st
+            .tensor(name)
+            .map_err(|_| RealError::file(&self.path, format!("missing tensor `{name}`")))?;
+        if t.dtype() != Dtype::U8 {
+            return Err(RealError::file(
+                &self.path,
+                format!(
+                    "tensor `{name}` has dtype {:?}: MXFP4 blocks and scales are U8",
+                    t.dtype()
+                ),
+            ));
+        }
+        let start = t.data().as_ptr() as usize - self.bytes.bytes().as_ptr() as usize;
+        let b = Bytes::new_unaligned(self.bytes.clone(), start, t.data().len())
+            .ok_or_else(|| RealError::file(&self.path, format!("tensor `{name}`: bad extent")))?;
+        Ok((b, t.shape().to_vec()))
+    }
+
     /// Tensor names.
     pub fn names(&self) -> Vec<String> {
         self.st()
@@ -359,6 +380,11 @@ impl Checkpoint {
         self.map.contains_key(name)
     }
 
+    /// The names of every tensor, in no particular order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.map.keys().map(String::as_str)
+    }
+
     /// A tensor converted to f32 and its shape.
     pub fn tensor(&self, name: &str) -> Result<(Vec<f32>, Vec<usize>), RealError> {
         self.file_of(name)?.tensor(name)
@@ -377,6 +403,38 @@ impl Checkpoint {
     /// A finite tensor of the given shape.
     pub fn shaped(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, RealError> {
         self.file_of(name)?.shaped(name, shape)
+    }
+
+    /// The `E` matrices `[rows, cols]` of an MXFP4 stack stored as OpenAI's checkpoints store
+    /// it: `name_blocks` U8 `[E, rows, cols/32, 16]` (the codes of each block of 32 values along
+    /// a row) and `name_scales` U8 `[E, rows, cols/32]` (their E8M0 scales), the split packing
+    /// of [`crate::quant::mxfp4`]; the matrices are views of the map.
+    pub fn mxfp4_stack(
+        &self,
+        name: &str,
+        [ne, rows, cols]: [usize; 3],
+    ) -> Result<Vec<StoredMatrix>, RealError> {
+        let (bn, sn) = (format!("{name}_blocks"), format!("{name}_scales"));
+        let (codes, cs) = self.file_of(&bn)?.bytes_u8(&bn)?;
+        let (scales, ss) = self.file_of(&sn)?.bytes_u8(&sn)?;
+        let nb = cols / crate::quant::mxfp4::BLOCK;
+        let shape_err = |n: &str, got: &[usize], want: &[usize]| {
+            RealError::file(
+                &self.path,
+                format!(
+                    "tensor `{n}` has shape {got:?}, expected {want:?} (MXFP4 of [{ne}, {rows}, {cols}])"
+                ),
+            )
+        };
+        if !cols.is_multiple_of(crate::quant::mxfp4::BLOCK) || cs != [ne, rows, nb, 16] {
+            return Err(shape_err(&bn, &cs, &[ne, rows, nb, 16]));
+        }
+        if ss != [ne, rows, nb] {
+            return Err(shape_err(&sn, &ss, &[ne, rows, nb]));
+        }
+        let all = StoredMatrix::mxfp4_split(scales, codes, ne * rows, cols)
+            .map_err(|m| RealError::file(&self.path, format!("tensor `{name}`: {m}")))?;
+        Ok((0..ne).map(|e| all.rows(e * rows, rows)).collect())
     }
 
     /// The `[a, b]` slices of a stacked `[E, a, b]` tensor, each transposed to `[b, a]`, in

@@ -7,6 +7,11 @@
 //! permutations are byte operations on every storage type ([`StoredMatrix::rows`],
 //! [`StoredMatrix::permute_rows`]); anything else converts to f32 first ([`StoredMatrix::to_f32`]).
 //!
+//! MXFP4 blocks (gpt-oss's experts, [`crate::quant::mxfp4`]) are kept as stored too, in ggml's
+//! packing (GGUF) or OpenAI's split one (Hugging Face `*_blocks` / `*_scales`), and decoded row
+//! by row into the exact product's f32 tiles; a row selection with a stride (gpt-oss's
+//! interleaved gate and up rows, [`StoredMatrix::every_other_row`]) stays a view of the map.
+//!
 //! Dequantization is [`crate::quant::dequant`] for Q8_0, Q4_1, Q5_0, Q4_K and Q6_K (the same bits as
 //! candle's `to_float`, vectorised; tested bit for bit) and candle-core's block kernels
 //! (`GgmlType::to_float`) on the file's bytes reinterpreted as blocks for every other type.
@@ -22,6 +27,7 @@
 //!   [`q8_bound`] bounds its deviation from the exact product.
 
 use crate::quant::cast;
+use crate::quant::mxfp4::{self, Packing};
 use candle_core::quantized::GgmlDType;
 use candle_core::quantized::k_quants::{
     BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
@@ -46,7 +52,8 @@ pub enum Matmul {
     #[default]
     Exact,
     /// Activations quantized to 8 bits per block, integer dot products (llama.cpp's scheme).
-    /// Applies to quantized weights only; f32 / f16 / bf16 weights keep the exact product.
+    /// Applies to candle's quantized block types only; f32 / f16 / bf16 and MXFP4 weights keep
+    /// the exact product.
     Q8,
 }
 
@@ -124,6 +131,23 @@ impl Bytes {
             start: 0,
             len: b.len(),
         }
+    }
+    /// `src[start..start + len]` without the alignment copy of [`Bytes::new`], for data read
+    /// byte by byte (MXFP4 codes and scales); None when the range is out of bounds.
+    pub fn new_unaligned(src: Arc<Backing>, start: usize, len: usize) -> Option<Self> {
+        let end = start.checked_add(len)?;
+        if end > src.bytes().len() {
+            return None;
+        }
+        Some(Bytes { src, start, len })
+    }
+    /// The number of bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether there are no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
     /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
@@ -215,6 +239,90 @@ pub fn scale_offsets(dt: GgmlDType) -> &'static [usize] {
     }
 }
 
+/// The storage type of a [`StoredMatrix`]: a ggml type candle-core names, or MXFP4 (GGML type
+/// 39, which it does not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightType {
+    /// f32, f16, bf16 or one of candle's ggml block types.
+    Ggml(GgmlDType),
+    /// MXFP4 blocks ([`crate::quant::mxfp4`]), in either packing.
+    Mxfp4,
+}
+
+impl PartialEq<GgmlDType> for WeightType {
+    fn eq(&self, other: &GgmlDType) -> bool {
+        *self == WeightType::Ggml(*other)
+    }
+}
+
+/// MXFP4 rows: `rows` logical rows of `cols / 32` blocks, logical row `i` being stored row
+/// `i · step` from the start of the bytes.
+#[derive(Debug, Clone)]
+pub struct Mxfp4Rows {
+    /// How scales and codes are laid out.
+    pub packing: Packing,
+    /// ggml: the 17-byte blocks; split: the 16 code bytes of each block.
+    pub blocks: Bytes,
+    /// split: one scale byte per block (empty for ggml).
+    pub scales: Bytes,
+    /// Stored rows per logical row (1, or 2 for an every-other-row view).
+    pub step: usize,
+}
+
+impl Mxfp4Rows {
+    /// Bytes of one stored row in `blocks` and in `scales`.
+    fn row_bytes(&self, cols: usize) -> (usize, usize) {
+        let nb = cols / mxfp4::BLOCK;
+        match self.packing {
+            Packing::Ggml => (nb * mxfp4::GGML_BLOCK_BYTES, 0),
+            Packing::Split => (nb * 16, nb),
+        }
+    }
+    /// Logical rows `r0 .. r0 + n`, taking every `k`-th of them (a view of the same bytes).
+    fn view(&self, cols: usize, r0: usize, n: usize, k: usize) -> Self {
+        let (rb, sb) = self.row_bytes(cols);
+        let step = self.step * k;
+        let span = (n - 1) * step + 1;
+        let first = r0 * self.step;
+        Mxfp4Rows {
+            packing: self.packing,
+            blocks: self.blocks.sub(first * rb, span * rb),
+            scales: self.scales.sub(first * sb, span * sb),
+            step,
+        }
+    }
+    /// The stored bytes of logical row `i`: (blocks or codes, scales).
+    fn row(&self, cols: usize, i: usize) -> (&[u8], &[u8]) {
+        let (rb, sb) = self.row_bytes(cols);
+        let p = i * self.step;
+        (
+            &self.blocks.as_slice()[p * rb..(p + 1) * rb],
+            &self.scales.as_slice()[p * sb..(p + 1) * sb],
+        )
+    }
+    /// Decodes logical row `i` into `out` (`cols` values).
+    fn decode(&self, cols: usize, i: usize, out: &mut [f32]) {
+        let (b, sc) = self.row(cols, i);
+        match self.packing {
+            Packing::Ggml => mxfp4::decode_ggml(b, out),
+            Packing::Split => mxfp4::decode_split(sc, b, out),
+        }
+    }
+    /// Whether every value of logical row `i` is finite.
+    fn row_is_finite(&self, cols: usize, i: usize) -> bool {
+        let (b, sc) = self.row(cols, i);
+        match self.packing {
+            Packing::Ggml => b
+                .chunks_exact(mxfp4::GGML_BLOCK_BYTES)
+                .all(|blk| mxfp4::block_is_finite(blk[0], &blk[1..])),
+            Packing::Split => sc
+                .iter()
+                .zip(b.chunks_exact(16))
+                .all(|(&e, c)| mxfp4::block_is_finite(e, c)),
+        }
+    }
+}
+
 /// How a [`StoredMatrix`] is stored.
 #[derive(Debug, Clone)]
 pub enum Storage {
@@ -231,6 +339,8 @@ pub enum Storage {
         /// `rows · cols / block_size` blocks.
         bytes: Bytes,
     },
+    /// MXFP4 blocks along each row.
+    Mxfp4(Mxfp4Rows),
 }
 
 /// A row-major `[rows, cols]` matrix in its storage format.
@@ -303,6 +413,58 @@ impl StoredMatrix {
         })
     }
 
+    /// An MXFP4 matrix over ggml's 17-byte blocks (GGUF type 39), `cols / 32` blocks a row.
+    pub fn mxfp4_ggml(bytes: Bytes, rows: usize, cols: usize) -> Result<Self, String> {
+        Self::mxfp4(Packing::Ggml, bytes, Bytes::owned(&[]), rows, cols)
+    }
+
+    /// An MXFP4 matrix in the split packing: `codes` 16 bytes a block, `scales` one byte a
+    /// block, `cols / 32` blocks a row.
+    pub fn mxfp4_split(
+        scales: Bytes,
+        codes: Bytes,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self, String> {
+        Self::mxfp4(Packing::Split, codes, scales, rows, cols)
+    }
+
+    fn mxfp4(
+        packing: Packing,
+        blocks: Bytes,
+        scales: Bytes,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self, String> {
+        if cols == 0 || rows == 0 || !cols.is_multiple_of(mxfp4::BLOCK) {
+            return Err(format!(
+                "shape [{rows}, {cols}] is not whole MXFP4 blocks of 32 along rows"
+            ));
+        }
+        let m = Mxfp4Rows {
+            packing,
+            blocks,
+            scales,
+            step: 1,
+        };
+        let (rb, sb) = m.row_bytes(cols);
+        if m.blocks.len != rows * rb || m.scales.len != rows * sb {
+            return Err(format!(
+                "{} block bytes and {} scale bytes for a [{rows}, {cols}] MXFP4 matrix \
+                 ({packing:?} packing: expected {} and {})",
+                m.blocks.len,
+                m.scales.len,
+                rows * rb,
+                rows * sb
+            ));
+        }
+        Ok(StoredMatrix {
+            rows,
+            cols,
+            storage: Storage::Mxfp4(m),
+        })
+    }
+
     /// Number of rows (outputs of a projection).
     pub fn n_rows(&self) -> usize {
         self.rows
@@ -323,27 +485,67 @@ impl StoredMatrix {
     pub fn storage(&self) -> &Storage {
         &self.storage
     }
-    /// The storage type as ggml names it.
-    pub fn dtype(&self) -> GgmlDType {
-        match &self.storage {
+    /// The storage type.
+    pub fn dtype(&self) -> WeightType {
+        WeightType::Ggml(match &self.storage {
             Storage::F32(_) => GgmlDType::F32,
             Storage::F16(_) => GgmlDType::F16,
             Storage::Bf16(_) => GgmlDType::BF16,
             Storage::Quantized { dtype, .. } => *dtype,
-        }
+            Storage::Mxfp4(_) => return WeightType::Mxfp4,
+        })
     }
-    /// Whether the values are ggml blocks.
+    /// Whether the values are blocks of one of candle's ggml types (not MXFP4, which has no
+    /// `Matmul::Q8` product here).
     pub fn is_quantized(&self) -> bool {
         matches!(self.storage, Storage::Quantized { .. })
     }
-    /// Bytes the matrix occupies in its storage format.
+    /// Bytes the matrix's values occupy in its storage format.
     pub fn storage_bytes(&self) -> usize {
+        if let Storage::Mxfp4(m) = &self.storage {
+            let (rb, sb) = m.row_bytes(self.cols);
+            return self.rows * (rb + sb);
+        }
         self.rows * self.row_bytes()
     }
 
+    /// Bytes of one row of a ggml-typed storage (not MXFP4, whose rows are [`Mxfp4Rows`]'s).
     fn row_bytes(&self) -> usize {
-        let dt = self.dtype();
+        let dt = match &self.storage {
+            Storage::F32(_) => GgmlDType::F32,
+            Storage::F16(_) => GgmlDType::F16,
+            Storage::Bf16(_) => GgmlDType::BF16,
+            Storage::Quantized { dtype, .. } => *dtype,
+            Storage::Mxfp4(m) => return m.row_bytes(self.cols).0,
+        };
         self.cols / dt.block_size() * dt.type_size()
+    }
+
+    /// Rows `parity, parity + 2, …` (the even or the odd rows) of a matrix with an even number
+    /// of rows: a view of the same bytes for MXFP4, a copy otherwise.
+    pub fn every_other_row(&self, parity: usize) -> StoredMatrix {
+        assert!(
+            parity < 2 && self.rows.is_multiple_of(2),
+            "every other row of an even number of rows"
+        );
+        let n = self.rows / 2;
+        if let Storage::Mxfp4(m) = &self.storage {
+            return StoredMatrix {
+                rows: n,
+                cols: self.cols,
+                storage: Storage::Mxfp4(m.view(self.cols, parity, n, 2)),
+            };
+        }
+        let perm: Vec<usize> = (0..self.rows)
+            .map(|i| {
+                if i < n {
+                    2 * i + parity
+                } else {
+                    2 * (i - n) + 1 - parity
+                }
+            })
+            .collect();
+        self.permute_rows(&perm).rows(0, n)
     }
 
     /// Rows `r0 .. r0 + n` (a byte range for every storage type; no copy for mapped bytes).
@@ -358,6 +560,7 @@ impl StoredMatrix {
                 dtype: *dtype,
                 bytes: bytes.sub(r0 * rb, n * rb),
             },
+            Storage::Mxfp4(m) => Storage::Mxfp4(m.view(self.cols, r0, n, 1)),
         };
         StoredMatrix {
             rows: n,
@@ -379,13 +582,27 @@ impl StoredMatrix {
                     .copied()
                     .collect(),
             ),
+            Storage::Mxfp4(m) => {
+                let (mut blocks, mut scales) = (Vec::new(), Vec::new());
+                for &p in perm {
+                    let (b, sc) = m.row(self.cols, p);
+                    blocks.extend_from_slice(b);
+                    scales.extend_from_slice(sc);
+                }
+                Storage::Mxfp4(Mxfp4Rows {
+                    packing: m.packing,
+                    blocks: Bytes::owned(&blocks),
+                    scales: Bytes::owned(&scales),
+                    step: 1,
+                })
+            }
             other => {
                 let rb = self.row_bytes();
                 let src = match other {
                     Storage::F16(b) | Storage::Bf16(b) | Storage::Quantized { bytes: b, .. } => {
                         b.as_slice()
                     }
-                    Storage::F32(_) => unreachable!(),
+                    Storage::F32(_) | Storage::Mxfp4(_) => unreachable!(),
                 };
                 let mut out = Vec::with_capacity(self.rows * rb);
                 for &p in perm {
@@ -399,7 +616,7 @@ impl StoredMatrix {
                         dtype: *dtype,
                         bytes: b,
                     },
-                    Storage::F32(_) => unreachable!(),
+                    Storage::F32(_) | Storage::Mxfp4(_) => unreachable!(),
                 }
             }
         };
@@ -417,6 +634,12 @@ impl StoredMatrix {
             r0 + n <= self.rows && out.len() == n * c,
             "row range out of bounds"
         );
+        if let Storage::Mxfp4(m) = &self.storage {
+            for (i, o) in out.chunks_exact_mut(c).enumerate() {
+                m.decode(c, r0 + i, o);
+            }
+            return;
+        }
         let rb = self.row_bytes();
         fn bytes(b: &Bytes, lo: usize, hi: usize) -> &[u8] {
             &b.as_slice()[lo..hi]
@@ -440,6 +663,7 @@ impl StoredMatrix {
                     per_block!(*dtype, |B| B::to_float(cast::<B>(raw), out));
                 }
             }
+            Storage::Mxfp4(_) => unreachable!("decoded above"),
         }
     }
 
@@ -476,9 +700,15 @@ impl StoredMatrix {
 
     /// The first row holding a non-finite value, if any. f32 / f16 / bf16 values are scanned
     /// (16-bit ones by their exponent bits); quantized blocks by their scales only
-    /// ([`scale_offsets`]), so the check reads every block but dequantizes nothing.
+    /// ([`scale_offsets`]), so the check reads every block but dequantizes nothing; MXFP4
+    /// blocks by their scale and largest code ([`mxfp4::block_is_finite`]).
     pub fn first_non_finite_row(&self) -> Option<usize> {
         let c = self.cols;
+        if let Storage::Mxfp4(m) = &self.storage {
+            return (0..self.rows)
+                .into_par_iter()
+                .position_first(|i| !m.row_is_finite(c, i));
+        }
         let rb = self.row_bytes();
         match &self.storage {
             Storage::F32(v) => v.iter().position(|x| !x.is_finite()).map(|k| k / c),
@@ -509,6 +739,7 @@ impl StoredMatrix {
                     })
                     .map(|k| k * ts / rb)
             }
+            Storage::Mxfp4(_) => unreachable!("checked above"),
         }
     }
 

@@ -541,32 +541,36 @@ impl DecoderWeights for HfWeights<'_> {
             }
             ExpertLayout::FusedInterleaved => {
                 let router = self.w.linear(&format!("{b}router"), ne, d, true)?;
-                let gu = self
-                    .w
-                    .stacked_transposed(&format!("{b}experts.gate_up_proj"), [ne, d, 2 * de])?;
+                // MXFP4 stacks are stored [E, out, in] (rows blocked along the inputs), plain
+                // ones [E, in, out].
+                let gu_name = format!("{b}experts.gate_up_proj");
+                let dn_name = format!("{b}experts.down_proj");
+                let (gu, dn) = if self.w.has(&format!("{gu_name}_blocks")) {
+                    (
+                        self.w.mxfp4_stack(&gu_name, [ne, 2 * de, d])?,
+                        self.w.mxfp4_stack(&dn_name, [ne, d, de])?,
+                    )
+                } else {
+                    (
+                        self.w.stacked_transposed(&gu_name, [ne, d, 2 * de])?,
+                        self.w.stacked_transposed(&dn_name, [ne, de, d])?,
+                    )
+                };
                 let gu_b = self
                     .w
                     .shaped(&format!("{b}experts.gate_up_proj_bias"), &[ne, 2 * de])?;
-                let dn = self
-                    .w
-                    .stacked_transposed(&format!("{b}experts.down_proj"), [ne, de, d])?;
                 let dn_b = self
                     .w
                     .shaped(&format!("{b}experts.down_proj_bias"), &[ne, d])?;
                 // Gate rows are the even outputs, up rows the odd ones.
-                let perm: Vec<usize> = (0..de)
-                    .map(|i| 2 * i)
-                    .chain((0..de).map(|i| 2 * i + 1))
-                    .collect();
                 let experts = gu
                     .into_iter()
                     .zip(dn)
                     .enumerate()
                     .map(|(e, (gu, dn))| {
-                        let gu = gu.permute_rows(&perm);
                         let bias = &gu_b[e * 2 * de..(e + 1) * 2 * de];
                         let half = |k: usize| Linear {
-                            w: gu.rows(k * de, de),
+                            w: gu.every_other_row(k),
                             out: de,
                             inp: d,
                             b: Some((0..de).map(|i| bias[2 * i + k]).collect()),
@@ -644,6 +648,16 @@ pub fn decoder_hf(
 /// quantized checkpoint, reads [`DecoderDims`] and requires `hidden_act` to be SiLU.
 pub fn swiglu_dims(c: &HfCfg, family: &str, eps_default: f64) -> Result<DecoderDims, RealError> {
     super::refuse_quantized(c)?;
+    swiglu_dims_of_checked(c, family, eps_default)
+}
+
+/// [`swiglu_dims`] for a family that has checked its `quantization_config` itself (gpt-oss's
+/// MXFP4 experts).
+pub fn swiglu_dims_of_checked(
+    c: &HfCfg,
+    family: &str,
+    eps_default: f64,
+) -> Result<DecoderDims, RealError> {
     let dims = DecoderDims::read(c, "rms_norm_eps", eps_default)?;
     let why = format!("the {family} MLP is SwiGLU");
     c.require("hidden_act", &Value::from("silu"), &why)?;

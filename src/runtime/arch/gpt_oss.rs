@@ -9,12 +9,15 @@
 //! clamped SwiGLU with biases ([`crate::runtime::moe::SwigluClamp`], `swiglu_alpha`,
 //! `swiglu_limit`) stored fused (`experts.gate_up_proj` `[E, d, 2 d_e]`, gate and up
 //! interleaved). Conventions from transformers' `modeling_gpt_oss.py`. Hugging Face
-//! directories with plain (f32/f16/bf16) weights: MXFP4 expert blocks are refused. GGUF
-//! (`gpt-oss`, llama.cpp's layout and conventions): [`from_gguf`].
+//! directories with plain (f32/f16/bf16) weights, or with OpenAI's MXFP4 experts
+//! (`quantization_config.quant_method` = `mxfp4`: `experts.{gate_up,down}_proj_{blocks,scales}`
+//! stored `[E, out, in/32, 16]` and `[E, out, in/32]`, read in that format by
+//! [`Checkpoint::mxfp4_stack`]; checked by [`check_quantization`]; other methods refused). GGUF
+//! (`gpt-oss`, llama.cpp's layout and conventions, MXFP4 experts included): [`from_gguf`].
 
-use super::decoder::{ExpertLayout, MoeSpec};
+use super::decoder::{ExpertLayout, MoeSpec, swiglu_dims_of_checked};
 use super::qwen3_moe::top_k;
-use super::{DecoderSpec, HfCfg, MAX_DIM, decoder_hf, layer_types, plain_scale, swiglu_dims};
+use super::{DecoderSpec, HfCfg, MAX_DIM, decoder_hf, layer_types, plain_scale};
 use crate::runtime::RealError;
 use crate::runtime::moe::{Routing, SwigluClamp};
 use crate::runtime::pretrained::{Arch, Pretrained};
@@ -34,35 +37,135 @@ pub const KEYS: &[&str] = &[
     "initial_context_length",
 ];
 
-/// Refuses a `quantization_config`, naming its method: no quantization method of gpt-oss
-/// checkpoints (MXFP4 expert blocks, fp8, …) is implemented for Hugging Face directories, and
-/// an MXFP4 declaration over plain weights says the file and its config disagree.
-fn refuse_quantization(c: &HfCfg, w: &Checkpoint) -> Result<(), RealError> {
+/// Keys of `quantization_config` read for MXFP4 (transformers' `Mxfp4Config`): `dequantize`
+/// and `modules_to_not_convert` change nothing sinklab computes (it decodes the blocks it
+/// finds, with the same numbers either way) but `modules_to_not_convert` must agree with them.
+const MXFP4_KEYS: &[&str] = &["quant_method", "modules_to_not_convert", "dequantize"];
+
+/// Whether the glob `pat` (`*` any run of characters) matches `name`.
+fn glob(pat: &str, name: &str) -> bool {
+    match pat.split_once('*') {
+        None => pat == name,
+        Some((head, rest)) => {
+            name.starts_with(head)
+                && (0..=name.len() - head.len()).any(|k| glob(rest, &name[head.len() + k..]))
+        }
+    }
+}
+
+/// Checks the checkpoint's quantization against its tensors. Without a `quantization_config` the experts must be plain; with `quant_method` =
+/// `mxfp4` every layer's `experts.gate_up_proj` and `experts.down_proj` must be stored as
+/// `*_blocks` / `*_scales` (and only they: the router, attention and embeddings stay plain, as
+/// OpenAI's checkpoints keep them), none of them listed in `modules_to_not_convert`; any other
+/// method (fp8, …) or key is refused by name.
+fn check_quantization(c: &HfCfg, w: &Checkpoint, n_layer: usize) -> Result<(), RealError> {
+    let blocks_of = |l: usize, p: &str| format!("model.layers.{l}.mlp.experts.{p}_blocks");
+    let mut packed: Vec<String> = w
+        .names()
+        .filter(|n| n.ends_with("_blocks") || n.ends_with("_scales"))
+        .map(str::to_string)
+        .collect();
+    packed.sort();
     let Some(q) = c.get("quantization_config") else {
+        if let Some(n) = packed.first() {
+            return Err(c.err(format!(
+                "tensor `{n}` is an MXFP4 block tensor but config.json has no \
+                 `quantization_config`: the config and the file disagree"
+            )));
+        }
         return Ok(());
     };
     let method = q
         .get("quant_method")
         .and_then(|m| m.as_str())
         .unwrap_or("(no quant_method)");
-    let blocks = w.has("model.layers.0.mlp.experts.gate_up_proj_blocks");
-    let why = match (method, blocks) {
-        ("mxfp4", true) => "MXFP4 expert blocks are not decoded by sinklab yet",
-        ("mxfp4", false) => {
-            "it declares MXFP4 but the checkpoint stores plain expert weights (no \
-             `gate_up_proj_blocks`): the config and the file disagree"
+    if method != "mxfp4" {
+        return Err(c.err(format!(
+            "`quantization_config.quant_method` = \"{method}\" is not supported: this \
+             quantization method is not implemented (MXFP4 expert blocks are)"
+        )));
+    }
+    if let Some(k) = q
+        .as_object()
+        .and_then(|o| o.keys().find(|k| !MXFP4_KEYS.contains(&k.as_str())))
+    {
+        return Err(c.err(format!(
+            "`quantization_config.{k}` is not read by sinklab's MXFP4 loader (it reads {})",
+            MXFP4_KEYS.join(", ")
+        )));
+    }
+    if !w.has(&blocks_of(0, "gate_up_proj")) {
+        return Err(c.err(
+            "`quantization_config.quant_method` = \"mxfp4\" is not supported here: it \
+             declares MXFP4 but the checkpoint stores plain expert weights (no \
+             `gate_up_proj_blocks`): the config and the file disagree",
+        ));
+    }
+    let keep: Vec<&str> = match q.get("modules_to_not_convert") {
+        None | Some(serde_json::Value::Null) => Vec::new(),
+        Some(serde_json::Value::Array(a)) => a
+            .iter()
+            .map(|v| {
+                v.as_str().ok_or_else(|| {
+                    c.err(format!(
+                        "`quantization_config.modules_to_not_convert` holds {v}, not a name"
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        Some(v) => {
+            return Err(c.err(format!(
+                "`quantization_config.modules_to_not_convert` = {v} is not a list"
+            )));
         }
-        _ => "this quantization method is not implemented",
     };
-    Err(c.err(format!(
-        "`quantization_config.quant_method` = \"{method}\" is not supported: {why}"
-    )))
+    let mut expected = std::collections::BTreeSet::new();
+    for l in 0..n_layer {
+        let experts = format!("model.layers.{l}.mlp.experts");
+        if let Some(p) = keep.iter().find(|p| glob(p, &experts)) {
+            return Err(c.err(format!(
+                "`quantization_config.modules_to_not_convert` lists `{p}`, which covers \
+                 `{experts}`, but its weights are stored as MXFP4 blocks: the config and the \
+                 file disagree"
+            )));
+        }
+        for p in ["gate_up_proj", "down_proj"] {
+            let b = blocks_of(l, p);
+            let sc = format!("{}_scales", b.trim_end_matches("_blocks"));
+            for n in [&b, &sc] {
+                if !w.has(n) {
+                    return Err(c.err(format!(
+                        "the checkpoint is MXFP4 but has no `{n}` (layer {l}'s experts must \
+                         all be stored as blocks and scales)"
+                    )));
+                }
+            }
+            let plain = format!("model.layers.{l}.mlp.experts.{p}");
+            if w.has(&plain) {
+                return Err(c.err(format!(
+                    "layer {l} stores both `{plain}` and its MXFP4 blocks: which one is meant \
+                     is ambiguous"
+                )));
+            }
+            expected.insert(b);
+            expected.insert(sc);
+        }
+    }
+    if let Some(n) = packed.iter().find(|n| !expected.contains(n.as_str())) {
+        return Err(c.err(format!(
+            "tensor `{n}` looks like MXFP4 blocks or scales, but only the experts' \
+             `gate_up_proj` and `down_proj` are stored so in gpt-oss"
+        )));
+    }
+    Ok(())
 }
 
 /// Loads a `gpt_oss` Hugging Face directory.
 pub fn from_hf(c: &HfCfg, w: &Checkpoint) -> Result<Pretrained, RealError> {
-    refuse_quantization(c, w)?;
-    let dims = swiglu_dims(c, "gpt-oss", 1e-5)?;
+    // Every layer's experts agree with the config; the decoder builder reads each layer's
+    // experts in the format stored.
+    check_quantization(c, w, c.dim("num_hidden_layers", super::MAX_LAYERS)?)?;
+    let dims = swiglu_dims_of_checked(c, "gpt-oss", 1e-5)?;
     let n = dims.shape.n_layer;
     let bias = c.bool_or("attention_bias", true)?;
     let ne = c.dim("num_local_experts", MAX_DIM)?;
@@ -157,7 +260,8 @@ pub fn swa_layer(period: usize, l: usize) -> bool {
 /// `attention.sliding_window_pattern` (a period, default 2) with window
 /// `attention.sliding_window` and base θ `rope.freq_base_swa` (default `rope.freq_base`),
 /// RoPE scaling per [`super::rope::gguf_rope`]. Expert tensors in plain storage (f32, f16,
-/// bf16 and the block types candle reads); MXFP4 is refused by [`crate::runtime::gguf`].
+/// bf16), candle's block types or MXFP4 (GGML type 39, as llama.cpp's converter writes
+/// OpenAI's experts).
 pub fn from_gguf(g: &mut crate::runtime::gguf::GgufFile) -> Result<Pretrained, RealError> {
     use super::{GgufDims, check_gguf_keys, decoder_gguf};
     const A: &str = "gpt-oss";
