@@ -39,7 +39,7 @@
 //! 0 elsewhere; proved by the multipliers $\delta - s^\star$ on every below-the-sink constraint,
 //! $s^\star + \Delta$ on every above-the-sink one and 0 on the routes, whose $\mathcal A^\ast\lambda$ is that
 //! primal (the KKT point of the QP). Derivation: for a fixed $s \ge 0$ an off row costs
-//! $(i+1)(\delta - s)_+^2$ and an on row $(s+\Delta)^2$ (its other keys can stay at 0), a convex
+//! $(i+1)\max(0, \delta - s)^2$ and an on row $(s+\Delta)^2$ (its other keys can stay at 0), a convex
 //! quadratic in $s$ whose minimiser is $s^\star$. Without the assumption $s^\star < 0$, the on rows'
 //! other keys must go below $s$ and the formula is a strict lower bound, not the minimum. As
 //! $T \to \infty$ at a fixed on-rate, $C^F \to \sqrt{n_{\rm on}(\Delta + \delta)^2 + \delta^2}$: exponent ½.
