@@ -61,6 +61,13 @@
 use super::{CostError, NormKind, check_finite, mm, reduce};
 use crate::linalg;
 use faer::{Mat, MatRef, Par};
+#[cfg(feature = "ipm")]
+use {
+    super::SolveOptions,
+    super::ipm::{MAX_DENSE, MAX_NNZ, MAX_PSD_SVEC, blas_single_threaded, csc, settings, svec},
+    clarabel::algebra::CscMatrix,
+    clarabel::solver::{DefaultSolver, IPSolver, SolverStatus, SupportedConeT::*},
+};
 
 /// One constraint of the program ($\langle A_c, (W, s)\rangle \ge b_c$).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -543,209 +550,190 @@ impl SinkLogitProgram {
 }
 
 #[cfg(feature = "ipm")]
-mod solve {
-    use super::super::ipm::{
-        MAX_DENSE, MAX_NNZ, MAX_PSD_SVEC, blas_single_threaded, csc, settings, svec,
-    };
-    use super::super::{CostError, NormKind, SolveOptions};
-    use super::{SinkLogitCost, SinkLogitProgram};
-    use clarabel::algebra::CscMatrix;
-    use clarabel::solver::{DefaultSolver, IPSolver, SolverStatus, SupportedConeT::*};
-    use faer::Mat;
+impl SinkLogitProgram {
+    /// Dense coefficients of constraint `c` on $W$: $A_c = e_i b_c^\top$ in reduced
+    /// coordinates ($b_c$ the key combination); `None` for orthonormal rows.
+    fn key_rows(&self) -> Option<Mat<f64>> {
+        let e = self.e.as_ref()?;
+        Some(Mat::from_fn(self.cons.len(), e.ncols(), |c, b| {
+            let (_, keys, n, _) = self.cons[c].terms();
+            keys[..n].iter().map(|&(k, a)| a * e[(k, b)]).sum()
+        }))
+    }
 
-    impl SinkLogitProgram {
-        /// Dense coefficients of constraint `c` on $W$: $A_c = e_i b_c^\top$ in reduced
-        /// coordinates ($b_c$ the key combination); `None` for orthonormal rows.
-        fn key_rows(&self) -> Option<Mat<f64>> {
-            let e = self.e.as_ref()?;
-            Some(Mat::from_fn(self.cons.len(), e.ncols(), |c, b| {
-                let (_, keys, n, _) = self.cons[c].terms();
-                keys[..n].iter().map(|&(k, a)| a * e[(k, b)]).sum()
-            }))
-        }
-
-        /// Columns over $\mathrm{vec}\thinspace W$ (index $a r + b$) of the map $(W) \mapsto
-        /// (-\langle A_c, W\rangle)_c$, each entry times `scale`, with `col` mapping $(a, b)$ to
-        /// the variable's index.
-        fn w_columns(
-            &self,
-            scale: f64,
-            ncols: usize,
-            col: impl Fn(usize, usize) -> usize,
-        ) -> Vec<Vec<(usize, f64)>> {
-            let r = self.dim();
-            let mut cols: Vec<Vec<(usize, f64)>> = vec![Vec::new(); ncols];
-            match (self.key_rows(), &self.e) {
-                (Some(kr), Some(e)) => {
-                    for a in 0..r {
-                        for b in 0..r {
-                            let v = &mut cols[col(a, b)];
-                            for (c, con) in self.cons.iter().enumerate() {
-                                let x = e[(con.terms().0, a)] * kr[(c, b)];
-                                if x != 0.0 {
-                                    v.push((c, -scale * x));
-                                }
+    /// Columns over $\mathrm{vec}\thinspace W$ (index $a r + b$) of the map taking $W$ to
+    /// the vector of $-\langle A_c, W\rangle$, each entry times `scale`, with `col` mapping
+    /// $(a, b)$ to the variable's index.
+    fn w_columns(
+        &self,
+        scale: f64,
+        ncols: usize,
+        col: impl Fn(usize, usize) -> usize,
+    ) -> Vec<Vec<(usize, f64)>> {
+        let r = self.dim();
+        let mut cols: Vec<Vec<(usize, f64)>> = vec![Vec::new(); ncols];
+        match (self.key_rows(), &self.e) {
+            (Some(kr), Some(e)) => {
+                for a in 0..r {
+                    for b in 0..r {
+                        let v = &mut cols[col(a, b)];
+                        for (c, con) in self.cons.iter().enumerate() {
+                            let x = e[(con.terms().0, a)] * kr[(c, b)];
+                            if x != 0.0 {
+                                v.push((c, -scale * x));
                             }
                         }
                     }
                 }
-                _ => {
-                    for (c, con) in self.cons.iter().enumerate() {
-                        let (i, keys, n, _) = con.terms();
-                        for &(k, a) in &keys[..n] {
-                            cols[col(i, k)].push((c, -scale * a));
-                        }
+            }
+            _ => {
+                for (c, con) in self.cons.iter().enumerate() {
+                    let (i, keys, n, _) = con.terms();
+                    for &(k, a) in &keys[..n] {
+                        cols[col(i, k)].push((c, -scale * a));
                     }
                 }
             }
-            cols
         }
+        cols
+    }
 
-        fn sigma_column(&self, sign: f64) -> Vec<(usize, f64)> {
-            self.cons
-                .iter()
-                .enumerate()
-                .filter_map(|(c, con)| {
-                    let sigma = con.terms().3;
-                    (sigma != 0.0).then_some((c, -sign * sigma))
+    fn sigma_column(&self, sign: f64) -> Vec<(usize, f64)> {
+        self.cons
+            .iter()
+            .enumerate()
+            .filter_map(|(c, con)| {
+                let sigma = con.terms().3;
+                (sigma != 0.0).then_some((c, -sign * sigma))
+            })
+            .collect()
+    }
+
+    fn status(s: SolverStatus) -> Result<(), CostError> {
+        match s {
+            SolverStatus::Solved | SolverStatus::AlmostSolved => Ok(()),
+            SolverStatus::PrimalInfeasible | SolverStatus::AlmostPrimalInfeasible => {
+                Err(CostError::Solver(
+                    "the constraints admit no (W, s) on these embeddings (interior-point \
+                     infeasibility; no certificate is built for this program)"
+                        .into(),
+                ))
+            }
+            other => Err(CostError::Solver(format!("stopped: {other:?}"))),
+        }
+    }
+
+    /// Frobenius QP $\min\tfrac12(\lVert W\rVert_F^2 + s^2)$, certified.
+    fn solve_fro(&self, opts: &SolveOptions) -> Result<SinkLogitCost, CostError> {
+        let m = self.cons.len();
+        let r = self.dim();
+        let n = r * r;
+        if self.e.is_some() && m * n > MAX_NNZ {
+            return Err(CostError::Solver(format!(
+                "Frobenius QP too large: {m}·{n} coefficients > {MAX_NNZ}"
+            )));
+        }
+        if self.e.is_some() && n.min(m) > MAX_DENSE {
+            return Err(CostError::Solver(format!(
+                "Frobenius QP too large: dense block {} > {MAX_DENSE}",
+                n.min(m)
+            )));
+        }
+        let mut cols = self.w_columns(1.0, n, |a, b| a * r + b);
+        cols.push(self.sigma_column(1.0));
+        let a = csc(m, cols);
+        let p = CscMatrix::identity(n + 1);
+        let q = vec![0.0; n + 1];
+        let b: Vec<f64> = self.cons.iter().map(|&c| -self.rhs(c)).collect();
+        let cones = [NonnegativeConeT(m)];
+        let mut s = DefaultSolver::new(&p, &q, &a, &b, &cones, settings(opts))
+            .map_err(|e| CostError::Solver(e.to_string()))?;
+        s.solve();
+        let sol = &s.solution;
+        Self::status(sol.status)?;
+        let w = Mat::from_fn(r, r, |x, y| sol.x[x * r + y]);
+        self.certify(
+            NormKind::Fro,
+            w,
+            sol.x[n],
+            &sol.z,
+            0.0,
+            sol.iterations as usize,
+            opts.par,
+        )
+    }
+
+    /// Nuclear SDP on $X = [P, W; W^\top, Q] \succeq 0$ with $s = s^+ - s^-$, certified;
+    /// `floor` is the Frobenius lower end ($\lVert W\rVert_\ast + \lvert s\rvert \ge
+    /// \sqrt{\lVert W\rVert_F^2+s^2}$).
+    fn solve_nuclear(&self, opts: &SolveOptions, floor: f64) -> Result<SinkLogitCost, CostError> {
+        let m = self.cons.len();
+        let r = self.dim();
+        let np = 2 * r;
+        let nv = np * (np + 1) / 2;
+        if nv > MAX_PSD_SVEC {
+            return Err(CostError::Solver(format!(
+                "nuclear SDP too large: {nv} PSD coordinates (order {np}) > {MAX_PSD_SVEC}"
+            )));
+        }
+        if m * r * r > MAX_NNZ {
+            return Err(CostError::Solver(format!(
+                "nuclear SDP too large: {m}·{} coefficients > {MAX_NNZ}",
+                r * r
+            )));
+        }
+        let h = std::f64::consts::FRAC_1_SQRT_2;
+        // Rows 0..m: gaps; m, m+1: s⁺, s⁻ ≥ 0; m+2..: −x ∈ PSD.
+        let mut cols = self.w_columns(h, nv + 2, |a, b| svec(a, r + b));
+        cols[nv] = self.sigma_column(1.0);
+        cols[nv + 1] = self.sigma_column(-1.0);
+        cols[nv].push((m, -1.0));
+        cols[nv + 1].push((m + 1, -1.0));
+        for (x, col) in cols.iter_mut().take(nv).enumerate() {
+            col.push((m + 2 + x, -1.0));
+        }
+        let a = csc(m + 2 + nv, cols);
+        let p = CscMatrix::zeros((nv + 2, nv + 2));
+        let mut q = vec![0.0; nv + 2];
+        for d in 0..np {
+            q[svec(d, d)] = 0.5;
+        }
+        q[nv] = 1.0;
+        q[nv + 1] = 1.0;
+        let mut b: Vec<f64> = self.cons.iter().map(|&c| -self.rhs(c)).collect();
+        b.extend(std::iter::repeat_n(0.0, 2 + nv));
+        let cones = [NonnegativeConeT(m + 2), PSDTriangleConeT(np)];
+        blas_single_threaded();
+        let mut s = DefaultSolver::new(&p, &q, &a, &b, &cones, settings(opts))
+            .map_err(|e| CostError::Solver(e.to_string()))?;
+        s.solve();
+        let sol = &s.solution;
+        Self::status(sol.status)?;
+        let w = Mat::from_fn(r, r, |x, y| sol.x[svec(x, r + y)] * h);
+        self.certify(
+            NormKind::Nuclear,
+            w,
+            sol.x[nv] - sol.x[nv + 1],
+            &sol.z[..m],
+            floor,
+            sol.iterations as usize,
+            opts.par,
+        )
+    }
+
+    /// The minimal cost under `kind` by the interior-point solver, as a certified bracket
+    /// (a nuclear program first solves the Frobenius one for its floor). Errors name the
+    /// size cap, the solver status or the bracket that failed.
+    pub fn solve(&self, kind: NormKind, opts: &SolveOptions) -> Result<SinkLogitCost, CostError> {
+        let fro = self.solve_fro(opts)?;
+        match kind {
+            NormKind::Fro => Ok(fro),
+            NormKind::Nuclear => {
+                let nuc = self.solve_nuclear(opts, fro.lower)?;
+                Ok(SinkLogitCost {
+                    iterations: nuc.iterations + fro.iterations,
+                    ..nuc
                 })
-                .collect()
-        }
-
-        fn status(s: SolverStatus) -> Result<(), CostError> {
-            match s {
-                SolverStatus::Solved | SolverStatus::AlmostSolved => Ok(()),
-                SolverStatus::PrimalInfeasible | SolverStatus::AlmostPrimalInfeasible => {
-                    Err(CostError::Solver(
-                        "the constraints admit no (W, s) on these embeddings (interior-point \
-                         infeasibility; no certificate is built for this program)"
-                            .into(),
-                    ))
-                }
-                other => Err(CostError::Solver(format!("stopped: {other:?}"))),
-            }
-        }
-
-        /// Frobenius QP $\min\tfrac12(\lVert W\rVert_F^2 + s^2)$, certified.
-        fn solve_fro(&self, opts: &SolveOptions) -> Result<SinkLogitCost, CostError> {
-            let m = self.cons.len();
-            let r = self.dim();
-            let n = r * r;
-            if self.e.is_some() && m * n > MAX_NNZ {
-                return Err(CostError::Solver(format!(
-                    "Frobenius QP too large: {m}·{n} coefficients > {MAX_NNZ}"
-                )));
-            }
-            if self.e.is_some() && n.min(m) > MAX_DENSE {
-                return Err(CostError::Solver(format!(
-                    "Frobenius QP too large: dense block {} > {MAX_DENSE}",
-                    n.min(m)
-                )));
-            }
-            let mut cols = self.w_columns(1.0, n, |a, b| a * r + b);
-            cols.push(self.sigma_column(1.0));
-            let a = csc(m, cols);
-            let p = CscMatrix::identity(n + 1);
-            let q = vec![0.0; n + 1];
-            let b: Vec<f64> = self.cons.iter().map(|&c| -self.rhs(c)).collect();
-            let cones = [NonnegativeConeT(m)];
-            let mut s = DefaultSolver::new(&p, &q, &a, &b, &cones, settings(opts))
-                .map_err(|e| CostError::Solver(e.to_string()))?;
-            s.solve();
-            let sol = &s.solution;
-            Self::status(sol.status)?;
-            let w = Mat::from_fn(r, r, |x, y| sol.x[x * r + y]);
-            self.certify(
-                NormKind::Fro,
-                w,
-                sol.x[n],
-                &sol.z,
-                0.0,
-                sol.iterations as usize,
-                opts.par,
-            )
-        }
-
-        /// Nuclear SDP on $X = [P, W; W^\top, Q] \succeq 0$ with $s = s^+ - s^-$, certified;
-        /// `floor` is the Frobenius lower end ($\lVert W\rVert_\ast + \lvert s\rvert \ge
-        /// \sqrt{\lVert W\rVert_F^2+s^2}$).
-        fn solve_nuclear(
-            &self,
-            opts: &SolveOptions,
-            floor: f64,
-        ) -> Result<SinkLogitCost, CostError> {
-            let m = self.cons.len();
-            let r = self.dim();
-            let np = 2 * r;
-            let nv = np * (np + 1) / 2;
-            if nv > MAX_PSD_SVEC {
-                return Err(CostError::Solver(format!(
-                    "nuclear SDP too large: {nv} PSD coordinates (order {np}) > {MAX_PSD_SVEC}"
-                )));
-            }
-            if m * r * r > MAX_NNZ {
-                return Err(CostError::Solver(format!(
-                    "nuclear SDP too large: {m}·{} coefficients > {MAX_NNZ}",
-                    r * r
-                )));
-            }
-            let h = std::f64::consts::FRAC_1_SQRT_2;
-            // Rows 0..m: gaps; m, m+1: s⁺, s⁻ ≥ 0; m+2..: −x ∈ PSD.
-            let mut cols = self.w_columns(h, nv + 2, |a, b| svec(a, r + b));
-            cols[nv] = self.sigma_column(1.0);
-            cols[nv + 1] = self.sigma_column(-1.0);
-            cols[nv].push((m, -1.0));
-            cols[nv + 1].push((m + 1, -1.0));
-            for (x, col) in cols.iter_mut().take(nv).enumerate() {
-                col.push((m + 2 + x, -1.0));
-            }
-            let a = csc(m + 2 + nv, cols);
-            let p = CscMatrix::zeros((nv + 2, nv + 2));
-            let mut q = vec![0.0; nv + 2];
-            for d in 0..np {
-                q[svec(d, d)] = 0.5;
-            }
-            q[nv] = 1.0;
-            q[nv + 1] = 1.0;
-            let mut b: Vec<f64> = self.cons.iter().map(|&c| -self.rhs(c)).collect();
-            b.extend(std::iter::repeat_n(0.0, 2 + nv));
-            let cones = [NonnegativeConeT(m + 2), PSDTriangleConeT(np)];
-            blas_single_threaded();
-            let mut s = DefaultSolver::new(&p, &q, &a, &b, &cones, settings(opts))
-                .map_err(|e| CostError::Solver(e.to_string()))?;
-            s.solve();
-            let sol = &s.solution;
-            Self::status(sol.status)?;
-            let w = Mat::from_fn(r, r, |x, y| sol.x[svec(x, r + y)] * h);
-            self.certify(
-                NormKind::Nuclear,
-                w,
-                sol.x[nv] - sol.x[nv + 1],
-                &sol.z[..m],
-                floor,
-                sol.iterations as usize,
-                opts.par,
-            )
-        }
-
-        /// The minimal cost under `kind` by the interior-point solver, as a certified bracket
-        /// (a nuclear program first solves the Frobenius one for its floor). Errors name the
-        /// size cap, the solver status or the bracket that failed.
-        pub fn solve(
-            &self,
-            kind: NormKind,
-            opts: &SolveOptions,
-        ) -> Result<SinkLogitCost, CostError> {
-            let fro = self.solve_fro(opts)?;
-            match kind {
-                NormKind::Fro => Ok(fro),
-                NormKind::Nuclear => {
-                    let nuc = self.solve_nuclear(opts, fro.lower)?;
-                    Ok(SinkLogitCost {
-                        iterations: nuc.iterations + fro.iterations,
-                        ..nuc
-                    })
-                }
             }
         }
     }
