@@ -453,7 +453,8 @@ impl SinkLogitProgram {
 
     /// The certified bracket of a point and multipliers: $(W, s)$ rescaled by
     /// $1/\min_c\langle A_c,(W,s)\rangle/b_c$ (feasible; its norm the upper end), the lower end
-    /// [`lower_bound`](Self::lower_bound), raised to `floor` (a lower bound known otherwise).
+    /// [`lower_bound`](Self::lower_bound), raised to `floor` (a lower bound known otherwise);
+    /// `iterations` is left 0 for the solver to fill in.
     pub fn certify(
         &self,
         kind: NormKind,
@@ -461,7 +462,6 @@ impl SinkLogitProgram {
         s: f64,
         lam: &[f64],
         floor: f64,
-        iterations: usize,
         par: Par,
     ) -> Result<SinkLogitCost, CostError> {
         let theta = self.min_ratio(w.as_ref(), s, par);
@@ -485,7 +485,7 @@ impl SinkLogitProgram {
             rel_gap: (upper - lower) / upper,
             w,
             s,
-            iterations,
+            iterations: 0,
         })
     }
 
@@ -652,15 +652,11 @@ impl SinkLogitProgram {
         let sol = &s.solution;
         Self::status(sol.status)?;
         let w = Mat::from_fn(r, r, |x, y| sol.x[x * r + y]);
-        self.certify(
-            NormKind::Fro,
-            w,
-            sol.x[n],
-            &sol.z,
-            0.0,
-            sol.iterations as usize,
-            opts.par,
-        )
+        let c = self.certify(NormKind::Fro, w, sol.x[n], &sol.z, 0.0, opts.par)?;
+        Ok(SinkLogitCost {
+            iterations: sol.iterations as usize,
+            ..c
+        })
     }
 
     /// Nuclear SDP on $X = [P, W; W^\top, Q] \succeq 0$ with $s = s^+ - s^-$, certified;
@@ -710,15 +706,18 @@ impl SinkLogitProgram {
         let sol = &s.solution;
         Self::status(sol.status)?;
         let w = Mat::from_fn(r, r, |x, y| sol.x[svec(x, r + y)] * h);
-        self.certify(
+        let c = self.certify(
             NormKind::Nuclear,
             w,
             sol.x[nv] - sol.x[nv + 1],
             &sol.z[..m],
             floor,
-            sol.iterations as usize,
             opts.par,
-        )
+        )?;
+        Ok(SinkLogitCost {
+            iterations: sol.iterations as usize,
+            ..c
+        })
     }
 
     /// The minimal cost under `kind` by the interior-point solver, as a certified bracket
