@@ -78,6 +78,15 @@ pub fn registry() -> Vec<Theorem> {
         default_cases: 400,
         run: |c, s| crate::explicit_switch::check_gate_switch(c, s, crate::switch::Assumption::Kept),
     });
+    #[cfg(feature = "ipm")]
+    v.push(Theorem {
+        name: "sink_logit_selective",
+        claim: "A3",
+        statement: "a selective switch by a learned sink logit on the copy-paste head (on-queries' sources Δ above s and their keys, off-queries' keys δ below s): on orthonormal embeddings min √(‖W_QK‖_F²+s²) and min ‖W_QK‖_*+|s| = δ+(δ+Δ)Σ_c√n_c are the closed forms, each proved by its dual and inside the interior-point bracket",
+        figure: "",
+        default_cases: 24,
+        run: |c, s| crate::cost::sink_logit::check_sink_logit_selective(c, s, crate::switch::Assumption::Kept),
+    });
     v.push(Theorem {
         name: "secondary_monotone",
         claim: "B3",

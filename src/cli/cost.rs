@@ -2,7 +2,11 @@
 //! --t T [--d D] [--delta X | --eps E] [--seed S] [--scope qk|head [--on-rate R]] [--json]`:
 //! one minimal cost (docs/theory.md §6), of W_QK alone or of the whole head on copy-paste;
 //! `sinklab cost --definitions [--quick] [--out DIR] [--seed S] [--json]`: the map of cost
-//! definitions and its A5 verdict.
+//! definitions and its A5 verdict;
+//! `sinklab cost --sink-logit --norm fro|nuclear --t T [--embedding orthonormal|gaussian] [--d D]
+//! [--delta X | --eps E] [--on-rate R] [--seed S] [--json]`: the selective sink-logit program on
+//! the copy-paste head (docs/theory.md §11) beside the BOS sink's, the diagonal's and the gate's
+//! minima on the same instance.
 
 use anyhow::{Context, Result, bail};
 use sinklab::cost::{
@@ -21,7 +25,9 @@ use std::path::{Path, PathBuf};
   The nuclear cost of the diagonal pattern on Gaussian embeddings of width 128, as JSON:
     sinklab cost --pattern diagonal --norm nuclear --embedding gaussian --t 64 --d 128 --json
   The whole head on copy-paste, leak 0.05:
-    sinklab cost --pattern sink --norm fro --t 32 --scope head --eps 0.05"
+    sinklab cost --pattern sink --norm fro --t 32 --scope head --eps 0.05
+  A selective switch by a learned sink logit on copy-paste, beside the BOS sink and the gate:
+    sinklab cost --sink-logit --norm nuclear --t 16 --eps 0.01"
 )]
 pub struct Args {
     /// Pattern of the off-queries: sink or diagonal
@@ -33,7 +39,7 @@ pub struct Args {
         value_enum,
         hide_possible_values = true,
         value_name = "sink|diagonal",
-        required_unless_present = "definitions"
+        required_unless_present_any = ["definitions", "sink_logit"]
     )]
     pattern: Option<Pattern>,
     /// Cost definition: fro or nuclear
@@ -121,6 +127,19 @@ pub struct Args {
         ]
     )]
     definitions: bool,
+    /// The selective sink-logit program on the copy-paste head
+    ///
+    /// A learned sink logit s switches the off-queries off (each visible logit δ below s) while
+    /// every on-query's source stays Δ above s and above its other keys (docs/theory.md §11);
+    /// cost √(‖W_QK‖_F² + s²) or ‖W_QK‖_* + |s| (--norm), δ = Δ (--delta, or ln(T(1−ε)/ε) with
+    /// --eps, enough for both sides). Prints the certified bracket, the closed form on
+    /// orthonormal embeddings (with its assumption), and the BOS sink's, the diagonal's and a
+    /// selective gate's minima on the same sources.
+    #[arg(
+        long,
+        conflicts_with_all = ["pattern", "definitions", "embeddings", "scope"]
+    )]
+    sink_logit: bool,
     /// Report directory holding the caches of --definitions (default out).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -175,6 +194,9 @@ pub fn run(mut a: Args) -> Result<i32> {
     )?;
     if a.definitions {
         return run_definitions(&a);
+    }
+    if a.sink_logit {
+        return run_sink_logit(&a);
     }
     if a.pattern.is_none() || a.norm.is_none() {
         bail!("--pattern and --norm are required (or --definitions)");
@@ -589,4 +611,169 @@ fn print_infeasible(sol: &sinklab::cost::CostSolution, on: &str) -> Result<()> {
         c.is_some_and(|c| c.verified)
     );
     Ok(())
+}
+
+/// `--sink-logit`: the selective sink-logit program on the copy-paste head, beside the BOS
+/// sink's and the diagonal's whole-head W_QK programs and the selective gate on the same sources.
+fn run_sink_logit(a: &Args) -> Result<i32> {
+    use sinklab::cost::sink_logit::{
+        SinkLogitProgram, counts, fro_assumption, fro_closed_form, fro_optimum,
+        nuclear_closed_form, nuclear_optimum,
+    };
+    use sinklab::explicit_switch::{gate_cost_orthonormal, switch_logit};
+    let Some(norm) = a.norm else {
+        bail!("--sink-logit needs --norm fro|nuclear");
+    };
+    let Some(t) = a.t else {
+        bail!("--sink-logit needs --t T");
+    };
+    if t < 3 {
+        bail!("--t {t}: copy-paste needs T >= 3 (a source after BOS and a later query)");
+    }
+    if a.embedding == EmbeddingKind::Trained {
+        bail!("--sink-logit takes --embedding orthonormal or gaussian, not trained");
+    }
+    if !cfg!(feature = "ipm") {
+        bail!("--sink-logit: this build has no interior-point solver (the `ipm` feature is off)");
+    }
+    if a.solver != Method::Ipm {
+        bail!("--sink-logit is solved by the interior-point solver only: drop --solver");
+    }
+    if !(a.tol > 0.0 && a.tol < 1.0) || a.max_iter == 0 {
+        bail!("--tol must lie in (0, 1) and --max-iter be at least 1");
+    }
+    let d = a.d.unwrap_or(t);
+    if d == 0 {
+        bail!("--d 0: the embedding dimension must be at least 1");
+    }
+    if let Some(e) = a.eps
+        && !(e > 0.0 && e < 1.0)
+    {
+        bail!("--eps {e}: the leak must lie in (0, 1)");
+    }
+    if !(a.on_rate > 0.0 && a.on_rate < 1.0) {
+        bail!("--on-rate {}: must lie in (0, 1)", a.on_rate);
+    }
+    // Δ = δ: the given gap, or ln(T(1−ε)/ε), which switches every row of length ≤ T off (δ)
+    // and leaves an on-query's source mass ≥ 1−ε against its ≤ T competitors (Δ).
+    let eps = a.eps.unwrap_or(0.01);
+    let delta = match a.delta {
+        Some(x) => x,
+        None => sinklab::explicit_switch::sink_logit_for_context(t, eps),
+    };
+    use sinklab::sweep::cost_scaling::spec::{MAX_DELTA, MIN_DELTA};
+    if !(delta > MIN_DELTA && delta < MAX_DELTA) {
+        bail!(
+            "the gap {delta:e} is outside ({MIN_DELTA:e}, {MAX_DELTA:e}); the cost is proportional to it, so solve inside and scale"
+        );
+    }
+    let budget = sinklab::budget::Budget::with(a.max_mem.as_deref(), a.max_time.as_deref())?;
+    let est = sinklab::budget::cost_program(t, d, norm == NormKind::Nuclear);
+    budget.check(&format!("cost --sink-logit --t {t} --d {d}"), est, true)?;
+    let pi = head::sources(t, a.on_rate, a.seed)?;
+    let x = sinklab::cost::embeddings(a.embedding, t, d, a.seed)?;
+    let p = SinkLogitProgram::new(x.as_ref(), &pi, delta, delta)?;
+    let threads = rayon::current_num_threads();
+    // --tol and --max-iter reach the first-order solver, which answers the BOS sink's and the
+    // diagonal's programs beyond the interior-point caps.
+    let opts = SolveOptions {
+        rel_gap: a.tol,
+        max_iter: a.max_iter,
+        par: faer::Par::rayon(threads),
+        method: Method::Ipm,
+        ..SolveOptions::default()
+    };
+    #[cfg(feature = "ipm")]
+    let sol = p.solve(norm, &opts).map_err(|e| e.to_string());
+    #[cfg(not(feature = "ipm"))]
+    let sol: std::result::Result<sinklab::cost::sink_logit::SinkLogitCost, String> =
+        Err("no interior-point solver in this build".to_string());
+    let c = counts(&pi);
+    // The closed form on orthonormal embeddings, proved (or not) by its own dual certificate.
+    let closed = p.is_orthonormal().then(|| {
+        let (value, proved) = match norm {
+            NormKind::Fro => {
+                let (m, s) = fro_optimum(&pi, delta, delta);
+                let ok = fro_assumption(&pi, delta, delta)
+                    && p.check_pair(norm, m.as_ref(), s, &p.fro_dual()).optimal;
+                (fro_closed_form(&pi, delta, delta), ok)
+            }
+            NormKind::Nuclear => {
+                let (m, s) = nuclear_optimum(&pi, delta, delta);
+                let ok = p
+                    .nuclear_dual()
+                    .is_some_and(|l| p.check_pair(norm, m.as_ref(), s, &l).optimal);
+                (nuclear_closed_form(&pi, delta, delta), ok)
+            }
+        };
+        (value, proved)
+    });
+    // The BOS sink and the diagonal on the same sources (the whole head's W_QK program, gap Δ).
+    let other = |pattern: Pattern| -> serde_json::Value {
+        let q = head::qk_program(x.as_ref(), pattern, &pi, delta);
+        match q.and_then(|q| sinklab::cost::solve(&q, norm, opts)) {
+            Ok(s) if s.feasible => serde_json::json!({
+                "lower": s.lower, "upper": s.value, "solver": s.solver, "fallback": s.fallback,
+            }),
+            Ok(_) => serde_json::json!({"infeasible": true}),
+            Err(e) => serde_json::json!({"error": e.to_string()}),
+        }
+    };
+    let (bos, diagonal) = (other(Pattern::Sink), other(Pattern::Diagonal));
+    let gate = gate_cost_orthonormal(c.n_on, c.n_off, switch_logit(eps));
+    let v = serde_json::json!({
+        "t": t, "d": d, "embedding": a.embedding, "norm": norm, "delta_on": delta,
+        "delta_off": delta, "eps": eps, "on_rate": a.on_rate, "seed": a.seed,
+        "on_queries": c.n_on, "off_queries": c.n_off, "sources_sqrt_sum": c.sqrt_sum,
+        "sink_logit": match &sol {
+            Ok(s) => serde_json::json!({"lower": s.lower, "upper": s.upper, "rel_gap": s.rel_gap, "s": s.s, "iterations": s.iterations}),
+            Err(e) => serde_json::json!({"error": e}),
+        },
+        "closed_form": closed.map(|(v, ok)| serde_json::json!({"value": v, "proved_by_dual": ok})),
+        "bos_sink_qk": bos, "diagonal_qk": diagonal,
+        "selective_gate_orthonormal": gate,
+    });
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(0);
+    }
+    outln!(
+        "selective sink logit, {norm} ({} embeddings, T = {t}, d = {d}, Δ = δ = {delta:.6}, {} on- and {} off-queries, seed {}):",
+        a.embedding,
+        c.n_on,
+        c.n_off,
+        a.seed
+    );
+    match &sol {
+        Ok(s) => outln!(
+            "  min cost {:.9}  (certified bracket [{:.9}, {:.9}], relative gap {:.2e}; s = {:.6})",
+            s.upper,
+            s.lower,
+            s.upper,
+            s.rel_gap,
+            s.s
+        ),
+        Err(e) => outln!("  solver not run or failed: {e}"),
+    }
+    if let Some((v, ok)) = closed {
+        outln!(
+            "  closed form {v:.9} ({})",
+            if ok {
+                "its assumption holds; proved by its dual certificate"
+            } else {
+                "its assumption fails: not the minimum"
+            }
+        );
+    }
+    let show = |name: &str, j: &serde_json::Value| match (
+        j.get("lower").and_then(|x| x.as_f64()),
+        j.get("upper").and_then(|x| x.as_f64()),
+    ) {
+        (Some(lo), Some(hi)) => format!("{name} W_QK [{lo:.6}, {hi:.6}]"),
+        _ => format!("{name} W_QK {j}"),
+    };
+    outln!("  {}", show("BOS sink", &bos));
+    outln!("  {}", show("diagonal", &diagonal));
+    outln!("  selective gate on orthonormal queries (ε = {eps}): min ‖w‖ = {gate:.6}");
+    Ok(0)
 }

@@ -37,7 +37,7 @@ unsafe extern "C" {
 /// The SDP's BLAS calls are on matrices of order ≤ 50, where OpenBLAS's own threads only
 /// contend with the caller's (measured: order 32 in 1.7 s on one thread, 5.8 s on its default
 /// pool): one thread.
-fn blas_single_threaded() {
+pub(super) fn blas_single_threaded() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     // SAFETY: OpenBLAS's documented setter, called once, before any BLAS call of this process's
     // SDPs; it takes a plain integer.
@@ -80,7 +80,7 @@ fn rows(p: &GapProgram) -> Option<Rows> {
     Some(Rows { a: q.clone(), b })
 }
 
-fn settings(opts: &SolveOptions) -> DefaultSettings<f64> {
+pub(super) fn settings(opts: &SolveOptions) -> DefaultSettings<f64> {
     DefaultSettings {
         verbose: false,
         tol_gap_abs: TOL,
@@ -100,7 +100,7 @@ fn settings(opts: &SolveOptions) -> DefaultSettings<f64> {
 }
 
 /// CSC from columns of (row, value) pairs, rows increasing.
-fn csc(m: usize, cols: Vec<Vec<(usize, f64)>>) -> CscMatrix<f64> {
+pub(super) fn csc(m: usize, cols: Vec<Vec<(usize, f64)>>) -> CscMatrix<f64> {
     let n = cols.len();
     let mut colptr = Vec::with_capacity(n + 1);
     let nnz = cols.iter().map(Vec::len).sum();
@@ -259,7 +259,7 @@ pub(super) fn fro_raw(p: &GapProgram, opts: &SolveOptions) -> Result<Raw, String
 
 /// svec index of entry (row, col), row ≤ col, of a symmetric matrix (Clarabel's packing: upper
 /// triangle by columns, off-diagonal entries scaled by √2).
-fn svec(row: usize, col: usize) -> usize {
+pub(super) fn svec(row: usize, col: usize) -> usize {
     col * (col + 1) / 2 + row
 }
 

@@ -40,7 +40,8 @@
 //! `ipm` (the interior-point solver, feature `ipm`), `working_set` (its Frobenius programs
 //! beyond the dense cap, by constraint generation), [`definitions`] (the map of cost
 //! definitions and the A5 verdict over it),
-//! [`head`] (the whole head on copy-paste); this file holds the shared types and
+//! [`head`] (the whole head on copy-paste), [`sink_logit`] (the selective sink-logit program on
+//! the copy-paste head, docs/theory.md §11); this file holds the shared types and
 //! [`CostQuery`].
 
 mod check;
@@ -54,6 +55,7 @@ mod hildreth;
 #[cfg(feature = "ipm")]
 pub mod ipm;
 mod program;
+pub mod sink_logit;
 mod solver;
 #[cfg(feature = "ipm")]
 pub mod working_set;
@@ -89,6 +91,10 @@ pub enum CostError {
     /// Neither a witness nor a certificate was found within the iteration budget.
     #[error("feasibility undetermined after {0} iterations (residual {1:.3e})")]
     Undetermined(usize, f64),
+    /// The interior-point solver stopped without a usable answer (status, size cap, or a
+    /// bracket that does not verify).
+    #[error("interior-point solver: {0}")]
+    Solver(String),
 }
 
 /// Attention pattern on the off-queries.
