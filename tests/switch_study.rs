@@ -365,6 +365,67 @@ fn theory_quotes_the_study_counts() {
     }
 }
 
+/// The sink-logit start study (`sims/switch_study_sink_init.toml`, s₀ = ln(T(1−ε)/ε)): its
+/// committed results cover its spec, every record carries its start, and docs/theory.md §11
+/// quotes its counts with the comparison against the s = 0 runs of the main study at the same
+/// T, whose Fisher p-values are recomputed here from both files.
+#[test]
+fn theory_quotes_the_sink_logit_start_study() {
+    use sinklab::sweep::switch_study::section::{COMMITTED_RESULTS, committed_for, counts_table};
+    let root = env!("CARGO_MANIFEST_DIR");
+    let text = std::fs::read_to_string(format!("{root}/sims/switch_study_sink_init.toml")).unwrap();
+    let spec = StudySpec::from_toml_named(&text, "sims/switch_study_sink_init.toml").unwrap();
+    let results =
+        std::fs::read_to_string(format!("{root}/sims/switch_study_sink_init.results.jsonl"))
+            .unwrap();
+    let recs = committed_for(&spec, &results)
+        .expect("rerun `sinklab sweep sims/switch_study_sink_init.toml`");
+    assert_eq!(recs.len(), spec.points().len());
+    for r in &recs {
+        let e = sinklab::train::SWITCH_EPS;
+        let s0 = (r.t as f64 * (1.0 - e) / e).ln();
+        assert_eq!(r.sink_logit_init, Some(s0), "{}", r.id);
+    }
+    let norm = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let theory = norm(&std::fs::read_to_string(format!("{root}/docs/theory.md")).unwrap());
+    for row in counts_table(&recs).lines().skip(2) {
+        assert!(
+            theory.contains(&norm(row)),
+            "docs/theory.md §11 does not quote the row `{row}`"
+        );
+    }
+    // Copy-paste, trained: the start against s = 0 at the same T (the main study's runs).
+    let main: Vec<Record> = COMMITTED_RESULTS
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Record>(l).ok())
+        .filter(|r| r.variant == Variant::SinkLogit && !r.frozen && spec.t.contains(&r.t))
+        .collect();
+    let count = |rs: &[Record], frozen: bool, switch: &str| {
+        let conv: Vec<&Record> = rs
+            .iter()
+            .filter(|r| r.task == Task::CopyPaste && r.frozen == frozen)
+            .filter(|r| r.outcome.as_ref().is_some_and(|o| o.converged))
+            .collect();
+        let k = conv
+            .iter()
+            .filter(|r| r.outcome.as_ref().unwrap().switch == switch)
+            .count();
+        (k, conv.len())
+    };
+    for (switch, name) in [("sink_logit", "learned sink"), ("bos_sink", "BOS sink")] {
+        let (a, b) = (count(&recs, false, switch), count(&main, false, switch));
+        let quote = format!(
+            "{name} in {} of {} runs against {} of {} from s = 0 (Fisher's exact test p = {:.2})",
+            a.0,
+            a.1,
+            b.0,
+            b.1,
+            tally::fisher_exact(a, b)
+        );
+        assert!(theory.contains(&norm(&quote)), "§11 does not say: {quote}");
+    }
+}
+
 /// Fisher's exact test against values computed by hand: the lady tasting tea (3 of 4 against
 /// 1 of 4: p = 34/70) and a complete separation (0 of 10 against 10 of 10: p = 2/C(20,10)).
 #[test]
