@@ -150,10 +150,9 @@ enum Command {
     /// token and the related measurements of docs/theory.md). --a1, --a2, --a3 and --a5 add
     /// the heavier analyses; --json prints everything as one JSON object.
     Real(real::Args),
-    /// Write a synthetic GGUF with a paper model's shapes (llama3.1-8b, qwen2-7b, gpt-oss-20b,
-    /// qwen3-30b-a3b).
+    /// Write a synthetic GGUF with a paper model's shapes
     ///
-    /// The weights are seeded random numbers (same seed, same bytes), written streaming, so
+    /// Shapes: llama3.1-8b, qwen2-7b, gpt-oss-20b, qwen3-30b-a3b. The weights are seeded random numbers (same seed, same bytes), written streaming, so
     /// that the loader and kernels can be exercised at a real model's size without
     /// downloading it.
     Synth(synth::Args),

@@ -14,8 +14,9 @@ use std::time::Instant;
   A small file for tests, 8-bit blocks, seed 7:
     sinklab synth --shape tiny-qwen2 --dtype q8_0 --seed 7 --out /tmp/tiny.gguf")]
 pub struct Args {
-    /// Shape: llama3.1-8b, qwen2-7b, gpt-oss-20b, qwen3-30b-a3b (tiny-llama3, tiny-qwen2,
-    /// tiny-gpt-oss, tiny-qwen3moe for tests).
+    /// Shape: llama3.1-8b, qwen2-7b, gpt-oss-20b, qwen3-30b-a3b
+    ///
+    /// For tests: tiny-llama3, tiny-qwen2, tiny-gpt-oss, tiny-qwen3moe.
     #[arg(long, value_name = "SHAPE")]
     shape: String,
     /// Matrix storage: q4k, q4km, q8_0, f16, f32, mxfp4
