@@ -195,10 +195,13 @@ fn e2m1(q: u8) -> f64 {
     if s == 1 { -mag } else { mag }
 }
 
+/// (E, R, C, per stored row its scales and codes) of an MXFP4 stack.
+type Mxfp4Stack = (usize, usize, usize, Vec<(Vec<u8>, Vec<u8>)>);
+
 /// An MXFP4 stack of the checkpoint, `name_blocks` U8 `[E, R, nb, 16]` and `name_scales` U8
 /// `[E, R, nb]` (value 2j of a block in the low nibble of byte j, 2j + 1 in the high one, times
-/// 2^(scale − 127)): (R, C = 32 nb, per stored row its scales and codes).
-fn read_mxfp4(file: &Path, name: &str) -> (usize, usize, usize, Vec<(Vec<u8>, Vec<u8>)>) {
+/// 2^(scale − 127)): (E, R, C = 32 nb, per stored row its scales and codes).
+fn read_mxfp4(file: &Path, name: &str) -> Mxfp4Stack {
     let bytes = std::fs::read(file).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let b = st.tensor(&format!("{name}_blocks")).unwrap();

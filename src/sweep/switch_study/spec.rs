@@ -153,10 +153,10 @@ impl StudySpec {
                 "the gate form is head or elementwise",
             ));
         }
-        if let SinkLogitInit::Value(v) = self.sink_logit_init {
-            if !v.is_finite() {
-                return Err(c.err("sink_logit_init", &v.to_string(), "a finite number"));
-            }
+        if let SinkLogitInit::Value(v) = self.sink_logit_init
+            && !v.is_finite()
+        {
+            return Err(c.err("sink_logit_init", &v.to_string(), "a finite number"));
         }
         c.range("d", self.d as f64, 1.0, 1024.0)?;
         c.range("r", self.r as f64, 1.0, 1024.0)?;
