@@ -130,6 +130,12 @@ fn entropy_term(p: f64) -> Option<f64> {
     (p > 0.0).then(|| -p * p.ln())
 }
 
+/// The mass a learned sink logit takes from one attention row over the visible keys,
+/// $p_{i\varnothing} = 1 - \sum_j A_{ij}$ (docs/theory.md §11; about 0 for a head without one).
+pub fn learned_sink_mass(row: impl IntoIterator<Item = f64>) -> f64 {
+    1.0 - row.into_iter().sum::<f64>()
+}
+
 /// Shannon entropy of row `i` over its `n_visible` keys, normalised by
 /// $\ln n_{\text{visible}}$; `None` when only one key is visible.
 pub fn row_entropy(a: MatRef<'_, f64>, i: usize, n_visible: usize) -> Option<f64> {

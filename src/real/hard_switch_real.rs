@@ -124,7 +124,8 @@ pub fn split_row(
             ));
         }
         // The sink logit takes what the keys do not; the row is not renormalised.
-        (total.max(1.0), (1.0 - total).max(0.0))
+        let learned = crate::patterns::learned_sink_mass(row.iter().copied());
+        (total.max(1.0), learned.max(0.0))
     } else {
         if total <= 0.0 {
             return Err("attention row with zero mass".into());

@@ -235,7 +235,7 @@ pub fn head_stats_of_map(
         row_entropy: patterns::mean_row_entropy(am, visible),
         learned_sink_mass: (learned_sink && t > 1).then(|| {
             (1..t)
-                .map(|i| 1.0 - (0..tk).map(|j| am[(i, j)]).sum::<f64>())
+                .map(|i| patterns::learned_sink_mass((0..tk).map(|j| am[(i, j)])))
                 .sum::<f64>()
                 / (t - 1) as f64
         }),

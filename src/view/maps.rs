@@ -65,8 +65,8 @@ pub fn row_sink_mass(a: &[f32], t: usize, r: usize) -> Vec<f32> {
     assert_eq!(a.len(), t * t, "row_sink_mass: a {t} × {t} map");
     let mut out = vec![0f32; r];
     for i in 0..t {
-        let total: f64 = a[i * t..(i + 1) * t].iter().map(|&p| p as f64).sum();
-        let m = (1.0 - total).clamp(0.0, 1.0) as f32;
+        let row = a[i * t..(i + 1) * t].iter().map(|&p| p as f64);
+        let m = crate::patterns::learned_sink_mass(row).clamp(0.0, 1.0) as f32;
         let b = bin(i, t, r);
         out[b] = out[b].max(m);
     }
