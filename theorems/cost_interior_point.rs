@@ -12,8 +12,10 @@
 //!    program must intersect) and is $10^{-8}$ wide;
 //! 3. when the half-space conditions fail it reports the program infeasible with convex weights
 //!    $\lambda$ whose combination $\sum_c \lambda_c A_c$ vanishes, re-verified here by arithmetic;
-//! 4. beyond its size caps it falls back on the first-order solver and says why (a nuclear
-//!    program started from the interior-point Frobenius optimum, whose lower end it keeps);
+//! 4. beyond the SDP cap the nuclear program is solved by the structured primal–dual method
+//!    (`cost::working_set` over the Schur matrix of the rank-two constraints), which reproduces
+//!    the exact optima to 1e-8 there and meets the conic solver's bracket inside the cap (two
+//!    independent SDP solvers on one program);
 //! 5. a Frobenius program beyond the dense cap is solved by a working set of constraints: its
 //!    bracket is 1e-6 wide, its upper end is a point feasible for the *full* program (every gap
 //!    recomputed here), and it meets the first-order solver's certified bracket.
@@ -163,32 +165,81 @@ fn infeasible_program_has_a_verified_certificate() {
 }
 
 #[test]
-fn beyond_its_caps_the_first_order_solver_answers() {
-    // Orthonormal T = 40: the nuclear SDP has order 80, 3240 > MAX_PSD_SVEC coordinates.
+fn beyond_the_sdp_cap_the_structured_method_reproduces_the_exact_optima() {
+    // Orthonormal T = 40: the conic solver's SDP would have order 80, 3240 > MAX_PSD_SVEC
+    // coordinates; the structured method (Schur matrix of the m = 780 constraints) answers.
     let t = 40;
     assert!(2 * t * (2 * t + 1) / 2 > cost::ipm::MAX_PSD_SVEC);
-    let x = embeddings(EmbeddingKind::Orthonormal, t, t, 0).unwrap();
-    let p = GapProgram::for_pattern(x.as_ref(), Pattern::Sink, 1.0).unwrap();
+    for pattern in [Pattern::Sink, Pattern::Diagonal] {
+        let x = embeddings(EmbeddingKind::Orthonormal, t, t, 0).unwrap();
+        let p = GapProgram::for_pattern(x.as_ref(), pattern, 1.0).unwrap();
+        let s = solve(&p, NormKind::Nuclear, ipm()).unwrap();
+        assert_eq!(
+            s.solver,
+            Method::IpmWorkingSet,
+            "{pattern}: {:?}",
+            s.fallback
+        );
+        let exact = exact_orthonormal(pattern, NormKind::Nuclear, t, 1.0);
+        let (lo, hi) = (s.lower.unwrap(), s.value.unwrap());
+        assert!(
+            lo <= exact * (1.0 + 1e-12) && exact <= hi * (1.0 + 1e-12),
+            "{pattern}: exact {exact} outside [{lo}, {hi}]"
+        );
+        assert!((hi - lo) / hi <= REL, "{pattern}: bracket [{lo}, {hi}]");
+        // Feasibility came from the interior-point Frobenius program, whose lower end (the
+        // Frobenius optimum Δ√(T − H_T) to its 1e-8 bracket) bounds the nuclear optimum:
+        // ‖W‖_* ≥ ‖W‖_F.
+        if pattern == Pattern::Sink {
+            let fro = cost::fro_orthonormal(t, 1.0);
+            assert!(
+                lo >= fro * (1.0 - 1e-8),
+                "lower end {lo} below the Frobenius optimum {fro}"
+            );
+        }
+    }
+}
+
+/// Two independent SDP solvers on one program: the conic solver (Clarabel, the dense PSD cone)
+/// and the structured method ([`cost::working_set`] over the Schur matrix of the rank-two
+/// constraints), on Gaussian points inside the conic solver's cap, both ranks of X (d > T and
+/// d < T) and both patterns. Their certified brackets must intersect, and each is ≤ 1e-6 wide
+/// (what real inputs ask; the structured method stops at a 1e-10 duality gap, its bracket
+/// rebuilt in f64).
+#[test]
+fn the_structured_nuclear_method_meets_the_conic_solver() {
     let opts = SolveOptions {
-        rel_gap: 1e-2,
+        rel_gap: 1e-6,
         ..ipm()
     };
-    let s = solve(&p, NormKind::Nuclear, opts).unwrap();
-    assert_eq!(s.solver, Method::FirstOrder);
-    let why = s.fallback.expect("the reason");
-    assert!(why.contains("too large"), "{why}");
-    let exact = exact_orthonormal(Pattern::Sink, NormKind::Nuclear, t, 1.0);
-    assert!(s.lower.unwrap() <= exact * (1.0 + 1e-9) && exact <= s.value.unwrap() * (1.0 + 1e-9));
-    // Feasibility and the start came from the interior-point Frobenius program, whose lower end
-    // (the Frobenius optimum Δ√(T − H_T) to its 1e-8 bracket) bounds the nuclear optimum:
-    // ‖W‖_* ≥ ‖W‖_F.
-    assert!(why.contains("interior-point Frobenius optimum"), "{why}");
-    let fro = cost::fro_orthonormal(t, 1.0);
-    assert!(
-        s.lower.unwrap() >= fro * (1.0 - 1e-8),
-        "lower end {} below the Frobenius optimum {fro}",
-        s.lower.unwrap()
-    );
+    for (t, d, seed) in [(12usize, 16usize, 2u64), (20, 6, 3), (24, 30, 5)] {
+        for pattern in [Pattern::Sink, Pattern::Diagonal] {
+            let what = format!("T={t} d={d} {pattern}");
+            let x = embeddings(EmbeddingKind::Gaussian, t, d, seed).unwrap();
+            let p = GapProgram::for_pattern(x.as_ref(), pattern, 3.0).unwrap();
+            let a = cost::ipm::solve(&p, NormKind::Nuclear, ipm())
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let b = cost::working_set::solve(&p, NormKind::Nuclear, opts)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let (al, au) = (a.lower.unwrap(), a.value.unwrap());
+            let (bl, bu) = (b.lower.unwrap(), b.value.unwrap());
+            assert!(
+                al <= bu * (1.0 + 1e-9) && bl <= au * (1.0 + 1e-9),
+                "{what}: conic [{al}, {au}] vs structured [{bl}, {bu}]"
+            );
+            assert!(
+                (bu - bl) / bu <= 1e-6,
+                "{what}: structured bracket [{bl}, {bu}]"
+            );
+            // The structured upper end is a point of the program: every gap ≥ Δ.
+            let w = b.w.as_ref().expect("the upper end's point");
+            let gmin = p
+                .forward(w.as_ref(), faer::Par::Seq)
+                .into_iter()
+                .fold(f64::INFINITY, f64::min);
+            assert!(gmin >= 3.0 * (1.0 - 1e-12), "{what}: smallest gap {gmin}");
+        }
+    }
 }
 
 #[test]

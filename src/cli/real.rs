@@ -184,9 +184,9 @@ pub struct Args {
     a5_max_iter: Option<usize>,
     /// Solver of --a5: ipm (the default when built) or first-order
     ///
-    /// ipm: interior point; Frobenius beyond the dense cap by a working set of constraints,
-    /// nuclear beyond the SDP cap by the first-order solver started from the interior-point
-    /// Frobenius optimum.
+    /// ipm: interior point, each point priced to a 1e-6 relative bracket; beyond the dense caps
+    /// by a working set of constraints (nuclear: a primal–dual method on the constraints' Schur
+    /// matrix); where it fails, the first-order solver, and the point says so.
     #[arg(
         long,
         value_enum,

@@ -37,8 +37,9 @@
 //! (Gordan), `solver` (primal–dual with certified brackets), `closed_form`
 //! (§6 closed forms and witnesses), `hildreth` (independent Frobenius solver),
 //! `embeddings` (seeded families), `check` (registered check `cost_closed_form`),
-//! `ipm` (the interior-point solver, feature `ipm`), `working_set` (its Frobenius programs
-//! beyond the dense cap, by constraint generation), [`definitions`] (the map of cost
+//! `ipm` (the interior-point solver, feature `ipm`), `nuclear_ipm` (the nuclear program beyond
+//! its SDP cap, a primal–dual method on the Schur matrix of the rank-two constraints),
+//! `working_set` (both programs beyond the dense caps, by constraint generation), [`definitions`] (the map of cost
 //! definitions and the A5 verdict over it),
 //! [`head`] (the whole head on copy-paste), [`sink_logit`] (the selective sink-logit program on
 //! the copy-paste head, docs/theory.md §11); this file holds the shared types and
@@ -54,6 +55,8 @@ pub mod head;
 mod hildreth;
 #[cfg(feature = "ipm")]
 pub mod ipm;
+#[cfg(feature = "ipm")]
+mod nuclear_ipm;
 mod program;
 pub mod sink_logit;
 mod solver;

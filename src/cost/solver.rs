@@ -36,7 +36,8 @@ pub enum Method {
     #[cfg_attr(feature = "cli", value(skip))]
     IpmAndFirstOrder,
     /// The interior-point solver on a working set of constraints grown by the violated ones
-    /// (Frobenius beyond its dense cap, see [`super::working_set`]).
+    /// (Frobenius beyond its dense cap, nuclear beyond the SDP cap by the structured method of
+    /// [`super::nuclear_ipm`]; see [`super::working_set`]).
     #[cfg_attr(feature = "cli", value(skip))]
     IpmWorkingSet,
 }
@@ -170,44 +171,67 @@ fn solve_ipm_first(
         Ok(s) => s,
         // Frobenius beyond the dense cap: constraint generation over the same solver.
         Err(why) if kind == NormKind::Fro && p.e.is_some() => {
-            match super::working_set::solve(p, opts) {
+            match super::working_set::solve(p, kind, opts) {
                 Ok(s) => s,
                 Err(w) => return first_order(format!("{why}; {w}")),
             }
         }
         // Nuclear beyond the SDP cap: the Frobenius program by the interior-point solver (direct
         // or by a working set) settles feasibility — a certificate, or a point with every gap
-        // ≥ Δ that starts the first-order nuclear iterations — and, as ‖W‖_* ≥ ‖W‖_F, its lower
-        // end bounds the nuclear optimum too.
+        // ≥ Δ — and, as ‖W‖_* ≥ ‖W‖_F, its lower end bounds the nuclear optimum too. The
+        // nuclear program is then solved by the structured interior-point method over a working
+        // set; where that fails, by the first-order iterations started from the Frobenius optimum.
         Err(why) if kind == NormKind::Nuclear => {
             let fro = match super::ipm::solve(p, NormKind::Fro, opts) {
                 Ok(f) => Some(f),
-                Err(_) if p.e.is_some() => super::working_set::solve(p, opts).ok(),
+                Err(_) if p.e.is_some() => super::working_set::solve(p, NormKind::Fro, opts).ok(),
                 Err(_) => None,
             };
-            let Some(f) = fro else {
-                return first_order(why);
-            };
-            if !f.feasible {
+            // A Frobenius program the interior-point solver could not settle leaves feasibility to
+            // the nuclear solve: a certified point proves it, a failure falls back below.
+            if let Some(f) = fro.as_ref().filter(|f| !f.feasible) {
                 return Ok(CostSolution {
                     fallback: Some(why),
-                    ..f
+                    ..f.clone()
                 });
             }
-            let Some(wf) = f.w.clone() else {
+            let floor = fro.as_ref().and_then(|f| f.lower).unwrap_or(0.0);
+            let fro_iterations = fro.as_ref().map_or(0, |f| f.iterations);
+            let start = fro.and_then(|f| f.w);
+            let with_floor = |s: CostSolution, why: Option<String>| {
+                let lower = s.lower.unwrap_or(0.0).max(floor);
+                CostSolution {
+                    lower: Some(lower),
+                    rel_gap: s.value.map(|u| (u - lower) / u),
+                    iterations: s.iterations + fro_iterations,
+                    fallback: why.or(s.fallback.clone()),
+                    ..s
+                }
+            };
+            let why = match super::working_set::solve(p, kind, opts) {
+                Ok(s) if s.rel_gap.is_some_and(|g| g <= opts.rel_gap) => {
+                    return Ok(with_floor(s, None));
+                }
+                Ok(s) => {
+                    // Certified but wide: tightened by the first-order bracket (both certified).
+                    let fo = match start {
+                        Some(w) => solve_from(p, kind, opts, w)?.0,
+                        None => solve_with_dual(p, kind, opts)?.0,
+                    };
+                    return Ok(with_floor(super::ipm::intersect(s, fo), None));
+                }
+                Err(e) => format!("{why}; {e}"),
+            };
+            let Some(wf) = start else {
                 return first_order(why);
             };
             let (s, _) = solve_from(p, kind, opts, wf)?;
-            let lower = s.lower.unwrap_or(0.0).max(f.lower.unwrap_or(0.0));
-            return Ok(CostSolution {
-                lower: Some(lower),
-                rel_gap: s.value.map(|u| (u - lower) / u),
-                iterations: s.iterations + f.iterations,
-                fallback: Some(format!(
+            return Ok(with_floor(
+                s,
+                Some(format!(
                     "{why}; the first-order solver from the interior-point Frobenius optimum"
                 )),
-                ..s
-            });
+            ));
         }
         Err(why) => return first_order(why),
     };

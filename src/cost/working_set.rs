@@ -1,20 +1,22 @@
-//! The Frobenius program beyond the interior-point solver's dense cap, by constraint generation
-//! (a working set of constraints solved by [`super::ipm`], grown by the violated ones).
+//! The gap programs beyond the interior-point solvers' dense caps, by constraint generation (a
+//! working set of constraints, grown by the violated ones): Frobenius by [`super::ipm`]'s QP,
+//! nuclear by the structured SDP method of [`super::nuclear_ipm`].
 //!
 //! For a subset $S$ of the constraints, the relaxed program
-//! $\min\lVert W\rVert_F$ s.t. $\langle A_c, W\rangle \ge \Delta$, $c \in S$, has a value below the full
+//! $\min\lVert W\rVert$ s.t. $\langle A_c, W\rangle \ge \Delta$, $c \in S$, has a value below the full
 //! one, and its multipliers $\lambda_S \ge 0$ (zero outside $S$) are dual-feasible for the full
-//! program: the lower end $\Delta\thinspace\mathbf 1^\top\lambda / \lVert\mathcal A^\ast\lambda\rVert_F$ holds for the
-//! full program. Its optimum $W_S$, with every gap of the full program recomputed in f64, rescaled
+//! program: the lower end $\Delta\thinspace\mathbf 1^\top\lambda / \lVert\mathcal A^\ast\lambda\rVert_{\rm dual}$ holds for the
+//! full program (dual norm: Frobenius, or spectral for the nuclear norm). Its optimum $W_S$, with every gap of the full program recomputed in f64, rescaled
 //! by $\Delta/\min_c\langle A_c, W_S\rangle$, is feasible: the upper end. The constraints $W_S$ violates
 //! (per query row, the most violated first) join $S$ and the relaxed program is solved again,
 //! until the bracket is within the tolerance, nothing is violated, or $S$ reaches the dense cap
-//! [`super::ipm::MAX_DENSE`]. Every round's bracket is certified, so the best ends so far are.
+//! [`super::ipm::MAX_DENSE`] (Frobenius) or [`MAX_NUCLEAR_SET`] (nuclear). Every round's bracket is certified, so the best ends so far are.
 //! A relaxed program that is infeasible makes the full one infeasible (its constraints are a
 //! subset), and its Gordan certificate is one of the full program.
 //!
 //! The start: per query row, the [`INIT_PER_ROW`] competitors $j$ nearest its target
-//! ($\lVert e^k_{t(i)} - e^k_j\rVert$ smallest: the hardest to separate).
+//! ($\lVert e^k_{t(i)} - e^k_j\rVert$ smallest: the hardest to separate); a nuclear program of at
+//! most [`NUCLEAR_DIRECT`] constraints is solved on all of them at once.
 
 use super::*;
 
@@ -24,12 +26,26 @@ pub const INIT_PER_ROW: usize = 2;
 pub const ADD_PER_ROW: usize = 3;
 /// Rounds at most.
 pub const MAX_ROUNDS: usize = 40;
+/// A nuclear program with at most this many constraints is solved whole (its Schur matrix of
+/// order $m$ factors in well under a second).
+pub const NUCLEAR_DIRECT: usize = 1500;
+/// Largest working set of a nuclear program: the Schur matrix's factor costs $m^3/3$ flops an
+/// iteration (9·10⁹ at 3000, seconds on two cores).
+pub const MAX_NUCLEAR_SET: usize = 3000;
 
-/// Solves the Frobenius program `p` by constraint generation. `Err` names why it could not
-/// (the interior-point solver failed on a relaxed program).
-pub fn solve(p: &GapProgram, opts: SolveOptions) -> Result<CostSolution, String> {
+/// Solves the program `p` under norm `kind` by constraint generation. `Err` names why it could
+/// not (the interior-point method failed on a relaxed program).
+pub fn solve(p: &GapProgram, kind: NormKind, opts: SolveOptions) -> Result<CostSolution, String> {
     let par = opts.par;
     let m = p.n_constraints();
+    let relaxed = |idx: &[usize]| match kind {
+        NormKind::Fro => super::ipm::fro_raw(&p.subset(idx), &opts),
+        NormKind::Nuclear => super::nuclear_ipm::raw(p, idx, par),
+    };
+    let cap = match kind {
+        NormKind::Fro => super::ipm::MAX_DENSE,
+        NormKind::Nuclear => MAX_NUCLEAR_SET,
+    };
     // ‖e_t − e_j‖² from the key-side Gram matrix (orthonormal rows: 2).
     let gk =
         p.e.as_ref()
@@ -53,7 +69,12 @@ pub fn solve(p: &GapProgram, opts: SolveOptions) -> Result<CostSolution, String>
         let mut cand: Vec<(f64, usize)> =
             (a..b).map(|c| (dist(t, p.cons[c].1 as usize), c)).collect();
         cand.sort_by(|x, y| x.0.total_cmp(&y.0));
-        for &(_, c) in cand.iter().take(INIT_PER_ROW) {
+        let take = if kind == NormKind::Nuclear && m <= NUCLEAR_DIRECT {
+            cand.len()
+        } else {
+            INIT_PER_ROW
+        };
+        for &(_, c) in cand.iter().take(take) {
             in_s[c] = true;
         }
     }
@@ -64,7 +85,7 @@ pub fn solve(p: &GapProgram, opts: SolveOptions) -> Result<CostSolution, String>
         let idx: Vec<usize> = (0..m).filter(|&c| in_s[c]).collect();
         let sub = p.subset(&idx);
         // A failed relaxed solve after the first round keeps the certified bracket so far.
-        let raw = match super::ipm::fro_raw(&sub, &opts) {
+        let raw = match relaxed(&idx) {
             Ok(r) => r,
             Err(e) if best.is_some() => {
                 why_stopped = format!("working set: round {} failed ({e})", round + 1);
@@ -93,7 +114,7 @@ pub fn solve(p: &GapProgram, opts: SolveOptions) -> Result<CostSolution, String>
         let lam: Vec<f64> = lam.iter().map(|l| l.max(0.0)).collect();
         let s: f64 = lam.iter().sum();
         let z = sub.adjoint(&lam, par);
-        let zn = linalg::fro_norm(z.as_ref());
+        let zn = dual_norm(kind, z.as_ref(), par);
         let lower = if s > 0.0 && zn > 0.0 {
             p.delta * s / zn
         } else {
@@ -102,7 +123,7 @@ pub fn solve(p: &GapProgram, opts: SolveOptions) -> Result<CostSolution, String>
         let upper_point = (gmin > 0.0 && gmin.is_finite()).then(|| w * faer::Scale(p.delta / gmin));
         let upper = upper_point
             .as_ref()
-            .map_or(f64::INFINITY, |x| linalg::fro_norm(x.as_ref()));
+            .map_or(f64::INFINITY, |x| norm_of(kind, x.as_ref(), par));
         let prev_lower = best.as_ref().and_then(|b| b.lower).unwrap_or(0.0);
         let prev_upper = best.as_ref().and_then(|b| b.value).unwrap_or(f64::INFINITY);
         let lo = lower.max(prev_lower);
@@ -145,10 +166,13 @@ pub fn solve(p: &GapProgram, opts: SolveOptions) -> Result<CostSolution, String>
             break;
         }
         let (rq, rk) = p.dim();
-        if size.min(rq * rk) > super::ipm::MAX_DENSE {
+        let dense = match kind {
+            NormKind::Fro => size.min(rq * rk),
+            NormKind::Nuclear => size,
+        };
+        if dense > cap {
             why_stopped = format!(
-                "working set of {size} constraints would exceed the dense cap {} after {} rounds",
-                super::ipm::MAX_DENSE,
+                "working set of {size} constraints would exceed the dense cap {cap} after {} rounds",
                 round + 1
             );
             break;

@@ -58,12 +58,17 @@ pub struct Options {
     pub n_boot: usize,
     /// Seed of the bootstrap.
     pub seed: u64,
-    /// The solver: the interior-point method first (Frobenius beyond its dense cap by a working
-    /// set of constraints, nuclear beyond its SDP cap by the first-order solver started from the
-    /// interior-point Frobenius optimum), or the
-    /// first-order solver alone. Results written before the field existed were first-order.
+    /// The solver: the interior-point method first (beyond its dense caps by a working set of
+    /// constraints: Frobenius over the conic solver's QP, nuclear over the structured SDP method
+    /// of `cost::nuclear_ipm`), or the first-order solver alone. Results written before the
+    /// field existed were first-order.
     #[serde(default = "first_order")]
     pub solver: cost::Method,
+    /// The relative bracket the interior-point solves are asked for, both norms (the first-order
+    /// solver's [`Options::tol`] is far looser: it would stop a working set early). Results
+    /// written before the field existed asked it of the Frobenius norm only.
+    #[serde(default = "ipm_tol_before")]
+    pub ipm_tol: f64,
     /// Threads of each program's products and SVDs (0 or 1: sequential). Not part of the
     /// results (they do not depend on it), so not serialised: the report's cache key ignores it.
     #[serde(skip)]
@@ -83,6 +88,7 @@ impl Default for Options {
             n_boot: 2000,
             seed: 0,
             solver: cost::Method::preferred(),
+            ipm_tol: IPM_TOL,
             threads: 1,
         }
     }
@@ -92,9 +98,14 @@ fn first_order() -> cost::Method {
     cost::Method::FirstOrder
 }
 
-/// The relative bracket the interior-point Frobenius solve is asked for (the first-order
-/// solver's [`Options::tol`] is far looser: it would stop the working set early).
-pub const IPM_FRO_TOL: f64 = 1e-6;
+/// The default of [`Options::ipm_tol`].
+pub const IPM_TOL: f64 = 1e-6;
+
+/// Files written before [`Options::ipm_tol`] existed: no value (their nuclear solves ran to the
+/// first-order [`Options::tol`]), so they never equal current options.
+fn ipm_tol_before() -> f64 {
+    f64::NAN
+}
 
 impl Options {
     /// Refuses options outside their domain, naming the field.
@@ -117,6 +128,9 @@ impl Options {
                 "A5: tol {} must lie in (0, 1) and max_fit_gap {} be positive",
                 self.tol, self.max_fit_gap
             ));
+        }
+        if !(self.ipm_tol > 0.0 && self.ipm_tol < 1.0) {
+            return bad(format!("A5: ipm_tol {} must lie in (0, 1)", self.ipm_tol));
         }
         if self.max_iter == 0 || self.n_boot == 0 {
             return bad("A5: max_iter and n_boot must be at least 1".into());
@@ -168,6 +182,10 @@ pub struct Point {
     /// field existed).
     #[serde(default)]
     pub solver: Option<cost::Method>,
+    /// Why the interior-point method did not give the bracket alone (a size cap, a failed
+    /// solve), when it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
 }
 
 impl Point {
@@ -319,13 +337,9 @@ pub fn solve_point(
     let start = std::time::Instant::now();
     let xt = x.subrows(0, t);
     let p = GapProgram::for_pattern(xt, pattern, o.delta).map_err(err)?;
-    let ipm_fro = norm == NormKind::Fro && o.solver != cost::Method::FirstOrder;
+    let ipm = o.solver != cost::Method::FirstOrder;
     let opts = SolveOptions {
-        rel_gap: if ipm_fro {
-            o.tol.min(IPM_FRO_TOL)
-        } else {
-            o.tol
-        },
+        rel_gap: if ipm { o.tol.min(IPM_TOL) } else { o.tol },
         max_iter: o.max_iter,
         method: o.solver,
         par: if o.threads > 1 {
@@ -353,6 +367,7 @@ pub fn solve_point(
                 rank: p.dim().1,
                 seconds: start.elapsed().as_secs_f64(),
                 solver: None,
+                fallback: None,
             });
         }
         Err(e) => return Err(err(e)),
@@ -372,6 +387,7 @@ pub fn solve_point(
         rank: p.dim().1,
         seconds: start.elapsed().as_secs_f64(),
         solver: Some(s.solver),
+        fallback: s.fallback,
     })
 }
 
