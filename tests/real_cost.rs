@@ -114,7 +114,7 @@ fn smollm2_invariants() {
     let lm = sinklab::runtime::load(&path).unwrap();
     let o = Options {
         t_max_fro: 32,
-        t_max_nuclear: 16,
+        t_max_nuclear: 32,
         n_boot: 200,
         ..Options::default()
     };
@@ -152,6 +152,9 @@ fn smollm2_invariants() {
             let (lo, up) = (p.lower.unwrap(), p.upper.unwrap());
             assert!(lo > 0.0 && lo <= up && up.is_finite(), "{p:?}");
             assert!(p.rank <= p.t);
+            // Priced by the interior-point methods to the asked bracket, both norms (the
+            // nuclear T = 32 points lie beyond the conic solver's SDP cap).
+            assert!(p.rel_gap.unwrap() <= o.ipm_tol, "{p:?}");
         } else if !p.undetermined {
             assert_eq!(p.certificate_verified, Some(true), "{p:?}");
         } else {
@@ -180,4 +183,29 @@ fn smollm2_invariants() {
         );
     }
     assert!(cost_real::markdown("smollm2", &r).contains("| layer | norm |"));
+}
+
+/// The points the conic solver alone left unpriced on SmolLM2 (its QP stops without progress on
+/// layer 29's diagonal at T = 128; its SDP is capped at order 50, so every nuclear T ≥ 26): the
+/// dual QP and the structured SDP method price them to the asked 1e-6, each upper end a point
+/// whose every gap is rechecked by `solve_point`'s certificate.
+#[test]
+fn smollm2_points_beyond_the_conic_solver_are_priced() {
+    let Some(path) = models::model_or_skip("smollm2") else {
+        return;
+    };
+    let lm = sinklab::runtime::load(&path).unwrap();
+    let o = Options::default();
+    let toks = cost_real::text_tokens(&lm, 128).unwrap();
+    let xs = cost_real::capture(&lm.model, &toks, &[1, 29]).unwrap();
+    for (x, layer, t, norm) in [
+        (&xs[1], 29, 128, NormKind::Fro),
+        (&xs[0], 1, 64, NormKind::Nuclear),
+    ] {
+        let p = cost_real::solve_point(x.as_ref(), layer, t, Pattern::Diagonal, norm, &o).unwrap();
+        assert!(p.feasible, "{p:?}");
+        assert!(p.rel_gap.unwrap() <= o.ipm_tol, "{p:?}");
+        assert_eq!(p.solver, Some(cost::Method::IpmWorkingSet), "{p:?}");
+        assert!(p.fallback.is_none(), "{p:?}");
+    }
 }

@@ -16,7 +16,9 @@
 //!    (`cost::working_set` over the Schur matrix of the rank-two constraints), which reproduces
 //!    the exact optima to 1e-8 there and meets the conic solver's bracket inside the cap (two
 //!    independent SDP solvers on one program);
-//! 5. a Frobenius program beyond the dense cap is solved by a working set of constraints: its
+//! 5. the Frobenius program's dual QP on the Gram matrix (the working set's answer where the
+//!    conic solver stops) meets the conic solver's bracket to 1e-8;
+//! 6. a Frobenius program beyond the dense cap is solved by a working set of constraints: its
 //!    bracket is 1e-6 wide, its upper end is a point feasible for the *full* program (every gap
 //!    recomputed here), and it meets the first-order solver's certified bracket.
 #![cfg(feature = "ipm")]
@@ -238,6 +240,33 @@ fn the_structured_nuclear_method_meets_the_conic_solver() {
                 .into_iter()
                 .fold(f64::INFINITY, f64::min);
             assert!(gmin >= 3.0 * (1.0 - 1e-12), "{what}: smallest gap {gmin}");
+        }
+    }
+}
+
+/// The Frobenius program's dual QP on the Gram matrix (`cost::dual_qp`, the working set's answer
+/// where the conic solver stops) against the conic solver's QP: brackets intersect, each ≤ 1e-8
+/// wide, on Gaussian points of both ranks and both patterns.
+#[test]
+fn the_dual_qp_meets_the_conic_qp() {
+    for (t, d, seed) in [(12usize, 16usize, 2u64), (20, 6, 3), (40, 50, 5)] {
+        for pattern in [Pattern::Sink, Pattern::Diagonal] {
+            let what = format!("T={t} d={d} {pattern}");
+            let x = embeddings(EmbeddingKind::Gaussian, t, d, seed).unwrap();
+            let p = GapProgram::for_pattern(x.as_ref(), pattern, 3.0).unwrap();
+            let a = cost::ipm::solve(&p, NormKind::Fro, ipm())
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let b = cost::dual_qp::solve(&p, ipm()).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let (al, au) = (a.lower.unwrap(), a.value.unwrap());
+            let (bl, bu) = (b.lower.unwrap(), b.value.unwrap());
+            assert!(
+                al <= bu * (1.0 + 1e-12) && bl <= au * (1.0 + 1e-12),
+                "{what}: conic [{al}, {au}] vs dual QP [{bl}, {bu}]"
+            );
+            assert!(
+                (bu - bl) / bu <= REL,
+                "{what}: dual QP bracket [{bl}, {bu}]"
+            );
         }
     }
 }

@@ -353,7 +353,7 @@ fn nuclear_raw(p: &GapProgram, opts: &SolveOptions) -> Result<Raw, String> {
 
 /// The certified bracket of a raw solve, every number recomputed in f64 from $W$ and $\lambda$.
 /// `lower_floor` is a lower bound known otherwise (the Frobenius value under a nuclear program).
-fn certify(
+pub(super) fn certify(
     p: &GapProgram,
     kind: NormKind,
     raw: Raw,

@@ -39,7 +39,8 @@
 //! `embeddings` (seeded families), `check` (registered check `cost_closed_form`),
 //! `ipm` (the interior-point solver, feature `ipm`), `nuclear_ipm` (the nuclear program beyond
 //! its SDP cap, a primal–dual method on the Schur matrix of the rank-two constraints),
-//! `working_set` (both programs beyond the dense caps, by constraint generation), [`definitions`] (the map of cost
+//! `dual_qp` (the Frobenius program's dual QP on the constraints' Gram matrix, where the conic
+//! solver stops), `working_set` (both programs beyond the dense caps, by constraint generation), [`definitions`] (the map of cost
 //! definitions and the A5 verdict over it),
 //! [`head`] (the whole head on copy-paste), [`sink_logit`] (the selective sink-logit program on
 //! the copy-paste head, docs/theory.md §11); this file holds the shared types and
@@ -48,6 +49,8 @@
 mod check;
 mod closed_form;
 pub mod definitions;
+#[cfg(feature = "ipm")]
+pub mod dual_qp;
 mod embeddings;
 pub mod exact;
 mod feasibility;

@@ -39,7 +39,11 @@ pub fn solve(p: &GapProgram, kind: NormKind, opts: SolveOptions) -> Result<CostS
     let par = opts.par;
     let m = p.n_constraints();
     let relaxed = |idx: &[usize]| match kind {
-        NormKind::Fro => super::ipm::fro_raw(&p.subset(idx), &opts),
+        // The conic solver's QP, and where it stops without an answer the dual QP on the Gram
+        // matrix (its failures are on nearly parallel rows, which the per-constraint scaling
+        // of the latter absorbs).
+        NormKind::Fro => super::ipm::fro_raw(&p.subset(idx), &opts)
+            .or_else(|e| super::dual_qp::raw(p, idx, par).map_err(|d| format!("{e}; {d}"))),
         NormKind::Nuclear => super::nuclear_ipm::raw(p, idx, par),
     };
     let cap = match kind {
