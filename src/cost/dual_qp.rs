@@ -141,7 +141,8 @@ fn solve_qp(q: &Mat<f64>, r: &[f64], par: Par) -> Result<(Vec<f64>, usize), Stri
         let (dn, dz) = solve(&target);
         // One step for both: the residual Qν − r − ζ couples them.
         let step = (STEP * max_step(&nu, &dn).min(max_step(&zeta, &dz))).min(1.0);
-        if !(step > 1e-12) {
+        // NaN (a failed solve) counts as vanishing.
+        if step.is_nan() || step <= 1e-12 {
             return if best.0 < 1e-8 {
                 Ok((best.1, it))
             } else {
