@@ -116,12 +116,14 @@ fn smollm2_invariants() {
         t_max_fro: 32,
         t_max_nuclear: 32,
         n_boot: 200,
+        controls: true,
         ..Options::default()
     };
     let r = cost_real::analyze(&lm, None, &o, &mut |_| {}).unwrap();
     let n = lm.model.cfg.n_layer;
     assert_eq!(r.layers, cost_real::default_layers(n));
-    assert_eq!(r.n_tokens, 32);
+    // One token more than the largest T: the shifted control drops the first row.
+    assert_eq!(r.n_tokens, 33);
     for norm in [NormKind::Fro, NormKind::Nuclear] {
         let grid = o.grid(norm);
         for &l in &r.layers {
@@ -182,7 +184,19 @@ fn smollm2_invariants() {
             cost::exact::grid_slope(Pattern::Sink, f.norm, &g)
         );
     }
-    assert!(cost_real::markdown("smollm2", &r).contains("| layer | norm |"));
+    // The controls ran on the same grids and layers, and are priced like the real points.
+    assert_eq!(r.controls.len(), 2);
+    for c in &r.controls {
+        assert_eq!(c.fits.len(), r.fits.len(), "{:?}", c.kind);
+        for p in c.points.iter().filter(|p| p.feasible) {
+            assert!(p.rel_gap.unwrap() <= o.ipm_tol, "{:?}: {p:?}", c.kind);
+        }
+    }
+    let md = cost_real::markdown("smollm2", &r);
+    assert!(
+        md.contains("| layer | norm |") && md.contains("| control | layer |"),
+        "{md}"
+    );
 }
 
 /// The points the conic solver alone left unpriced on SmolLM2 (its QP stops without progress on

@@ -182,6 +182,10 @@ pub struct Args {
     /// A point whose certified bracket is left wider than 5 % is reported, not fitted.
     #[arg(long, value_name = "N")]
     a5_max_iter: Option<usize>,
+    /// Also price the A5 controls: an ordinary token's input at position 0, and Gaussian rows of the same norms
+    #[arg(long)]
+    a5_controls: bool,
+
     /// Solver of --a5: ipm (the default when built) or first-order
     ///
     /// ipm: interior point, each point priced to a 1e-6 relative bracket; beyond the dense caps
@@ -249,6 +253,7 @@ fn run_a5(a: &Args, lm: &sinklab::runtime::LoadedModel, path: &std::path::Path) 
         t_max_fro: a.a5_t_max_fro.unwrap_or(d.t_max_fro),
         t_max_nuclear: a.a5_t_max_nuclear.unwrap_or(d.t_max_nuclear),
         max_iter: a.a5_max_iter.unwrap_or(d.max_iter),
+        controls: a.a5_controls,
         solver: a.a5_solver.unwrap_or(d.solver),
         threads: rayon::current_num_threads(),
         ..d
@@ -340,6 +345,7 @@ pub fn run(a: Args) -> Result<i32> {
             ("--a5-t-max-fro", a.a5_t_max_fro.is_some()),
             ("--a5-t-max-nuclear", a.a5_t_max_nuclear.is_some()),
             ("--a5-max-iter", a.a5_max_iter.is_some()),
+            ("--a5-controls", a.a5_controls),
             ("--a5-solver", a.a5_solver.is_some()),
         ],
     )?;

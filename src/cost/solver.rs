@@ -238,8 +238,23 @@ fn solve_ipm_first(
     if !s.feasible || s.rel_gap.is_some_and(|g| g <= opts.rel_gap) {
         return Ok(s);
     }
-    // A certified but wide bracket: tighten it with the first-order solver's (both ends are
-    // certificates, so their intersection is one).
+    // A certified but wide Frobenius bracket (the conic solver stopped at reduced accuracy): the
+    // dual QP on the Gram matrix, intersected (both certified).
+    let s = match kind {
+        NormKind::Fro => match super::dual_qp::solve(p, opts) {
+            Ok(q) => CostSolution {
+                solver: Method::Ipm,
+                ..super::ipm::intersect(s, q)
+            },
+            Err(_) => s,
+        },
+        NormKind::Nuclear => s,
+    };
+    if s.rel_gap.is_some_and(|g| g <= opts.rel_gap) {
+        return Ok(s);
+    }
+    // Still wide: tighten it with the first-order solver's (both ends are certificates, so their
+    // intersection is one).
     let (f, _) = solve_with_dual(p, kind, opts)?;
     Ok(super::ipm::intersect(s, f))
 }

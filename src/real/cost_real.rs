@@ -26,6 +26,10 @@
 //! first $T$ where feasibility stays undetermined within the feasibility budget (rows so
 //! nearly equal that neither a witness nor a certificate is found; recorded as such). The range
 //! that enters the fits is thus a deterministic function of the inputs and the budget.
+//!
+//! **Controls** ([`Options::controls`]): the same programs on the rows $x_1, x_2, \ldots$ (an
+//! ordinary token's input at position 0) and on Gaussian rows with the real rows' norms (the
+//! null). A verdict the controls reproduce is not evidence about the sink.
 
 use crate::cost::{self, GapProgram, NormKind, Pattern, SolveOptions};
 use crate::fit::{PowerFit, fit_power_law};
@@ -69,6 +73,10 @@ pub struct Options {
     /// written before the field existed asked it of the Frobenius norm only.
     #[serde(default = "ipm_tol_before")]
     pub ipm_tol: f64,
+    /// Also price the controls ([`ControlKind`]) on the same grids: an ordinary token's input at
+    /// position 0, and Gaussian rows of the same norms.
+    #[serde(default)]
+    pub controls: bool,
     /// Threads of each program's products and SVDs (0 or 1: sequential). Not part of the
     /// results (they do not depend on it), so not serialised: the report's cache key ignores it.
     #[serde(skip)]
@@ -89,6 +97,7 @@ impl Default for Options {
             seed: 0,
             solver: cost::Method::preferred(),
             ipm_tol: IPM_TOL,
+            controls: false,
             threads: 1,
         }
     }
@@ -233,8 +242,73 @@ pub struct A5Real {
     pub points: Vec<Point>,
     /// Fits per (layer, norm).
     pub fits: Vec<Exponents>,
+    /// The controls' results, when [`Options::controls`] asked for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub controls: Vec<Control>,
     /// Wall time of the solves, seconds.
     pub seconds: f64,
+}
+
+/// A control of the real-input programs: the same programs on inputs where position 0 is not
+/// the model's first token, or where nothing is a model's input. If a control's exponents and
+/// ratio verdict match the real ones, the real verdict says nothing about the sink.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlKind {
+    /// Rows $x_1, x_2, \ldots$: an ordinary token's input at position 0 (the swapped-token
+    /// control; the sink target is then that token).
+    Shifted,
+    /// Gaussian rows with the real rows' norms, $g_i = \lVert x_i\rVert\thinspace z_i/\lVert z_i\rVert$,
+    /// $z_i \sim \mathcal N(0, I_d)$ seeded by the options' seed and the layer (the null).
+    Gaussian,
+}
+
+impl std::fmt::Display for ControlKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ControlKind::Shifted => "shifted (ordinary token at 0)",
+            ControlKind::Gaussian => "Gaussian rows, same norms",
+        })
+    }
+}
+
+/// One control's points and fits.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Control {
+    /// Which control.
+    pub kind: ControlKind,
+    /// Every solved program of the control.
+    pub points: Vec<Point>,
+    /// Its fits per (layer, norm).
+    pub fits: Vec<Exponents>,
+}
+
+/// The inputs of a control, from one layer's real rows `x`.
+pub fn control_inputs(kind: ControlKind, x: MatRef<'_, f64>, layer: usize, seed: u64) -> Mat<f64> {
+    match kind {
+        ControlKind::Shifted => x.subrows(1, x.nrows() - 1).to_owned(),
+        ControlKind::Gaussian => {
+            use rand::SeedableRng;
+            use rand_distr::{Distribution, StandardNormal};
+            let mut rng = rand::rngs::StdRng::seed_from_u64(
+                seed ^ 0x5eed_0000_0000_0000 ^ (layer as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            );
+            let mut g = Mat::<f64>::zeros(x.nrows(), x.ncols());
+            for i in 0..x.nrows() {
+                let z: Vec<f64> = (0..x.ncols())
+                    .map(|_| StandardNormal.sample(&mut rng))
+                    .collect();
+                let (nz, nx) = (
+                    crate::linalg::norm(&z),
+                    crate::linalg::norm(&crate::linalg::row(x, i)),
+                );
+                for (j, v) in z.iter().enumerate() {
+                    g[(i, j)] = v * nx / nz;
+                }
+            }
+            g
+        }
+    }
 }
 
 /// One early, one middle, one late layer: 1, ⌊L/2⌋, L − 1 (layer 1, not 0: a rotary model's
@@ -495,6 +569,52 @@ pub fn run_on(
         )));
     }
     let start = std::time::Instant::now();
+    let points = solve_series(xs, layers, o, "A5 real", progress)?;
+    let fits = layers
+        .iter()
+        .flat_map(|&l| [NormKind::Fro, NormKind::Nuclear].map(|n| exponents(&points, l, n, o)))
+        .collect();
+    let mut controls = Vec::new();
+    if o.controls {
+        for kind in [ControlKind::Shifted, ControlKind::Gaussian] {
+            let cx: Vec<Mat<f64>> = xs
+                .iter()
+                .zip(layers)
+                .map(|(x, &l)| control_inputs(kind, x.as_ref(), l, o.seed))
+                .collect();
+            let pts = solve_series(&cx, layers, o, &format!("A5 control {kind}"), progress)?;
+            let fits = layers
+                .iter()
+                .flat_map(|&l| [NormKind::Fro, NormKind::Nuclear].map(|n| exponents(&pts, l, n, o)))
+                .collect();
+            controls.push(Control {
+                kind,
+                points: pts,
+                fits,
+            });
+        }
+    }
+    Ok(A5Real {
+        options: o.clone(),
+        n_tokens: xs[0].nrows(),
+        d: xs[0].ncols(),
+        layers: layers.to_vec(),
+        points,
+        fits,
+        controls,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Every (layer, norm, pattern) series on `xs`, each stopping at its first infeasible point;
+/// `progress` gets one line per point, prefixed by `label`.
+fn solve_series(
+    xs: &[Mat<f64>],
+    layers: &[usize],
+    o: &Options,
+    label: &str,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<Point>, RealError> {
     let mut points = Vec::new();
     for (x, &l) in xs.iter().zip(layers) {
         for norm in [NormKind::Fro, NormKind::Nuclear] {
@@ -502,7 +622,7 @@ pub fn run_on(
                 for t in o.grid(norm).into_iter().filter(|&t| t <= x.nrows()) {
                     let p = solve_point(x.as_ref(), l, t, pattern, norm, o)?;
                     progress(&format!(
-                        "A5 real: layer {l} {norm} {pattern} T = {t}: {} ({} it, {:.1} s)",
+                        "{label}: layer {l} {norm} {pattern} T = {t}: {} ({} it, {:.1} s)",
                         match (p.upper, p.lower) {
                             (Some(u), Some(lo)) => format!("[{lo:.4}, {u:.4}]"),
                             _ if p.undetermined => "feasibility undetermined".into(),
@@ -522,19 +642,7 @@ pub fn run_on(
             }
         }
     }
-    let fits = layers
-        .iter()
-        .flat_map(|&l| [NormKind::Fro, NormKind::Nuclear].map(|n| exponents(&points, l, n, o)))
-        .collect();
-    Ok(A5Real {
-        options: o.clone(),
-        n_tokens: xs[0].nrows(),
-        d: xs[0].ncols(),
-        layers: layers.to_vec(),
-        points,
-        fits,
-        seconds: start.elapsed().as_secs_f64(),
-    })
+    Ok(points)
 }
 
 /// The tokens of the A5 text: the fixed texts of [`super::head_space::TEXTS`] joined by spaces,
@@ -576,7 +684,11 @@ pub fn analyze(
             "A5: layer {l} is given twice (layers {ls:?}); give each layer once"
         )));
     }
-    let toks = text_tokens(lm, o.t_max_fro.max(o.t_max_nuclear))?;
+    // One token more with the controls: the shifted control drops the first row.
+    let toks = text_tokens(
+        lm,
+        o.t_max_fro.max(o.t_max_nuclear) + usize::from(o.controls),
+    )?;
     progress(&format!(
         "A5 real: forward pass over {} tokens, layers {ls:?}",
         toks.len()
@@ -606,11 +718,13 @@ pub fn markdown(name: &str, r: &A5Real) -> String {
     let o = &r.options;
     let _ = writeln!(
         md,
-        "**A5 on real inputs ({name}).** min ‖W‖ s.t. x_iᵀW(x_t(i) − x_j) ≥ Δ on the normalised inputs x = N₁(h) of layers {:?} over prefixes of the fixed texts (BOS first, {} tokens captured, d = {}), Δ = {}, solver tolerance {:.0e} (relative bracket), at most {} iterations; points with a bracket wider than {:.0}% are reported but left out of the fits. Grids: Frobenius T = {}–{}, nuclear {}–{}. Exponents: log–log least squares, 95 % pairs-bootstrap CI ({} resamples, seed {}); *orthonormal* = the exact optima's slope over the same grid. Solve time {:.1} s.\n",
+        "**A5 on real inputs ({name}).** min ‖W‖ s.t. x_iᵀW(x_t(i) − x_j) ≥ Δ on the normalised inputs x = N₁(h) of layers {:?} over prefixes of the fixed texts (BOS first, {} tokens captured, d = {}), Δ = {}, solver {} (relative bracket asked: {:.0e} interior point, {:.0e} first order), at most {} first-order iterations; points with a bracket wider than {:.0}% are reported but left out of the fits. Grids: Frobenius T = {}–{}, nuclear {}–{}. Exponents: log–log least squares, 95 % pairs-bootstrap CI ({} resamples, seed {}); *orthonormal* = the exact optima's slope over the same grid. Solve time {:.1} s.\n",
         r.layers,
         r.n_tokens,
         r.d,
         o.delta,
+        o.solver,
+        o.ipm_tol,
         o.tol,
         o.max_iter,
         100.0 * o.max_fit_gap,
@@ -650,6 +764,21 @@ pub fn markdown(name: &str, r: &A5Real) -> String {
         .iter()
         .filter(|p| p.feasible && !p.fitted(o.max_fit_gap))
         .count();
+    let feasible: Vec<&Point> = r.points.iter().filter(|p| p.feasible).collect();
+    let priced = feasible
+        .iter()
+        .filter(|p| p.rel_gap.is_some_and(|g| g <= o.ipm_tol))
+        .count();
+    let widest = feasible
+        .iter()
+        .filter_map(|p| p.rel_gap)
+        .fold(0.0, f64::max);
+    let _ = writeln!(
+        md,
+        "\n{priced} of {} feasible points priced to a relative bracket ≤ {:.0e} (widest {widest:.1e}).",
+        feasible.len(),
+        o.ipm_tol
+    );
     let _ = writeln!(
         md,
         "\n{} programs solved; {infeasible} infeasible (verified certificates: {}), {undetermined} with feasibility undetermined (series ended there); {left_out} feasible but left out for a wide bracket.\n",
@@ -659,6 +788,27 @@ pub fn markdown(name: &str, r: &A5Real) -> String {
             .filter(|p| p.certificate_verified == Some(true))
             .count()
     );
+    if !r.controls.is_empty() {
+        md.push_str("Controls (the same programs and grids): if a control's exponents and verdict match the real rows', the real verdict is no evidence about the sink.\n\n| control | layer | norm | T fitted (sink / diag) | sink exponent | diagonal exponent | diag/sink exponent | ratio verdict |\n|---|---|---|---|---|---|---|---|\n");
+        for c in &r.controls {
+            for f in &c.fits {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} / {} | {} | {} | {} | {} |",
+                    c.kind,
+                    f.layer,
+                    f.norm,
+                    range(&f.t_sink),
+                    range(&f.t_diagonal),
+                    fit_cell(&f.sink),
+                    fit_cell(&f.diagonal),
+                    fit_cell(&f.ratio),
+                    f.verdict
+                );
+            }
+        }
+        md.push('\n');
+    }
     md
 }
 
@@ -680,6 +830,28 @@ mod tests {
         assert!(e.contains("layer 1 is given twice"), "{e}");
         assert_eq!(duplicate(&[3, 1, 2]), None);
         assert_eq!(duplicate(&[3, 1, 3]), Some(3));
+    }
+
+    #[test]
+    fn control_inputs_are_what_they_claim() {
+        let x = Mat::<f64>::from_fn(9, 5, |i, j| {
+            ((i * 5 + j) as f64 * 0.7).sin() + 0.1 * i as f64
+        });
+        let s = control_inputs(ControlKind::Shifted, x.as_ref(), 3, 0);
+        assert_eq!((s.nrows(), s.ncols()), (8, 5));
+        assert!((0..8).all(|i| (0..5).all(|j| s[(i, j)] == x[(i + 1, j)])));
+        let g = control_inputs(ControlKind::Gaussian, x.as_ref(), 3, 0);
+        for i in 0..9 {
+            let (ng, nx) = (
+                crate::linalg::norm(&crate::linalg::row(g.as_ref(), i)),
+                crate::linalg::norm(&crate::linalg::row(x.as_ref(), i)),
+            );
+            assert!((ng - nx).abs() <= 1e-12 * nx, "row {i}: {ng} vs {nx}");
+        }
+        // Seeded: the same bytes again, other bytes for another layer or seed.
+        assert_eq!(g, control_inputs(ControlKind::Gaussian, x.as_ref(), 3, 0));
+        assert_ne!(g, control_inputs(ControlKind::Gaussian, x.as_ref(), 4, 0));
+        assert_ne!(g, control_inputs(ControlKind::Gaussian, x.as_ref(), 3, 1));
     }
 
     #[test]

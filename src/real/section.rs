@@ -155,6 +155,7 @@ fn a5_real_table(
     let o = cost_real::Options {
         t_max_fro: 64,
         t_max_nuclear: 32,
+        controls: true,
         seed: ctx.seed,
         ..cost_real::Options::default()
     };
