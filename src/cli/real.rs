@@ -182,7 +182,12 @@ pub struct Args {
     /// A point whose certified bracket is left wider than 5 % is reported, not fitted.
     #[arg(long, value_name = "N")]
     a5_max_iter: Option<usize>,
-    /// Also price the A5 controls: an ordinary token's input at position 0, and Gaussian rows of the same norms
+    /// A5 controls: an ordinary token at position 0; Gaussian rows
+    ///
+    /// Prices the same programs on the rows x₁, x₂, … (an ordinary token's input at position 0)
+    /// and on Gaussian rows with the real rows' norms, on the same grids; their exponents are
+    /// printed beside the real ones. If a control reproduces a verdict, that verdict is not
+    /// evidence about the sink.
     #[arg(long)]
     a5_controls: bool,
 
