@@ -15,9 +15,9 @@
 //! Monteiro) with Mehrotra's predictor–corrector: $dZ = R_d - \mathcal A^\ast dy$,
 //! $dX = \mathrm{sym}(\sigma\mu Z^{-1} - X - X\thinspace dZ\thinspace Z^{-1})$, and
 //! $(H + \mathrm{diag}(s/y))\thinspace dy = \text{rhs}$ with
-//! $$ H_{cd} = \mathrm{tr}(A_c X A_d Z^{-1}) = \tfrac14\big[X^{uv}_{dc}G^{uv}_{cd} + X^{vv}_{cd}G^{uu}_{cd} +
-//!    X^{uu}_{cd}G^{vv}_{cd} + X^{uv}_{cd}G^{uv}_{dc}\big], $$
-//! $X^{uv}_{cd} = u_c^\top X v_d$ and so on, $G = Z^{-1}$ (each constraint weighted by
+//! $$ H_{cd} = \mathrm{tr}(A_c X A_d Z^{-1}) = \tfrac14\big[X^{uv}\_{dc}G^{uv}\_{cd} + X^{vv}\_{cd}G^{uu}\_{cd} +
+//!    X^{uu}\_{cd}G^{vv}\_{cd} + X^{uv}\_{cd}G^{uv}\_{dc}\big], $$
+//! $X^{uv}\_{cd} = u_c^\top X v_d$ and so on, $G = Z^{-1}$ (each constraint weighted by
 //! $\omega_c = 1/(\lVert a_c\rVert\lVert b_c\rVert)$). Every such entry is gathered from one of three $T \times T$
 //! products ($E_q P E_q^\top$, $E_k Q E_k^\top$, $E_q W E_k^\top$), so an iteration costs $O(T^2 r + m^2)$ to
 //! form and $m^3/3$ to factor.
@@ -95,7 +95,7 @@ impl Sdp {
         }
     }
 
-    /// $\mathcal A(M)_c = a_c^\top M_{12} b_c$ for symmetric $M$.
+    /// $\mathcal A(M)\_c = a_c^\top M_{12} b_c$ for symmetric $M$.
     fn op(&self, x: MatRef<'_, f64>) -> Vec<f64> {
         let rq = self.rq();
         let w = x.submatrix(0, rq, rq, x.ncols() - rq);
@@ -138,7 +138,7 @@ impl Sdp {
     }
 
     /// The Schur matrix $H + \mathrm{diag}(d)$, by gathers from the Gram products of $X$ and $G$:
-    /// $u_c^\top M u_d = (E_qPE_q^\top)_{i_c i_d}$, $v_c^\top M v_d$ four entries of $E_kQE_k^\top$,
+    /// $u_c^\top M u_d = (E_qPE_q^\top)\_{i_c i_d}$, $v_c^\top M v_d$ four entries of $E_kQE_k^\top$,
     /// $u_c^\top M v_d$ two entries of $E_qWE_k^\top$.
     fn schur(&self, x: MatRef<'_, f64>, g: MatRef<'_, f64>, d: &[f64]) -> Mat<f64> {
         let (gx, gg) = (self.grams(x), self.grams(g));
