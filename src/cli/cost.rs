@@ -79,8 +79,10 @@ pub struct Args {
     /// Solver: ipm (interior point) or first-order
     ///
     /// ipm: the interior-point solver (Clarabel), certified bracket to about 1e-8; beyond its
-    /// size caps (SDP order 50, a QP block of 4500 rows) the first-order solver answers and
-    /// the output says why. first-order: the primal-dual iterations, to --tol.
+    /// size caps (SDP order 50, a QP block of 4500 rows) a working set of constraints over a
+    /// primal-dual method on the constraints' Schur matrix (nuclear) or Gram matrix (Frobenius);
+    /// where these fail the first-order solver answers and the output says why. first-order: the
+    /// primal-dual iterations, to --tol.
     #[arg(long, value_enum, hide_possible_values = true, value_name = "ipm|first-order", default_value_t = Method::preferred())]
     solver: Method,
     /// Required logit gap Δ.
