@@ -23,23 +23,14 @@ const STEP: f64 = 0.95;
 /// The dual QP of the Frobenius program on the constraints `idx` of `p`: $W = \mathcal A^\ast\lambda$ and
 /// $\lambda \ge 0$ over `idx`.
 pub(super) fn raw(p: &GapProgram, idx: &[usize], par: Par) -> Result<super::ipm::Raw, String> {
-    let (eq, ek) = match &p.e {
-        Some((q, k)) => (q.clone(), k.clone()),
-        None => (Mat::identity(p.t, p.t), Mat::identity(p.t, p.t)),
-    };
+    let (eq, ek) = p.reduced_or_identity();
     let m = idx.len();
     if m == 0 {
         return Err("dual QP: no constraint".into());
     }
     let gq = mm(eq.as_ref(), eq.transpose(), par);
     let gk = mm(ek.as_ref(), ek.transpose(), par);
-    let cons: Vec<(usize, usize, usize)> = idx
-        .iter()
-        .map(|&c| {
-            let (i, j) = (p.cons[c].0 as usize, p.cons[c].1 as usize);
-            (i, p.targets[i].unwrap_or(i), j)
-        })
-        .collect();
+    let cons = p.triples(idx);
     let bb = |c: (usize, usize, usize), d: (usize, usize, usize)| {
         gk[(c.1, d.1)] - gk[(c.1, d.2)] - gk[(c.2, d.1)] + gk[(c.2, d.2)]
     };
@@ -82,13 +73,7 @@ fn solve_qp(q: &Mat<f64>, r: &[f64], par: Par) -> Result<(Vec<f64>, usize), Stri
         let out = mm(q.as_ref(), col.as_ref(), par);
         (0..m).map(|c| out[(c, 0)]).collect::<Vec<f64>>()
     };
-    let max_step = |v: &[f64], dv: &[f64]| {
-        v.iter()
-            .zip(dv)
-            .filter(|(_, d)| **d < 0.0)
-            .map(|(x, d)| -x / d)
-            .fold(f64::INFINITY, f64::min)
-    };
+    let max_step = super::nuclear_ipm::max_step_pos;
     let rnorm = 1.0 + linalg::norm(r);
     let mut best: (f64, Vec<f64>, usize) = (f64::INFINITY, nu.clone(), 0);
     for it in 0..MAX_ITER {

@@ -204,7 +204,8 @@ fn max_step_psd(l: MatRef<'_, f64>, dx: MatRef<'_, f64>) -> Result<f64, String> 
     })
 }
 
-fn max_step_pos(v: &[f64], dv: &[f64]) -> f64 {
+/// Largest $\alpha$ with $v + \alpha\thinspace dv \ge 0$ ($v > 0$).
+pub(super) fn max_step_pos(v: &[f64], dv: &[f64]) -> f64 {
     v.iter()
         .zip(dv)
         .filter(|(_, d)| **d < 0.0)
@@ -239,20 +240,11 @@ fn chol_shifted(mut h: Mat<f64>) -> Result<faer::linalg::solvers::Llt<f64>, Stri
 /// coordinates, scaled to gap Δ) and multipliers $\lambda \ge 0$ over `idx` (up to a positive
 /// factor, which the bracket does not see).
 pub(super) fn raw(p: &GapProgram, idx: &[usize], par: Par) -> Result<super::ipm::Raw, String> {
-    let (eq, ek) = match &p.e {
-        Some((q, k)) => (q.clone(), k.clone()),
-        None => (Mat::identity(p.t, p.t), Mat::identity(p.t, p.t)),
-    };
+    let (eq, ek) = p.reduced_or_identity();
     if idx.is_empty() {
         return Err("nuclear interior point: no constraint".into());
     }
-    let cons: Vec<(usize, usize, usize)> = idx
-        .iter()
-        .map(|&c| {
-            let (i, j) = (p.cons[c].0 as usize, p.cons[c].1 as usize);
-            (i, p.targets[i].unwrap_or(i), j)
-        })
-        .collect();
+    let cons = p.triples(idx);
     let norm_row =
         |e: &Mat<f64>, r: usize| (0..e.ncols()).map(|k| e[(r, k)] * e[(r, k)]).sum::<f64>();
     let sa = cons
@@ -381,9 +373,10 @@ fn solve_scaled(sdp: &Sdp) -> Result<(Mat<f64>, Vec<f64>, usize), String> {
             let mut dy = Mat::from_fn(m, 1, |c, _| rhs[c]);
             h.solve_in_place(dy.as_mut());
             let dy: Vec<f64> = (0..m).map(|c| dy[(c, 0)]).collect();
-            let dz = &rd - sdp.adjoint(&dy);
+            let ady = sdp.adjoint(&dy);
+            let dz = &rd - &ady;
             let xady = prod(
-                prod(x.as_ref(), sdp.adjoint(&dy).as_ref(), sdp.par).as_ref(),
+                prod(x.as_ref(), ady.as_ref(), sdp.par).as_ref(),
                 g.as_ref(),
                 sdp.par,
             );

@@ -186,6 +186,27 @@ impl GapProgram {
         }
     }
 
+    /// Reduced embeddings $(E_q, E_k)$, the identity for orthonormal rows (where the variable is
+    /// the logits matrix itself).
+    #[cfg(feature = "ipm")]
+    pub(super) fn reduced_or_identity(&self) -> (Mat<f64>, Mat<f64>) {
+        match &self.e {
+            Some((q, k)) => (q.clone(), k.clone()),
+            None => (Mat::identity(self.t, self.t), Mat::identity(self.t, self.t)),
+        }
+    }
+
+    /// Constraints `idx` as $(i, t(i), j)$: query row, its target, the competing key.
+    #[cfg(feature = "ipm")]
+    pub(super) fn triples(&self, idx: &[usize]) -> Vec<(usize, usize, usize)> {
+        idx.iter()
+            .map(|&c| {
+                let (i, j) = (self.cons[c].0 as usize, self.cons[c].1 as usize);
+                (i, self.targets[i].unwrap_or(i), j)
+            })
+            .collect()
+    }
+
     /// Number of gap constraints.
     pub fn n_constraints(&self) -> usize {
         self.cons.len()
